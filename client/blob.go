@@ -1,0 +1,250 @@
+package client
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/tyrstore/tyr/api/tyrpb"
+)
+
+// Op is one operation of an atomic Commit. Build ops with CreateOp, WriteOp,
+// AppendOp, TruncateOp and DeleteOp.
+type Op struct{ pb *tyrpb.Op }
+
+// CreateOp creates an empty blob; the commit fails with ErrExists if it
+// exists.
+func CreateOp(key string) Op {
+	return Op{&tyrpb.Op{Key: []byte(key), Kind: &tyrpb.Op_Create{Create: &tyrpb.CreateOp{}}}}
+}
+
+// WriteOp writes data at offset. With create, a missing blob is created
+// instead of failing with ErrNotFound.
+func WriteOp(key string, offset uint64, data []byte, create bool) Op {
+	return Op{&tyrpb.Op{Key: []byte(key), Kind: &tyrpb.Op_Write{Write: &tyrpb.WriteOp{Offset: offset, Data: data, Create: create}}}}
+}
+
+// AppendOp writes data at the blob's end as of the commit.
+func AppendOp(key string, data []byte, create bool) Op {
+	return Op{&tyrpb.Op{Key: []byte(key), Kind: &tyrpb.Op_Append{Append: &tyrpb.AppendOp{Data: data, Create: create}}}}
+}
+
+// TruncateOp sets the blob's size: shrinking drops data, extending reads as
+// zeros.
+func TruncateOp(key string, size uint64) Op {
+	return Op{&tyrpb.Op{Key: []byte(key), Kind: &tyrpb.Op_Truncate{Truncate: &tyrpb.TruncateOp{Size: size}}}}
+}
+
+// DeleteOp removes the blob.
+func DeleteOp(key string) Op {
+	return Op{&tyrpb.Op{Key: []byte(key), Kind: &tyrpb.Op_Delete{Delete: &tyrpb.DeleteOp{}}}}
+}
+
+// AtomicFunc is the function of an AtomicOp.
+type AtomicFunc = tyrpb.AtomicFunc
+
+// Atomic functions. Arithmetic wraps at the op's width; Sub computes
+// current - operand; the signed min/max read both values as two's
+// complement of the op's width.
+const (
+	FuncAdd         = tyrpb.AtomicFunc_ATOMIC_FUNC_ADD
+	FuncSub         = tyrpb.AtomicFunc_ATOMIC_FUNC_SUB
+	FuncMul         = tyrpb.AtomicFunc_ATOMIC_FUNC_MUL
+	FuncAnd         = tyrpb.AtomicFunc_ATOMIC_FUNC_AND
+	FuncOr          = tyrpb.AtomicFunc_ATOMIC_FUNC_OR
+	FuncXor         = tyrpb.AtomicFunc_ATOMIC_FUNC_XOR
+	FuncMinSigned   = tyrpb.AtomicFunc_ATOMIC_FUNC_MIN_SIGNED
+	FuncMaxSigned   = tyrpb.AtomicFunc_ATOMIC_FUNC_MAX_SIGNED
+	FuncMinUnsigned = tyrpb.AtomicFunc_ATOMIC_FUNC_MIN_UNSIGNED
+	FuncMaxUnsigned = tyrpb.AtomicFunc_ATOMIC_FUNC_MAX_UNSIGNED
+	FuncSet         = tyrpb.AtomicFunc_ATOMIC_FUNC_SET
+)
+
+// AtomicOp updates the little-endian unsigned integer of width bytes (1, 2,
+// 4 or 8) at offset of an existing blob: value = fn(value, operand), with
+// the operand truncated to width bytes. Bytes past the end read as zeros and
+// the op extends the blob. OpResult.Value is the new value.
+func AtomicOp(key string, offset uint64, width int, fn AtomicFunc, operand uint64) Op {
+	w := uint32(width)
+	if width < 0 || width > 8 {
+		w = 0 // rejected by the server
+	}
+	return Op{&tyrpb.Op{Key: []byte(key), Kind: &tyrpb.Op_Atomic{Atomic: &tyrpb.AtomicOp{
+		Offset: offset, Width: w, Func: fn, Operand: operand}}}}
+}
+
+// CASOp replaces the bytes at offset with data if they equal expected (same
+// length, 1 to CASBytesMax bytes; bytes past the end compare as zeros).
+// Otherwise the whole commit fails with ErrConflict and changes nothing.
+func CASOp(key string, offset uint64, expected, data []byte) Op {
+	return Op{&tyrpb.Op{Key: []byte(key), Kind: &tyrpb.Op_Cas{Cas: &tyrpb.CasOp{Offset: offset, Expected: expected, Data: data}}}}
+}
+
+// Atomic applies one AtomicOp and returns the new value.
+func (c *Client) Atomic(ctx context.Context, ks, key string, offset uint64, width int, fn AtomicFunc, operand uint64) (uint64, error) {
+	r, err := c.commitOne(ctx, ks, AtomicOp(key, offset, width, fn, operand))
+	return r.Value, err
+}
+
+// CompareAndSwap applies one CASOp: ErrConflict when the bytes differ.
+func (c *Client) CompareAndSwap(ctx context.Context, ks, key string, offset uint64, expected, data []byte) error {
+	_, err := c.commitOne(ctx, ks, CASOp(key, offset, expected, data))
+	return err
+}
+
+// OpResult is one committed op's outcome.
+type OpResult struct {
+	Offset  uint64 // where the data landed (write, append)
+	Size    uint64 // blob size after the commit
+	Version uint64 // blob version after the commit; 0 after a delete
+	Value   uint64 // the new value (atomic)
+}
+
+// Commit applies ops to blobs of keyspace ks atomically: all take effect, at
+// once, or none does. Ops apply in order, so a later op sees earlier ones.
+func (c *Client) Commit(ctx context.Context, ks string, ops ...Op) ([]OpResult, error) {
+	return c.commit(ctx, ks, ops, nil)
+}
+
+func (c *Client) commit(ctx context.Context, ks string, ops []Op, reads []*tyrpb.ReadCheck) ([]OpResult, error) {
+	req := &tyrpb.CommitRequest{Keyspace: []byte(ks), Ops: make([]*tyrpb.Op, len(ops)), Reads: reads}
+	for i, op := range ops {
+		req.Ops[i] = op.pb
+	}
+	resp, err := c.api.Commit(ctx, req)
+	if err != nil {
+		return nil, fromStatus(err)
+	}
+	if len(resp.GetResults()) != len(ops) {
+		return nil, fmt.Errorf("tyr: %w: commit of %d ops answered with %d results",
+			ErrCorruption, len(ops), len(resp.GetResults()))
+	}
+	out := make([]OpResult, len(ops))
+	for i, r := range resp.GetResults() {
+		out[i] = OpResult{Offset: r.GetOffset(), Size: r.GetSize(), Version: r.GetVersion(), Value: r.GetValue()}
+	}
+	return out, nil
+}
+
+func (c *Client) commitOne(ctx context.Context, ks string, op Op) (OpResult, error) {
+	r, err := c.Commit(ctx, ks, op)
+	if err != nil {
+		return OpResult{}, err
+	}
+	return r[0], nil
+}
+
+// Create creates an empty blob; ErrExists if it exists.
+func (c *Client) Create(ctx context.Context, ks, key string) error {
+	_, err := c.commitOne(ctx, ks, CreateOp(key))
+	return err
+}
+
+// Write writes data at offset into an existing blob (ErrNotFound otherwise),
+// extending it if needed. Data larger than PayloadBytesMax is written in
+// parts, in order; each part is atomic, the whole is not.
+func (c *Client) Write(ctx context.Context, ks, key string, offset uint64, data []byte) (OpResult, error) {
+	return c.write(ctx, ks, key, offset, data, false)
+}
+
+// WriteCreate is Write that creates a missing blob.
+func (c *Client) WriteCreate(ctx context.Context, ks, key string, offset uint64, data []byte) (OpResult, error) {
+	return c.write(ctx, ks, key, offset, data, true)
+}
+
+func (c *Client) write(ctx context.Context, ks, key string, offset uint64, data []byte, create bool) (OpResult, error) {
+	var r OpResult
+	for first := true; first || len(data) > 0; first = false {
+		n := min(len(data), PayloadBytesMax)
+		var err error
+		r, err = c.commitOne(ctx, ks, WriteOp(key, offset, data[:n], create))
+		if err != nil {
+			return r, err
+		}
+		offset += uint64(n)
+		data = data[n:]
+	}
+	return r, nil
+}
+
+// Append writes data at the blob's end atomically and returns the offset
+// where it landed. Data larger than PayloadBytesMax is refused (ErrTooLarge)
+// rather than split, so an append is never interleaved with another.
+func (c *Client) Append(ctx context.Context, ks, key string, data []byte) (uint64, error) {
+	r, err := c.commitOne(ctx, ks, AppendOp(key, data, false))
+	return r.Offset, err
+}
+
+// Truncate sets the size of an existing blob.
+func (c *Client) Truncate(ctx context.Context, ks, key string, size uint64) error {
+	_, err := c.commitOne(ctx, ks, TruncateOp(key, size))
+	return err
+}
+
+// Delete removes a blob; ErrNotFound if it does not exist.
+func (c *Client) Delete(ctx context.Context, ks, key string) error {
+	_, err := c.commitOne(ctx, ks, DeleteOp(key))
+	return err
+}
+
+// Stat describes a blob.
+func (c *Client) Stat(ctx context.Context, ks, key string) (BlobInfo, error) {
+	b, err := c.api.Stat(ctx, &tyrpb.StatRequest{Keyspace: []byte(ks), Key: []byte(key)})
+	if err != nil {
+		return BlobInfo{}, fromStatus(err)
+	}
+	return blobInfo(b), nil
+}
+
+// ReadPart reads at most PayloadBytesMax bytes in one request, so the bytes
+// come from one commit. It also returns the blob's size and version as of
+// that commit. A read at or past the end returns no bytes.
+func (c *Client) ReadPart(ctx context.Context, ks, key string, offset, length uint64) ([]byte, BlobInfo, error) {
+	resp, err := c.api.Read(ctx, &tyrpb.ReadRequest{Keyspace: []byte(ks), Key: []byte(key), Offset: offset, Length: length})
+	if err != nil {
+		return nil, BlobInfo{}, fromStatus(err)
+	}
+	return resp.GetData(), BlobInfo{Key: key, Size: resp.GetSize(), Version: resp.GetVersion()}, nil
+}
+
+// Read reads up to length bytes from offset; the result is short at the end
+// of the blob. Lengths above PayloadBytesMax are read in parts, each atomic.
+func (c *Client) Read(ctx context.Context, ks, key string, offset, length uint64) ([]byte, error) {
+	if length <= PayloadBytesMax {
+		data, _, err := c.ReadPart(ctx, ks, key, offset, length)
+		return data, err
+	}
+	var out []byte
+	for length > 0 {
+		n := min(length, PayloadBytesMax)
+		data, _, err := c.ReadPart(ctx, ks, key, offset, n)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, data...)
+		if uint64(len(data)) < n {
+			break
+		}
+		offset += n
+		length -= n
+	}
+	return out, nil
+}
+
+// List returns up to limit blobs (0: the server's default, 1000) whose keys
+// start with prefix and sort after startAfter, in key order. next is
+// non-empty when more may follow: pass it as startAfter for the next page.
+func (c *Client) List(ctx context.Context, ks, prefix, startAfter string, limit int) (blobs []BlobInfo, next string, err error) {
+	if limit < 0 || limit > ListLimitMax {
+		return nil, "", &Error{Class: ErrInvalidArgument,
+			Message: fmt.Sprintf("list limit %d out of range [0, %d]", limit, ListLimitMax)}
+	}
+	resp, err := c.api.List(ctx, &tyrpb.ListRequest{Keyspace: []byte(ks), Prefix: []byte(prefix), StartAfter: []byte(startAfter), Limit: uint32(limit)})
+	if err != nil {
+		return nil, "", fromStatus(err)
+	}
+	blobs = make([]BlobInfo, len(resp.GetBlobs()))
+	for i, b := range resp.GetBlobs() {
+		blobs[i] = blobInfo(b)
+	}
+	return blobs, resp.GetNextStartAfter(), nil
+}

@@ -1,0 +1,196 @@
+// Package client is the Go client of tyr.
+//
+// A Client is safe for concurrent use and reuses one connection (HTTP/2,
+// multiplexed) for all calls; create one per process and Close it at the end.
+// Every call takes a context for cancellation and deadlines.
+//
+// Errors carry a class usable with errors.Is: ErrNotFound, ErrExists,
+// ErrInvalidArgument, ErrOutOfRange, ErrTooLarge, ErrUnavailable,
+// ErrConflict, ErrCorruption.
+//
+// One request carries at most PayloadBytesMax bytes. Read and Write split
+// larger ranges into parts; each part is atomic, the whole is not. Append is
+// always atomic and refuses more than PayloadBytesMax bytes.
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/tyrstore/tyr/api/tyrpb"
+	"github.com/tyrstore/tyr/internal/errs"
+	"github.com/tyrstore/tyr/internal/limits"
+)
+
+// Error classes; see the package comment.
+var (
+	ErrNotFound        = errs.ErrNotFound
+	ErrExists          = errs.ErrExists
+	ErrInvalidArgument = errs.ErrInvalidArgument
+	ErrOutOfRange      = errs.ErrOutOfRange
+	ErrTooLarge        = errs.ErrTooLarge
+	ErrUnavailable     = errs.ErrUnavailable
+	ErrConflict        = errs.ErrConflict
+	ErrCorruption      = errs.ErrCorruption
+)
+
+// Limits the server enforces; see the README for the full list.
+const (
+	PayloadBytesMax = limits.PayloadBytesMax
+	KeyBytesMax     = limits.KeyBytesMax
+	BlobBytesMax    = limits.BlobBytesMax
+	ListLimitMax    = limits.ListLimitMax
+	CASBytesMax     = limits.CASBytesMax
+	// OpsPerTxMax and ReadChecksMax bound a transaction's buffered ops and
+	// the blobs it reads.
+	OpsPerTxMax   = limits.OpsPerCommitMax
+	ReadChecksMax = limits.ReadChecksMax
+)
+
+// DefaultEndpoint is where a local server listens by default.
+const DefaultEndpoint = "127.0.0.1:7420"
+
+// Error is an error returned by the server. Unwrap gives its class.
+type Error struct {
+	Class   error // one of the Err* classes, or nil when unknown
+	Code    codes.Code
+	Message string
+}
+
+func (e *Error) Error() string { return "tyr: " + e.Message }
+func (e *Error) Unwrap() error { return e.Class }
+
+// fromStatus turns a gRPC error into an *Error; context errors stay as they
+// are so errors.Is(err, context.DeadlineExceeded) works.
+func fromStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return err
+	}
+	switch st.Code() {
+	case codes.Canceled:
+		return fmt.Errorf("tyr: %s: %w", st.Message(), context.Canceled)
+	case codes.DeadlineExceeded:
+		return fmt.Errorf("tyr: %s: %w", st.Message(), context.DeadlineExceeded)
+	}
+	return &Error{Class: errs.Class(st.Code()), Code: st.Code(), Message: st.Message()}
+}
+
+// Client talks to a tyr server.
+type Client struct {
+	conn *grpc.ClientConn
+	api  tyrpb.TyrClient
+}
+
+// Dial returns a Client for the server at endpoint (host:port). It does not
+// wait for the connection; the first call does.
+func Dial(endpoint string) (*Client, error) {
+	conn, err := grpc.NewClient(endpoint,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(limits.MessageBytesMax),
+			grpc.MaxCallSendMsgSize(limits.MessageBytesMax)),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("tyr: dial %s: %w", endpoint, err)
+	}
+	return &Client{conn: conn, api: tyrpb.NewTyrClient(conn)}, nil
+}
+
+// Close closes the connection. Calls in flight fail.
+func (c *Client) Close() error { return c.conn.Close() }
+
+// KeyspaceConfig is a keyspace's configuration, fixed at creation. Zero
+// ChunkSize and Replication mean the server's defaults (64 MiB, 1).
+type KeyspaceConfig struct {
+	ChunkSize   uint64
+	Replication uint32
+	MVCC        bool
+	Sync        bool
+}
+
+// DefaultKeyspaceConfig is 64 MiB chunks, one replica, MVCC on, sync on.
+func DefaultKeyspaceConfig() KeyspaceConfig {
+	return KeyspaceConfig{ChunkSize: limits.ChunkBytesDefault, Replication: 1, MVCC: true, Sync: true}
+}
+
+// KeyspaceInfo describes a keyspace.
+type KeyspaceInfo struct {
+	Name    string
+	Config  KeyspaceConfig
+	Created time.Time
+	// DiskBytes is the space used on the answering node; only Keyspace
+	// fills it.
+	DiskBytes uint64
+}
+
+func keyspaceInfo(k *tyrpb.KeyspaceInfo) KeyspaceInfo {
+	c := k.GetConfig()
+	return KeyspaceInfo{Name: k.GetName(), Created: time.Unix(0, k.GetCreatedUnixNano()), DiskBytes: k.GetDiskBytes(),
+		Config: KeyspaceConfig{ChunkSize: c.GetChunkSize(), Replication: c.GetReplication(), MVCC: c.GetMvcc(), Sync: c.GetSync()}}
+}
+
+// CreateKeyspace creates a keyspace; ErrExists if it exists, and
+// ErrInvalidArgument for a bad name or configuration.
+func (c *Client) CreateKeyspace(ctx context.Context, name string, cfg KeyspaceConfig) (KeyspaceInfo, error) {
+	k, err := c.api.CreateKeyspace(ctx, &tyrpb.CreateKeyspaceRequest{Name: []byte(name), Config: &tyrpb.KeyspaceConfig{
+		ChunkSize: cfg.ChunkSize, Replication: cfg.Replication, Mvcc: cfg.MVCC, Sync: cfg.Sync}})
+	if err != nil {
+		return KeyspaceInfo{}, fromStatus(err)
+	}
+	return keyspaceInfo(k), nil
+}
+
+// DropKeyspace removes a keyspace and all its blobs.
+func (c *Client) DropKeyspace(ctx context.Context, name string) error {
+	_, err := c.api.DropKeyspace(ctx, &tyrpb.DropKeyspaceRequest{Name: []byte(name)})
+	return fromStatus(err)
+}
+
+// ListKeyspaces returns all keyspaces, ordered by name.
+func (c *Client) ListKeyspaces(ctx context.Context) ([]KeyspaceInfo, error) {
+	resp, err := c.api.ListKeyspaces(ctx, &tyrpb.ListKeyspacesRequest{})
+	if err != nil {
+		return nil, fromStatus(err)
+	}
+	out := make([]KeyspaceInfo, len(resp.GetKeyspaces()))
+	for i, k := range resp.GetKeyspaces() {
+		out[i] = keyspaceInfo(k)
+	}
+	return out, nil
+}
+
+// Keyspace describes one keyspace, with its disk usage.
+func (c *Client) Keyspace(ctx context.Context, name string) (KeyspaceInfo, error) {
+	k, err := c.api.GetKeyspace(ctx, &tyrpb.GetKeyspaceRequest{Name: []byte(name)})
+	if err != nil {
+		return KeyspaceInfo{}, fromStatus(err)
+	}
+	return keyspaceInfo(k), nil
+}
+
+// BlobInfo describes a blob.
+type BlobInfo struct {
+	Key      string
+	Size     uint64
+	Version  uint64
+	Created  time.Time
+	Modified time.Time
+}
+
+func blobInfo(b *tyrpb.BlobInfo) BlobInfo {
+	return BlobInfo{Key: b.GetKey(), Size: b.GetSize(), Version: b.GetVersion(),
+		Created: time.Unix(0, b.GetCreatedUnixNano()), Modified: time.Unix(0, b.GetModifiedUnixNano())}
+}

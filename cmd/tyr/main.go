@@ -1,0 +1,10 @@
+// Command tyr is the tyr server, its administration tool and its client.
+package main
+
+import (
+	"os"
+
+	"github.com/tyrstore/tyr/internal/cli"
+)
+
+func main() { os.Exit(cli.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)) }

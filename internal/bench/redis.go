@@ -1,0 +1,203 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+)
+
+// redisSystem runs the same logical workloads against a Redis server: a
+// blob write is SET key value, a read is GET key, and a stream is one key per
+// part. Every key carries a random prefix and is deleted at the end, so a
+// shared Redis keeps nothing and loses nothing of its own.
+type redisSystem struct {
+	addr   string
+	name   string
+	prefix string
+	admin  *redis.Client
+	// keys remembers what was written so Close deletes exactly that.
+	keys []string
+}
+
+// RedisPartBytes is the size of one stream part on Redis: each part is one
+// key, as Redis has no way to write into the middle of a large value
+// without reading it first.
+const RedisPartBytes = 4 << 20
+
+func redisOptions(addr string, pool int) *redis.Options {
+	return &redis.Options{
+		Addr:     addr,
+		PoolSize: pool,
+		// A slow fsync under load should show up as latency, not as a
+		// client-side timeout error, within the per-operation deadline.
+		ReadTimeout:           -1,
+		WriteTimeout:          -1,
+		ContextTimeoutEnabled: true,
+		DisableIdentity:       true,
+		// Maintenance notifications are a feature of managed Redis; asking
+		// a plain server for them only adds a failed command per connection.
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+	}
+}
+
+func newRedisSystem(ctx context.Context, addr string) (*redisSystem, error) {
+	admin := redis.NewClient(redisOptions(addr, 4))
+	if err := admin.Ping(ctx).Err(); err != nil {
+		_ = admin.Close()
+		return nil, fmt.Errorf("redis at %s: %w", addr, err)
+	}
+	return &redisSystem{addr: addr, admin: admin, name: redisName(ctx, admin),
+		prefix: fmt.Sprintf("bench-%08x:", rand.Uint32())}, nil
+}
+
+// redisName labels the server by its durability, read from its own
+// configuration, because the same numbers mean very different things for a
+// Redis that fsyncs every write and one that keeps everything in memory.
+func redisName(ctx context.Context, c *redis.Client) string {
+	get := func(p string) (string, bool) {
+		m, err := c.ConfigGet(ctx, p).Result()
+		if err != nil {
+			return "", false
+		}
+		v, ok := m[p]
+		return v, ok
+	}
+	aof, ok1 := get("appendonly")
+	fsync, ok2 := get("appendfsync")
+	save, ok3 := get("save")
+	switch {
+	case !ok1 || !ok2 || !ok3:
+		return "redis"
+	case aof == "yes" && fsync == "always":
+		return "redis-durable"
+	case aof == "yes":
+		return "redis-aof-" + fsync
+	case save == "":
+		return "redis-memory"
+	default:
+		return "redis-rdb"
+	}
+}
+
+func (s *redisSystem) Name() string { return s.name }
+
+func (s *redisSystem) Note(workload string) string {
+	if workload != "stream" {
+		return ""
+	}
+	return fmt.Sprintf("%s stream: the logical value is split into keys of %d MiB, "+
+		"put with SET and got with GET, one key per part", s.name, RedisPartBytes>>20)
+}
+
+func (s *redisSystem) Open(context.Context) error { return nil }
+
+func (s *redisSystem) Close(ctx context.Context) error {
+	err := batches(len(s.keys), 1000, func(lo, hi int) error {
+		return s.admin.Del(ctx, s.keys[lo:hi]...).Err()
+	})
+	if err != nil {
+		err = fmt.Errorf("deleting bench keys from %s: %w", s.addr, err)
+	}
+	return errors.Join(err, s.admin.Close())
+}
+
+func (s *redisSystem) key(k string) string { return s.prefix + k }
+
+// Create has nothing to do: SET creates keys. The keys are remembered so
+// they are deleted at the end.
+func (s *redisSystem) Create(_ context.Context, keys []string) error {
+	for _, k := range keys {
+		s.keys = append(s.keys, s.key(k))
+	}
+	return nil
+}
+
+// pipelineBytesMax bounds one preload pipeline, as tyr's commits are bounded,
+// so large values do not make one huge request.
+const pipelineBytesMax = 16 << 20
+
+// Preload sets every key, pipelined to keep setup short.
+func (s *redisSystem) Preload(ctx context.Context, keys []string, value []byte) error {
+	for _, k := range keys {
+		s.keys = append(s.keys, s.key(k))
+	}
+	per := max(1, min(256, pipelineBytesMax/max(len(value), 1)))
+	return batches(len(keys), per, func(lo, hi int) error {
+		_, err := s.admin.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, k := range keys[lo:hi] {
+				p.Set(ctx, s.key(k), value, 0)
+			}
+			return nil
+		})
+		return err
+	})
+}
+
+// Conns opens a pool of exactly n connections and pins one to each client,
+// so each client has its own connection, as with tyr.
+func (s *redisSystem) Conns(_ context.Context, n int) ([]conn, func() error, error) {
+	pool := redis.NewClient(redisOptions(s.addr, n))
+	conns := make([]conn, n)
+	for i := range conns {
+		conns[i] = &redisConn{c: pool.Conn(), s: s}
+	}
+	closeAll := func() error {
+		var err error
+		for _, c := range conns {
+			err = errors.Join(err, c.(*redisConn).c.Close())
+		}
+		return errors.Join(err, pool.Close())
+	}
+	return conns, closeAll, nil
+}
+
+type redisConn struct {
+	c *redis.Conn
+	s *redisSystem
+}
+
+func (c *redisConn) Ping(ctx context.Context) error { return c.c.Ping(ctx).Err() }
+
+func (c *redisConn) Put(ctx context.Context, key string, value []byte) error {
+	return c.c.Set(ctx, c.s.key(key), value, 0).Err()
+}
+
+func (c *redisConn) Get(ctx context.Context, key string, _ int) ([]byte, error) {
+	return c.c.Get(ctx, c.s.key(key)).Bytes()
+}
+
+func (s *redisSystem) PartBytes() int { return RedisPartBytes }
+
+// StreamOpen sizes the pool to the parts in flight, since a Redis
+// connection serves one request at a time.
+func (s *redisSystem) StreamOpen(_ context.Context, parts, inFlight int) (streamConn, error) {
+	r := &redisStream{s: s, pool: redis.NewClient(redisOptions(s.addr, inFlight))}
+	for i := range parts {
+		s.keys = append(s.keys, r.partKey(i))
+	}
+	return r, nil
+}
+
+type redisStream struct {
+	s    *redisSystem
+	pool *redis.Client
+}
+
+func (r *redisStream) partKey(i int) string { return r.s.key("stream:" + strconv.Itoa(i)) }
+
+func (r *redisStream) PutPart(ctx context.Context, i int, data []byte) error {
+	return r.pool.Set(ctx, r.partKey(i), data, 0).Err()
+}
+
+func (r *redisStream) GetPart(ctx context.Context, i int, _ int) ([]byte, error) {
+	return r.pool.Get(ctx, r.partKey(i)).Bytes()
+}
+
+// Close keeps the parts: they are deleted with the other keys when the
+// system closes.
+func (r *redisStream) Close() error { return r.pool.Close() }

@@ -1,0 +1,239 @@
+package bench
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// NoisyMachineNote is printed with every human-readable result because
+// numbers from different runs, or from different machines, are not
+// comparable: only ratios between systems measured side by side mean much.
+const NoisyMachineNote = "ratios only count within one run: this machine is shared and noisy"
+
+// MB is the unit of mb_per_s: a decimal megabyte, as disk and network
+// throughput are usually quoted.
+const MB = 1e6
+
+// Result is the measurement of one workload against one system at one
+// client count. The JSON form is one line of results.jsonl.
+type Result struct {
+	Workload string  `json:"workload"`
+	System   string  `json:"system"`
+	Clients  int     `json:"clients"`
+	OpsPerS  float64 `json:"ops_per_s"`
+	MBPerS   float64 `json:"mb_per_s"`
+	P50us    float64 `json:"p50_us"`
+	P99us    float64 `json:"p99_us"`
+	Errors   uint64  `json:"errors"`
+
+	// The fields below give the context needed to read the ones above.
+	Ops      uint64  `json:"ops"`
+	OpBytes  int     `json:"op_bytes"`
+	Seconds  float64 `json:"seconds"`
+	InFlight int     `json:"in_flight,omitempty"`
+	Note     string  `json:"note,omitempty"`
+}
+
+// summarize turns raw counts into a Result. Only successful operations count
+// towards throughput and latency; failures are reported as errors.
+func summarize(workload, system string, clients int, h *Histogram, bytes uint64, opBytes int, errors uint64, elapsed time.Duration) Result {
+	r := Result{Workload: workload, System: system, Clients: clients, Errors: errors,
+		Ops: h.Count(), OpBytes: opBytes, Seconds: round(elapsed.Seconds(), 3)}
+	if s := elapsed.Seconds(); s > 0 {
+		r.OpsPerS = round(float64(h.Count())/s, 1)
+		r.MBPerS = round(float64(bytes)/MB/s, 2)
+	}
+	r.P50us = round(float64(h.Percentile(50))/float64(time.Microsecond), 1)
+	r.P99us = round(float64(h.Percentile(99))/float64(time.Microsecond), 1)
+	return r
+}
+
+func round(v float64, digits int) float64 {
+	p := math.Pow(10, float64(digits))
+	return math.Round(v*p) / p
+}
+
+// WriteJSON writes r as one line of JSON.
+func WriteJSON(w io.Writer, r Result) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
+}
+
+// WriteTable writes results as an aligned table for people.
+func WriteTable(w io.Writer, results []Result) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "workload\tsystem\tclients\tops/s\tMB/s\tp50 µs\tp99 µs\terrors\t")
+	for _, r := range results {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.1f\t%.2f\t%.1f\t%.1f\t%d\t\n",
+			r.Workload, r.System, r.Clients, r.OpsPerS, r.MBPerS, r.P50us, r.P99us, r.Errors)
+	}
+	return tw.Flush()
+}
+
+// ReadJSONL reads results written by WriteJSON, skipping blank lines.
+func ReadJSONL(r io.Reader) ([]Result, error) {
+	var out []Result
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for line := 1; sc.Scan(); line++ {
+		text := strings.TrimSpace(sc.Text())
+		if text == "" {
+			continue
+		}
+		var res Result
+		if err := json.Unmarshal([]byte(text), &res); err != nil {
+			return nil, fmt.Errorf("line %d: %w", line, err)
+		}
+		out = append(out, res)
+	}
+	return out, sc.Err()
+}
+
+// BaseSystem is the system the others are compared with in a report.
+const BaseSystem = "tyr"
+
+// comparison groups results by workload and client count, keeping each
+// system's last measurement, as it is the most recent.
+type comparison struct {
+	cells []cell
+	by    map[cell]map[string]Result
+	peers []string // every system but BaseSystem, in order of appearance
+}
+
+type cell struct {
+	workload string
+	clients  int
+}
+
+func compare(results []Result) comparison {
+	c := comparison{by: map[cell]map[string]Result{}}
+	for _, r := range results {
+		k := cell{r.Workload, r.Clients}
+		if c.by[k] == nil {
+			c.by[k] = map[string]Result{}
+			c.cells = append(c.cells, k)
+		}
+		c.by[k][r.System] = r
+		if r.System != BaseSystem && !slices.Contains(c.peers, r.System) {
+			c.peers = append(c.peers, r.System)
+		}
+	}
+	return c
+}
+
+// ratio returns BaseSystem's operations per second over peer's for k, and
+// false when either is missing or the peer did nothing.
+func (c comparison) ratio(k cell, peer string) (float64, bool) {
+	base, ok := c.by[k][BaseSystem]
+	p, pok := c.by[k][peer]
+	if !ok || !pok || p.OpsPerS == 0 {
+		return 0, false
+	}
+	return base.OpsPerS / p.OpsPerS, true
+}
+
+func (c comparison) ratioCell(k cell, peer string) string {
+	v, ok := c.ratio(k, peer)
+	if !ok {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+// WriteRatios writes, for people, the ratio of BaseSystem's operations per
+// second to each peer's; it writes nothing when there is no peer.
+func WriteRatios(w io.Writer, results []Result) error {
+	c := compare(results)
+	if len(c.peers) == 0 {
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(tw, "workload\tclients\t")
+	for _, p := range c.peers {
+		fmt.Fprintf(tw, "%s/%s ops/s\t", BaseSystem, p)
+	}
+	fmt.Fprintln(tw)
+	for _, k := range c.cells {
+		fmt.Fprintf(tw, "%s\t%d\t", k.workload, k.clients)
+		for _, p := range c.peers {
+			fmt.Fprintf(tw, "%s\t", c.ratioCell(k, p))
+		}
+		fmt.Fprintln(tw)
+	}
+	return tw.Flush()
+}
+
+// WriteReport writes Markdown: a table of the ratio of BaseSystem's
+// operations per second to every other system's, for each workload and
+// client count, then every measurement and the notes on how workloads map
+// onto the peers.
+func WriteReport(w io.Writer, results []Result) error {
+	c := compare(results)
+	var b strings.Builder
+	b.WriteString("| workload | clients | " + BaseSystem + " ops/s |")
+	sep := "|---|---:|---:|"
+	for _, p := range c.peers {
+		fmt.Fprintf(&b, " %s ops/s | %s/%s |", p, BaseSystem, p)
+		sep += "---:|---:|"
+	}
+	b.WriteString("\n" + sep + "\n")
+	for _, k := range c.cells {
+		base, ok := c.by[k][BaseSystem]
+		fmt.Fprintf(&b, "| %s | %d | %s |", k.workload, k.clients, opsCell(base, ok))
+		for _, p := range c.peers {
+			peer, pok := c.by[k][p]
+			fmt.Fprintf(&b, " %s | %s |", opsCell(peer, pok), c.ratioCell(k, p))
+		}
+		b.WriteString("\n")
+	}
+
+	b.WriteString("\nAll measurements:\n\n")
+	b.WriteString("| workload | system | clients | ops/s | MB/s | p50 µs | p99 µs | errors |\n")
+	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|\n")
+	for _, r := range results {
+		fmt.Fprintf(&b, "| %s | %s | %d | %.1f | %.2f | %.1f | %.1f | %d |\n",
+			r.Workload, r.System, r.Clients, r.OpsPerS, r.MBPerS, r.P50us, r.P99us, r.Errors)
+	}
+	if notes := Notes(results); len(notes) > 0 {
+		b.WriteString("\n")
+		for _, n := range notes {
+			b.WriteString("- " + n + "\n")
+		}
+	}
+	fmt.Fprintf(&b, "\n%s.\n", NoisyMachineNote)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// Notes returns the distinct notes of results, in order.
+func Notes(results []Result) []string {
+	var notes []string
+	for _, r := range results {
+		if r.Note != "" && !slices.Contains(notes, r.Note) {
+			notes = append(notes, r.Note)
+		}
+	}
+	return notes
+}
+
+func opsCell(r Result, ok bool) string {
+	if !ok {
+		return "–"
+	}
+	s := fmt.Sprintf("%.0f", r.OpsPerS)
+	if r.Errors > 0 {
+		s += fmt.Sprintf(" (%d errors)", r.Errors)
+	}
+	return s
+}

@@ -1,0 +1,505 @@
+// Package bench measures tyr under simple workloads and, for comparison, a
+// peer system (Redis) under the same logical workloads in the same run. Only
+// ratios between systems measured side by side are meaningful: absolute
+// numbers depend on the machine and on whatever else runs on it.
+package bench
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tyrstore/tyr/internal/limits"
+)
+
+// maxValueBytes bounds --value-size: one value is one request, so that a
+// write or read is a single operation on every system.
+const maxValueBytes = limits.PayloadBytesMax
+
+// Workloads is every workload Run knows, in the order help lists them.
+var Workloads = []string{"write", "read", "stream", "counter"}
+
+// Config describes one run.
+type Config struct {
+	Workload  string
+	Endpoint  string
+	Clients   []int
+	Duration  time.Duration
+	ValueSize int
+	Seed      uint64
+
+	// Peer is "" or "redis"; PeerAddrs lists the servers of the peer, each
+	// measured as a system of its own.
+	Peer      string
+	PeerAddrs []string
+
+	// KeysPerClient is how many blobs each write client spreads its writes
+	// over; ReadKeys is how many keys the read workload preloads.
+	KeysPerClient int
+	ReadKeys      int
+
+	StreamSize     int64
+	StreamInFlight int
+
+	// MaxErrors stops a measurement once that many operations failed, so a
+	// broken server ends the run instead of spinning.
+	MaxErrors int
+	// OpTimeout bounds each operation, so a stuck request cannot outlive
+	// the run by more than this.
+	OpTimeout time.Duration
+
+	// Progress receives one line per step; nil discards them.
+	Progress io.Writer
+}
+
+// DefaultConfig holds the defaults of the command line.
+func DefaultConfig() Config {
+	return Config{
+		Clients:        []int{1},
+		Duration:       10 * time.Second,
+		ValueSize:      4096,
+		KeysPerClient:  1000,
+		ReadKeys:       10000,
+		StreamSize:     1 << 30,
+		StreamInFlight: 4,
+		MaxErrors:      100,
+		OpTimeout:      30 * time.Second,
+	}
+}
+
+func (c *Config) validate() error {
+	var problems []error
+	if !slices.Contains(Workloads, c.Workload) {
+		problems = append(problems, fmt.Errorf("unknown workload %q: want one of %v", c.Workload, Workloads))
+	}
+	if len(c.Clients) == 0 {
+		problems = append(problems, errors.New("--clients: need at least one client count"))
+	}
+	for _, n := range c.Clients {
+		if n < 1 || n > 4096 {
+			problems = append(problems, fmt.Errorf("--clients %d: must be in [1, 4096]", n))
+		}
+	}
+	if c.Duration <= 0 {
+		problems = append(problems, fmt.Errorf("--duration %s: must be positive", c.Duration))
+	}
+	if c.ValueSize < 1 || c.ValueSize > maxValueBytes {
+		problems = append(problems, fmt.Errorf("--value-size %d: must be in [1, %d], what one request carries",
+			c.ValueSize, maxValueBytes))
+	}
+	if c.Peer != "" && c.Peer != "redis" {
+		problems = append(problems, fmt.Errorf("--peer %q: only redis is supported", c.Peer))
+	}
+	if c.Peer != "" && len(c.PeerAddrs) == 0 {
+		problems = append(problems, errors.New("--peer-addr: need an address for the peer"))
+	}
+	if c.KeysPerClient < 1 || c.ReadKeys < 1 {
+		problems = append(problems, errors.New("key counts must be positive"))
+	}
+	if c.StreamSize < 1 {
+		problems = append(problems, fmt.Errorf("--stream-size %d: must be positive", c.StreamSize))
+	}
+	if c.StreamInFlight < 1 || c.StreamInFlight > 64 {
+		problems = append(problems, fmt.Errorf("--stream-in-flight %d: must be in [1, 64]", c.StreamInFlight))
+	}
+	if c.MaxErrors < 1 {
+		problems = append(problems, fmt.Errorf("--max-errors %d: must be positive", c.MaxErrors))
+	}
+	if c.OpTimeout <= 0 {
+		problems = append(problems, fmt.Errorf("--op-timeout %s: must be positive", c.OpTimeout))
+	}
+	return errors.Join(problems...)
+}
+
+func (c *Config) progress(format string, args ...any) {
+	if c.Progress != nil {
+		fmt.Fprintf(c.Progress, "bench: "+format+"\n", args...)
+	}
+}
+
+// system is one store under test, set up for one run.
+type system interface {
+	Name() string
+	// Note says how the workload maps onto the system when that is not
+	// obvious, for the output.
+	Note(workload string) string
+	Open(ctx context.Context) error
+	// Close removes everything the run stored.
+	Close(ctx context.Context) error
+	// Create makes empty values under keys; Preload stores value under keys.
+	Create(ctx context.Context, keys []string) error
+	Preload(ctx context.Context, keys []string, value []byte) error
+	// Conns opens n connections, one per client, and a function closing
+	// them all.
+	Conns(ctx context.Context, n int) ([]conn, func() error, error)
+	PartBytes() int
+	StreamOpen(ctx context.Context, parts, inFlight int) (streamConn, error)
+}
+
+// conn is one client's connection.
+type conn interface {
+	Ping(ctx context.Context) error
+	Put(ctx context.Context, key string, value []byte) error
+	Get(ctx context.Context, key string, n int) ([]byte, error)
+	// Add adds delta to the 8-byte counter under key.
+	Add(ctx context.Context, key string, delta uint64) error
+}
+
+// streamConn moves the parts of one large value.
+type streamConn interface {
+	PutPart(ctx context.Context, i int, data []byte) error
+	GetPart(ctx context.Context, i int, n int) ([]byte, error)
+	Close() error
+}
+
+// Run measures cfg.Workload on tyr and on each peer server and calls emit
+// with each result as soon as it is measured. Whatever it stored is removed
+// before it returns, even when ctx is cancelled.
+func Run(ctx context.Context, cfg Config, emit func(Result) error) (err error) {
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	if cfg.Seed == 0 {
+		cfg.Seed = rand.Uint64()
+	}
+	cfg.progress("workload %s, seed %d", cfg.Workload, cfg.Seed)
+	var systems []system
+	defer func() {
+		// Cleanup gets a context of its own so an interrupted run still
+		// drops its keyspace and deletes its keys.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+		defer cancel()
+		for _, s := range systems {
+			cfg.progress("%s: removing bench data", s.Name())
+			if cerr := s.Close(cctx); cerr != nil {
+				err = errors.Join(err, fmt.Errorf("%s: %w", s.Name(), cerr))
+			}
+		}
+	}()
+	openCtx, cancel := context.WithTimeout(ctx, cfg.OpTimeout)
+	defer cancel()
+	t, err := newTyrSystem(cfg.Endpoint)
+	if err != nil {
+		return err
+	}
+	systems = append(systems, t)
+	if err := t.Open(openCtx); err != nil {
+		return fmt.Errorf("tyr at %s: %w", cfg.Endpoint, err)
+	}
+	if cfg.Workload == "counter" {
+		systems = append(systems, &tyrRMWSystem{tyrSystem: t})
+	}
+	if cfg.Peer == "redis" {
+		for _, addr := range cfg.PeerAddrs {
+			r, err := newRedisSystem(openCtx, addr)
+			if err != nil {
+				return err
+			}
+			systems = append(systems, r)
+			cfg.progress("peer %s at %s", r.Name(), addr)
+		}
+	}
+	switch cfg.Workload {
+	case "write":
+		return runWrite(ctx, &cfg, systems, emit)
+	case "read":
+		return runRead(ctx, &cfg, systems, emit)
+	case "counter":
+		return runCounter(ctx, &cfg, systems, emit)
+	default:
+		return runStream(ctx, &cfg, systems, emit)
+	}
+}
+
+func writeKey(client, i int) string { return fmt.Sprintf("c%d/k%d", client, i) }
+func readKey(i int) string          { return fmt.Sprintf("k%d", i) }
+
+func runWrite(ctx context.Context, cfg *Config, systems []system, emit func(Result) error) error {
+	maxClients := slices.Max(cfg.Clients)
+	keys := make([]string, 0, maxClients*cfg.KeysPerClient)
+	for c := range maxClients {
+		for i := range cfg.KeysPerClient {
+			keys = append(keys, writeKey(c, i))
+		}
+	}
+	for _, s := range systems {
+		cfg.progress("%s: preparing %d keys", s.Name(), len(keys))
+		if err := s.Create(ctx, keys); err != nil {
+			return fmt.Errorf("%s: creating keys: %w", s.Name(), err)
+		}
+	}
+	op := func(ctx context.Context, c conn, client int, rng *rand.Rand, value []byte) (int, error) {
+		return len(value), c.Put(ctx, writeKey(client, rng.IntN(cfg.KeysPerClient)), value)
+	}
+	return forEachPhase(ctx, cfg, systems, emit, op)
+}
+
+func runRead(ctx context.Context, cfg *Config, systems []system, emit func(Result) error) error {
+	keys := make([]string, cfg.ReadKeys)
+	for i := range keys {
+		keys[i] = readKey(i)
+	}
+	value := make([]byte, cfg.ValueSize)
+	fillRandom(rand.New(rand.NewPCG(cfg.Seed, 0)), value)
+	for _, s := range systems {
+		cfg.progress("%s: preloading %d keys of %d bytes", s.Name(), len(keys), cfg.ValueSize)
+		if err := s.Preload(ctx, keys, value); err != nil {
+			return fmt.Errorf("%s: preloading: %w", s.Name(), err)
+		}
+	}
+	op := func(ctx context.Context, c conn, _ int, rng *rand.Rand, _ []byte) (int, error) {
+		data, err := c.Get(ctx, readKey(rng.IntN(cfg.ReadKeys)), cfg.ValueSize)
+		if err != nil {
+			return 0, err
+		}
+		if len(data) != cfg.ValueSize {
+			return 0, fmt.Errorf("read %d bytes, want %d", len(data), cfg.ValueSize)
+		}
+		return len(data), nil
+	}
+	return forEachPhase(ctx, cfg, systems, emit, op)
+}
+
+// opFunc runs one operation for client and returns the bytes it moved.
+type opFunc func(ctx context.Context, c conn, client int, rng *rand.Rand, value []byte) (int, error)
+
+// forEachPhase measures every client count on every system, alternating
+// systems within a client count so that slow drift of the machine (other
+// load, thermal limits, a filling disk) affects all systems alike.
+func forEachPhase(ctx context.Context, cfg *Config, systems []system, emit func(Result) error, op opFunc) error {
+	for _, n := range cfg.Clients {
+		for _, s := range systems {
+			cfg.progress("%s: %s with %d clients for %s", s.Name(), cfg.Workload, n, cfg.Duration)
+			r, err := timed(ctx, cfg, s, n, op)
+			if err != nil {
+				return fmt.Errorf("%s: %w", s.Name(), err)
+			}
+			r.Note = s.Note(cfg.Workload)
+			if err := emit(r); err != nil {
+				return err
+			}
+		}
+	}
+	return ctx.Err()
+}
+
+// timed runs op in n clients for cfg.Duration, each client on its own
+// connection and goroutine, and summarizes what succeeded.
+func timed(ctx context.Context, cfg *Config, s system, n int, op opFunc) (Result, error) {
+	conns, closeAll, err := s.Conns(ctx, n)
+	if err != nil {
+		return Result{}, err
+	}
+	defer func() { _ = closeAll() }()
+	// Connections are opened before the clock starts, so the measurement
+	// holds no connection setup.
+	var wg sync.WaitGroup
+	pingErrs := make([]error, n)
+	for i, c := range conns {
+		wg.Go(func() {
+			pctx, cancel := context.WithTimeout(ctx, cfg.OpTimeout)
+			defer cancel()
+			pingErrs[i] = c.Ping(pctx)
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(pingErrs...); err != nil {
+		return Result{}, fmt.Errorf("connecting %d clients: %w", n, err)
+	}
+
+	var (
+		errCount atomic.Uint64
+		firstErr atomic.Pointer[error]
+		bytes    atomic.Uint64
+	)
+	hists := make([]Histogram, n)
+	start := time.Now()
+	end := start.Add(cfg.Duration)
+	for i, c := range conns {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(cfg.Seed, uint64(n)<<32|uint64(i)))
+			value := make([]byte, cfg.ValueSize)
+			fillRandom(rng, value)
+			var moved uint64
+			for ctx.Err() == nil && errCount.Load() < uint64(cfg.MaxErrors) && time.Now().Before(end) {
+				octx, cancel := context.WithTimeout(ctx, cfg.OpTimeout)
+				t0 := time.Now()
+				m, err := op(octx, c, i, rng, value)
+				d := time.Since(t0)
+				cancel()
+				if err != nil {
+					if ctx.Err() != nil {
+						break
+					}
+					errCount.Add(1)
+					firstErr.CompareAndSwap(nil, &err)
+					continue
+				}
+				hists[i].Record(d)
+				moved += uint64(m)
+			}
+			bytes.Add(moved)
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if err := ctx.Err(); err != nil {
+		return Result{}, err
+	}
+	var all Histogram
+	for i := range hists {
+		all.Merge(&hists[i])
+	}
+	if e := firstErr.Load(); e != nil {
+		cfg.progress("%s: %d errors, the first: %v", s.Name(), errCount.Load(), *e)
+	}
+	return summarize(cfg.Workload, s.Name(), n, &all, bytes.Load(), cfg.ValueSize, errCount.Load(), elapsed), nil
+}
+
+// runStream puts one large value in parts with a few in flight, then gets
+// it back, verifying each part, on each system in turn.
+func runStream(ctx context.Context, cfg *Config, systems []system, emit func(Result) error) error {
+	for _, s := range systems {
+		part := s.PartBytes()
+		parts := int((cfg.StreamSize + int64(part) - 1) / int64(part))
+		sc, err := s.StreamOpen(ctx, parts, cfg.StreamInFlight)
+		if err != nil {
+			return fmt.Errorf("%s: %w", s.Name(), err)
+		}
+		for _, phase := range []string{"put", "get"} {
+			cfg.progress("%s: stream %s of %d bytes in %d parts, %d in flight",
+				s.Name(), phase, cfg.StreamSize, parts, cfg.StreamInFlight)
+			r := streamPhase(ctx, cfg, sc, phase, parts, part)
+			if err := ctx.Err(); err != nil {
+				_ = sc.Close()
+				return err
+			}
+			r.System = s.Name()
+			r.Note = s.Note("stream")
+			if err := emit(r); err != nil {
+				_ = sc.Close()
+				return err
+			}
+		}
+		if err := sc.Close(); err != nil {
+			return fmt.Errorf("%s: %w", s.Name(), err)
+		}
+	}
+	return nil
+}
+
+// streamPhase moves every part once. Each part starts with its index, so a
+// get that returns the wrong part is caught as an error.
+func streamPhase(ctx context.Context, cfg *Config, sc streamConn, phase string, parts, part int) Result {
+	var (
+		next     atomic.Int64
+		errCount atomic.Uint64
+		firstErr atomic.Pointer[error]
+		bytes    atomic.Uint64
+		wg       sync.WaitGroup
+	)
+	hists := make([]Histogram, cfg.StreamInFlight)
+	size := cfg.StreamSize
+	start := time.Now()
+	for w := range cfg.StreamInFlight {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(cfg.Seed, uint64(w)))
+			var buf []byte
+			if phase == "put" {
+				buf = make([]byte, part)
+				fillRandom(rng, buf)
+			}
+			for ctx.Err() == nil && errCount.Load() < uint64(cfg.MaxErrors) {
+				i := int(next.Add(1) - 1)
+				if i >= parts {
+					break
+				}
+				n := int(min(int64(part), size-int64(i)*int64(part)))
+				octx, cancel := context.WithTimeout(ctx, cfg.OpTimeout)
+				t0 := time.Now()
+				var err error
+				if phase == "put" {
+					stamp(buf[:n], i)
+					err = sc.PutPart(octx, i, buf[:n])
+				} else {
+					var data []byte
+					data, err = sc.GetPart(octx, i, n)
+					if err == nil {
+						err = checkPart(data, n, i)
+					}
+				}
+				d := time.Since(t0)
+				cancel()
+				if err != nil {
+					if ctx.Err() != nil {
+						break
+					}
+					errCount.Add(1)
+					err = fmt.Errorf("part %d: %w", i, err)
+					firstErr.CompareAndSwap(nil, &err)
+					continue
+				}
+				hists[w].Record(d)
+				bytes.Add(uint64(n))
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	var all Histogram
+	for i := range hists {
+		all.Merge(&hists[i])
+	}
+	if e := firstErr.Load(); e != nil {
+		cfg.progress("stream %s: %d errors, the first: %v", phase, errCount.Load(), *e)
+	}
+	r := summarize("stream-"+phase, "", 1, &all, bytes.Load(), part, errCount.Load(), elapsed)
+	r.InFlight = cfg.StreamInFlight
+	return r
+}
+
+func stamp(b []byte, i int) {
+	if len(b) >= 8 {
+		binary.LittleEndian.PutUint64(b, uint64(i))
+	}
+}
+
+func checkPart(data []byte, n, i int) error {
+	if len(data) != n {
+		return fmt.Errorf("got %d bytes, want %d", len(data), n)
+	}
+	if n >= 8 && binary.LittleEndian.Uint64(data) != uint64(i) {
+		return fmt.Errorf("holds part %d", binary.LittleEndian.Uint64(data))
+	}
+	return nil
+}
+
+// fillRandom fills b with incompressible bytes, so that neither system
+// gains from compressing what a benchmark happens to write.
+func fillRandom(rng *rand.Rand, b []byte) {
+	for len(b) >= 8 {
+		binary.LittleEndian.PutUint64(b, rng.Uint64())
+		b = b[8:]
+	}
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+}
+
+// batches calls fn on consecutive ranges [lo, hi) of at most size items
+// covering [0, n), stopping at the first error.
+func batches(n, size int, fn func(lo, hi int) error) error {
+	for lo := 0; lo < n; lo += size {
+		if err := fn(lo, min(lo+size, n)); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,170 @@
+package chain
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/tyrstore/tyr/internal/ring"
+	"github.com/tyrstore/tyr/internal/txn"
+)
+
+// CoordinatorConfig configures a Coordinator. Zero values take the defaults.
+type CoordinatorConfig struct {
+	// ID names the coordinator; it is the Coordinator of every TxnID it
+	// issues and the address the head replies to. A coordinator may share
+	// its node's ID with a Replica on the same node: the node then hands
+	// Reply messages to the Coordinator and every other kind to the Replica.
+	ID ring.NodeID
+	// FirstSeq is the sequence number of the first transaction. A
+	// coordinator that restarts must start above every sequence number it
+	// issued before, or a new transaction would be taken for an old one.
+	FirstSeq uint64
+	// RetransmitTicks is how many ticks the coordinator waits for the
+	// head's Reply before sending the Forward again. Default 5.
+	RetransmitTicks int
+	// InflightMax bounds the transactions begun and not yet finished. Begin
+	// beyond it returns ErrBusy. Default 1024.
+	InflightMax int
+}
+
+// Coordinator starts transactions on their chains and reports each outcome
+// once. It is the client half of the protocol: it retransmits the Forward to
+// the head until the head replies, and acknowledges every Reply, so the head
+// may forget the transaction.
+//
+// A coordinator forgets a transaction as soon as it reports the outcome and
+// never sends its Forward again; that is what lets the head forget it later.
+//
+// Re-execution is the next step and not here yet: when the membership layer
+// reports a chain member dead, the coordinator should compute a new chain
+// without it and send the same TxnID down that chain, relying on members to
+// recognize the transaction and resume from their recorded state. Until
+// then a transaction whose chain has a dead member stays in flight.
+//
+// It is not safe for concurrent use.
+type Coordinator struct {
+	cfg      CoordinatorConfig
+	nextSeq  uint64
+	inflight map[TxnID]*inflight
+	out      Output
+	tickIDs  []TxnID
+}
+
+type inflight struct {
+	chain []ring.NodeID
+	ops   []txn.Op
+	ticks int
+}
+
+// NewCoordinator returns a coordinator with nothing in flight, or an error
+// naming the first bad field of cfg.
+func NewCoordinator(cfg CoordinatorConfig) (*Coordinator, error) {
+	if cfg.ID == "" {
+		return nil, errors.New("chain: coordinator ID is empty")
+	}
+	if cfg.RetransmitTicks < 0 || cfg.InflightMax < 0 {
+		return nil, fmt.Errorf("chain: coordinator RetransmitTicks %d and InflightMax %d must be positive or zero for the default",
+			cfg.RetransmitTicks, cfg.InflightMax)
+	}
+	if cfg.RetransmitTicks == 0 {
+		cfg.RetransmitTicks = RetransmitTicksDefault
+	}
+	if cfg.InflightMax == 0 {
+		cfg.InflightMax = InflightMaxDefault
+	}
+	return &Coordinator{cfg: cfg, nextSeq: cfg.FirstSeq, inflight: make(map[TxnID]*inflight)}, nil
+}
+
+// ID is the coordinator's address.
+func (c *Coordinator) ID() ring.NodeID { return c.cfg.ID }
+
+// Inflight is how many transactions are begun and not yet finished.
+func (c *Coordinator) Inflight() int { return len(c.inflight) }
+
+// Begin starts a transaction of ops on chain, head first, and queues its
+// Forward to the head. The chain must already be in the protocol's global
+// order; Begin checks only that it is non-empty, bounded and has no repeated
+// member. It returns ErrBusy when InflightMax transactions are in flight,
+// and the validation error for bad ops; in both cases nothing was started.
+// Begin takes ownership of ops and chain.
+func (c *Coordinator) Begin(ops []txn.Op, chain []ring.NodeID) (TxnID, error) {
+	if len(c.inflight) >= c.cfg.InflightMax {
+		return TxnID{}, ErrBusy
+	}
+	if err := validateChain(chain); err != nil {
+		return TxnID{}, err
+	}
+	if err := txn.Validate(ops); err != nil {
+		return TxnID{}, err
+	}
+	id := TxnID{Coordinator: c.cfg.ID, Seq: c.nextSeq}
+	c.nextSeq++
+	t := &inflight{chain: chain, ops: ops}
+	c.inflight[id] = t
+	c.send(c.forwardMessage(id, t))
+	return id, nil
+}
+
+// Step handles a Reply from a head. The first Reply for a transaction in
+// flight finishes it; every Reply, first or repeated, is acknowledged. An
+// error means the message was malformed or misaddressed and was dropped.
+func (c *Coordinator) Step(m Message) error {
+	if m.Type != MsgReply {
+		return fmt.Errorf("%w: a coordinator does not take %s", ErrInvalidMessage, m.Type)
+	}
+	if m.To != c.cfg.ID || m.Txn.Coordinator != c.cfg.ID {
+		return fmt.Errorf("%w: Reply for %s addressed to %q, this is %q", ErrInvalidMessage, m.Txn, m.To, c.cfg.ID)
+	}
+	if t, ok := c.inflight[m.Txn]; ok {
+		if m.From != t.chain[0] {
+			return fmt.Errorf("%w: Reply for %s from %q, want the head %q", ErrInvalidMessage, m.Txn, m.From, t.chain[0])
+		}
+		delete(c.inflight, m.Txn)
+		c.out.Finished = append(c.out.Finished, Outcome{
+			Txn: m.Txn, Committed: m.Committed, Err: m.Err, Results: m.Results,
+		})
+	} else if m.Txn.Seq >= c.nextSeq {
+		panic(&AssertionError{Node: c.cfg.ID, Txn: m.Txn, Invariant: "Reply for a transaction never begun",
+			State: fmt.Sprintf("next sequence number %d", c.nextSeq), Message: m.String()})
+	}
+	c.send(Message{Type: MsgAck, From: c.cfg.ID, To: m.From, Txn: m.Txn})
+	return nil
+}
+
+// Tick advances the coordinator's logical clock by one tick, sending again
+// each Forward unanswered for RetransmitTicks.
+func (c *Coordinator) Tick() {
+	ids := c.tickIDs[:0]
+	for id := range c.inflight {
+		ids = append(ids, id)
+	}
+	slices.SortFunc(ids, TxnID.Compare)
+	for _, id := range ids {
+		t := c.inflight[id]
+		t.ticks++
+		if t.ticks >= c.cfg.RetransmitTicks {
+			t.ticks = 0
+			c.send(c.forwardMessage(id, t))
+		}
+	}
+	clear(ids)
+	c.tickIDs = ids[:0]
+}
+
+func (c *Coordinator) forwardMessage(id TxnID, t *inflight) Message {
+	return Message{Type: MsgForward, From: c.cfg.ID, To: t.chain[0], Txn: id, Chain: t.chain, Ops: t.ops}
+}
+
+func (c *Coordinator) send(m Message) { c.out.Messages = append(c.out.Messages, m) }
+
+// HasReady reports whether Ready has anything to hand out.
+func (c *Coordinator) HasReady() bool { return !c.out.IsEmpty() }
+
+// Ready returns the messages to send and the transactions finished since the
+// last Advance, each finished transaction exactly once across all Advances.
+func (c *Coordinator) Ready() Output { return c.out }
+
+// Advance tells the coordinator the caller has taken o, the value of an
+// earlier Ready.
+func (c *Coordinator) Advance(o Output) { c.out = advance(c.cfg.ID, c.out, o) }

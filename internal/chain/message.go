@@ -1,0 +1,244 @@
+package chain
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/tyrstore/tyr/internal/ring"
+	"github.com/tyrstore/tyr/internal/txn"
+)
+
+// ChainMembersMax bounds the members of one chain. A chain holds the version
+// managers and the chunk replicas of every blob a transaction writes, so it
+// grows with the transaction; the bound keeps a Forward message and the
+// per-member duplicate checks small.
+const ChainMembersMax = 64
+
+// TxnID names one transaction for its whole life, across retransmissions and
+// duplicates: every member recognizes a message it has already handled by
+// this ID alone. The coordinator picks Seq and must never reuse one, across
+// its restarts too (CoordinatorConfig.FirstSeq), because a reused ID would be
+// taken for a duplicate of the earlier transaction.
+type TxnID struct {
+	Coordinator ring.NodeID
+	Seq         uint64
+}
+
+// Compare orders IDs by coordinator, then sequence. The replica uses it to
+// walk its transactions in a fixed order, so its output does not depend on
+// map iteration.
+func (id TxnID) Compare(o TxnID) int {
+	if c := strings.Compare(string(id.Coordinator), string(o.Coordinator)); c != 0 {
+		return c
+	}
+	return cmp.Compare(id.Seq, o.Seq)
+}
+
+func (id TxnID) String() string { return fmt.Sprintf("%s/%d", id.Coordinator, id.Seq) }
+
+// MessageType is the kind of a Message. Zero is invalid. The values are
+// append-only: once messages travel between processes, a value keeps its
+// meaning forever and new kinds take new values.
+type MessageType uint8
+
+const (
+	// MsgForward carries a transaction down the chain: the recipient at
+	// Index prepares it and passes it on, or refuses it.
+	MsgForward MessageType = 1 + iota
+	// MsgBackward carries the outcome up the chain, from the member at
+	// Index+1 to the member at Index.
+	MsgBackward
+	// MsgReply carries the outcome from the head to the coordinator.
+	MsgReply
+	// MsgAck tells the member at Index that its upstream (the member at
+	// Index-1, or the coordinator when Index is 0) has its outcome, so it
+	// may stop retransmitting it and, after a retention period, forget the
+	// transaction.
+	MsgAck
+)
+
+var messageTypeNames = [...]string{"", "Forward", "Backward", "Reply", "Ack"}
+
+func (t MessageType) String() string {
+	if t != 0 && int(t) < len(messageTypeNames) {
+		return messageTypeNames[t]
+	}
+	return fmt.Sprintf("MessageType(%d)", uint8(t))
+}
+
+// Message is everything the chain protocol sends between replicas and
+// coordinators. The receiver does not modify its slices, and keeps Chain,
+// Ops and Results after Step returns, so the sender must not modify them
+// once the message is handed over.
+type Message struct {
+	Type     MessageType
+	From, To ring.NodeID
+	Txn      TxnID
+	// Index is the recipient's position in the chain for Forward, Backward
+	// and Ack; it is zero and unused for Reply.
+	Index int
+	// Chain is the whole chain, head first (Forward only). Its order is the
+	// global order of the protocol: two transactions that share members meet
+	// them in the same relative order.
+	Chain []ring.NodeID
+	// Ops is the transaction (Forward only).
+	Ops []txn.Op
+	// Committed is the outcome (Backward and Reply).
+	Committed bool
+	// Err says why the transaction aborted (Backward and Reply when
+	// Committed is false): the refusing member's error text.
+	Err string
+	// Results is the sender's view of each op's outcome (Backward and Reply
+	// when Committed); the coordinator reports the head's.
+	Results []txn.Result
+}
+
+// String formats a message on one line, for logs and scripted tests.
+func (m Message) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s->%s %s %s", m.From, m.To, m.Type, m.Txn)
+	switch m.Type {
+	case MsgForward:
+		fmt.Fprintf(&b, " index=%d chain=%v ops=%d", m.Index, m.Chain, len(m.Ops))
+	case MsgBackward, MsgReply:
+		if m.Type == MsgBackward {
+			fmt.Fprintf(&b, " index=%d", m.Index)
+		}
+		if m.Committed {
+			b.WriteString(" committed")
+		} else {
+			fmt.Fprintf(&b, " aborted err=%q", m.Err)
+		}
+	case MsgAck:
+		fmt.Fprintf(&b, " index=%d", m.Index)
+	}
+	return b.String()
+}
+
+// Outcome is a transaction finished at one replica or at its coordinator.
+type Outcome struct {
+	Txn       TxnID
+	Committed bool
+	// Err says why the transaction aborted, when it did.
+	Err string
+	// Results is each op's outcome when committed: the local ones at a
+	// replica, the head's at the coordinator.
+	Results []txn.Result
+	// CommitErr is set at a replica when the chain committed the transaction
+	// but the local Stager failed to commit it: this replica's copy is now
+	// behind and must be repaired from the other members before it serves
+	// the keys again. It is always nil at a coordinator.
+	CommitErr error
+}
+
+// Output is the work a Replica or Coordinator hands to its caller.
+//
+// Ordering contract: every storage effect behind Messages is already done
+// when Ready returns it. Stager.Commit runs inside Step, before the replica
+// queues the Backward (or Reply) that announces the commit, so a member's
+// commit is durable (as durable as the Stager's Commit makes it) before the
+// message saying so leaves. Likewise the staged state behind a Forward is in
+// place before the Forward leaves. The caller may therefore send Messages
+// at once, in any order and over any channel, and may lose, repeat or delay
+// them: the protocol tolerates all three.
+//
+// The replica does not touch the returned slices after Ready; the caller
+// owns them once it calls Advance.
+type Output struct {
+	// Messages to send, each to its To.
+	Messages []Message
+	// Finished lists the transactions this replica or coordinator decided
+	// since the last Advance, each exactly once.
+	Finished []Outcome
+}
+
+// IsEmpty reports whether there is nothing to do.
+func (o Output) IsEmpty() bool { return len(o.Messages) == 0 && len(o.Finished) == 0 }
+
+// Stager is the local storage a replica stages transactions into. It is
+// called synchronously from Step and Tick, so it must not block: a Prepare
+// that would wait for a lock held by another transaction returns an error
+// wrapping errs.ErrConflict instead, and the transaction aborts. Blocking
+// here would stall every transaction on the node, and, since two chains may
+// reach shared members in different phases, could deadlock the cluster.
+type Stager interface {
+	// Prepare validates ops against the local state and stages them,
+	// holding what it needs (the written keys' locks) so that Commit cannot
+	// fail for a logical reason. id is unique per transaction; the replica
+	// calls Prepare at most once per id. Ops that touch keys this node does
+	// not store are the Stager's to skip. On error nothing is held.
+	Prepare(id TxnID, ops []txn.Op) (Staged, error)
+}
+
+// Staged is a transaction prepared on one replica. The replica calls exactly
+// one of Commit or Abort, once.
+type Staged interface {
+	// Commit makes the staged ops durable and visible and releases what
+	// Prepare held. An error means the local storage failed; what is held is
+	// released anyway.
+	Commit() error
+	// Abort drops the staged ops and releases what Prepare held.
+	Abort()
+	// Results reports each op's outcome on this replica, in op order.
+	Results() []txn.Result
+}
+
+// Errors returned or carried by the protocol.
+var (
+	// ErrBusy is the backpressure error: the replica already stages
+	// ReplicaConfig.PendingMax transactions, or the coordinator already
+	// runs CoordinatorConfig.InflightMax. The transaction did not run and
+	// may be retried.
+	ErrBusy = errors.New("chain: too many transactions in flight")
+	// ErrInvalidMessage is returned by Step for a message that is malformed
+	// or not addressed to this replica. The message is dropped and the
+	// replica's state is unchanged.
+	ErrInvalidMessage = errors.New("chain: invalid message")
+	// ErrReexecution is returned by Step for a Forward whose transaction
+	// this replica already knows with another chain or position.
+	// Re-executing a transaction on a new chain after a member fails is not
+	// supported yet; the message is dropped.
+	ErrReexecution = errors.New("chain: re-execution on a new chain is not supported")
+)
+
+// AssertionError is the value the chain core panics with when one of its
+// invariants breaks: the state it reached cannot happen in a correct
+// protocol run, so continuing could commit a transaction on some members
+// and abort it on others. It names the replica, the transaction and the
+// state involved.
+type AssertionError struct {
+	Node      ring.NodeID
+	Txn       TxnID
+	Invariant string
+	// State describes the replica's record of the transaction, if any.
+	State string
+	// Message is the message being handled, if any.
+	Message string
+}
+
+func (e *AssertionError) Error() string {
+	return fmt.Sprintf("chain: assertion failed at %s for %s: %s (state: %s; message: %s)",
+		e.Node, e.Txn, e.Invariant, e.State, e.Message)
+}
+
+// validateChain checks a chain as it arrives from the network or from a
+// coordinator's caller: bounded, non-empty, no empty or repeated member.
+func validateChain(chain []ring.NodeID) error {
+	if len(chain) == 0 || len(chain) > ChainMembersMax {
+		return fmt.Errorf("%w: chain of %d members, want 1 to %d",
+			ErrInvalidMessage, len(chain), ChainMembersMax)
+	}
+	for i, id := range chain {
+		if id == "" {
+			return fmt.Errorf("%w: chain member %d has an empty ID", ErrInvalidMessage, i)
+		}
+		for _, prev := range chain[:i] {
+			if prev == id {
+				return fmt.Errorf("%w: chain member %q appears twice", ErrInvalidMessage, id)
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,601 @@
+package chain
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/tyrstore/tyr/internal/ring"
+	"github.com/tyrstore/tyr/internal/txn"
+)
+
+// This file is the chain-commit protocol as a per-node state machine, for
+// chains whose members talk over a network that may lose, repeat, delay and
+// reorder messages. Commit, in chain.go, is the same protocol run in one
+// process, where none of that happens.
+//
+// # Protocol
+//
+// A coordinator sends Forward to the head (index 0). A member at index i
+// that receives a Forward for a transaction it does not know prepares it
+// through its Stager. If Prepare fails, the member decides abort and sends
+// Backward{Committed: false} to member i-1 (Reply to the coordinator when i
+// is 0). If Prepare succeeds and i is the tail, the member commits and sends
+// Backward{Committed: true} upstream: the tail's commit is the commit point.
+// Otherwise it sends Forward to member i+1 and waits. A waiting member that
+// receives Backward adopts its outcome: it commits or aborts what it staged,
+// passes the outcome upstream and acknowledges the Backward with an Ack.
+//
+// A member that has forwarded never decides on its own: the downstream
+// members may already have committed, so an abort on timeout could commit
+// the transaction on some members and abort it on others. Instead it
+// retransmits the Forward every RetransmitTicks until a Backward arrives.
+// In the same way a member that has decided retransmits its Backward (or
+// Reply) until its upstream acknowledges it, and the coordinator retransmits
+// its Forward until the head replies. Every member answers a repeated
+// Forward by repeating what it last sent for that transaction, so a lost
+// message in either direction is repaired by the side that is waiting.
+//
+// # Forgetting
+//
+// A member must remember a decided transaction for as long as a Forward for
+// it may still arrive: if it forgot, a late Forward would prepare the
+// transaction again, and, say, commit a transaction the rest of the chain
+// aborted, or apply an append twice. Its upstream stops sending Forward once
+// it holds the outcome, and says so with the Ack; Forward copies it sent
+// before that may still be in the network. So a member forgets a
+// transaction OutcomeRetentionTicks after the Ack, and the transport must
+// drop messages older than that (the simulator's network delays messages by
+// less).
+//
+// # Invariants
+//
+// For each transaction, at each member:
+//
+//  1. The member calls Stager.Prepare at most once, and after a successful
+//     Prepare exactly one of Commit or Abort, once.
+//  2. The member decides at most once, and never changes its decision.
+//  3. A member at index i < tail decides only on a Backward from member i+1,
+//     or on a refusal of its own before it forwarded; it adopts the outcome
+//     the Backward carries. So all members that decide, decide alike: the
+//     outcome of the first member that refused, or commit if the tail
+//     prepared.
+//  4. A Backward reaches member i only from member i+1, only if member i
+//     forwarded, and always carries the same outcome. An Ack reaches member
+//     i only after member i sent its outcome upstream.
+//  5. The local Commit is done before the Backward announcing it is queued
+//     (see Output).
+//  6. The member holds state for at most TxnsMax transactions, of which at
+//     most PendingMax are staged.
+//
+// Breaking any of them is a bug, not an operating error. The replica keeps
+// 1 and 6 by construction, and panics with an *AssertionError when it sees
+// 2, 4 or 6 broken: a second decision, a Backward it cannot have caused or
+// one that contradicts its decision, an early Ack, or its staged count out
+// of bounds. Invariant 1 across a forgotten transaction, and 3 across the
+// whole chain, need a view of every member: the simulator checks them.
+//
+// # Not yet here
+//
+// Re-execution: when a member dies, the coordinator should compute a new
+// chain without it and re-run the transaction under the same TxnID; members
+// that already handled the transaction then resume from their recorded
+// state instead of preparing again, and the new chain's tail decides. Step
+// refuses such a Forward with ErrReexecution today. Crash recovery: the
+// replica keeps its records in memory, so a restarted member forgets the
+// transactions it staged; the Stager's staged state and the records must be
+// persisted together before this runs across restarts.
+
+// Defaults for ReplicaConfig and CoordinatorConfig fields left zero.
+const (
+	RetransmitTicksDefault       = 5
+	OutcomeRetentionTicksDefault = 100
+	PendingMaxDefault            = 1024
+	TxnsMaxDefault               = 16 * PendingMaxDefault
+	InflightMaxDefault           = 1024
+)
+
+// ReplicaConfig configures a Replica. Zero values take the defaults.
+type ReplicaConfig struct {
+	// ID is this node; messages addressed elsewhere are refused.
+	ID ring.NodeID
+	// Stager is the local storage. Required.
+	Stager Stager
+	// RetransmitTicks is how many ticks a member waits for an answer
+	// before sending its Forward, Backward or Reply again. Lower repairs
+	// lost messages sooner and costs more repeated traffic. Default 5.
+	RetransmitTicks int
+	// OutcomeRetentionTicks is how long, in ticks, a member remembers a
+	// transaction after its upstream acknowledged the outcome, to recognize
+	// delayed duplicate Forwards. It must exceed the longest time a message
+	// can spend in the network; longer costs memory (see TxnsMax). Default
+	// 100.
+	OutcomeRetentionTicks int
+	// PendingMax bounds the transactions staged at once, each holding its
+	// keys' locks. A Forward beyond it is refused at once with ErrBusy, and
+	// the transaction aborts. Default 1024.
+	PendingMax int
+	// TxnsMax bounds the transactions the replica holds state for: staged,
+	// decided and waiting for an Ack, or retained after it. It must exceed
+	// PendingMax. A Forward for a new transaction beyond it is dropped
+	// unanswered, as if the network had lost it, because even a refusal
+	// needs a record to answer duplicates consistently; the upstream
+	// retransmits it later. Default 16 × PendingMax.
+	TxnsMax int
+	// TestingKnobs break the protocol on purpose. Leave them zero.
+	TestingKnobs TestingKnobs
+}
+
+// TestingKnobs make a replica misbehave so tests can prove their checkers
+// catch it. Production code leaves them zero.
+type TestingKnobs struct {
+	// AbortOnForwardTimeoutTicks, if positive, makes a member that has
+	// forwarded and heard nothing for this many ticks abort on its own: the
+	// bug the protocol rules out, since the downstream members may have
+	// committed already.
+	AbortOnForwardTimeoutTicks int
+}
+
+func (c *ReplicaConfig) validate() error {
+	if c.ID == "" {
+		return errors.New("chain: replica ID is empty")
+	}
+	if c.Stager == nil {
+		return errors.New("chain: replica has no Stager")
+	}
+	for _, f := range []struct {
+		name  string
+		value *int
+		def   int
+	}{
+		{"RetransmitTicks", &c.RetransmitTicks, RetransmitTicksDefault},
+		{"OutcomeRetentionTicks", &c.OutcomeRetentionTicks, OutcomeRetentionTicksDefault},
+		{"PendingMax", &c.PendingMax, PendingMaxDefault},
+	} {
+		if *f.value < 0 {
+			return fmt.Errorf("chain: %s is %d, want positive or zero for the default", f.name, *f.value)
+		}
+		if *f.value == 0 {
+			*f.value = f.def
+		}
+	}
+	if c.TxnsMax < 0 {
+		return fmt.Errorf("chain: TxnsMax is %d, want positive or zero for the default", c.TxnsMax)
+	}
+	if c.TxnsMax == 0 {
+		c.TxnsMax = 16 * c.PendingMax
+	}
+	if c.TxnsMax <= c.PendingMax {
+		return fmt.Errorf("chain: TxnsMax %d must exceed PendingMax %d", c.TxnsMax, c.PendingMax)
+	}
+	if c.TestingKnobs.AbortOnForwardTimeoutTicks < 0 {
+		return fmt.Errorf("chain: AbortOnForwardTimeoutTicks is %d, want zero or positive",
+			c.TestingKnobs.AbortOnForwardTimeoutTicks)
+	}
+	return nil
+}
+
+// phase is where a transaction stands at one member. Zero is invalid.
+type phase uint8
+
+const (
+	// phaseWaiting: staged and forwarded; waiting for a Backward.
+	phaseWaiting phase = 1 + iota
+	// phaseDecided: the outcome is known and was sent upstream; waiting for
+	// the Ack.
+	phaseDecided
+	// phaseReleased: acknowledged; kept for OutcomeRetentionTicks against
+	// delayed duplicate Forwards, then forgotten.
+	phaseReleased
+)
+
+var phaseNames = [...]string{"invalid", "waiting", "decided", "released"}
+
+// record is one transaction at one member.
+type record struct {
+	chain []ring.NodeID
+	index int
+	phase phase
+	// ops is kept while waiting, to retransmit the Forward; nil after.
+	ops []txn.Op
+	// staged is non-nil exactly while phase is phaseWaiting.
+	staged Staged
+	// forwarded is whether this member sent a Forward downstream; only then
+	// may a Backward arrive.
+	forwarded bool
+	// committed, err and results are the outcome once decided.
+	committed bool
+	err       string
+	results   []txn.Result
+	// ticks counts ticks since the last (re)transmission while waiting or
+	// decided, and since the Ack once released.
+	ticks int
+	// waited counts ticks spent waiting, for TestingKnobs.
+	waited int
+	// forcedAbort marks an abort made by TestingKnobs, whose later
+	// contradiction by a Backward is the injected bug, not an assertion.
+	forcedAbort bool
+}
+
+func (r *record) String() string {
+	return fmt.Sprintf("index=%d of %v phase=%s forwarded=%t committed=%t err=%q",
+		r.index, r.chain, phaseNames[r.phase], r.forwarded, r.committed, r.err)
+}
+
+func (r *record) isTail() bool { return r.index == len(r.chain)-1 }
+
+// Replica is one node's part in every chain it belongs to. It is not safe
+// for concurrent use: one goroutine calls Step, Tick, Ready and Advance.
+type Replica struct {
+	cfg  ReplicaConfig
+	txns map[TxnID]*record
+	// staged counts records in phaseWaiting; it never exceeds PendingMax.
+	staged   int
+	out      Output
+	tickIDs  []TxnID
+	counters ReplicaCounters
+}
+
+// ReplicaCounters count events worth watching in production.
+type ReplicaCounters struct {
+	// Refused counts Forwards refused with ErrBusy.
+	Refused uint64
+	// Dropped counts new Forwards dropped because TxnsMax records were
+	// held.
+	Dropped uint64
+	// Retransmits counts Forwards, Backwards and Replies sent again on
+	// timeout.
+	Retransmits uint64
+}
+
+// NewReplica returns a replica that holds no transactions, or an error
+// naming the first bad field of cfg.
+func NewReplica(cfg ReplicaConfig) (*Replica, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Replica{cfg: cfg, txns: make(map[TxnID]*record)}, nil
+}
+
+// ID is the node this replica runs on.
+func (r *Replica) ID() ring.NodeID { return r.cfg.ID }
+
+// Tracked is how many transactions the replica holds state for; it falls to
+// zero once every transaction has been decided, acknowledged and retained
+// for OutcomeRetentionTicks.
+func (r *Replica) Tracked() int { return len(r.txns) }
+
+// Staged is how many transactions are staged and waiting for a Backward.
+func (r *Replica) Staged() int { return r.staged }
+
+// Counters returns the replica's event counts.
+func (r *Replica) Counters() ReplicaCounters { return r.counters }
+
+// Step handles one message from the network. An error means the message
+// was malformed, misaddressed or unsupported (ErrInvalidMessage,
+// ErrReexecution) and was dropped with the state unchanged. Step panics with
+// an *AssertionError if the message proves the protocol broken.
+func (r *Replica) Step(m Message) error {
+	if m.To != r.cfg.ID {
+		return fmt.Errorf("%w: %s addressed to %q, this is %q", ErrInvalidMessage, m.Type, m.To, r.cfg.ID)
+	}
+	if m.Txn.Coordinator == "" {
+		return fmt.Errorf("%w: %s has no coordinator in its transaction ID", ErrInvalidMessage, m.Type)
+	}
+	if m.Index < 0 || m.Index >= ChainMembersMax {
+		return fmt.Errorf("%w: %s index %d", ErrInvalidMessage, m.Type, m.Index)
+	}
+	var err error
+	switch m.Type {
+	case MsgForward:
+		err = r.stepForward(m)
+	case MsgBackward:
+		err = r.stepBackward(m)
+	case MsgAck:
+		err = r.stepAck(m)
+	default:
+		return fmt.Errorf("%w: a replica does not take %s", ErrInvalidMessage, m.Type)
+	}
+	r.assertBounds(m.Txn)
+	return err
+}
+
+// assertBounds checks invariant 6.
+func (r *Replica) assertBounds(id TxnID) {
+	if r.staged < 0 || r.staged > r.cfg.PendingMax || len(r.txns) > r.cfg.TxnsMax {
+		r.fail(id, nil, fmt.Sprintf("%d staged and %d tracked, bounds %d and %d",
+			r.staged, len(r.txns), r.cfg.PendingMax, r.cfg.TxnsMax), nil)
+	}
+}
+
+func (r *Replica) stepForward(m Message) error {
+	if err := validateChain(m.Chain); err != nil {
+		return err
+	}
+	if m.Index >= len(m.Chain) || m.Chain[m.Index] != r.cfg.ID {
+		return fmt.Errorf("%w: Forward for index %d of %v at %q", ErrInvalidMessage, m.Index, m.Chain, r.cfg.ID)
+	}
+	if m.From != upstreamOf(m.Txn, m.Chain, m.Index) {
+		return fmt.Errorf("%w: Forward for index %d from %q, want %q",
+			ErrInvalidMessage, m.Index, m.From, upstreamOf(m.Txn, m.Chain, m.Index))
+	}
+	if rec, ok := r.txns[m.Txn]; ok {
+		if rec.index != m.Index || !slices.Equal(rec.chain, m.Chain) {
+			return fmt.Errorf("%w: %s known at index %d of %v, Forward names index %d of %v",
+				ErrReexecution, m.Txn, rec.index, rec.chain, m.Index, m.Chain)
+		}
+		// A duplicate: repeat what we last sent, which is what the sender
+		// is missing.
+		r.resend(m.Txn, rec)
+		return nil
+	}
+	if len(r.txns) >= r.cfg.TxnsMax {
+		r.counters.Dropped++
+		return nil
+	}
+	rec := &record{chain: m.Chain, index: m.Index}
+	r.txns[m.Txn] = rec
+	if r.staged >= r.cfg.PendingMax {
+		r.counters.Refused++
+		r.decide(m.Txn, rec, false, ErrBusy.Error(), nil, nil)
+		return nil
+	}
+	staged, err := r.prepare(m.Txn, m.Ops)
+	if err != nil {
+		r.decide(m.Txn, rec, false, err.Error(), nil, nil)
+		return nil
+	}
+	if rec.isTail() {
+		// The commit point. A tail whose storage fails to commit has made
+		// nothing durable and told nobody, so it may still abort.
+		results := staged.Results()
+		if err := staged.Commit(); err != nil {
+			r.decide(m.Txn, rec, false, fmt.Sprintf("chain tail %s: %v", r.cfg.ID, err), nil, nil)
+			return nil
+		}
+		r.decide(m.Txn, rec, true, "", results, nil)
+		return nil
+	}
+	rec.phase = phaseWaiting
+	rec.ops = m.Ops
+	rec.staged = staged
+	rec.forwarded = true
+	r.staged++
+	r.send(r.forwardMessage(m.Txn, rec))
+	return nil
+}
+
+func (r *Replica) prepare(id TxnID, ops []txn.Op) (Staged, error) {
+	if err := txn.Validate(ops); err != nil {
+		return nil, err
+	}
+	staged, err := r.cfg.Stager.Prepare(id, ops)
+	if err == nil && staged == nil {
+		r.fail(id, nil, "Stager.Prepare returned neither a Staged nor an error", nil)
+	}
+	return staged, err
+}
+
+func (r *Replica) stepBackward(m Message) error {
+	rec, ok := r.txns[m.Txn]
+	if !ok {
+		// We only forget a transaction after our upstream acknowledged our
+		// outcome, and we only had an outcome after the Backward from this
+		// sender; so this is a repeat whose Ack was lost. Acknowledge again.
+		r.send(Message{Type: MsgAck, From: r.cfg.ID, To: m.From, Txn: m.Txn, Index: m.Index + 1})
+		return nil
+	}
+	if !rec.forwarded || rec.isTail() {
+		r.fail(m.Txn, rec, "Backward to a member that never forwarded", &m)
+	}
+	if m.From != rec.chain[rec.index+1] {
+		return fmt.Errorf("%w: Backward for %s from %q, want %q", ErrInvalidMessage, m.Txn, m.From, rec.chain[rec.index+1])
+	}
+	if m.Index != rec.index {
+		r.fail(m.Txn, rec, "Backward for an index this member never forwarded to", &m)
+	}
+	ack := Message{Type: MsgAck, From: r.cfg.ID, To: m.From, Txn: m.Txn, Index: rec.index + 1}
+	if rec.phase != phaseWaiting {
+		if rec.committed != m.Committed && !rec.forcedAbort {
+			r.fail(m.Txn, rec, "Backward contradicts the outcome already decided", &m)
+		}
+		r.send(ack)
+		return nil
+	}
+	staged := rec.staged
+	rec.staged = nil
+	r.staged--
+	if !m.Committed {
+		staged.Abort()
+		r.decide(m.Txn, rec, false, m.Err, nil, nil)
+		r.send(ack)
+		return nil
+	}
+	// The tail committed, so the transaction is committed whatever happens
+	// here: a local storage failure is reported to the caller for repair,
+	// and the commit still travels upstream.
+	results := staged.Results()
+	commitErr := staged.Commit()
+	r.decide(m.Txn, rec, true, "", results, commitErr)
+	r.send(ack)
+	return nil
+}
+
+func (r *Replica) stepAck(m Message) error {
+	rec, ok := r.txns[m.Txn]
+	if !ok {
+		return nil // A repeat after we forgot; nothing is owed.
+	}
+	if m.From != upstreamOf(m.Txn, rec.chain, rec.index) {
+		return fmt.Errorf("%w: Ack for %s from %q, want %q",
+			ErrInvalidMessage, m.Txn, m.From, upstreamOf(m.Txn, rec.chain, rec.index))
+	}
+	if m.Index != rec.index {
+		r.fail(m.Txn, rec, "Ack for another index", &m)
+	}
+	switch rec.phase {
+	case phaseWaiting:
+		r.fail(m.Txn, rec, "Ack before this member sent an outcome", &m)
+	case phaseDecided:
+		rec.phase = phaseReleased
+		rec.ticks = 0
+	}
+	return nil
+}
+
+// Tick advances the replica's logical clock by one tick: it retransmits what
+// is unanswered and forgets what has been retained long enough.
+func (r *Replica) Tick() {
+	ids := r.tickIDs[:0]
+	for id := range r.txns {
+		ids = append(ids, id)
+	}
+	slices.SortFunc(ids, TxnID.Compare)
+	for _, id := range ids {
+		rec := r.txns[id]
+		rec.ticks++
+		switch rec.phase {
+		case phaseWaiting:
+			rec.waited++
+			if k := r.cfg.TestingKnobs.AbortOnForwardTimeoutTicks; k > 0 && rec.waited >= k {
+				r.forceAbort(id, rec)
+				continue
+			}
+			if rec.ticks >= r.cfg.RetransmitTicks {
+				r.counters.Retransmits++
+				r.resend(id, rec)
+			}
+		case phaseDecided:
+			if rec.ticks >= r.cfg.RetransmitTicks {
+				r.counters.Retransmits++
+				r.resend(id, rec)
+			}
+		case phaseReleased:
+			if rec.ticks >= r.cfg.OutcomeRetentionTicks {
+				delete(r.txns, id)
+			}
+		}
+	}
+	clear(ids)
+	r.tickIDs = ids[:0]
+	r.assertBounds(TxnID{})
+}
+
+// forceAbort is the injected bug of TestingKnobs.AbortOnForwardTimeoutTicks.
+func (r *Replica) forceAbort(id TxnID, rec *record) {
+	rec.staged.Abort()
+	rec.staged = nil
+	r.staged--
+	rec.forcedAbort = true
+	r.decide(id, rec, false, "timed out waiting for the downstream member", nil, nil)
+}
+
+// decide records the outcome, reports it, and sends it upstream. The caller
+// has already committed or aborted anything staged.
+func (r *Replica) decide(id TxnID, rec *record, committed bool, errText string, results []txn.Result, commitErr error) {
+	if rec.phase == phaseDecided || rec.phase == phaseReleased {
+		r.fail(id, rec, "second decision", nil)
+	}
+	if rec.staged != nil {
+		r.fail(id, rec, "decision with a transaction still staged", nil)
+	}
+	rec.phase = phaseDecided
+	rec.ops = nil
+	rec.committed = committed
+	rec.err = errText
+	rec.results = results
+	rec.ticks = 0
+	r.out.Finished = append(r.out.Finished, Outcome{
+		Txn: id, Committed: committed, Err: errText, Results: results, CommitErr: commitErr,
+	})
+	r.send(r.upstreamMessage(id, rec))
+}
+
+// resend repeats what this member last sent for the transaction and
+// restarts its retransmission timer.
+func (r *Replica) resend(id TxnID, rec *record) {
+	if rec.phase == phaseWaiting {
+		r.send(r.forwardMessage(id, rec))
+	} else {
+		r.send(r.upstreamMessage(id, rec))
+	}
+	if rec.phase != phaseReleased {
+		rec.ticks = 0
+	}
+}
+
+func (r *Replica) forwardMessage(id TxnID, rec *record) Message {
+	return Message{
+		Type: MsgForward, From: r.cfg.ID, To: rec.chain[rec.index+1], Txn: id,
+		Index: rec.index + 1, Chain: rec.chain, Ops: rec.ops,
+	}
+}
+
+// upstreamMessage is the outcome for the member before this one, or for the
+// coordinator at the head.
+func (r *Replica) upstreamMessage(id TxnID, rec *record) Message {
+	m := Message{
+		Type: MsgBackward, From: r.cfg.ID, To: upstreamOf(id, rec.chain, rec.index), Txn: id,
+		Index: rec.index - 1, Committed: rec.committed, Err: rec.err, Results: rec.results,
+	}
+	if rec.index == 0 {
+		m.Type, m.Index = MsgReply, 0
+	}
+	return m
+}
+
+// upstreamOf is who sends Forward to, and receives outcomes from, the member
+// at index.
+func upstreamOf(id TxnID, chain []ring.NodeID, index int) ring.NodeID {
+	if index == 0 {
+		return id.Coordinator
+	}
+	return chain[index-1]
+}
+
+func (r *Replica) send(m Message) { r.out.Messages = append(r.out.Messages, m) }
+
+// fail panics with the context of a broken invariant.
+func (r *Replica) fail(id TxnID, rec *record, invariant string, m *Message) {
+	e := &AssertionError{Node: r.cfg.ID, Txn: id, Invariant: invariant, State: "unknown transaction"}
+	if rec != nil {
+		e.State = rec.String()
+	}
+	if m != nil {
+		e.Message = m.String()
+	}
+	panic(e)
+}
+
+// HasReady reports whether Ready has anything to hand out.
+func (r *Replica) HasReady() bool { return !r.out.IsEmpty() }
+
+// Ready returns the messages to send and the transactions finished since the
+// last Advance. It does not change the replica: until Advance, calls return
+// the same work plus whatever Step and Tick added since.
+func (r *Replica) Ready() Output { return r.out }
+
+// Advance tells the replica the caller has taken o, which must be the value
+// of an earlier Ready; what was added after that Ready stays for the next.
+func (r *Replica) Advance(o Output) { r.out = advance(r.cfg.ID, r.out, o) }
+
+func advance(id ring.NodeID, out, done Output) Output {
+	if len(done.Messages) > len(out.Messages) || len(done.Finished) > len(out.Finished) {
+		panic(&AssertionError{Node: id, Invariant: "Advance with more work than Ready returned",
+			State: fmt.Sprintf("%d messages and %d outcomes pending; advanced %d and %d",
+				len(out.Messages), len(out.Finished), len(done.Messages), len(done.Finished))})
+	}
+	return Output{
+		Messages: clipOrNil(out.Messages[len(done.Messages):]),
+		Finished: clipOrNil(out.Finished[len(done.Finished):]),
+	}
+}
+
+// clipOrNil drops an emptied slice so the next append allocates afresh
+// instead of writing into an array the caller now owns.
+func clipOrNil[T any](s []T) []T {
+	if len(s) == 0 {
+		return nil
+	}
+	return slices.Clip(s)
+}

@@ -1,0 +1,578 @@
+// This file proves the per-node chain-commit state machine right on
+// hand-written message sequences, one scripted scenario per protocol rule:
+//
+//   - the tail prepares, commits and sends the commit upstream, all in one
+//     step; the head replies to the coordinator;
+//   - a middle member forwards, retransmits while waiting, never aborts on
+//     its own however long it waits, and adopts the outcome a Backward
+//     brings, committing before the Backward it sends;
+//   - duplicates of a Forward or a Backward, early or late, repeat the last
+//     answer and never touch storage again;
+//   - a prepare failure walks back as an abort and is remembered, so a later
+//     duplicate cannot prepare the transaction after all;
+//   - outcomes are retransmitted until acknowledged, then forgotten after
+//     the retention period;
+//   - backpressure, config and message validation, and the assertions that
+//     fire on impossible messages.
+//
+// Each step delivers a message or ticks the clock, then compares the
+// storage calls and the Ready output, one line each, with the script. The
+// tests are deterministic; a failure names the scenario and the step.
+package chain_test
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/tyrstore/tyr/internal/chain"
+	"github.com/tyrstore/tyr/internal/errs"
+	"github.com/tyrstore/tyr/internal/ring"
+	"github.com/tyrstore/tyr/internal/txn"
+)
+
+// fakeStager logs every storage call and fails Prepare for the keys in
+// refuse.
+type fakeStager struct {
+	log    *[]string
+	refuse map[string]bool
+}
+
+func (s *fakeStager) Prepare(id chain.TxnID, ops []txn.Op) (chain.Staged, error) {
+	for _, op := range ops {
+		if s.refuse[op.Key] {
+			*s.log = append(*s.log, "prepare "+id.String()+" refused")
+			return nil, fmt.Errorf("%w: %q is locked", errs.ErrConflict, op.Key)
+		}
+	}
+	*s.log = append(*s.log, "prepare "+id.String())
+	return &fakeStaged{id: id, log: s.log, n: len(ops)}, nil
+}
+
+type fakeStaged struct {
+	id   chain.TxnID
+	log  *[]string
+	n    int
+	done bool
+}
+
+func (s *fakeStaged) Commit() error {
+	if s.done {
+		panic("second Commit or Abort")
+	}
+	s.done = true
+	*s.log = append(*s.log, "commit "+s.id.String())
+	return nil
+}
+
+func (s *fakeStaged) Abort() {
+	if s.done {
+		panic("second Commit or Abort")
+	}
+	s.done = true
+	*s.log = append(*s.log, "abort "+s.id.String())
+}
+
+func (s *fakeStaged) Results() []txn.Result { return make([]txn.Result, s.n) }
+
+var (
+	chain3 = []ring.NodeID{"n1", "n2", "n3"}
+	ops1   = []txn.Op{{Key: "k", Kind: txn.OpWrite, Data: []byte("v"), Create: true}}
+)
+
+func id(seq uint64) chain.TxnID { return chain.TxnID{Coordinator: "c", Seq: seq} }
+
+// fwd is the Forward member index of chain3 receives for transaction seq.
+func fwd(seq uint64, index int) chain.Message {
+	from := ring.NodeID("c")
+	if index > 0 {
+		from = chain3[index-1]
+	}
+	return chain.Message{Type: chain.MsgForward, From: from, To: chain3[index], Txn: id(seq),
+		Index: index, Chain: chain3, Ops: ops1}
+}
+
+// back is the Backward member index of chain3 receives for transaction seq.
+func back(seq uint64, index int, committed bool) chain.Message {
+	m := chain.Message{Type: chain.MsgBackward, From: chain3[index+1], To: chain3[index], Txn: id(seq),
+		Index: index, Committed: committed}
+	if !committed {
+		m.Err = "conflict"
+	}
+	return m
+}
+
+// ack is the Ack member index of chain3 receives for transaction seq.
+func ack(seq uint64, index int) chain.Message {
+	from := ring.NodeID("c")
+	if index > 0 {
+		from = chain3[index-1]
+	}
+	return chain.Message{Type: chain.MsgAck, From: from, To: chain3[index], Txn: id(seq), Index: index}
+}
+
+// step is one line of a script: deliver msg, or tick ticks times, then
+// expect want (storage calls, sent messages and finished transactions, in
+// that order).
+type step struct {
+	msg     *chain.Message
+	ticks   int
+	want    []string
+	wantErr error
+	// wantPanic, if set, is a substring of the AssertionError expected.
+	wantPanic string
+}
+
+func deliver(m chain.Message, want ...string) step { return step{msg: &m, want: want} }
+func tick(n int, want ...string) step              { return step{ticks: n, want: want} }
+
+type scenario struct {
+	name    string
+	node    int // index in chain3 of the replica under test
+	refuse  []string
+	pending int
+	txns    int
+	knob    int
+	steps   []step
+}
+
+func (sc scenario) run(t *testing.T) {
+	var log []string
+	stager := &fakeStager{log: &log, refuse: map[string]bool{}}
+	for _, k := range sc.refuse {
+		stager.refuse[k] = true
+	}
+	r, err := chain.NewReplica(chain.ReplicaConfig{
+		ID: chain3[sc.node], Stager: stager, RetransmitTicks: 3, OutcomeRetentionTicks: 10,
+		PendingMax: sc.pending, TxnsMax: sc.txns,
+		TestingKnobs: chain.TestingKnobs{AbortOnForwardTimeoutTicks: sc.knob},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, st := range sc.steps {
+		log = log[:0]
+		what := fmt.Sprintf("step %d (tick %d)", i, st.ticks)
+		if st.msg != nil {
+			what = fmt.Sprintf("step %d (%s)", i, st.msg)
+		}
+		panicked, err := runStep(r, st)
+		if st.wantPanic != "" {
+			if panicked == nil || !strings.Contains(panicked.Error(), st.wantPanic) {
+				t.Fatalf("%s: panic %v, want an assertion containing %q", what, panicked, st.wantPanic)
+			}
+			return
+		}
+		if panicked != nil {
+			t.Fatalf("%s: unexpected panic: %v", what, panicked)
+		}
+		if !errors.Is(err, st.wantErr) || (err == nil) != (st.wantErr == nil) {
+			t.Fatalf("%s: error %v, want %v", what, err, st.wantErr)
+		}
+		o := r.Ready()
+		got := slices.Clone(log)
+		for _, m := range o.Messages {
+			got = append(got, "send "+m.String())
+		}
+		for _, f := range o.Finished {
+			got = append(got, fmt.Sprintf("finish %s committed=%t", f.Txn, f.Committed))
+		}
+		r.Advance(o)
+		if !slices.Equal(got, st.want) {
+			t.Fatalf("%s:\ngot:\n\t%s\nwant:\n\t%s", what, strings.Join(got, "\n\t"), strings.Join(st.want, "\n\t"))
+		}
+		if r.HasReady() {
+			t.Fatalf("%s: Ready not empty after Advance", what)
+		}
+	}
+}
+
+func runStep(r *chain.Replica, st step) (panicked *chain.AssertionError, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			a, ok := p.(*chain.AssertionError)
+			if !ok {
+				panic(p)
+			}
+			panicked = a
+		}
+	}()
+	if st.msg != nil {
+		return nil, r.Step(*st.msg)
+	}
+	for range st.ticks {
+		r.Tick()
+	}
+	return nil, nil
+}
+
+const (
+	fwdTo3        = "send n2->n3 Forward c/1 index=2 chain=[n1 n2 n3] ops=1"
+	fwdTo2        = "send n1->n2 Forward c/1 index=1 chain=[n1 n2 n3] ops=1"
+	commitTo2     = "send n3->n2 Backward c/1 index=1 committed"
+	commitTo1     = "send n2->n1 Backward c/1 index=0 committed"
+	abortTo1      = "send n2->n1 Backward c/1 index=0 aborted err=\"conflict\""
+	ackTo3        = "send n2->n3 Ack c/1 index=2"
+	ackTo2        = "send n1->n2 Ack c/1 index=1"
+	finCommitted  = "finish c/1 committed=true"
+	finAborted    = "finish c/1 committed=false"
+	replyCommit   = "send n1->c Reply c/1 committed"
+	prepare1      = "prepare c/1"
+	commit1       = "commit c/1"
+	abort1        = "abort c/1"
+	refusedAbort1 = "send n2->n1 Backward c/1 index=0 aborted err=\"conflict: \\\"k\\\" is locked\""
+)
+
+func TestReplicaScenarios(t *testing.T) {
+	for _, sc := range []scenario{
+		{
+			name: "tail commits in one step and forgets after the Ack and retention",
+			node: 2,
+			steps: []step{
+				deliver(fwd(1, 2), prepare1, commit1, commitTo2, finCommitted),
+				tick(2),
+				tick(1, commitTo2), // not acknowledged: retransmit
+				deliver(fwd(1, 2), commitTo2),
+				deliver(ack(1, 2)),
+				tick(9),
+				deliver(fwd(1, 2), commitTo2), // a late duplicate inside retention
+				tick(1),
+				// Forgotten: a Backward repeat is acknowledged from nothing.
+				deliver(chain.Message{Type: chain.MsgBackward, From: "n4", To: "n3", Txn: id(1), Index: 2, Committed: true},
+					"send n3->n4 Ack c/1 index=3"),
+			},
+		},
+		{
+			name: "middle member forwards, retransmits, and commits on the Backward",
+			node: 1,
+			steps: []step{
+				deliver(fwd(1, 1), prepare1, fwdTo3),
+				tick(2),
+				tick(1, fwdTo3),
+				deliver(fwd(1, 1), fwdTo3), // duplicate while waiting: no second prepare
+				deliver(back(1, 1, true), commit1, commitTo1, ackTo3, finCommitted),
+				deliver(back(1, 1, true), ackTo3),  // Backward after retransmit
+				deliver(fwd(1, 1), commitTo1),      // duplicate Forward after the outcome
+				tick(3, commitTo1),                 // outcome retransmitted until acknowledged
+				deliver(ack(1, 1)),                 //
+				tick(10),                           // forgotten
+				deliver(ack(1, 1)),                 // a late Ack is ignored
+				deliver(back(1, 1, true), ackTo3),  // and a late Backward acknowledged
+				deliver(back(1, 1, false), ackTo3), // even a contradicting one: we cannot know
+				deliver(fwd(2, 1), "prepare c/2", strings.ReplaceAll(fwdTo3, "c/1", "c/2")), // others go on
+			},
+		},
+		{
+			name: "a waiting member never aborts on its own",
+			node: 1,
+			steps: []step{
+				deliver(fwd(1, 1), prepare1, fwdTo3),
+				tick(300, slices.Repeat([]string{fwdTo3}, 100)...),
+				deliver(back(1, 1, true), commit1, commitTo1, ackTo3, finCommitted),
+			},
+		},
+		{
+			name: "an abort from downstream walks back",
+			node: 1,
+			steps: []step{
+				deliver(fwd(1, 1), prepare1, fwdTo3),
+				deliver(back(1, 1, false), abort1, abortTo1, ackTo3, finAborted),
+				deliver(fwd(1, 1), abortTo1),
+			},
+		},
+		{
+			name:   "a prepare failure walks back and is remembered",
+			node:   1,
+			refuse: []string{"k"},
+			steps: []step{
+				deliver(fwd(1, 1), "prepare c/1 refused", refusedAbort1, finAborted),
+				deliver(fwd(1, 1), refusedAbort1), // no second Prepare, which might succeed
+				deliver(ack(1, 1)),
+				tick(10),
+			},
+		},
+		{
+			name: "the head replies to the coordinator",
+			node: 0,
+			steps: []step{
+				deliver(fwd(1, 0), prepare1, fwdTo2),
+				deliver(back(1, 0, true), commit1, replyCommit, ackTo2, finCommitted),
+				tick(3, replyCommit),
+				deliver(ack(1, 0)),
+				tick(3),
+			},
+		},
+		{
+			name:    "backpressure refuses beyond PendingMax and drops beyond TxnsMax",
+			node:    1,
+			pending: 1,
+			txns:    2,
+			steps: []step{
+				deliver(fwd(1, 1), prepare1, fwdTo3),
+				deliver(fwd(2, 1), `send n2->n1 Backward c/2 index=0 aborted err="chain: too many transactions in flight"`,
+					"finish c/2 committed=false"),
+				deliver(fwd(3, 1)), // dropped: no record to answer duplicates from
+				deliver(back(1, 1, true), commit1, commitTo1, ackTo3, finCommitted),
+			},
+		},
+		{
+			name: "the testing knob aborts on timeout, the bug the simulator must catch",
+			node: 1,
+			knob: 4,
+			steps: []step{
+				deliver(fwd(1, 1), prepare1, fwdTo3),
+				tick(4, abort1, fwdTo3, `send n2->n1 Backward c/1 index=0 aborted err="timed out waiting for the downstream member"`, finAborted),
+				deliver(back(1, 1, true), ackTo3), // the contradiction is not asserted
+			},
+		},
+		{
+			name: "a Backward to the tail is an assertion",
+			node: 2,
+			steps: []step{
+				deliver(fwd(1, 2), prepare1, commit1, commitTo2, finCommitted),
+				{msg: &chain.Message{Type: chain.MsgBackward, From: "n4", To: "n3", Txn: id(1), Index: 2}, wantPanic: "never forwarded"},
+			},
+		},
+		{
+			name:   "a Backward to a member that refused is an assertion",
+			node:   1,
+			refuse: []string{"k"},
+			steps: []step{
+				deliver(fwd(1, 1), "prepare c/1 refused", refusedAbort1, finAborted),
+				{msg: ptr(back(1, 1, false)), wantPanic: "never forwarded"},
+			},
+		},
+		{
+			name: "a Backward with the wrong index is an assertion",
+			node: 1,
+			steps: []step{
+				deliver(fwd(1, 1), prepare1, fwdTo3),
+				{msg: ptr(func() chain.Message { m := back(1, 1, true); m.Index = 0; return m }()), wantPanic: "never forwarded to"},
+			},
+		},
+		{
+			name: "a Backward contradicting the outcome is an assertion",
+			node: 1,
+			steps: []step{
+				deliver(fwd(1, 1), prepare1, fwdTo3),
+				deliver(back(1, 1, true), commit1, commitTo1, ackTo3, finCommitted),
+				{msg: ptr(back(1, 1, false)), wantPanic: "contradicts"},
+			},
+		},
+		{
+			name: "an Ack before the outcome is an assertion",
+			node: 1,
+			steps: []step{
+				deliver(fwd(1, 1), prepare1, fwdTo3),
+				{msg: ptr(ack(1, 1)), wantPanic: "Ack before"},
+			},
+		},
+		{
+			name: "malformed and misaddressed messages are refused without a trace",
+			node: 1,
+			steps: []step{
+				{msg: ptr(fwd(1, 2)), wantErr: chain.ErrInvalidMessage},           // addressed to n3
+				{msg: ptr(retarget(fwd(1, 2))), wantErr: chain.ErrInvalidMessage}, // n2 is not at index 2
+				{msg: ptr(func() chain.Message { m := fwd(1, 1); m.From = "n3"; return m }()), wantErr: chain.ErrInvalidMessage},
+				{msg: ptr(func() chain.Message {
+					m := fwd(1, 1)
+					m.Chain = []ring.NodeID{"n1", "n2", "n1"}
+					return m
+				}()), wantErr: chain.ErrInvalidMessage},
+				{msg: ptr(func() chain.Message { m := fwd(1, 1); m.Txn.Coordinator = ""; return m }()), wantErr: chain.ErrInvalidMessage},
+				{msg: ptr(func() chain.Message { m := fwd(1, 1); m.Type = chain.MsgReply; return m }()), wantErr: chain.ErrInvalidMessage},
+				{msg: ptr(func() chain.Message {
+					m := fwd(1, 1)
+					m.Ops = []txn.Op{{Key: "", Kind: txn.OpDelete}}
+					return m
+				}()), want: []string{`send n2->n1 Backward c/1 index=0 aborted err="op 0: invalid argument key: empty"`, finAborted}},
+				deliver(fwd(2, 1), "prepare c/2", strings.ReplaceAll(fwdTo3, "c/1", "c/2")),
+				{msg: ptr(func() chain.Message { m := back(2, 1, true); m.From = "n1"; return m }()), wantErr: chain.ErrInvalidMessage},
+				{msg: ptr(func() chain.Message {
+					m := fwd(2, 1)
+					m.Chain = []ring.NodeID{"n1", "n2"}
+					return m
+				}()), wantErr: chain.ErrReexecution},
+			},
+		},
+	} {
+		t.Run(sc.name, sc.run)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// retarget addresses m to n2 without fixing its index.
+func retarget(m chain.Message) chain.Message {
+	m.To = "n2"
+	return m
+}
+
+func TestReplicaConfig(t *testing.T) {
+	stager := &fakeStager{log: new([]string)}
+	for _, tc := range []struct {
+		cfg  chain.ReplicaConfig
+		want string
+	}{
+		{chain.ReplicaConfig{Stager: stager}, "ID is empty"},
+		{chain.ReplicaConfig{ID: "n1"}, "no Stager"},
+		{chain.ReplicaConfig{ID: "n1", Stager: stager, RetransmitTicks: -1}, "RetransmitTicks is -1"},
+		{chain.ReplicaConfig{ID: "n1", Stager: stager, OutcomeRetentionTicks: -1}, "OutcomeRetentionTicks is -1"},
+		{chain.ReplicaConfig{ID: "n1", Stager: stager, PendingMax: 8, TxnsMax: 8}, "TxnsMax 8 must exceed PendingMax 8"},
+		{chain.ReplicaConfig{ID: "n1", Stager: stager, TxnsMax: -2}, "TxnsMax is -2"},
+		{chain.ReplicaConfig{ID: "n1", Stager: stager}, ""},
+	} {
+		_, err := chain.NewReplica(tc.cfg)
+		if (err == nil) != (tc.want == "") || (err != nil && !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("NewReplica(%+v) = %v, want %q", tc.cfg, err, tc.want)
+		}
+	}
+}
+
+// TestCoordinator checks the client half: one Forward per Begin, repeated
+// until the head replies, one outcome per transaction however often the
+// Reply comes, and an Ack for every Reply.
+func TestCoordinator(t *testing.T) {
+	c, err := chain.NewCoordinator(chain.CoordinatorConfig{ID: "c", FirstSeq: 1, RetransmitTicks: 2, InflightMax: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	take := func() []string {
+		o := c.Ready()
+		c.Advance(o)
+		var got []string
+		for _, m := range o.Messages {
+			got = append(got, m.String())
+		}
+		for _, f := range o.Finished {
+			got = append(got, fmt.Sprintf("finish %s committed=%t", f.Txn, f.Committed))
+		}
+		return got
+	}
+	expect := func(what string, want ...string) {
+		t.Helper()
+		if got := take(); !slices.Equal(got, want) {
+			t.Fatalf("%s: got %q, want %q", what, got, want)
+		}
+	}
+	if _, err := c.Begin(nil, chain3); !errors.Is(err, errs.ErrInvalidArgument) {
+		t.Fatalf("Begin with no ops: %v", err)
+	}
+	if _, err := c.Begin(ops1, nil); !errors.Is(err, chain.ErrInvalidMessage) {
+		t.Fatalf("Begin with no chain: %v", err)
+	}
+	got, err := c.Begin(ops1, chain3)
+	if err != nil || got != id(1) {
+		t.Fatalf("Begin = %v, %v", got, err)
+	}
+	expect("begin", "c->n1 Forward c/1 index=0 chain=[n1 n2 n3] ops=1")
+	if _, err := c.Begin(ops1, chain3); !errors.Is(err, chain.ErrBusy) {
+		t.Fatalf("Begin beyond InflightMax: %v", err)
+	}
+	c.Tick()
+	expect("one tick")
+	c.Tick()
+	expect("retransmit", "c->n1 Forward c/1 index=0 chain=[n1 n2 n3] ops=1")
+	reply := chain.Message{Type: chain.MsgReply, From: "n1", To: "c", Txn: id(1), Committed: true}
+	if err := c.Step(reply); err != nil {
+		t.Fatal(err)
+	}
+	expect("reply", "c->n1 Ack c/1 index=0", "finish c/1 committed=true")
+	if err := c.Step(reply); err != nil {
+		t.Fatal(err)
+	}
+	expect("repeated reply", "c->n1 Ack c/1 index=0")
+	c.Tick()
+	c.Tick()
+	expect("nothing in flight")
+	if c.Inflight() != 0 {
+		t.Fatalf("Inflight = %d", c.Inflight())
+	}
+	wrong := reply
+	wrong.To = "d"
+	if err := c.Step(wrong); !errors.Is(err, chain.ErrInvalidMessage) {
+		t.Fatalf("misaddressed Reply: %v", err)
+	}
+	func() {
+		defer func() {
+			if _, ok := recover().(*chain.AssertionError); !ok {
+				t.Fatal("no assertion for a Reply to a transaction never begun")
+			}
+		}()
+		never := reply
+		never.Txn.Seq = 7
+		_ = c.Step(never)
+	}()
+}
+
+// TestChainOverPerfectNetwork runs three replicas and a coordinator with
+// every message delivered at once, as a smoke test of the whole exchange:
+// one commit, one abort on a conflict, and every record forgotten at the end.
+func TestChainOverPerfectNetwork(t *testing.T) {
+	var log []string
+	locked := map[string]bool{}
+	replicas := map[ring.NodeID]*chain.Replica{}
+	for _, n := range chain3 {
+		r, err := chain.NewReplica(chain.ReplicaConfig{ID: n, Stager: &fakeStager{log: &log, refuse: locked}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		replicas[n] = r
+	}
+	c, err := chain.NewCoordinator(chain.CoordinatorConfig{ID: "c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var outcomes []chain.Outcome
+	run := func() {
+		for {
+			o := c.Ready()
+			c.Advance(o)
+			outcomes = append(outcomes, o.Finished...)
+			msgs := o.Messages
+			for _, n := range chain3 {
+				o := replicas[n].Ready()
+				replicas[n].Advance(o)
+				msgs = append(msgs, o.Messages...)
+			}
+			if len(msgs) == 0 {
+				return
+			}
+			for _, m := range msgs {
+				var err error
+				if m.To == "c" {
+					err = c.Step(m)
+				} else {
+					err = replicas[m.To].Step(m)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	if _, err := c.Begin(ops1, chain3); err != nil {
+		t.Fatal(err)
+	}
+	run()
+	locked["k"] = true
+	if _, err := c.Begin(ops1, chain3); err != nil {
+		t.Fatal(err)
+	}
+	run()
+	if len(outcomes) != 2 || !outcomes[0].Committed || outcomes[1].Committed {
+		t.Fatalf("outcomes %+v, want one commit then one abort", outcomes)
+	}
+	for range chain.OutcomeRetentionTicksDefault {
+		for _, r := range replicas {
+			r.Tick()
+		}
+	}
+	for n, r := range replicas {
+		if r.Tracked() != 0 || r.HasReady() {
+			t.Errorf("%s still tracks %d transactions", n, r.Tracked())
+		}
+	}
+}

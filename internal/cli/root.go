@@ -1,0 +1,84 @@
+// Package cli is the tyr command line: the server, keyspace administration
+// and blob commands. Every command that fails prints one line, "tyr: ...",
+// to stderr and exits non-zero.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tyrstore/tyr/client"
+)
+
+// env holds what the commands share: streams and the endpoint flag.
+type env struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	endpoint       string
+}
+
+// withClient connects to the endpoint given by --endpoint or TYR_ENDPOINT,
+// runs fn with the client and closes it.
+func (e *env) withClient(fn func(c *client.Client) error) error {
+	c, err := client.Dial(e.endpoint)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return fn(c)
+}
+
+// Main runs the command line with args and returns the exit code.
+func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	e := &env{stdin: stdin, stdout: stdout, stderr: stderr}
+	root := newRoot(e)
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	if err := root.ExecuteContext(context.Background()); err != nil {
+		fmt.Fprintln(stderr, errorLine(err))
+		return 1
+	}
+	return 0
+}
+
+// errorLine renders err as the one line a failing command prints.
+func errorLine(err error) string {
+	msg := err.Error()
+	var ce *client.Error
+	if errors.As(err, &ce) {
+		msg = ce.Message
+	}
+	msg = strings.TrimPrefix(msg, "tyr: ")
+	return "tyr: " + strings.ReplaceAll(msg, "\n", "; ")
+}
+
+func newRoot(e *env) *cobra.Command {
+	root := &cobra.Command{
+		Use:           "tyr",
+		Short:         "tyr: a distributed, transactional blob store",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	endpoint := os.Getenv("TYR_ENDPOINT")
+	if endpoint == "" {
+		endpoint = client.DefaultEndpoint
+	}
+	root.PersistentFlags().StringVar(&e.endpoint, "endpoint", endpoint,
+		"server address host:port (env TYR_ENDPOINT)")
+	root.AddCommand(newServerCommand(e))
+	for _, add := range commandAdders {
+		add(root, e)
+	}
+	return root
+}
+
+// commandAdders lets each command file register its commands.
+var commandAdders []func(root *cobra.Command, e *env)

@@ -1,0 +1,138 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tyrstore/tyr/internal/server"
+	"github.com/tyrstore/tyr/internal/storage"
+)
+
+type serverFlags struct {
+	data          string
+	listen        string
+	metricsListen string
+	logLevel      string
+	readyFile     string
+	retention     time.Duration
+}
+
+func newServerCommand(e *env) *cobra.Command {
+	var f serverFlags
+	cmd := &cobra.Command{
+		Use:   "server",
+		Short: "Run a tyr server on an embedded store",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runServer(cmd.Context(), e, f)
+		},
+	}
+	cmd.Flags().StringVar(&f.data, "data", "./data", "data directory (created if missing)")
+	cmd.Flags().StringVar(&f.listen, "listen", "127.0.0.1:7420", "address for the client API; port 0 picks a free one")
+	cmd.Flags().StringVar(&f.metricsListen, "metrics-listen", "", "address for Prometheus metrics at /metrics and Go profiles at /debug/pprof/ (off if empty)")
+	cmd.Flags().StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	cmd.Flags().StringVar(&f.readyFile, "ready-file", "", "write the client API address to this file once serving")
+	cmd.Flags().DurationVar(&f.retention, "version-retention", 5*time.Minute,
+		"how long superseded versions stay readable in MVCC keyspaces")
+	return cmd
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(strings.ToUpper(s))); err != nil {
+		return 0, fmt.Errorf("invalid --log-level %q: want debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+func runServer(ctx context.Context, e *env, f serverFlags) error {
+	level, err := parseLevel(f.logLevel)
+	if err != nil {
+		return err
+	}
+	if f.retention <= 0 {
+		return fmt.Errorf("invalid --version-retention %s: must be positive", f.retention)
+	}
+	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	engine, err := storage.Open(storage.Options{Dir: f.data, Retention: f.retention, Logger: log})
+	if err != nil {
+		return fmt.Errorf("open data directory %s: %w", f.data, err)
+	}
+	defer func() {
+		if err := engine.Close(); err != nil {
+			log.Error("closing storage", "err", err)
+		}
+	}()
+	lis, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", f.listen, err)
+	}
+	metrics := server.NewMetrics()
+	grpcServer := server.NewService(engine, log).Register(metrics)
+	if f.metricsListen != "" {
+		mlis, err := net.Listen("tcp", f.metricsListen)
+		if err != nil {
+			_ = lis.Close()
+			return fmt.Errorf("listen on %s: %w", f.metricsListen, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", metrics.Handler())
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = hs.Serve(mlis) }()
+		defer hs.Close()
+		log.Info("serving metrics", "addr", mlis.Addr().String())
+	}
+	served := make(chan error, 1)
+	go func() { served <- grpcServer.Serve(lis) }()
+	log.Info("tyr server ready", "addr", lis.Addr().String(), "data", f.data)
+	if f.readyFile != "" {
+		if err := writeFileAtomic(f.readyFile, lis.Addr().String()); err != nil {
+			grpcServer.Stop()
+			return err
+		}
+	}
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down")
+	stopped := make(chan struct{})
+	go func() { grpcServer.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		log.Warn("requests still running after 10s; stopping them")
+		grpcServer.Stop()
+	}
+	if err := <-served; err != nil && !errors.Is(err, net.ErrClosed) {
+		return err
+	}
+	return nil
+}
+
+func writeFileAtomic(path, content string) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}

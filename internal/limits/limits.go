@@ -1,0 +1,57 @@
+// Package limits holds every size limit tyr enforces, in one place, so the
+// README, the server and the clients agree. Each is checked where input
+// arrives and answered with a clear error that changes nothing.
+package limits
+
+const (
+	// KeyBytesMax is the longest blob key, in bytes (UTF-8, no NUL).
+	KeyBytesMax = 1024
+	// KeyspaceNameBytesMin and KeyspaceNameBytesMax bound keyspace names.
+	KeyspaceNameBytesMin = 3
+	KeyspaceNameBytesMax = 63
+	// BlobBytesMax is the largest logical blob size: 16 TiB. Holes cost
+	// nothing, so a blob may be extended to it by truncate.
+	BlobBytesMax uint64 = 1 << 44
+	// PayloadBytesMax is the most data one request carries (write, append or
+	// read). Larger data is streamed in parts by the clients.
+	PayloadBytesMax = 4 << 20
+	// OpsPerCommitMax is the most ops one commit request may carry.
+	OpsPerCommitMax = 1024
+	// ReadChecksMax is the most read checks (the read set of a
+	// transaction) one commit request may carry, besides its ops.
+	ReadChecksMax = 1024
+	// CASBytesMax is the most bytes one compare-and-swap compares and
+	// writes.
+	CASBytesMax = 4 << 10
+	// CommitBytesMax is the most data, summed over ops, one commit carries.
+	CommitBytesMax = 16 << 20
+	// ListLimitMax is the largest page a list request may ask for; a request
+	// for 0 gets ListLimitDefault.
+	ListLimitMax     = 10000
+	ListLimitDefault = 1000
+	// ChunkBytesMin, ChunkBytesMax and ChunkBytesDefault bound a keyspace's
+	// chunk size, which must be a power of two.
+	ChunkBytesMin     uint64 = 4 << 10
+	ChunkBytesMax     uint64 = 1 << 30
+	ChunkBytesDefault uint64 = 64 << 20
+	// ReplicationMax is the largest replication factor a keyspace may ask for.
+	ReplicationMax = 7
+	// KeyspacesMax is the most keyspaces one cluster holds.
+	KeyspacesMax = 4096
+)
+
+// Message size limits for the transport follow from the payload limits; a
+// commit can never be larger than a gRPC message.
+const (
+	// MessageBytesMax is the largest message the transport accepts: the
+	// largest commit plus room for its metadata.
+	MessageBytesMax = CommitBytesMax + 1<<20
+)
+
+// Compile-time relations between limits.
+const (
+	_ uint64 = ChunkBytesMax - ChunkBytesMin
+	_ uint64 = BlobBytesMax - ChunkBytesMax
+	_ uint   = CommitBytesMax - PayloadBytesMax
+	_ uint   = ListLimitMax - ListLimitDefault
+)

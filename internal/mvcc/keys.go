@@ -1,0 +1,202 @@
+package mvcc
+
+import (
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	"github.com/tyrstore/tyr/internal/errs"
+)
+
+// On-disk layout of one keyspace's Pebble database. This layout is
+// append-only: new record kinds get new prefixes, and the format byte of a
+// record value is bumped, never reinterpreted.
+//
+//	'm' key                          -> blob record (size, version, times)
+//	'p' key 0x00 page(8) ^version(8) -> page bytes (at most PageBytes)
+//	'g' deadline(8) pagekey          -> "" (versions of the page older than pagekey's: collect after deadline)
+//	'h' key 0x00 ^version(8)         -> history record: the blob record as of version, which a later
+//	                                    commit superseded, plus that commit's cut page (MVCC on only)
+//	'x' deadline(8) historykey       -> "" (collect that one history record after deadline)
+//
+// History records let a read name an older version of a blob (a
+// transaction's repeatable read): the size at that version comes from the
+// record, the bytes from the page versions not newer than it. A commit that
+// supersedes version v of a blob writes 'h' key ^v with the old record and
+// the index of the first page the commit dropped in every version (its cut:
+// shrinking truncate, delete; all ones when none), and queues it under 'x'
+// with the same deadline its superseded pages get. A read at v is served
+// only while 'h' key ^v exists and no later commit cut a page below v's size.
+// The collector works off 'x' before 'g' with one clock reading, so a history
+// record never outlives the page versions it describes. A delete drops the
+// blob's history records at once, as it drops its pages.
+//
+// Keys contain no NUL, so 'p' key 0x00 sorts all pages of a blob together
+// and in page order; inverting the version makes the newest version of a
+// page sort first, so a seek to (page, ^v) lands on the newest version not
+// newer than v. Page values may be shorter than PageBytes: missing bytes read
+// as zeros. No byte at or past the blob's size is ever stored.
+//
+// Worked example, PageBytes = 4: blob "a" written with "abcdef" at version 7,
+// then "XY" at offset 1 at version 9 (MVCC on):
+//
+//	m a                  -> size 6, version 9
+//	p a\0 page0 ^9       -> "aXYd"
+//	p a\0 page0 ^7       -> "abcd"   (kept until the 'g' deadline below)
+//	p a\0 page1 ^7       -> "ef"
+//	g <t9+retention> p a\0 page0 ^9   (page0's versions older than 9 go then)
+const (
+	prefixMeta    = 'm'
+	prefixPage    = 'p'
+	prefixGarbage = 'g'
+	prefixHistory = 'h'
+	prefixHistGC  = 'x'
+
+	metaFormat = 1
+	metaBytes  = 1 + 8 + 8 + 8 + 8
+)
+
+// PageBytes is the unit in which chunk data is stored and rewritten: a write
+// of a few bytes rewrites at most two pages, not a whole chunk. Chunk sizes
+// are powers of two of at least 4 KiB, so a page never spans two chunks.
+const PageBytes = 64 << 10
+
+func metaKey(key string) []byte {
+	k := make([]byte, 0, 1+len(key))
+	k = append(k, prefixMeta)
+	return append(k, key...)
+}
+
+// pagePrefix returns the prefix of all page keys of blob key.
+func pagePrefix(key string) []byte {
+	k := make([]byte, 0, 2+len(key)+16)
+	k = append(k, prefixPage)
+	k = append(k, key...)
+	return append(k, 0)
+}
+
+// pageKey is the key of one version of one page.
+func pageKey(key string, page, version uint64) []byte {
+	k := pagePrefix(key)
+	k = binary.BigEndian.AppendUint64(k, page)
+	return binary.BigEndian.AppendUint64(k, ^version)
+}
+
+// pageKeyVersionless is the page key without its version suffix; all
+// versions of the page share it as a prefix.
+func pageKeyVersionless(key string, page uint64) []byte {
+	return binary.BigEndian.AppendUint64(pagePrefix(key), page)
+}
+
+// blobPagesEnd is the first key past every page key of blob key.
+func blobPagesEnd(key string) []byte {
+	k := pagePrefix(key)
+	k[len(k)-1] = 1
+	return k
+}
+
+// decodePageKey returns page and version of a page key whose blob prefix has
+// length prefixLen.
+func decodePageKey(k []byte, prefixLen int) (page, version uint64, ok bool) {
+	if len(k) != prefixLen+16 {
+		return 0, 0, false
+	}
+	page = binary.BigEndian.Uint64(k[prefixLen:])
+	version = ^binary.BigEndian.Uint64(k[prefixLen+8:])
+	return page, version, true
+}
+
+func garbageKey(deadline time.Time, page []byte) []byte {
+	k := make([]byte, 0, 9+len(page))
+	k = append(k, prefixGarbage)
+	k = binary.BigEndian.AppendUint64(k, uint64(deadline.UnixNano()))
+	return append(k, page...)
+}
+
+// blobMeta is a blob's record. Version is the version of the last commit
+// that changed the blob; versions of one blob strictly increase, even across
+// delete and re-create, because they are drawn from the clock (see
+// Store.nextVersion).
+type blobMeta struct {
+	Size     uint64
+	Version  uint64
+	Created  int64 // unix nanoseconds
+	Modified int64 // unix nanoseconds
+}
+
+func (m blobMeta) encode() []byte {
+	b := make([]byte, 0, metaBytes)
+	b = append(b, metaFormat)
+	b = binary.BigEndian.AppendUint64(b, m.Size)
+	b = binary.BigEndian.AppendUint64(b, m.Version)
+	b = binary.BigEndian.AppendUint64(b, uint64(m.Created))
+	return binary.BigEndian.AppendUint64(b, uint64(m.Modified))
+}
+
+func decodeMeta(b []byte) (blobMeta, error) {
+	if len(b) != metaBytes || b[0] != metaFormat {
+		return blobMeta{}, fmt.Errorf("%w: blob record of %d bytes, format %d", errs.ErrCorruption, len(b), firstByte(b))
+	}
+	return blobMeta{
+		Size:     binary.BigEndian.Uint64(b[1:]),
+		Version:  binary.BigEndian.Uint64(b[9:]),
+		Created:  int64(binary.BigEndian.Uint64(b[17:])),
+		Modified: int64(binary.BigEndian.Uint64(b[25:])),
+	}, nil
+}
+
+func firstByte(b []byte) int {
+	if len(b) == 0 {
+		return -1
+	}
+	return int(b[0])
+}
+
+// historyPrefix is the prefix of all history keys of blob key.
+func historyPrefix(key string) []byte {
+	k := make([]byte, 0, 2+len(key)+8)
+	k = append(k, prefixHistory)
+	k = append(k, key...)
+	return append(k, 0)
+}
+
+// historyKey is the key of the history record of blob key at version.
+func historyKey(key string, version uint64) []byte {
+	return binary.BigEndian.AppendUint64(historyPrefix(key), ^version)
+}
+
+// historyEnd is the first key past every history key of blob key.
+func historyEnd(key string) []byte {
+	k := historyPrefix(key)
+	k[len(k)-1] = 1
+	return k
+}
+
+func histGCKey(deadline time.Time, hkey []byte) []byte {
+	k := make([]byte, 0, 9+len(hkey))
+	k = append(k, prefixHistGC)
+	k = binary.BigEndian.AppendUint64(k, uint64(deadline.UnixNano()))
+	return append(k, hkey...)
+}
+
+// historyRecord is a superseded blob record and the cut of the commit that
+// superseded it.
+type historyRecord struct {
+	Meta blobMeta
+	Cut  uint64 // first page the superseding commit dropped; noCut if none
+}
+
+func (h historyRecord) encode() []byte {
+	return binary.BigEndian.AppendUint64(h.Meta.encode(), h.Cut)
+}
+
+func decodeHistory(b []byte) (historyRecord, error) {
+	if len(b) != metaBytes+8 {
+		return historyRecord{}, fmt.Errorf("%w: history record of %d bytes", errs.ErrCorruption, len(b))
+	}
+	m, err := decodeMeta(b[:metaBytes])
+	if err != nil {
+		return historyRecord{}, err
+	}
+	return historyRecord{Meta: m, Cut: binary.BigEndian.Uint64(b[metaBytes:])}, nil
+}

@@ -1,0 +1,601 @@
+// Package mvcc stores one keyspace's blobs on one node as versioned pages in
+// an embedded LSM (Pebble), and applies transactions to them.
+//
+// Writers never block readers: a commit writes new page versions and a new
+// blob record in one atomic batch, and a read sees one point-in-time view of
+// the database, so it returns the blob as of exactly one commit. With MVCC on,
+// page versions superseded by a write stay readable for Options.Retention,
+// after which a background collector deletes them; with MVCC off, pages are
+// overwritten in place. Pages removed by a delete or a shrinking truncate
+// are dropped at once, in every version: a read that names an older version
+// of them (ReadAt) fails with errs.ErrConflict.
+//
+// Prepare also evaluates read checks (txn.OpReadCheck: the validation of a
+// transaction's read set) with their blobs locked along with the written
+// ones, and applies atomics and compare-and-swaps as read-modify-writes of
+// the working copy, so under the chain they are part of the forward pass.
+//
+// Commits go through two steps, the local half of the chain commit: Prepare
+// validates the ops against the current state and builds the batch while
+// holding the written blobs' locks (the forward pass); Pending.Commit makes it
+// durable and visible, and Pending.Abort drops it (the backward pass).
+package mvcc
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/tyrstore/tyr/internal/errs"
+	"github.com/tyrstore/tyr/internal/limits"
+	"github.com/tyrstore/tyr/internal/txn"
+)
+
+// Options configure a Store.
+type Options struct {
+	// MVCC keeps superseded page versions for Retention (see package doc).
+	MVCC bool
+	// Sync makes Pending.Commit wait for fsync.
+	Sync bool
+	// Retention is how long superseded versions stay readable; it bounds how
+	// long a reader may hold a version. Default 5 minutes.
+	Retention time.Duration
+	// Now is the clock, default time.Now. Versions are drawn from it.
+	Now func() time.Time
+}
+
+// Store is one keyspace's data on one node. It is safe for concurrent use.
+type Store struct {
+	db    *pebble.DB
+	opts  Options
+	locks lockTable
+
+	versionMu   sync.Mutex
+	lastVersion uint64 // guarded by versionMu
+}
+
+// Open wraps db, which the caller opened and closes after the Store is done.
+//
+// Versions come from the clock, which may step back across a restart. A
+// re-created blob could then write a page at a version older than one a
+// pending collector record names, and the collector would delete that live
+// page. So Open starts issuing versions above the newest one any collector
+// record names; such records cover at most the retention period, which
+// bounds the scan.
+func Open(db *pebble.DB, opts Options) (*Store, error) {
+	if opts.Retention <= 0 {
+		opts.Retention = 5 * time.Minute
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	s := &Store{db: db, opts: opts}
+	it, err := db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixGarbage}, UpperBound: []byte{prefixGarbage + 1}})
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	for ok := it.First(); ok; ok = it.Next() {
+		k := it.Key()
+		if len(k) < 9+1+1+16 {
+			return nil, fmt.Errorf("%w: garbage key %x", errs.ErrCorruption, k)
+		}
+		s.lastVersion = max(s.lastVersion, ^binary.BigEndian.Uint64(k[len(k)-8:]))
+	}
+	return s, it.Error()
+}
+
+// nextVersion returns a version larger than any this Store issued before and
+// than floor. Versions are clock-based (unix nanoseconds) so they keep
+// increasing across restarts and across delete and re-create of a key, which
+// keeps every page key unique for the version collector.
+func (s *Store) nextVersion(floor uint64) uint64 {
+	s.versionMu.Lock()
+	defer s.versionMu.Unlock()
+	v := max(uint64(s.opts.Now().UnixNano()), s.lastVersion+1, floor+1)
+	s.lastVersion = v
+	return v
+}
+
+// Pending is a prepared commit: validated, its batch built, its blobs locked.
+// Exactly one of Commit or Abort must be called.
+type Pending struct {
+	store   *Store
+	batch   *pebble.Batch
+	keys    []string
+	results []txn.Result
+}
+
+// commitKeys validates ops and returns the blobs they touch, sorted and
+// unique: the order in which a commit takes their locks.
+func commitKeys(ops []txn.Op) ([]string, error) {
+	if err := txn.Validate(ops); err != nil {
+		return nil, err
+	}
+	keys := make([]string, 0, len(ops))
+	for _, op := range ops {
+		keys = append(keys, op.Key)
+	}
+	slices.Sort(keys)
+	return slices.Compact(keys), nil
+}
+
+// Prepare validates ops against the current state and builds their batch.
+// On error nothing is held and nothing changed.
+func (s *Store) Prepare(ops []txn.Op) (*Pending, error) {
+	keys, err := commitKeys(ops)
+	if err != nil {
+		return nil, err
+	}
+	s.locks.lock(keys)
+	p, err := s.prepareLocked(ops, keys)
+	if err != nil {
+		s.locks.unlock(keys)
+		return nil, err
+	}
+	return p, nil
+}
+
+func (s *Store) prepareLocked(ops []txn.Op, keys []string) (*Pending, error) {
+	// One snapshot gives every blob of the commit the same point in time;
+	// the locks keep the blobs themselves from changing meanwhile.
+	snap := s.db.NewSnapshot()
+	defer snap.Close()
+	now := s.opts.Now().UnixNano()
+	blobs := make(map[string]*blobWork, len(keys))
+	defer func() {
+		for _, w := range blobs {
+			w.close()
+		}
+	}()
+	results := make([]txn.Result, len(ops))
+	for _, key := range keys {
+		w, err := s.loadBlob(snap, key)
+		if err != nil {
+			return nil, err
+		}
+		blobs[key] = w
+	}
+	// Read checks first: the transaction's reads are still current only if
+	// no blob it read changed since, and then its ops apply as it saw them.
+	for i, op := range ops {
+		if op.Kind != txn.OpReadCheck {
+			continue
+		}
+		w := blobs[op.Key]
+		current := uint64(0)
+		if w.exists {
+			current = w.meta.Version
+		}
+		if current != op.Version && !brokenSkipReadChecks {
+			return nil, fmt.Errorf("%w: op %d: read check of blob %q: read at version %d, now at version %d (0: absent)",
+				errs.ErrConflict, i, op.Key, op.Version, current)
+		}
+	}
+	for i, op := range ops {
+		if op.Kind == txn.OpReadCheck {
+			continue
+		}
+		w := blobs[op.Key]
+		r, err := w.apply(op, now)
+		if err != nil {
+			return nil, fmt.Errorf("op %d (%s %q): %w", i, op.Kind, op.Key, err)
+		}
+		results[i] = r
+	}
+	batch := s.db.NewBatch()
+	for _, key := range keys {
+		w := blobs[key]
+		if w.changed {
+			w.meta.Version = s.nextVersion(w.meta.Version)
+		}
+		if err := s.emit(batch, w, now); err != nil {
+			_ = batch.Close()
+			return nil, err
+		}
+	}
+	for i, op := range ops {
+		if w := blobs[op.Key]; w.exists {
+			results[i].Size = w.meta.Size
+			results[i].Version = w.meta.Version
+		} else {
+			results[i].Size, results[i].Version = 0, 0
+		}
+	}
+	return &Pending{store: s, batch: batch, keys: keys, results: results}, nil
+}
+
+// Commit makes the prepared ops durable (when Sync) and visible, atomically.
+func (p *Pending) Commit() error {
+	defer p.store.locks.unlock(p.keys)
+	opt := pebble.NoSync
+	if p.store.opts.Sync {
+		opt = pebble.Sync
+	}
+	err := p.batch.Commit(opt)
+	closeErr := p.batch.Close()
+	if err != nil {
+		return fmt.Errorf("%w: commit: %w", errs.ErrUnavailable, err)
+	}
+	if closeErr != nil {
+		return fmt.Errorf("%w: commit: %w", errs.ErrUnavailable, closeErr)
+	}
+	return nil
+}
+
+// Abort drops the prepared ops.
+func (p *Pending) Abort() {
+	_ = p.batch.Close()
+	p.store.locks.unlock(p.keys)
+}
+
+// BlobInfo describes a blob.
+type BlobInfo struct {
+	Key      string
+	Size     uint64
+	Version  uint64
+	Created  time.Time
+	Modified time.Time
+}
+
+func (m blobMeta) info(key string) BlobInfo {
+	return BlobInfo{Key: key, Size: m.Size, Version: m.Version,
+		Created: time.Unix(0, m.Created), Modified: time.Unix(0, m.Modified)}
+}
+
+// Stat describes blob key, or returns errs.ErrNotFound.
+func (s *Store) Stat(key string) (BlobInfo, error) {
+	m, ok, err := getMeta(s.db, key)
+	if err != nil {
+		return BlobInfo{}, err
+	}
+	if !ok {
+		return BlobInfo{}, fmt.Errorf("blob %q: %w", key, errs.ErrNotFound)
+	}
+	return m.info(key), nil
+}
+
+// Read returns up to length bytes of blob key from offset, with the blob's
+// info at the version read. The bytes belong to one commit: the record and
+// the pages are read from one snapshot. A read at or past the end returns no
+// bytes; holes read as zeros.
+func (s *Store) Read(key string, offset, length uint64) ([]byte, BlobInfo, error) {
+	return s.ReadAt(key, offset, length, 0)
+}
+
+// ReadAt is Read as of version, a version of the blob a read or commit
+// returned, or 0 for the current one. An older version is readable while
+// the store retains it (MVCC on, for Options.Retention after a commit
+// superseded it, and no later truncate or delete dropped its pages);
+// otherwise ReadAt fails with errs.ErrConflict, so a transaction that read
+// the blob at version retries.
+func (s *Store) ReadAt(key string, offset, length, version uint64) ([]byte, BlobInfo, error) {
+	if length > limits.PayloadBytesMax {
+		return nil, BlobInfo{}, fmt.Errorf("%w: read of %d bytes, above the per-request limit of %d",
+			errs.ErrTooLarge, length, limits.PayloadBytesMax)
+	}
+	snap := s.db.NewSnapshot()
+	defer snap.Close()
+	m, ok, err := getMeta(snap, key)
+	if err != nil {
+		return nil, BlobInfo{}, err
+	}
+	if !ok && version == 0 {
+		return nil, BlobInfo{}, fmt.Errorf("blob %q: %w", key, errs.ErrNotFound)
+	}
+	if version != 0 && (!ok || m.Version != version) {
+		if m, err = s.historyAt(snap, key, version, ok, m); err != nil {
+			return nil, BlobInfo{}, err
+		}
+	}
+	if offset >= m.Size || length == 0 {
+		return []byte{}, m.info(key), nil
+	}
+	end := min(m.Size, offset+length)
+	buf := make([]byte, end-offset)
+	it, err := newPageIter(snap, key)
+	if err != nil {
+		return nil, BlobInfo{}, err
+	}
+	defer it.Close()
+	if err := readRange(it, key, m.Version, offset, buf); err != nil {
+		return nil, BlobInfo{}, err
+	}
+	return buf, m.info(key), nil
+}
+
+// historyAt returns the blob record of key as of an older version, checking
+// that its pages are all still stored. cur is the current record (ok: the
+// blob exists).
+func (s *Store) historyAt(snap *pebble.Snapshot, key string, version uint64, ok bool, cur blobMeta) (blobMeta, error) {
+	gone := func(why string) error {
+		return fmt.Errorf("%w: blob %q: version %d no longer retained: %s", errs.ErrConflict, key, version, why)
+	}
+	switch {
+	case !ok:
+		return blobMeta{}, gone("the blob was deleted")
+	case !s.opts.MVCC:
+		return blobMeta{}, gone("the keyspace keeps no old versions (MVCC off)")
+	case version > cur.Version:
+		return blobMeta{}, gone(fmt.Sprintf("newer than the current version %d", cur.Version))
+	}
+	it, err := snap.NewIter(&pebble.IterOptions{LowerBound: historyPrefix(key), UpperBound: historyEnd(key)})
+	if err != nil {
+		return blobMeta{}, fmt.Errorf("%w: %w", errs.ErrUnavailable, err)
+	}
+	defer it.Close()
+	// Newest first: every commit from version on may have cut pages.
+	cut := uint64(noCut)
+	target := historyKey(key, version)
+	for valid := it.First(); valid && bytes.Compare(it.Key(), target) <= 0; valid = it.Next() {
+		value, err := it.ValueAndErr()
+		if err != nil {
+			return blobMeta{}, err
+		}
+		rec, err := decodeHistory(value)
+		if err != nil {
+			return blobMeta{}, fmt.Errorf("blob %q: %w", key, err)
+		}
+		cut = min(cut, rec.Cut)
+		if !bytes.Equal(it.Key(), target) {
+			continue
+		}
+		if cut != noCut && cut < (rec.Meta.Size+PageBytes-1)/PageBytes {
+			return blobMeta{}, gone("a later truncate dropped its pages")
+		}
+		return rec.Meta, nil
+	}
+	if err := it.Error(); err != nil {
+		return blobMeta{}, err
+	}
+	return blobMeta{}, gone("its retention passed")
+}
+
+// newPageIter returns an iterator over the pages of blob key only; the bounds
+// let Pebble skip every file that holds none of them.
+func newPageIter(r pebble.Reader, key string) (*pebble.Iterator, error) {
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: pagePrefix(key), UpperBound: blobPagesEnd(key)})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errs.ErrUnavailable, err)
+	}
+	return it, nil
+}
+
+// readRange fills buf with the blob's bytes at [offset, offset+len(buf)) as
+// of version. buf must be zeroed; pages not found leave zeros.
+func readRange(it *pebble.Iterator, key string, version, offset uint64, buf []byte) error {
+	end := offset + uint64(len(buf))
+	for page := offset / PageBytes; page*PageBytes < end; page++ {
+		data, _, ok, err := readPage(it, key, page, version)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue
+		}
+		pageStart := page * PageBytes
+		lo := max(offset, pageStart)
+		hi := min(end, pageStart+uint64(len(data)))
+		if lo < hi {
+			copy(buf[lo-offset:hi-offset], data[lo-pageStart:hi-pageStart])
+		}
+	}
+	return nil
+}
+
+// readPage returns the newest version of a page not newer than version. The
+// returned bytes are only valid until the iterator moves.
+func readPage(it *pebble.Iterator, key string, page, version uint64) ([]byte, uint64, bool, error) {
+	prefix := pageKeyVersionless(key, page)
+	if !it.SeekGE(pageKey(key, page, version)) || !bytes.HasPrefix(it.Key(), prefix) {
+		return nil, 0, false, it.Error()
+	}
+	_, v, ok := decodePageKey(it.Key(), len(prefix)-8)
+	if !ok {
+		return nil, 0, false, fmt.Errorf("%w: page key %x", errs.ErrCorruption, it.Key())
+	}
+	value, err := it.ValueAndErr()
+	if err != nil {
+		return nil, 0, false, err
+	}
+	if len(value) > PageBytes {
+		return nil, 0, false, fmt.Errorf("%w: page of %d bytes", errs.ErrCorruption, len(value))
+	}
+	return value, v, true, nil
+}
+
+func getMeta(r pebble.Reader, key string) (blobMeta, bool, error) {
+	value, closer, err := r.Get(metaKey(key))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return blobMeta{}, false, nil
+	}
+	if err != nil {
+		return blobMeta{}, false, fmt.Errorf("%w: %w", errs.ErrUnavailable, err)
+	}
+	defer closer.Close()
+	m, err := decodeMeta(value)
+	if err != nil {
+		return blobMeta{}, false, fmt.Errorf("blob %q: %w", key, err)
+	}
+	return m, true, nil
+}
+
+// List returns up to limit blobs whose keys start with prefix and sort after
+// startAfter, in key order, and whether more may follow.
+func (s *Store) List(prefix, startAfter string, limit int) ([]BlobInfo, bool, error) {
+	lower := metaKey(prefix)
+	if after := metaKey(startAfter + "\x00"); startAfter != "" && bytes.Compare(after, lower) > 0 {
+		lower = after
+	}
+	upper := prefixUpperBound(metaKey(prefix))
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: %w", errs.ErrUnavailable, err)
+	}
+	defer it.Close()
+	var out []BlobInfo
+	for ok := it.First(); ok; ok = it.Next() {
+		if len(out) == limit {
+			return out, true, nil
+		}
+		value, err := it.ValueAndErr()
+		if err != nil {
+			return nil, false, err
+		}
+		key := string(it.Key()[1:])
+		m, err := decodeMeta(value)
+		if err != nil {
+			return nil, false, fmt.Errorf("blob %q: %w", key, err)
+		}
+		out = append(out, m.info(key))
+	}
+	return out, false, it.Error()
+}
+
+// prefixUpperBound returns the smallest key greater than every key with
+// prefix p, or nil when there is none.
+func prefixUpperBound(p []byte) []byte {
+	end := slices.Clone(p)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] != 0xff {
+			end[i]++
+			return end[:i+1]
+		}
+	}
+	return nil
+}
+
+// collectBatchMax bounds the records one collector batch works off, so a
+// large backlog is worked off in steps of bounded memory.
+const collectBatchMax = 4096
+
+// CollectGarbage deletes superseded page versions whose retention has passed
+// and returns how many it deleted. It is idempotent and safe to run
+// concurrently with everything else.
+//
+// It first drops history records past their deadline, then page versions,
+// with one clock reading, so no history record outlives the pages it
+// describes; the count covers page versions only.
+func (s *Store) CollectGarbage() (int, error) {
+	now := s.opts.Now()
+	for {
+		n, err := s.collectHistoryBatch(now)
+		if err != nil {
+			return 0, err
+		}
+		if n < collectBatchMax {
+			break
+		}
+	}
+	total := 0
+	for {
+		records, deleted, err := s.collectBatch(now)
+		total += deleted
+		if err != nil || records < collectBatchMax {
+			return total, err
+		}
+	}
+}
+
+// collectHistoryBatch deletes up to collectBatchMax due history records and
+// their collector records.
+func (s *Store) collectHistoryBatch(now time.Time) (int, error) {
+	upper := histGCKey(now, nil)
+	due, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixHistGC}, UpperBound: upper})
+	if err != nil {
+		return 0, err
+	}
+	defer due.Close()
+	batch := s.db.NewBatch()
+	defer batch.Close()
+	n := 0
+	for ok := due.First(); ok && n < collectBatchMax; ok = due.Next() {
+		k := due.Key()
+		if len(k) < 9+1+1+8 {
+			return n, fmt.Errorf("%w: history collector key %x", errs.ErrCorruption, k)
+		}
+		if err := errors.Join(batch.Delete(k[9:], nil), batch.Delete(k, nil)); err != nil {
+			return n, err
+		}
+		n++
+	}
+	if err := due.Error(); err != nil || n == 0 {
+		return n, err
+	}
+	return n, batch.Commit(pebble.NoSync)
+}
+
+// collectBatch works off up to collectBatchMax due collector records. A
+// record names a page version; every older version of that page was
+// superseded when it was written, so all of them go.
+func (s *Store) collectBatch(now time.Time) (records, deleted int, err error) {
+	upper := garbageKey(now, nil)
+	due, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixGarbage}, UpperBound: upper})
+	if err != nil {
+		return 0, 0, err
+	}
+	defer due.Close()
+	pages, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixPage}, UpperBound: []byte{prefixPage + 1}})
+	if err != nil {
+		return 0, 0, err
+	}
+	defer pages.Close()
+	batch := s.db.NewBatch()
+	defer batch.Close()
+	// The page iterator does not see this batch's deletions. collectedBelow
+	// remembers, per page, the version below which the batch already deletes
+	// everything, so no version is deleted (or counted) twice.
+	collectedBelow := map[string]uint64{}
+	for ok := due.First(); ok && records < collectBatchMax; ok = due.Next() {
+		k := due.Key()
+		if len(k) < 9+1+1+16 {
+			return records, deleted, fmt.Errorf("%w: garbage key %x", errs.ErrCorruption, k)
+		}
+		newer := k[9:]
+		versionless := newer[:len(newer)-8]
+		newerVersion := ^binary.BigEndian.Uint64(newer[len(newer)-8:])
+		floor := collectedBelow[string(versionless)]
+		ok := pages.SeekGE(newer)
+		if ok && bytes.Equal(pages.Key(), newer) {
+			ok = pages.Next()
+		}
+		for ; ok && bytes.HasPrefix(pages.Key(), versionless); ok = pages.Next() {
+			if ^binary.BigEndian.Uint64(pages.Key()[len(pages.Key())-8:]) < floor {
+				break
+			}
+			if err := batch.Delete(pages.Key(), nil); err != nil {
+				return records, deleted, err
+			}
+			deleted++
+		}
+		collectedBelow[string(versionless)] = max(floor, newerVersion)
+		if err := errors.Join(pages.Error(), batch.Delete(k, nil)); err != nil {
+			return records, deleted, err
+		}
+		records++
+	}
+	if err := due.Error(); err != nil {
+		return records, deleted, err
+	}
+	if records == 0 {
+		return 0, 0, nil
+	}
+	return records, deleted, batch.Commit(pebble.NoSync)
+}
+
+// DiskBytes is the approximate space the keyspace uses on disk.
+func (s *Store) DiskBytes() uint64 {
+	return s.db.Metrics().DiskSpaceUsage()
+}
+
+var _ io.Closer = (*pebble.Iterator)(nil)
+
+// Results reports each op's outcome.
+func (p *Pending) Results() []txn.Result { return p.results }

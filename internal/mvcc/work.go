@@ -1,0 +1,315 @@
+package mvcc
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/tyrstore/tyr/internal/errs"
+	"github.com/tyrstore/tyr/internal/limits"
+	"github.com/tyrstore/tyr/internal/txn"
+)
+
+// noCut means no stored page of the blob is dropped by the commit.
+const noCut = math.MaxUint64
+
+// blobWork is the state of one blob while a commit is being prepared: the
+// stored state it started from plus the ops applied so far.
+//
+// Invariants: no dirty page holds a byte at or past meta.Size; every dirty
+// page index is below cutPage; when !exists, dirty is empty and cutPage is 0.
+type blobWork struct {
+	key  string
+	snap *pebble.Snapshot // the commit's point in time
+	it   *pebble.Iterator // the blob's pages in snap; opened on first use
+	// baseMeta is the stored record the commit builds on (zero when the blob
+	// did not exist): no stored page starts at or past baseMeta.Size, and
+	// pages are read as of baseMeta.Version.
+	baseMeta   blobMeta
+	baseExists bool
+	exists     bool
+	meta       blobMeta
+	changed    bool
+	// cutPage: stored pages at or past this index are dropped by the commit
+	// (shrinking truncate, delete).
+	cutPage uint64
+	dirty   map[uint64][]byte
+}
+
+func (s *Store) loadBlob(snap *pebble.Snapshot, key string) (*blobWork, error) {
+	m, ok, err := getMeta(snap, key)
+	if err != nil {
+		return nil, err
+	}
+	return &blobWork{key: key, snap: snap, baseMeta: m, baseExists: ok, exists: ok, meta: m,
+		cutPage: noCut, dirty: map[uint64][]byte{}}, nil
+}
+
+// close releases the page iterator, if one was opened.
+func (w *blobWork) close() {
+	if w.it != nil {
+		_ = w.it.Close()
+	}
+}
+
+func (w *blobWork) apply(op txn.Op, now int64) (txn.Result, error) {
+	if !w.exists && op.Kind != txn.OpCreate && !((op.Kind == txn.OpWrite || op.Kind == txn.OpAppend) && op.Create) {
+		return txn.Result{}, errs.ErrNotFound
+	}
+	if !w.exists {
+		w.exists = true
+		w.meta = blobMeta{Version: w.meta.Version, Created: now}
+	} else if op.Kind == txn.OpCreate {
+		return txn.Result{}, errs.ErrExists
+	}
+	w.changed = true
+	w.meta.Modified = now
+	switch op.Kind {
+	case txn.OpCreate:
+		return txn.Result{}, nil
+	case txn.OpWrite:
+		return txn.Result{Offset: op.Offset}, w.writeAt(op.Offset, op.Data)
+	case txn.OpAppend:
+		offset := w.meta.Size
+		if uint64(len(op.Data)) > limits.BlobBytesMax-offset {
+			return txn.Result{}, fmt.Errorf("%w: append of %d bytes at %d ends past the blob size limit of %d",
+				errs.ErrOutOfRange, len(op.Data), offset, limits.BlobBytesMax)
+		}
+		return txn.Result{Offset: offset}, w.writeAt(offset, op.Data)
+	case txn.OpTruncate:
+		return txn.Result{}, w.truncate(op.Size)
+	case txn.OpAtomic:
+		var cur [8]byte
+		if err := w.readAt(op.Offset, cur[:op.Width]); err != nil {
+			return txn.Result{}, err
+		}
+		v := op.Func.Apply(op.Width, binary.LittleEndian.Uint64(cur[:]), op.Operand)
+		binary.LittleEndian.PutUint64(cur[:], v)
+		return txn.Result{Offset: op.Offset, Value: v}, w.writeAt(op.Offset, cur[:op.Width])
+	case txn.OpCompareAndSwap:
+		cur := make([]byte, len(op.Expected))
+		if err := w.readAt(op.Offset, cur); err != nil {
+			return txn.Result{}, err
+		}
+		if !bytes.Equal(cur, op.Expected) {
+			return txn.Result{}, fmt.Errorf("%w: compare-and-swap at offset %d: the current %d bytes differ from the expected ones",
+				errs.ErrConflict, op.Offset, len(cur))
+		}
+		return txn.Result{Offset: op.Offset}, w.writeAt(op.Offset, op.Data)
+	case txn.OpDelete:
+		w.exists = false
+		w.meta.Size = 0
+		w.cutPage = 0
+		clear(w.dirty)
+		return txn.Result{}, nil
+	}
+	return txn.Result{}, fmt.Errorf("%w: op kind %d", errs.ErrInvalidArgument, op.Kind)
+}
+
+// page returns the current content of a page for modification: the dirty
+// copy, or a copy of the stored page, or nil for a page that holds nothing.
+func (w *blobWork) page(idx uint64) ([]byte, error) {
+	if buf, ok := w.dirty[idx]; ok {
+		return buf, nil
+	}
+	if idx >= w.cutPage {
+		return nil, nil
+	}
+	if w.it == nil {
+		it, err := newPageIter(w.snap, w.key)
+		if err != nil {
+			return nil, err
+		}
+		w.it = it
+	}
+	data, _, ok, err := readPage(w.it, w.key, idx, w.baseMeta.Version)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return slices.Clone(data), nil
+}
+
+// readAt fills buf with the blob's current bytes (as of the ops applied so
+// far) at offset; bytes past the end read as zeros.
+func (w *blobWork) readAt(offset uint64, buf []byte) error {
+	clear(buf)
+	end := min(offset+uint64(len(buf)), w.meta.Size)
+	for idx := offset / PageBytes; idx*PageBytes < end; idx++ {
+		data, err := w.page(idx)
+		if err != nil {
+			return err
+		}
+		pageStart := idx * PageBytes
+		lo := max(offset, pageStart)
+		hi := min(end, pageStart+uint64(len(data)))
+		if lo < hi {
+			copy(buf[lo-offset:hi-offset], data[lo-pageStart:hi-pageStart])
+		}
+	}
+	return nil
+}
+
+// writeAt writes data at offset. As with POSIX pwrite, an empty write
+// changes nothing, wherever it points.
+func (w *blobWork) writeAt(offset uint64, data []byte) error {
+	if len(data) == 0 {
+		return nil
+	}
+	end := offset + uint64(len(data))
+	for idx := offset / PageBytes; idx*PageBytes < end; idx++ {
+		pageStart := idx * PageBytes
+		lo, hi := max(offset, pageStart)-pageStart, min(end, pageStart+PageBytes)-pageStart
+		// The old content matters only where this write leaves bytes of it
+		// standing: before lo, or after hi up to the blob's current end.
+		var buf []byte
+		if lo > 0 || hi < min(PageBytes, w.meta.Size-min(w.meta.Size, pageStart)) {
+			old, err := w.page(idx)
+			if err != nil {
+				return err
+			}
+			buf = old
+		}
+		if uint64(len(buf)) < hi {
+			buf = append(buf, make([]byte, hi-uint64(len(buf)))...)
+		}
+		copy(buf[lo:hi], data[pageStart+lo-offset:pageStart+hi-offset])
+		w.dirty[idx] = buf
+	}
+	w.meta.Size = max(w.meta.Size, end)
+	return nil
+}
+
+func (w *blobWork) truncate(size uint64) error {
+	if size >= w.meta.Size {
+		w.meta.Size = size
+		return nil
+	}
+	cut := (size + PageBytes - 1) / PageBytes
+	for idx := range w.dirty {
+		if idx >= cut {
+			delete(w.dirty, idx)
+		}
+	}
+	if tail := size % PageBytes; tail != 0 {
+		idx := size / PageBytes
+		buf, err := w.page(idx)
+		if err != nil {
+			return err
+		}
+		if uint64(len(buf)) > tail {
+			w.dirty[idx] = buf[:tail]
+		}
+	}
+	w.cutPage = min(w.cutPage, cut)
+	w.meta.Size = size
+	return nil
+}
+
+// emit adds the blob's changes to batch: dropped page ranges first, then new
+// page versions (later entries of a batch win over its range deletions), then
+// the blob record. With MVCC on, each page version it supersedes is queued
+// for the collector.
+func (s *Store) emit(batch *pebble.Batch, w *blobWork, now int64) error {
+	if !w.changed {
+		return nil
+	}
+	if w.cutPage != noCut {
+		if err := batch.DeleteRange(pageKeyVersionless(w.key, w.cutPage), blobPagesEnd(w.key), nil); err != nil {
+			return err
+		}
+	}
+	deadline := time.Unix(0, now).Add(s.opts.Retention)
+	if !w.exists {
+		if err := batch.DeleteRange(historyPrefix(w.key), historyEnd(w.key), nil); err != nil {
+			return err
+		}
+		return batch.Delete(metaKey(w.key), nil)
+	}
+	if s.opts.MVCC && w.baseExists {
+		hkey := historyKey(w.key, w.baseMeta.Version)
+		rec := historyRecord{Meta: w.baseMeta, Cut: w.cutPage}
+		if err := batch.Set(hkey, rec.encode(), nil); err != nil {
+			return err
+		}
+		if err := batch.Set(histGCKey(deadline, hkey), nil, nil); err != nil {
+			return err
+		}
+	}
+	pages := make([]uint64, 0, len(w.dirty))
+	for idx := range w.dirty {
+		pages = append(pages, idx)
+	}
+	slices.Sort(pages)
+	for _, idx := range pages {
+		version := uint64(0)
+		if s.opts.MVCC {
+			version = w.meta.Version
+			if err := s.queueSuperseded(batch, w, idx, deadline); err != nil {
+				return err
+			}
+		}
+		if err := batch.Set(pageKey(w.key, idx, version), w.dirty[idx], nil); err != nil {
+			return err
+		}
+	}
+	return batch.Set(metaKey(w.key), w.meta.encode(), nil)
+}
+
+// queueSuperseded records that the page's versions older than the one this
+// commit writes may be collected after deadline. It needs no read: a page
+// that may have stored versions is one below the stored size and not dropped
+// by the commit.
+func (s *Store) queueSuperseded(batch *pebble.Batch, w *blobWork, idx uint64, deadline time.Time) error {
+	if idx >= w.cutPage || idx*PageBytes >= w.baseMeta.Size {
+		return nil // nothing stored, or the range deletion takes it all
+	}
+	return batch.Set(garbageKey(deadline, pageKey(w.key, idx, w.meta.Version)), nil, nil)
+}
+
+// lockTable holds one mutex per blob key in use. Keys are always locked in
+// sorted order, so two commits never wait on each other in a cycle.
+type lockTable struct {
+	mu    sync.Mutex
+	locks map[string]*keyLock // guarded by mu
+}
+
+type keyLock struct {
+	mu   sync.Mutex
+	refs int // guarded by lockTable.mu
+}
+
+func (t *lockTable) lock(sortedKeys []string) {
+	for _, key := range sortedKeys {
+		t.mu.Lock()
+		if t.locks == nil {
+			t.locks = map[string]*keyLock{}
+		}
+		l := t.locks[key]
+		if l == nil {
+			l = &keyLock{}
+			t.locks[key] = l
+		}
+		l.refs++
+		t.mu.Unlock()
+		l.mu.Lock()
+	}
+}
+
+func (t *lockTable) unlock(sortedKeys []string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, key := range sortedKeys {
+		l := t.locks[key]
+		l.mu.Unlock()
+		l.refs--
+		if l.refs == 0 {
+			delete(t.locks, key)
+		}
+	}
+}

@@ -1,0 +1,83 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+
+	"github.com/tyrstore/tyr/api/tyrpb"
+)
+
+// Metrics are a node's Prometheus metrics, on a registry of their own.
+type Metrics struct {
+	Registry *prometheus.Registry
+	ops      *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+	bytes    *prometheus.CounterVec
+}
+
+// NewMetrics creates the metrics: tyr_ops_total{op,code},
+// tyr_op_duration_seconds{op}, tyr_bytes_total{direction} and the Go
+// runtime and process collectors.
+func NewMetrics() *Metrics {
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		ops: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tyr_ops_total", Help: "Requests served, by operation and result code.",
+		}, []string{"op", "code"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "tyr_op_duration_seconds", Help: "Request latency, by operation.",
+			Buckets: prometheus.ExponentialBuckets(20e-6, 2, 18),
+		}, []string{"op"}),
+		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tyr_bytes_total", Help: "Blob payload bytes, by direction (written, read).",
+		}, []string{"direction"}),
+	}
+	m.Registry.MustRegister(m.ops, m.latency, m.bytes,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Handler serves the metrics in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{})
+}
+
+func (m *Metrics) interceptor(log *slog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		op := info.FullMethod[strings.LastIndexByte(info.FullMethod, '/')+1:]
+		start := time.Now()
+		resp, err := handler(ctx, req)
+		elapsed := time.Since(start)
+		code := status.Code(err)
+		m.ops.WithLabelValues(op, code.String()).Inc()
+		m.latency.WithLabelValues(op).Observe(elapsed.Seconds())
+		switch r := req.(type) {
+		case *tyrpb.CommitRequest:
+			if err == nil {
+				n := 0
+				for _, o := range r.GetOps() {
+					n += len(o.GetWrite().GetData()) + len(o.GetAppend().GetData())
+				}
+				m.bytes.WithLabelValues("written").Add(float64(n))
+			}
+		case *tyrpb.ReadRequest:
+			if out, ok := resp.(*tyrpb.ReadResponse); ok && err == nil {
+				m.bytes.WithLabelValues("read").Add(float64(len(out.GetData())))
+			}
+		}
+		if err != nil {
+			log.Debug("request failed", "op", op, "code", code.String(), "err", status.Convert(err).Message(),
+				"elapsed", elapsed)
+		}
+		return resp, err
+	}
+}

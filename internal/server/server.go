@@ -1,0 +1,292 @@
+// Package server is the network edge of a tyr node: it serves the gRPC API
+// over the storage engine, turns every mutation into a transaction committed
+// through the chain, and exports metrics.
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"unicode/utf8"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+
+	"github.com/tyrstore/tyr/api/tyrpb"
+	"github.com/tyrstore/tyr/internal/chain"
+	"github.com/tyrstore/tyr/internal/errs"
+	"github.com/tyrstore/tyr/internal/keyspace"
+	"github.com/tyrstore/tyr/internal/limits"
+	"github.com/tyrstore/tyr/internal/mvcc"
+	"github.com/tyrstore/tyr/internal/storage"
+	"github.com/tyrstore/tyr/internal/txn"
+)
+
+// Service implements tyrpb.TyrServer over an Engine.
+type Service struct {
+	tyrpb.UnimplementedTyrServer
+	engine *storage.Engine
+	log    *slog.Logger
+}
+
+// NewService returns a Service over engine.
+func NewService(engine *storage.Engine, log *slog.Logger) *Service {
+	return &Service{engine: engine, log: log}
+}
+
+// Register creates a gRPC server with tyr's limits and interceptors and
+// registers s on it.
+func (s *Service) Register(m *Metrics) *grpc.Server {
+	g := grpc.NewServer(
+		// Long-lived workers keep their grown stacks; a fresh goroutine per
+		// request would grow its stack again inside Pebble on every call.
+		grpc.NumStreamWorkers(uint32(4*runtime.GOMAXPROCS(0))),
+		grpc.MaxRecvMsgSize(limits.MessageBytesMax),
+		grpc.MaxSendMsgSize(limits.MessageBytesMax),
+		grpc.ChainUnaryInterceptor(m.interceptor(s.log)),
+	)
+	tyrpb.RegisterTyrServer(g, s)
+	return g
+}
+
+// toStatus maps an error to a gRPC status with its class's code; the
+// message keeps the whole error text. A status error without a class passes
+// through unchanged.
+func toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	code, classified := errs.Code(err)
+	if _, ok := status.FromError(err); ok && !classified {
+		return err
+	}
+	return status.Error(code, err.Error())
+}
+
+func keyspaceInfo(ks *storage.Keyspace, diskBytes uint64) *tyrpb.KeyspaceInfo {
+	return &tyrpb.KeyspaceInfo{
+		Name: ks.Name,
+		Config: &tyrpb.KeyspaceConfig{ChunkSize: ks.Config.ChunkBytes, Replication: ks.Config.Replication,
+			Mvcc: ks.Config.MVCC, Sync: ks.Config.Sync},
+		CreatedUnixNano: ks.Created.UnixNano(),
+		DiskBytes:       diskBytes,
+	}
+}
+
+// CreateKeyspace implements tyrpb.TyrServer.
+func (s *Service) CreateKeyspace(_ context.Context, req *tyrpb.CreateKeyspaceRequest) (*tyrpb.KeyspaceInfo, error) {
+	cfg := keyspace.Config{}
+	if c := req.GetConfig(); c != nil {
+		cfg = keyspace.Config{ChunkBytes: c.ChunkSize, Replication: c.Replication, MVCC: c.Mvcc, Sync: c.Sync}
+	}
+	ks, err := s.engine.Create(string(req.GetName()), cfg)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	s.log.Info("keyspace created", "keyspace", ks.Name, "chunk_bytes", ks.Config.ChunkBytes,
+		"replication", ks.Config.Replication, "mvcc", ks.Config.MVCC, "sync", ks.Config.Sync)
+	return keyspaceInfo(ks, 0), nil
+}
+
+// DropKeyspace implements tyrpb.TyrServer.
+func (s *Service) DropKeyspace(_ context.Context, req *tyrpb.DropKeyspaceRequest) (*tyrpb.DropKeyspaceResponse, error) {
+	if err := s.engine.Drop(string(req.GetName())); err != nil {
+		return nil, toStatus(err)
+	}
+	s.log.Info("keyspace dropped", "keyspace", string(req.GetName()))
+	return &tyrpb.DropKeyspaceResponse{}, nil
+}
+
+// ListKeyspaces implements tyrpb.TyrServer.
+func (s *Service) ListKeyspaces(context.Context, *tyrpb.ListKeyspacesRequest) (*tyrpb.ListKeyspacesResponse, error) {
+	resp := &tyrpb.ListKeyspacesResponse{}
+	for _, ks := range s.engine.List() {
+		resp.Keyspaces = append(resp.Keyspaces, keyspaceInfo(ks, 0))
+	}
+	return resp, nil
+}
+
+// GetKeyspace implements tyrpb.TyrServer.
+func (s *Service) GetKeyspace(_ context.Context, req *tyrpb.GetKeyspaceRequest) (*tyrpb.KeyspaceInfo, error) {
+	ks, err := s.engine.Acquire(string(req.GetName()))
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	defer ks.Release()
+	return keyspaceInfo(ks, ks.Store.DiskBytes()), nil
+}
+
+// DecodeOps turns wire ops into transaction ops, rejecting malformed ones.
+func DecodeOps(in []*tyrpb.Op) ([]txn.Op, error) {
+	ops, err := decodeOps(in, 0)
+	if err != nil {
+		return nil, err
+	}
+	if err := txn.Validate(ops); err != nil {
+		return nil, err
+	}
+	return ops, nil
+}
+
+// DecodeCommit turns a wire commit into transaction ops: its ops, then one
+// txn.OpReadCheck per read check. A commit of only read checks is valid.
+func DecodeCommit(req *tyrpb.CommitRequest) ([]txn.Op, error) {
+	if n := len(req.GetReads()); n > limits.ReadChecksMax {
+		return nil, fmt.Errorf("%w: commit of %d read checks, above the limit of %d",
+			errs.ErrTooLarge, n, limits.ReadChecksMax)
+	}
+	ops, err := decodeOps(req.GetOps(), len(req.GetReads()))
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range req.GetReads() {
+		ops = append(ops, txn.Op{Key: string(r.GetKey()), Kind: txn.OpReadCheck, Version: r.GetVersion()})
+	}
+	if err := txn.Validate(ops); err != nil {
+		return nil, err
+	}
+	return ops, nil
+}
+
+func decodeOps(in []*tyrpb.Op, extra int) ([]txn.Op, error) {
+	if len(in) > limits.OpsPerCommitMax {
+		return nil, fmt.Errorf("%w: commit of %d ops, above the limit of %d",
+			errs.ErrTooLarge, len(in), limits.OpsPerCommitMax)
+	}
+	ops := make([]txn.Op, 0, len(in)+extra)
+	for i, o := range in {
+		op := txn.Op{Key: string(o.GetKey())}
+		switch k := o.GetKind().(type) {
+		case *tyrpb.Op_Create:
+			op.Kind = txn.OpCreate
+		case *tyrpb.Op_Write:
+			op.Kind, op.Offset, op.Data, op.Create = txn.OpWrite, k.Write.GetOffset(), k.Write.GetData(), k.Write.GetCreate()
+		case *tyrpb.Op_Append:
+			op.Kind, op.Data, op.Create = txn.OpAppend, k.Append.GetData(), k.Append.GetCreate()
+		case *tyrpb.Op_Truncate:
+			op.Kind, op.Size = txn.OpTruncate, k.Truncate.GetSize()
+		case *tyrpb.Op_Delete:
+			op.Kind = txn.OpDelete
+		case *tyrpb.Op_Atomic:
+			a := k.Atomic
+			if a.GetWidth() > 8 || a.GetFunc() < 0 || a.GetFunc() > 255 {
+				return nil, fmt.Errorf("%w: op %d: atomic width %d, function %d",
+					errs.ErrInvalidArgument, i, a.GetWidth(), a.GetFunc())
+			}
+			op.Kind, op.Offset, op.Width, op.Func, op.Operand = txn.OpAtomic, a.GetOffset(), int(a.GetWidth()),
+				txn.AtomicFunc(a.GetFunc()), a.GetOperand()
+			if op.Width == 0 || op.Func == 0 {
+				// Zero would read as "no atomic fields" to txn.Validate.
+				return nil, fmt.Errorf("%w: op %d: atomic width %d, function %d",
+					errs.ErrInvalidArgument, i, a.GetWidth(), a.GetFunc())
+			}
+		case *tyrpb.Op_Cas:
+			op.Kind, op.Offset, op.Expected, op.Data = txn.OpCompareAndSwap, k.Cas.GetOffset(), k.Cas.GetExpected(), k.Cas.GetData()
+		default:
+			return nil, fmt.Errorf("%w: op %d has no kind", errs.ErrInvalidArgument, i)
+		}
+		ops = append(ops, op)
+	}
+	return ops, nil
+}
+
+// Commit implements tyrpb.TyrServer.
+func (s *Service) Commit(_ context.Context, req *tyrpb.CommitRequest) (*tyrpb.CommitResponse, error) {
+	ops, err := DecodeCommit(req)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	ks, err := s.engine.Acquire(string(req.GetKeyspace()))
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	defer ks.Release()
+	results, err := chain.Commit([]chain.Member{mvcc.Member{Store: ks.Store}}, ops)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	// The read checks come after the ops and answer nothing.
+	results = results[:len(req.GetOps())]
+	resp := &tyrpb.CommitResponse{Results: make([]*tyrpb.OpResult, len(results))}
+	for i, r := range results {
+		resp.Results[i] = &tyrpb.OpResult{Offset: r.Offset, Size: r.Size, Version: r.Version, Value: r.Value}
+	}
+	return resp, nil
+}
+
+// Read implements tyrpb.TyrServer.
+func (s *Service) Read(_ context.Context, req *tyrpb.ReadRequest) (*tyrpb.ReadResponse, error) {
+	if err := keyspace.ValidateKey(string(req.GetKey())); err != nil {
+		return nil, toStatus(err)
+	}
+	ks, err := s.engine.Acquire(string(req.GetKeyspace()))
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	defer ks.Release()
+	data, info, err := ks.Store.ReadAt(string(req.GetKey()), req.GetOffset(), req.GetLength(), req.GetVersion())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &tyrpb.ReadResponse{Data: data, Size: info.Size, Version: info.Version}, nil
+}
+
+func blobInfo(b mvcc.BlobInfo) *tyrpb.BlobInfo {
+	return &tyrpb.BlobInfo{Key: b.Key, Size: b.Size, Version: b.Version,
+		CreatedUnixNano: b.Created.UnixNano(), ModifiedUnixNano: b.Modified.UnixNano()}
+}
+
+// Stat implements tyrpb.TyrServer.
+func (s *Service) Stat(_ context.Context, req *tyrpb.StatRequest) (*tyrpb.BlobInfo, error) {
+	if err := keyspace.ValidateKey(string(req.GetKey())); err != nil {
+		return nil, toStatus(err)
+	}
+	ks, err := s.engine.Acquire(string(req.GetKeyspace()))
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	defer ks.Release()
+	info, err := ks.Store.Stat(string(req.GetKey()))
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return blobInfo(info), nil
+}
+
+// List implements tyrpb.TyrServer.
+func (s *Service) List(_ context.Context, req *tyrpb.ListRequest) (*tyrpb.ListResponse, error) {
+	limit := int(req.GetLimit())
+	if limit == 0 {
+		limit = limits.ListLimitDefault
+	}
+	if limit > limits.ListLimitMax {
+		return nil, toStatus(fmt.Errorf("%w: list limit %d above the maximum of %d",
+			errs.ErrInvalidArgument, limit, limits.ListLimitMax))
+	}
+	prefix, startAfter := string(req.GetPrefix()), string(req.GetStartAfter())
+	if len(prefix) > limits.KeyBytesMax || len(startAfter) > limits.KeyBytesMax {
+		return nil, toStatus(fmt.Errorf("%w: prefix or start_after longer than %d bytes",
+			errs.ErrInvalidArgument, limits.KeyBytesMax))
+	}
+	if !utf8.ValidString(prefix) || !utf8.ValidString(startAfter) {
+		return nil, toStatus(fmt.Errorf("%w: prefix or start_after is not valid UTF-8", errs.ErrInvalidArgument))
+	}
+	ks, err := s.engine.Acquire(string(req.GetKeyspace()))
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	defer ks.Release()
+	blobs, more, err := ks.Store.List(prefix, startAfter, limit)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	resp := &tyrpb.ListResponse{Blobs: make([]*tyrpb.BlobInfo, len(blobs))}
+	for i, b := range blobs {
+		resp.Blobs[i] = blobInfo(b)
+	}
+	if more && len(blobs) > 0 {
+		resp.NextStartAfter = blobs[len(blobs)-1].Key
+	}
+	return resp, nil
+}

@@ -1,0 +1,143 @@
+package sim
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+
+	"github.com/tyrstore/tyr/internal/chain"
+	"github.com/tyrstore/tyr/internal/ring"
+	"github.com/tyrstore/tyr/internal/txn"
+)
+
+// anomaliesMax bounds the anomalies one run reports; the first few say
+// enough, and a broken run could otherwise list thousands.
+const anomaliesMax = 20
+
+// check runs every checker on the finished run and returns what they found:
+//
+//   - liveness: every transaction begun finished at its coordinator, no
+//     store holds a staged transaction, and every replica forgot every
+//     transaction (its records are bounded in time, not just in number);
+//   - committed means committed everywhere: a transaction the coordinator
+//     saw committed is committed on every member of its chain, and appears
+//     in the commit log of every replica of every key it wrote;
+//   - atomicity: no transaction is committed on one member and aborted on
+//     another, and none the coordinator saw aborted is committed anywhere;
+//   - replicas agree: the replicas of each key committed the same
+//     transactions in the same order, and hold the bytes that replaying
+//     those transactions' ops from nothing produces;
+//   - each store saw at most one Prepare per transaction and at most one
+//     Commit or Abort after it.
+func (w *world) check() []string {
+	var out []string
+	add := func(format string, args ...any) {
+		if len(out) < anomaliesMax {
+			out = append(out, fmt.Sprintf(format, args...))
+		}
+	}
+	for _, n := range w.nodes {
+		for _, a := range w.stores[n].storeAnomalies() {
+			add("store: %s", a)
+		}
+	}
+	w.checkLiveness(add)
+	w.checkOutcomes(add)
+	w.checkKeys(add)
+	return out
+}
+
+func (w *world) checkLiveness(add func(string, ...any)) {
+	for _, id := range w.order {
+		if !w.txns[id].finished {
+			add("liveness: %s never finished (chain %v)", id, w.txns[id].chain)
+		}
+	}
+	for _, n := range w.nodes {
+		if s := w.stores[n].stagedCount(); s > 0 {
+			add("liveness: %s still stages %d transactions", n, s)
+		}
+		if t := w.replicas[n].Tracked(); t > 0 {
+			add("liveness: %s still tracks %d transactions", n, t)
+		}
+	}
+}
+
+func (w *world) checkOutcomes(add func(string, ...any)) {
+	for _, id := range w.order {
+		t := w.txns[id]
+		var committedAt, abortedAt []ring.NodeID
+		for _, n := range t.chain {
+			switch w.stores[n].statusOf(id) {
+			case statusCommitted:
+				committedAt = append(committedAt, n)
+			case statusAborted:
+				abortedAt = append(abortedAt, n)
+			}
+		}
+		if len(committedAt) > 0 && len(abortedAt) > 0 {
+			add("atomicity: %s committed on %v and aborted on %v", id, committedAt, abortedAt)
+		}
+		if !t.finished {
+			continue
+		}
+		if t.outcome.Committed && len(committedAt) != len(t.chain) {
+			add("durability: %s reported committed but committed only on %v of %v", id, committedAt, t.chain)
+		}
+		if !t.outcome.Committed && len(committedAt) > 0 {
+			add("atomicity: %s reported aborted (%s) but committed on %v", id, t.outcome.Err, committedAt)
+		}
+	}
+}
+
+// checkKeys compares each key's replicas with each other and with a replay
+// of the transactions the coordinators saw committed.
+func (w *world) checkKeys(add func(string, ...any)) {
+	for _, k := range w.keys {
+		// The transactions reported committed that touch k, in begin order.
+		var want []chain.TxnID
+		for _, id := range w.order {
+			t := w.txns[id]
+			if t.finished && t.outcome.Committed && slices.ContainsFunc(t.ops, func(op txn.Op) bool { return op.Key == k }) {
+				want = append(want, id)
+			}
+		}
+		replicas := w.placement[k]
+		firstLog := w.stores[replicas[0]].keyLog(k)
+		got := slices.Clone(firstLog)
+		slices.SortFunc(got, chain.TxnID.Compare)
+		slices.SortFunc(want, chain.TxnID.Compare)
+		if !slices.Equal(got, want) {
+			add("durability: replica %s of %s committed %v, coordinators saw committed %v", replicas[0], k, firstLog, want)
+		}
+		model := &blob{}
+		for _, id := range firstLog {
+			for _, op := range w.txns[id].ops {
+				if op.Key != k {
+					continue
+				}
+				if _, err := model.apply(op); err != nil {
+					add("replay: %s on %s fails in the model: %v", id, k, err)
+				}
+			}
+		}
+		// Only MemStore's versions, commit counts, agree across replicas;
+		// mvcc draws them from the clock at each replica's Prepare.
+		sameVersions := w.cfg.Store == StoreMem
+		for _, n := range replicas {
+			log := w.stores[n].keyLog(k)
+			if !slices.Equal(log, firstLog) {
+				add("agreement: %s has %s log %v, %s has %v", n, k, log, replicas[0], firstLog)
+			}
+			b, err := w.stores[n].keyState(k)
+			if err != nil {
+				add("read: %s cannot read %s: %v", n, k, err)
+				continue
+			}
+			if b.exists != model.exists || !bytes.Equal(b.data, model.data) || (sameVersions && b.version != model.version) {
+				add("agreement: %s holds %s exists=%t version=%d %q, replay gives exists=%t version=%d %q",
+					n, k, b.exists, b.version, b.data, model.exists, model.version, model.data)
+			}
+		}
+	}
+}

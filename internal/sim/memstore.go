@@ -1,0 +1,213 @@
+package sim
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/tyrstore/tyr/internal/chain"
+	"github.com/tyrstore/tyr/internal/errs"
+	"github.com/tyrstore/tyr/internal/ring"
+	"github.com/tyrstore/tyr/internal/txn"
+)
+
+// blob is one key's state on one simulated node.
+type blob struct {
+	exists bool
+	data   []byte
+	// version counts the commits that changed the key, across deletes, so
+	// replicas that applied the same commits report the same versions.
+	version uint64
+	// log lists the transactions committed on the key, in commit order.
+	log []chain.TxnID
+}
+
+func (b *blob) clone() *blob {
+	return &blob{exists: b.exists, data: slices.Clone(b.data), version: b.version, log: b.log}
+}
+
+// apply runs one op on b, the way mvcc does: create refuses an existing
+// blob, and everything but a creating write or append refuses a missing
+// one. It is the model the checkers replay, too.
+func (b *blob) apply(op txn.Op) (txn.Result, error) {
+	if !b.exists && op.Kind != txn.OpCreate && !((op.Kind == txn.OpWrite || op.Kind == txn.OpAppend) && op.Create) {
+		return txn.Result{}, fmt.Errorf("%w: %s of %q", errs.ErrNotFound, op.Kind, op.Key)
+	}
+	var r txn.Result
+	switch op.Kind {
+	case txn.OpCreate:
+		if b.exists {
+			return txn.Result{}, fmt.Errorf("%w: %q", errs.ErrExists, op.Key)
+		}
+		b.exists, b.data = true, nil
+	case txn.OpWrite, txn.OpAppend:
+		b.exists = true
+		offset := op.Offset
+		if op.Kind == txn.OpAppend {
+			offset = uint64(len(b.data))
+		}
+		if end := offset + uint64(len(op.Data)); end > uint64(len(b.data)) {
+			b.data = append(b.data, make([]byte, end-uint64(len(b.data)))...)
+		}
+		copy(b.data[offset:], op.Data)
+		r.Offset = offset
+	case txn.OpTruncate:
+		if op.Size <= uint64(len(b.data)) {
+			b.data = b.data[:op.Size]
+		} else {
+			b.data = append(b.data, make([]byte, op.Size-uint64(len(b.data)))...)
+		}
+	case txn.OpDelete:
+		b.exists, b.data = false, nil
+	}
+	b.version++
+	r.Size = uint64(len(b.data))
+	if b.exists {
+		r.Version = b.version
+	}
+	return r, nil
+}
+
+// status is where a transaction stands in one MemStore. Zero is "never
+// prepared here".
+type status uint8
+
+const (
+	statusStaged status = 1 + iota
+	statusCommitted
+	statusAborted
+)
+
+var statusNames = [...]string{"unknown", "staged", "committed", "aborted"}
+
+func (s status) String() string { return statusNames[s] }
+
+// MemStore is a node's simulated storage: blobs in memory, per-key locks
+// that refuse instead of waiting (as chain.Stager requires), and the history
+// the checkers read. A node stores only the keys owns reports; it skips the
+// ops on other keys.
+type MemStore struct {
+	node   ring.NodeID
+	owns   func(key string) bool
+	blobs  map[string]*blob
+	locks  map[string]chain.TxnID
+	status map[chain.TxnID]status
+	// anomalies are contract breaches seen by the store itself, such as a
+	// second Prepare of one transaction.
+	anomalies []string
+}
+
+// NewMemStore returns an empty store for node.
+func NewMemStore(node ring.NodeID, owns func(key string) bool) *MemStore {
+	return &MemStore{
+		node: node, owns: owns, blobs: map[string]*blob{},
+		locks: map[string]chain.TxnID{}, status: map[chain.TxnID]status{},
+	}
+}
+
+// Prepare implements chain.Stager.
+func (s *MemStore) Prepare(id chain.TxnID, ops []txn.Op) (chain.Staged, error) {
+	if st, ok := s.status[id]; ok {
+		// The replica promises one Prepare per transaction; a second one
+		// means it forgot the transaction while a Forward was still coming,
+		// and would run it twice.
+		s.anomalies = append(s.anomalies, fmt.Sprintf("%s: second Prepare of %s, already %s", s.node, id, st))
+		return nil, fmt.Errorf("%w: %s prepared twice", errs.ErrConflict, id)
+	}
+	work := map[string]*blob{}
+	var keys []string
+	results := make([]txn.Result, len(ops))
+	for i, op := range ops {
+		if !s.owns(op.Key) {
+			continue
+		}
+		b, ok := work[op.Key]
+		if !ok {
+			if holder, locked := s.locks[op.Key]; locked {
+				return nil, fmt.Errorf("%w: %q is staged by %s", errs.ErrConflict, op.Key, holder)
+			}
+			b = &blob{}
+			if cur := s.blobs[op.Key]; cur != nil {
+				b = cur.clone()
+			}
+			work[op.Key] = b
+			keys = append(keys, op.Key)
+		}
+		r, err := b.apply(op)
+		if err != nil {
+			return nil, fmt.Errorf("op %d: %w", i, err)
+		}
+		results[i] = r
+	}
+	for _, k := range keys {
+		s.locks[k] = id
+	}
+	s.status[id] = statusStaged
+	return &memStaged{store: s, id: id, keys: keys, work: work, results: results}, nil
+}
+
+type memStaged struct {
+	store   *MemStore
+	id      chain.TxnID
+	keys    []string // in first-touched order, which is deterministic
+	work    map[string]*blob
+	results []txn.Result
+}
+
+func (p *memStaged) finish(st status) {
+	s := p.store
+	if s.status[p.id] != statusStaged {
+		s.anomalies = append(s.anomalies, fmt.Sprintf("%s: %s of %s, which is %s", s.node, st, p.id, s.status[p.id]))
+	}
+	s.status[p.id] = st
+	for _, k := range p.keys {
+		delete(s.locks, k)
+	}
+}
+
+// Commit implements chain.Staged.
+func (p *memStaged) Commit() error {
+	p.finish(statusCommitted)
+	for _, k := range p.keys {
+		b := p.work[k]
+		b.log = append(slices.Clip(b.log), p.id)
+		p.store.blobs[k] = b
+	}
+	return nil
+}
+
+// Abort implements chain.Staged.
+func (p *memStaged) Abort() { p.finish(statusAborted) }
+
+// Results implements chain.Staged.
+func (p *memStaged) Results() []txn.Result { return p.results }
+
+// stagedCount is how many transactions hold locks here.
+func (s *MemStore) stagedCount() int {
+	n := 0
+	for _, st := range s.status {
+		if st == statusStaged {
+			n++
+		}
+	}
+	return n
+}
+
+func (s *MemStore) statusOf(id chain.TxnID) status { return s.status[id] }
+
+func (s *MemStore) storeAnomalies() []string { return s.anomalies }
+
+func (s *MemStore) keyLog(key string) []chain.TxnID {
+	if b := s.blobs[key]; b != nil {
+		return b.log
+	}
+	return nil
+}
+
+func (s *MemStore) keyState(key string) (blob, error) {
+	if b := s.blobs[key]; b != nil {
+		return blob{exists: b.exists, data: b.data, version: b.version}, nil
+	}
+	return blob{}, nil
+}
+
+func (s *MemStore) close() error { return nil }

@@ -1,0 +1,621 @@
+// Package sim runs a whole cluster's chain-commit protocol in one goroutine,
+// on virtual time, over a simulated network that loses, repeats, delays and
+// reorders messages and partitions the nodes, and then checks that no
+// transaction was half-committed and that every one finished.
+//
+// Everything that varies comes from one seed: the cluster's shape, the
+// network's fault profile (each seed picks its own, so a batch of seeds
+// covers quiet networks, lossy ones and partitioned ones: swarm testing),
+// the partition schedule, the clients' transactions and every delivery. One
+// event queue, ordered by virtual time and then by insertion, drives the
+// run, and every collection is walked in a fixed order, so a seed replays
+// exactly, event for event: Result.TraceHash proves it.
+//
+// Each node stores its keys in a MemStore, the simulator's model of mvcc,
+// or, with Config.Store = StoreMVCC, in a real mvcc.Store over an in-memory
+// Pebble database whose clock is the virtual time, so its versions replay
+// too.
+//
+// A run has two phases. In the fault phase clients begin transactions
+// while the network misbehaves. Then the network heals for good and stops
+// losing messages (it still delays, reorders and repeats them), clients stop
+// beginning transactions, and the run continues until every transaction has
+// finished and every replica has forgotten it, or the liveness bound passes.
+package sim
+
+import (
+	"container/heap"
+	"encoding/binary"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/tyrstore/tyr/internal/chain"
+	"github.com/tyrstore/tyr/internal/ring"
+	"github.com/tyrstore/tyr/internal/txn"
+)
+
+// Config selects a run. Only Seed is needed; the rest is for tests.
+type Config struct {
+	Seed uint64
+	// Lossy forces a network that drops at least 5% of messages, for tests
+	// that need faults on every seed.
+	Lossy bool
+	// AbortOnTimeout turns on chain.TestingKnobs.AbortOnForwardTimeoutTicks
+	// in every replica: the protocol bug the checkers must catch.
+	AbortOnTimeout bool
+	// RetentionTicks, if positive, replaces the seed's choice of
+	// chain.ReplicaConfig.OutcomeRetentionTicks, which otherwise always
+	// outlasts the slowest message. Shorter breaks the replicas' contract.
+	RetentionTicks int
+	// Store selects each node's storage: the in-memory model (default) or
+	// a real mvcc.Store over an in-memory Pebble database.
+	Store StoreKind
+	// Trace, if set, receives one line per event, for replaying a seed.
+	Trace func(line string)
+}
+
+// Bounds of a run, in ticks.
+const (
+	faultTicks       = 300
+	livenessTicksMax = 3000
+	retransmitTicks  = 5
+)
+
+// profile is the shape and fault mix one seed picks.
+type profile struct {
+	nodes, clients, keys, replicationFactor int
+	dropPct, duplicatePct                   int
+	delayTicksMax                           int
+	retentionTicks                          int
+	beginPct, clientInflightMax             int
+	partitions                              int
+	// pendingMax and txnsMax are the replicas' limits; zero takes the
+	// defaults, which a run never reaches.
+	pendingMax, txnsMax int
+}
+
+func pickProfile(rng *rand.Rand, cfg Config) profile {
+	p := profile{
+		nodes:             3 + rng.IntN(5),
+		clients:           1 + rng.IntN(4),
+		keys:              2 + rng.IntN(7),
+		delayTicksMax:     1 + rng.IntN(10),
+		beginPct:          5 + rng.IntN(46),
+		clientInflightMax: 1 + rng.IntN(4),
+	}
+	p.replicationFactor = 1 + rng.IntN(min(3, p.nodes))
+	if rng.IntN(4) != 0 {
+		p.dropPct = rng.IntN(31)
+	}
+	if cfg.Lossy {
+		p.dropPct = max(p.dropPct, 5)
+	}
+	if rng.IntN(3) != 0 {
+		p.duplicatePct = rng.IntN(21)
+	}
+	if rng.IntN(2) == 0 {
+		p.partitions = 1 + rng.IntN(4)
+	}
+	if rng.IntN(4) == 0 {
+		// Tiny limits, so backpressure refusals and dropped Forwards happen.
+		p.pendingMax = 1 + rng.IntN(3)
+		p.txnsMax = p.pendingMax + 1 + rng.IntN(8)
+	}
+	// Retention must outlast the slowest message (see
+	// chain.ReplicaConfig.OutcomeRetentionTicks); sometimes by one tick only.
+	p.retentionTicks = p.delayTicksMax + 1 + rng.IntN(20)
+	if cfg.RetentionTicks > 0 {
+		p.retentionTicks = cfg.RetentionTicks
+	}
+	return p
+}
+
+// Result is the outcome of one run.
+type Result struct {
+	Seed uint64
+	// Summary is one line: the profile and the counts.
+	Summary string
+	// Anomalies lists every checker failure; empty means the run passed.
+	Anomalies []string
+	// TraceHash is a digest of every event; equal seeds give equal hashes.
+	TraceHash uint64
+	Stats     Stats
+}
+
+// Stats count what happened in a run.
+type Stats struct {
+	Begun, Committed, Aborted        int
+	Sent, Dropped, Partitioned, Dups int
+	Partitions                       int
+	Ticks                            int
+}
+
+// eventKind is what an event does. Zero is invalid.
+type eventKind uint8
+
+const (
+	eventDeliver eventKind = 1 + iota
+	eventTick
+	eventPartition
+)
+
+type event struct {
+	at   int
+	seq  uint64
+	kind eventKind
+	msg  chain.Message
+	// sides assigns each endpoint to one side of a partition; nil heals.
+	sides map[ring.NodeID]bool
+}
+
+type eventQueue []*event
+
+func (q eventQueue) Len() int { return len(q) }
+func (q eventQueue) Less(i, j int) bool {
+	if q[i].at != q[j].at {
+		return q[i].at < q[j].at
+	}
+	return q[i].seq < q[j].seq
+}
+func (q eventQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *eventQueue) Push(x any)   { *q = append(*q, x.(*event)) }
+func (q *eventQueue) Pop() any {
+	old := *q
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	*q = old[:len(old)-1]
+	return e
+}
+
+// txnRecord is the simulator's knowledge of one transaction, for checking.
+type txnRecord struct {
+	id       chain.TxnID
+	ops      []txn.Op
+	chain    []ring.NodeID
+	finished bool
+	outcome  chain.Outcome
+}
+
+// world is one run's state.
+type world struct {
+	cfg   Config
+	p     profile
+	rng   *rand.Rand
+	now   int
+	seq   uint64
+	queue eventQueue
+	// nodes and clients are sorted by ID; everything walks them in order.
+	nodes       []ring.NodeID
+	replicas    map[ring.NodeID]*chain.Replica
+	stores      map[ring.NodeID]nodeStore
+	clients     []*chain.Coordinator
+	keys        []string
+	placement   map[string][]ring.NodeID // sorted replicas of each key
+	txns        map[chain.TxnID]*txnRecord
+	order       []chain.TxnID // in begin order
+	sides       map[ring.NodeID]bool
+	healed      bool
+	inFlight    int // deliveries queued
+	stats       Stats
+	failures    []string
+	traceHasher func([]byte)
+}
+
+// Run runs one seed and checks it. It never fails on its own; the caller
+// reads Result.Anomalies.
+func Run(cfg Config) Result {
+	rng := rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))
+	w := &world{cfg: cfg, p: pickProfile(rng, cfg), rng: rng,
+		replicas: map[ring.NodeID]*chain.Replica{}, stores: map[ring.NodeID]nodeStore{},
+		placement: map[string][]ring.NodeID{}, txns: map[chain.TxnID]*txnRecord{}}
+	h := fnv.New64a()
+	w.traceHasher = func(b []byte) { _, _ = h.Write(b) }
+	defer w.closeStores()
+	w.build()
+	w.schedulePartitions()
+	w.push(&event{at: 0, kind: eventTick})
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				a, ok := p.(*chain.AssertionError)
+				if !ok {
+					panic(p)
+				}
+				w.failures = append(w.failures, fmt.Sprintf("tick %d: %v", w.now, a))
+			}
+		}()
+		w.loop()
+	}()
+	w.traceStores()
+	anomalies := slices.Clone(w.failures)
+	if len(anomalies) == 0 {
+		anomalies = w.check()
+	}
+	w.stats.Ticks = w.now
+	return Result{Seed: cfg.Seed, Summary: w.summary(), Anomalies: anomalies, TraceHash: h.Sum64(), Stats: w.stats}
+}
+
+func (w *world) build() {
+	p := w.p
+	for i := range p.nodes {
+		w.nodes = append(w.nodes, ring.NodeID(fmt.Sprintf("n%d", i)))
+	}
+	for i := range p.keys {
+		k := fmt.Sprintf("k%d", i)
+		w.keys = append(w.keys, k)
+		var set []ring.NodeID
+		for _, j := range w.rng.Perm(p.nodes)[:p.replicationFactor] {
+			set = append(set, w.nodes[j])
+		}
+		slices.Sort(set)
+		w.placement[k] = set
+	}
+	knobs := chain.TestingKnobs{}
+	if w.cfg.AbortOnTimeout {
+		knobs.AbortOnForwardTimeoutTicks = 3 * retransmitTicks
+	}
+	for _, n := range w.nodes {
+		owns := func(key string) bool { return slices.Contains(w.placement[key], n) }
+		var store nodeStore
+		switch w.cfg.Store {
+		case StoreMem:
+			store = NewMemStore(n, owns)
+		case StoreMVCC:
+			s, err := newMVCCNode(n, owns, w.clock)
+			if err != nil {
+				panic(err)
+			}
+			store = s
+		default:
+			panic(fmt.Sprintf("sim: unknown store %v", w.cfg.Store))
+		}
+		w.stores[n] = store
+		r, err := chain.NewReplica(chain.ReplicaConfig{
+			ID: n, Stager: store, RetransmitTicks: retransmitTicks,
+			OutcomeRetentionTicks: p.retentionTicks, PendingMax: p.pendingMax, TxnsMax: p.txnsMax,
+			TestingKnobs: knobs,
+		})
+		if err != nil {
+			panic(err)
+		}
+		w.replicas[n] = r
+	}
+	for i := range p.clients {
+		c, err := chain.NewCoordinator(chain.CoordinatorConfig{
+			ID: ring.NodeID(fmt.Sprintf("c%d", i)), FirstSeq: 1, RetransmitTicks: retransmitTicks,
+			InflightMax: p.clientInflightMax,
+		})
+		if err != nil {
+			panic(err)
+		}
+		w.clients = append(w.clients, c)
+	}
+}
+
+// clock is the virtual time as wall time, a millisecond a tick: the clock
+// of the mvcc stores, so their versions replay exactly.
+func (w *world) clock() time.Time {
+	return simEpoch.Add(time.Duration(w.now) * time.Millisecond)
+}
+
+// closeStores releases the stores' databases. A failure to close is a
+// failure of the run.
+func (w *world) closeStores() {
+	for _, n := range w.nodes {
+		if s := w.stores[n]; s != nil {
+			if err := s.close(); err != nil {
+				panic(fmt.Sprintf("sim: closing %s's store: %v", n, err))
+			}
+		}
+	}
+}
+
+// traceStores records every replica's final state of every key, versions
+// included, so TraceHash also proves the stores replay exactly.
+func (w *world) traceStores() {
+	for _, k := range w.keys {
+		for _, n := range w.placement[k] {
+			b, err := w.stores[n].keyState(k)
+			w.trace("final %s %s exists=%t version=%d data=%q err=%v", n, k, b.exists, b.version, b.data, err)
+		}
+	}
+}
+
+// endpoints lists every node and client ID in a fixed order.
+func (w *world) endpoints() []ring.NodeID {
+	ids := slices.Clone(w.nodes)
+	for _, c := range w.clients {
+		ids = append(ids, c.ID())
+	}
+	return ids
+}
+
+// schedulePartitions plans the fault phase's partitions: each splits the
+// endpoints at random into two sides for a while, and the last one heals
+// before the fault phase ends. The network heals for good at its end anyway.
+func (w *world) schedulePartitions() {
+	at := 0
+	for range w.p.partitions {
+		at += 1 + w.rng.IntN(faultTicks/(w.p.partitions+1))
+		if at >= faultTicks {
+			break
+		}
+		sides := map[ring.NodeID]bool{}
+		for _, id := range w.endpoints() {
+			sides[id] = w.rng.IntN(2) == 0
+		}
+		w.push(&event{at: at, kind: eventPartition, sides: sides})
+		w.stats.Partitions++
+		at += 5 + w.rng.IntN(80)
+		if at >= faultTicks {
+			break
+		}
+		w.push(&event{at: at, kind: eventPartition})
+	}
+	w.push(&event{at: faultTicks, kind: eventPartition})
+}
+
+func (w *world) push(e *event) {
+	e.seq = w.seq
+	w.seq++
+	heap.Push(&w.queue, e)
+}
+
+// traceMessage records a message event. It hashes the fields that matter
+// instead of formatting them, which would cost half the run's time, and
+// formats only when someone reads the trace.
+func (w *world) traceMessage(verb string, m chain.Message) {
+	var b [64]byte
+	buf := binary.LittleEndian.AppendUint64(b[:0], uint64(w.now))
+	buf = append(buf, verb...)
+	buf = append(buf, byte(m.Type), byte(m.Index), boolByte(m.Committed))
+	buf = append(buf, m.From...)
+	buf = append(buf, 0)
+	buf = append(buf, m.To...)
+	buf = append(buf, 0)
+	buf = append(buf, m.Txn.Coordinator...)
+	buf = binary.LittleEndian.AppendUint64(buf, m.Txn.Seq)
+	w.traceHasher(buf)
+	if w.cfg.Trace != nil {
+		w.cfg.Trace(fmt.Sprintf("%d %s %s", w.now, verb, m))
+	}
+}
+
+func boolByte(b bool) byte {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func (w *world) trace(format string, args ...any) {
+	line := fmt.Sprintf("%d "+format, append([]any{w.now}, args...)...)
+	w.traceHasher([]byte(line))
+	w.traceHasher([]byte{'\n'})
+	if w.cfg.Trace != nil {
+		w.cfg.Trace(line)
+	}
+}
+
+func (w *world) loop() {
+	for w.queue.Len() > 0 {
+		e := heap.Pop(&w.queue).(*event)
+		w.now = e.at
+		switch e.kind {
+		case eventDeliver:
+			w.inFlight--
+			w.deliver(e.msg)
+		case eventPartition:
+			w.sides = e.sides
+			if e.sides == nil {
+				w.trace("heal")
+			} else {
+				w.trace("partition %v", e.sides)
+			}
+			if w.now >= faultTicks {
+				w.healed = true
+			}
+		case eventTick:
+			w.tick()
+			if w.done() {
+				return
+			}
+			if w.now < faultTicks+livenessTicksMax {
+				w.push(&event{at: w.now + 1, kind: eventTick})
+			}
+		}
+	}
+}
+
+// done reports whether the liveness phase reached quiescence: every
+// transaction finished, every replica forgot everything, nothing in flight.
+func (w *world) done() bool {
+	if !w.healed || w.inFlight > 0 {
+		return false
+	}
+	for _, c := range w.clients {
+		if c.Inflight() > 0 || c.HasReady() {
+			return false
+		}
+	}
+	for _, n := range w.nodes {
+		if w.replicas[n].Tracked() > 0 || w.replicas[n].HasReady() {
+			return false
+		}
+	}
+	return true
+}
+
+func (w *world) tick() {
+	for _, n := range w.nodes {
+		w.replicas[n].Tick()
+		w.flushReplica(n)
+	}
+	for _, c := range w.clients {
+		c.Tick()
+		if w.now < faultTicks && w.rng.IntN(100) < w.p.beginPct {
+			w.begin(c)
+		}
+		w.flushClient(c)
+	}
+}
+
+// begin starts a random transaction on one to three keys. Its chain is the
+// sorted union of the keys' replicas, so every transaction on a key passes
+// through all of that key's replicas, in the same order.
+func (w *world) begin(c *chain.Coordinator) {
+	ops := make([]txn.Op, 1+w.rng.IntN(3))
+	var members []ring.NodeID
+	for i := range ops {
+		key := w.keys[w.rng.IntN(len(w.keys))]
+		ops[i] = w.randomOp(key)
+		members = append(members, w.placement[key]...)
+	}
+	slices.Sort(members)
+	members = slices.Compact(members)
+	id, err := c.Begin(ops, members)
+	if err != nil {
+		w.trace("%s begin refused: %v", c.ID(), err)
+		return
+	}
+	w.stats.Begun++
+	w.txns[id] = &txnRecord{id: id, ops: ops, chain: members}
+	w.order = append(w.order, id)
+	w.trace("%s begin %s chain=%v ops=%v", c.ID(), id, members, opsString(ops))
+}
+
+func (w *world) randomOp(key string) txn.Op {
+	data := make([]byte, 1+w.rng.IntN(6))
+	for i := range data {
+		data[i] = byte('a' + w.rng.IntN(26))
+	}
+	switch n := w.rng.IntN(100); {
+	case n < 35:
+		return txn.Op{Key: key, Kind: txn.OpWrite, Offset: uint64(w.rng.IntN(12)), Data: data, Create: w.rng.IntN(4) != 0}
+	case n < 60:
+		return txn.Op{Key: key, Kind: txn.OpAppend, Data: data, Create: w.rng.IntN(4) != 0}
+	case n < 72:
+		return txn.Op{Key: key, Kind: txn.OpCreate}
+	case n < 87:
+		return txn.Op{Key: key, Kind: txn.OpTruncate, Size: uint64(w.rng.IntN(10))}
+	default:
+		return txn.Op{Key: key, Kind: txn.OpDelete}
+	}
+}
+
+func opsString(ops []txn.Op) string {
+	parts := make([]string, len(ops))
+	for i, op := range ops {
+		parts[i] = fmt.Sprintf("%s(%s,%d,%d,%q,%t)", op.Kind, op.Key, op.Offset, op.Size, op.Data, op.Create)
+	}
+	return strings.Join(parts, " ")
+}
+
+func (w *world) deliver(m chain.Message) {
+	if w.partitioned(m.From, m.To) {
+		w.stats.Partitioned++
+		w.traceMessage("cut", m)
+		return
+	}
+	w.traceMessage("deliver", m)
+	if m.Type == chain.MsgReply {
+		c := w.client(m.To)
+		if err := c.Step(m); err != nil {
+			w.failures = append(w.failures, fmt.Sprintf("tick %d: %s refused %s: %v", w.now, m.To, m, err))
+		}
+		w.flushClient(c)
+		return
+	}
+	if err := w.replicas[m.To].Step(m); err != nil {
+		w.failures = append(w.failures, fmt.Sprintf("tick %d: %s refused %s: %v", w.now, m.To, m, err))
+	}
+	w.flushReplica(m.To)
+}
+
+func (w *world) client(id ring.NodeID) *chain.Coordinator {
+	for _, c := range w.clients {
+		if c.ID() == id {
+			return c
+		}
+	}
+	panic(fmt.Sprintf("sim: no client %q", id))
+}
+
+func (w *world) partitioned(a, b ring.NodeID) bool {
+	return w.sides != nil && w.sides[a] != w.sides[b]
+}
+
+func (w *world) flushReplica(n ring.NodeID) {
+	r := w.replicas[n]
+	o := r.Ready()
+	r.Advance(o)
+	for _, f := range o.Finished {
+		if f.CommitErr != nil {
+			w.failures = append(w.failures, fmt.Sprintf("tick %d: %s failed to commit %s: %v", w.now, n, f.Txn, f.CommitErr))
+		}
+	}
+	for _, m := range o.Messages {
+		w.send(m)
+	}
+}
+
+func (w *world) flushClient(c *chain.Coordinator) {
+	o := c.Ready()
+	c.Advance(o)
+	for _, f := range o.Finished {
+		t := w.txns[f.Txn]
+		if t.finished {
+			w.failures = append(w.failures, fmt.Sprintf("tick %d: %s reported twice", w.now, f.Txn))
+		}
+		t.finished, t.outcome = true, f
+		if f.Committed {
+			w.stats.Committed++
+		} else {
+			w.stats.Aborted++
+		}
+		w.trace("%s finished %s committed=%t err=%q", c.ID(), f.Txn, f.Committed, f.Err)
+	}
+	for _, m := range o.Messages {
+		w.send(m)
+	}
+}
+
+// send puts m on the network: lost with the profile's drop rate while the
+// network is faulty or when the endpoints are partitioned, otherwise
+// delivered after one to delayTicksMax ticks, sometimes twice.
+func (w *world) send(m chain.Message) {
+	w.stats.Sent++
+	if w.partitioned(m.From, m.To) {
+		w.stats.Partitioned++
+		w.traceMessage("cut", m)
+		return
+	}
+	if !w.healed && w.rng.IntN(100) < w.p.dropPct {
+		w.stats.Dropped++
+		w.traceMessage("drop", m)
+		return
+	}
+	copies := 1
+	if w.rng.IntN(100) < w.p.duplicatePct {
+		copies = 2
+		w.stats.Dups++
+	}
+	for range copies {
+		w.inFlight++
+		w.push(&event{at: w.now + 1 + w.rng.IntN(w.p.delayTicksMax), kind: eventDeliver, msg: m})
+	}
+}
+
+func (w *world) summary() string {
+	p := w.p
+	return fmt.Sprintf("seed=%d store=%s nodes=%d clients=%d keys=%d rf=%d drop=%d%% dup=%d%% delay<=%d retention=%d "+
+		"pending<=%d txns<=%d partitions=%d "+
+		"| txns=%d committed=%d aborted=%d msgs=%d dropped=%d cut=%d dups=%d ticks=%d",
+		w.cfg.Seed, w.cfg.Store, p.nodes, p.clients, p.keys, p.replicationFactor, p.dropPct, p.duplicatePct, p.delayTicksMax,
+		p.retentionTicks, p.pendingMax, p.txnsMax, w.stats.Partitions, w.stats.Begun, w.stats.Committed, w.stats.Aborted,
+		w.stats.Sent, w.stats.Dropped, w.stats.Partitioned, w.stats.Dups, w.now)
+}

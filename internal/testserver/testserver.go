@@ -1,0 +1,212 @@
+// Package testserver builds the tyr binary once per test binary and runs real
+// tyr server processes for end-to-end tests: start, kill -9, restart on the
+// same data directory.
+package testserver
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tyrstore/tyr/client"
+)
+
+var (
+	buildMu sync.Mutex
+	builds  = map[string]buildResult{} // by build tags
+)
+
+type buildResult struct {
+	path string
+	err  error
+}
+
+// Binary returns the path of a freshly built tyr binary, built once per test
+// process into a temporary directory.
+func Binary(t testing.TB) string { return BinaryWithTags(t, "") }
+
+// BinaryWithTags is Binary built with the given build tags (comma-separated),
+// once per distinct tags per test process.
+func BinaryWithTags(t testing.TB, tags string) string {
+	t.Helper()
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if b, ok := builds[tags]; ok {
+		if b.err != nil {
+			t.Fatal(b.err)
+		}
+		return b.path
+	}
+	b := build(tags)
+	builds[tags] = b
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return b.path
+}
+
+func build(tags string) buildResult {
+	dir, err := os.MkdirTemp("", "tyr-bin-")
+	if err != nil {
+		return buildResult{err: err}
+	}
+	path := filepath.Join(dir, "tyr")
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..")
+	args := []string{"build", "-o", path}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	if tags != "" {
+		args = append(args, "-tags", tags)
+	}
+	cmd := exec.Command("go", append(args, "./cmd/tyr")...)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return buildResult{err: fmt.Errorf("go build %v: %v\n%s", args, err, out)}
+	}
+	return buildResult{path: path}
+}
+
+// Server is one running tyr server process.
+type Server struct {
+	t        testing.TB
+	DataDir  string
+	Endpoint string
+	Args     []string // extra server flags
+	Tags     string   // build tags of the binary to run; "" for the real one
+	cmd      *exec.Cmd
+	logPath  string
+}
+
+// Start runs a server on a fresh data directory and a free loopback port.
+// It is stopped (SIGKILL) when the test ends.
+func Start(t testing.TB, args ...string) *Server {
+	t.Helper()
+	return StartTagged(t, "", args...)
+}
+
+// StartTagged is Start with a binary built with the given build tags.
+func StartTagged(t testing.TB, tags string, args ...string) *Server {
+	t.Helper()
+	s := &Server{t: t, DataDir: t.TempDir(), Args: args, Tags: tags}
+	s.Restart()
+	t.Cleanup(s.Kill)
+	return s
+}
+
+// Restart starts the server process again on the same data directory and
+// port (a fresh port the first time). The previous process must be stopped.
+func (s *Server) Restart() {
+	s.t.Helper()
+	dir := s.t.TempDir()
+	ready := filepath.Join(dir, "ready")
+	s.logPath = filepath.Join(dir, "server.log")
+	logFile, err := os.Create(s.logPath)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer logFile.Close()
+	listen := "127.0.0.1:0"
+	if s.Endpoint != "" {
+		listen = s.Endpoint
+	}
+	args := append([]string{"server", "--data", s.DataDir, "--listen", listen, "--ready-file", ready,
+		"--log-level", "debug"}, s.Args...)
+	var lastErr error
+	for attempt := 0; attempt < 50; attempt++ {
+		cmd := exec.Command(BinaryWithTags(s.t, s.Tags), args...)
+		cmd.Stdout, cmd.Stderr = logFile, logFile
+		if err := cmd.Start(); err != nil {
+			s.t.Fatal(err)
+		}
+		s.cmd = cmd
+		if addr, err := waitReady(cmd, ready); err == nil {
+			s.Endpoint = addr
+			return
+		} else {
+			lastErr = err
+		}
+		// The port may still be held by the killed process: retry.
+		time.Sleep(100 * time.Millisecond)
+	}
+	s.t.Fatalf("server did not start: %v\n%s", lastErr, s.Log())
+}
+
+func waitReady(cmd *exec.Cmd, ready string) (string, error) {
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if b, err := os.ReadFile(ready); err == nil && len(b) > 0 {
+			_ = os.Remove(ready)
+			go func() { <-exited }()
+			return strings.TrimSpace(string(b)), nil
+		}
+		select {
+		case err := <-exited:
+			return "", fmt.Errorf("server exited: %v", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	_ = cmd.Process.Kill()
+	return "", fmt.Errorf("server not ready after 30s")
+}
+
+// Kill stops the server with SIGKILL, as a crash would. It is a no-op if the
+// server is not running.
+func (s *Server) Kill() {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGKILL)
+	for i := 0; i < 500; i++ {
+		if err := s.cmd.Process.Signal(syscall.Signal(0)); err != nil {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	s.cmd = nil
+}
+
+// Stop stops the server with SIGTERM and waits for it to exit.
+func (s *Server) Stop() error {
+	if s.cmd == nil {
+		return nil
+	}
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		return err
+	}
+	for i := 0; i < 1000; i++ {
+		if err := s.cmd.Process.Signal(syscall.Signal(0)); err != nil {
+			s.cmd = nil
+			return nil
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return fmt.Errorf("server did not exit 10s after SIGTERM")
+}
+
+// Log returns what the server printed so far.
+func (s *Server) Log() string {
+	b, _ := os.ReadFile(s.logPath)
+	return string(b)
+}
+
+// Client dials the server; the client is closed when the test ends.
+func (s *Server) Client() *client.Client {
+	s.t.Helper()
+	c, err := client.Dial(s.Endpoint)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.t.Cleanup(func() { _ = c.Close() })
+	return c
+}

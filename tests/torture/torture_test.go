@@ -1,0 +1,285 @@
+// Package torture runs real tyr server processes under faults while clients
+// record a history, then checks the history for anomalies.
+package torture
+
+// TestTorture proves that single-blob reads and whole-value writes on a
+// real tyr server stay linearizable while the server is killed with SIGKILL
+// and restarted, and frozen with SIGSTOP and thawed with SIGCONT, on a
+// seeded schedule. Concurrent clients read and write a few blobs with a
+// deadline per op; an op that times out or loses its connection has an
+// unknown outcome and is recorded as "info". The history (Elle-compatible
+// JSON lines) is checked with internal/checker; any anomaly fails the test
+// and keeps the history file, whose path is printed.
+//
+// Reproduce the schedule of a failure (op timing still varies) with:
+//
+//	TYR_TORTURE_SEED=<seed> TYR_TORTURE_DURATION=<d> go test -race -count=1 -run TestTorture -v ./tests/torture
+//
+// TYR_TORTURE_DURATION defaults to 20s; TYR_TORTURE_KEEP=1 keeps the history
+// of a passing run too.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tyrstore/tyr/client"
+	"github.com/tyrstore/tyr/internal/checker"
+	"github.com/tyrstore/tyr/internal/history"
+	"github.com/tyrstore/tyr/internal/testserver"
+)
+
+const (
+	tortureClients   = 8
+	tortureKeys      = 4
+	tortureKeyspace  = "torture"
+	tortureDeadline  = 2 * time.Second
+	tortureFillerMax = 48 << 10 // blobs span several 16 KiB chunks
+	finalProcess     = 1 << 20  // process of the reads after the faults end
+)
+
+// blobStore is the register workload's view of a tyr server.
+type blobStore struct{ c *client.Client }
+
+func (s blobStore) Read(ctx context.Context, key string) ([]byte, error) {
+	data, info, err := s.c.ReadPart(ctx, tortureKeyspace, key, 0, client.PayloadBytesMax)
+	if errors.Is(err, client.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if info.Size != uint64(len(data)) {
+		return nil, fmt.Errorf("read %d bytes of a blob of %d", len(data), info.Size)
+	}
+	if data == nil {
+		data = []byte{}
+	}
+	return data, nil
+}
+
+// Write replaces the blob in one commit: a write at 0 that creates the blob
+// and a truncate to the new length, so no reader sees a mix of two values.
+func (s blobStore) Write(ctx context.Context, key string, content []byte) error {
+	_, err := s.c.Commit(ctx, tortureKeyspace,
+		client.WriteOp(key, 0, content, true), client.TruncateOp(key, uint64(len(content))))
+	return err
+}
+
+// Definite is true for errors the server returns after deciding not to
+// apply a commit; anything else (a timeout, a lost connection) leaves the
+// outcome unknown.
+func (blobStore) Definite(err error) bool {
+	for _, e := range []error{client.ErrInvalidArgument, client.ErrTooLarge, client.ErrConflict,
+		client.ErrExists, client.ErrNotFound, client.ErrOutOfRange} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// fault is one step of the nemesis schedule.
+type fault struct {
+	at   time.Duration // planned start, from the start of the workload
+	kind string        // "kill" (SIGKILL, then restart) or "pause" (SIGSTOP, then SIGCONT)
+	down time.Duration // how long the server stays dead or frozen
+}
+
+func (f fault) String() string {
+	return fmt.Sprintf("%8v %-5s for %v", f.at.Round(time.Millisecond), f.kind, f.down)
+}
+
+// schedule draws the faults for a run of length d from r: a healthy gap of
+// 0.5-2s, then a kill (down 0-500ms before the restart) or a pause of
+// 0.2-3s, long enough at times to outlast the clients' deadline.
+func schedule(r *rand.Rand, d time.Duration) []fault {
+	var out []fault
+	at := time.Duration(0)
+	for {
+		at += time.Duration(500+r.IntN(1500)) * time.Millisecond
+		f := fault{at: at}
+		if r.IntN(2) == 0 {
+			f.kind, f.down = "kill", time.Duration(r.IntN(500))*time.Millisecond
+		} else {
+			f.kind, f.down = "pause", time.Duration(200+r.IntN(2800))*time.Millisecond
+		}
+		if at+f.down > d-time.Second {
+			return out
+		}
+		out = append(out, f)
+		at += f.down
+	}
+}
+
+func durationFromEnv(t *testing.T) time.Duration {
+	t.Helper()
+	s := os.Getenv("TYR_TORTURE_DURATION")
+	if s == "" {
+		return 20 * time.Second
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		t.Fatalf("TYR_TORTURE_DURATION=%q: want a positive duration such as 30m", s)
+	}
+	return d
+}
+
+func TestTorture(t *testing.T) {
+	seed := seedFromEnv(t)
+	duration := durationFromEnv(t)
+	rng := rand.New(rand.NewPCG(seed, 0x70e7))
+	faults := schedule(rng, duration)
+	var plan strings.Builder
+	for _, f := range faults {
+		fmt.Fprintf(&plan, "\n  %v", f)
+	}
+	t.Logf("duration %v, %d faults planned:%s", duration, len(faults), plan.String())
+
+	dir, err := os.MkdirTemp("", "tyr-torture-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "history.jsonl")
+	rec, err := history.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("history: %s", path)
+
+	srv := testserver.Start(t)
+	endpoint := srv.Endpoint // Restart keeps the endpoint; read it once, before the nemesis runs
+	admin := srv.Client()
+	ctx := context.Background()
+	if _, err := admin.CreateKeyspace(ctx, tortureKeyspace,
+		client.KeyspaceConfig{ChunkSize: 16 << 10, MVCC: true, Sync: true}); err != nil {
+		t.Fatalf("create keyspace: %v", err)
+	}
+	_ = admin.Close()
+
+	keys := make([]string, tortureKeys)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("reg/%d", i)
+	}
+	w := &workload{rec: rec, keys: keys, clients: tortureClients, deadline: tortureDeadline, fillerMax: tortureFillerMax}
+	var mu sync.Mutex
+	var clients []*client.Client
+	dial := func() registerStore {
+		c, err := client.Dial(endpoint)
+		if err != nil {
+			panic(err) // Dial only fails on a malformed endpoint
+		}
+		mu.Lock()
+		clients = append(clients, c)
+		mu.Unlock()
+		return blobStore{c}
+	}
+	defer func() {
+		for _, c := range clients {
+			_ = c.Close()
+		}
+	}()
+
+	runCtx, stop := context.WithTimeout(ctx, duration)
+	defer stop()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for id := 0; id < tortureClients; id++ {
+		wg.Add(1)
+		store := dial()
+		go func() {
+			defer wg.Done()
+			w.run(runCtx, id, rand.New(rand.NewPCG(seed, uint64(id+1))), 0, store, dial)
+		}()
+	}
+
+	// The nemesis runs on the test goroutine, since Restart may fail the test.
+	kills, pauses := 0, 0
+	for _, f := range faults {
+		if wait := time.Until(start.Add(f.at)); wait > 0 {
+			time.Sleep(wait)
+		}
+		switch f.kind {
+		case "kill":
+			srv.Kill()
+			time.Sleep(f.down)
+			srv.Restart()
+			kills++
+		case "pause":
+			if err := srv.Pause(); err != nil {
+				t.Fatalf("pause: %v", err)
+			}
+			time.Sleep(f.down)
+			if err := srv.Resume(); err != nil {
+				t.Fatalf("resume: %v", err)
+			}
+			pauses++
+		}
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+
+	// With the faults over, every key must be readable, and its value is
+	// the last word on which acknowledged writes survived.
+	final := dial()
+	for i, key := range keys {
+		var content []byte
+		var err error
+		for attempt := 0; attempt < 30; attempt++ {
+			op := rec.Invoke(finalProcess+i, history.FRead, history.Register{Key: key})
+			opCtx, cancel := context.WithTimeout(ctx, tortureDeadline)
+			content, err = final.Read(opCtx, key)
+			cancel()
+			if err == nil {
+				var got *string
+				if content != nil {
+					got = history.Str(decodeValue(content))
+				}
+				rec.Ok(op, history.Register{Key: key, Value: got})
+				break
+			}
+			rec.Fail(op, history.Register{Key: key}, err)
+			time.Sleep(time.Second)
+		}
+		if err != nil {
+			t.Fatalf("final read of %s: %v", key, err)
+		}
+	}
+	if err := rec.Close(); err != nil {
+		t.Fatalf("history: %v", err)
+	}
+
+	events, err := history.LoadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops, err := history.Pair(events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkStart := time.Now()
+	res := checker.CheckRegister(ops, checker.RegisterOptions{Timeout: max(5*time.Minute, duration),
+		VisualizePath: filepath.Join(dir, "linearizability.html")})
+	t.Logf("%d ops in %v (%d info, %d failed) under %d kills and %d pauses; checked in %v",
+		w.ops.Load(), elapsed.Round(time.Millisecond), w.infos.Load(), w.fails.Load(), kills, pauses,
+		time.Since(checkStart).Round(time.Millisecond))
+	t.Logf("verdict: %v", res)
+	if res.OK == 0 {
+		t.Errorf("no op succeeded")
+	}
+	for _, a := range res.Anomalies {
+		t.Errorf("seed %d: %v", seed, a)
+	}
+	if t.Failed() || os.Getenv("TYR_TORTURE_KEEP") != "" {
+		t.Logf("history kept in %s", path)
+		return
+	}
+	_ = os.RemoveAll(dir)
+}
