@@ -56,6 +56,9 @@ type Store struct {
 	db    *pebble.DB
 	opts  Options
 	locks lockTable
+	// syncing holds the durable commits between visible and synced; reads
+	// wait for the ones on blobs they read (see durable.go).
+	syncing syncing
 
 	versionMu   sync.Mutex
 	lastVersion uint64 // guarded by versionMu
@@ -218,6 +221,7 @@ func (p *Pending) Commit() error {
 	opt := pebble.NoSync
 	if p.store.opts.Sync {
 		opt = pebble.Sync
+		defer p.store.syncing.begin(p.keys)()
 	}
 	err := p.batch.Commit(opt)
 	closeErr := p.batch.Close()
@@ -253,6 +257,7 @@ func (m blobMeta) info(key string) BlobInfo {
 // Stat describes blob key, or returns errs.ErrNotFound.
 func (s *Store) Stat(key string) (BlobInfo, error) {
 	m, ok, err := getMeta(s.db, key)
+	s.syncing.await(key)
 	if err != nil {
 		return BlobInfo{}, err
 	}
@@ -283,6 +288,7 @@ func (s *Store) ReadAt(key string, offset, length, version uint64) ([]byte, Blob
 	}
 	snap := s.db.NewSnapshot()
 	defer snap.Close()
+	s.syncing.await(key)
 	m, ok, err := getMeta(snap, key)
 	if err != nil {
 		return nil, BlobInfo{}, err
@@ -440,6 +446,7 @@ func (s *Store) List(prefix, startAfter string, limit int) ([]BlobInfo, bool, er
 		return nil, false, fmt.Errorf("%w: %w", errs.ErrUnavailable, err)
 	}
 	defer it.Close()
+	s.syncing.awaitPrefix(prefix, startAfter)
 	var out []BlobInfo
 	for ok := it.First(); ok; ok = it.Next() {
 		if len(out) == limit {
