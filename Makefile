@@ -60,7 +60,7 @@ bench: build
 
 proto:
 	protoc --go_out=. --go_opt=paths=source_relative \
-		--go-grpc_out=. --go-grpc_opt=paths=source_relative api/tyrpb/tyr.proto
+		--go-grpc_out=. --go-grpc_opt=paths=source_relative api/tyrpb/tyr.proto api/peerpb/peer.proto
 
 clean:
 	rm -rf bin

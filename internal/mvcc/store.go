@@ -107,6 +107,28 @@ func (s *Store) nextVersion(floor uint64) uint64 {
 	return v
 }
 
+// acceptVersion checks a caller's version for the changed blobs (see
+// TryPrepareAt) and, if it passes, records it as issued.
+func (s *Store) acceptVersion(blobs map[string]*blobWork, keys []string, version uint64) error {
+	s.versionMu.Lock()
+	defer s.versionMu.Unlock()
+	for _, key := range keys {
+		w := blobs[key]
+		if !w.changed {
+			continue
+		}
+		floor := w.baseMeta.Version
+		if !w.baseExists {
+			floor = s.lastVersion
+		}
+		if version <= floor {
+			return &StaleVersionError{Key: key, Version: version, Floor: floor}
+		}
+	}
+	s.lastVersion = max(s.lastVersion, version)
+	return nil
+}
+
 // Pending is a prepared commit: validated, its batch built, its blobs locked.
 // Exactly one of Commit or Abort must be called.
 type Pending struct {
@@ -138,7 +160,7 @@ func (s *Store) Prepare(ops []txn.Op) (*Pending, error) {
 		return nil, err
 	}
 	s.locks.lock(keys)
-	p, err := s.prepareLocked(ops, keys)
+	p, err := s.prepareLocked(ops, keys, 0)
 	if err != nil {
 		s.locks.unlock(keys)
 		return nil, err
@@ -146,7 +168,10 @@ func (s *Store) Prepare(ops []txn.Op) (*Pending, error) {
 	return p, nil
 }
 
-func (s *Store) prepareLocked(ops []txn.Op, keys []string) (*Pending, error) {
+// prepareLocked builds the commit of ops on keys, whose locks the caller
+// holds. version is the new version of every changed blob, or 0 to draw
+// one from the clock (see TryPrepareAt).
+func (s *Store) prepareLocked(ops []txn.Op, keys []string, version uint64) (*Pending, error) {
 	// One snapshot gives every blob of the commit the same point in time;
 	// the locks keep the blobs themselves from changing meanwhile.
 	snap := s.db.NewSnapshot()
@@ -193,10 +218,18 @@ func (s *Store) prepareLocked(ops []txn.Op, keys []string) (*Pending, error) {
 		}
 		results[i] = r
 	}
+	if version != 0 {
+		if err := s.acceptVersion(blobs, keys, version); err != nil {
+			return nil, err
+		}
+	}
 	batch := s.db.NewBatch()
 	for _, key := range keys {
 		w := blobs[key]
-		if w.changed {
+		switch {
+		case w.changed && version != 0:
+			w.meta.Version = version
+		case w.changed:
 			w.meta.Version = s.nextVersion(w.meta.Version)
 		}
 		if err := s.emit(batch, w, now); err != nil {

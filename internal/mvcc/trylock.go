@@ -1,6 +1,7 @@
 package mvcc
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/tyrstore/tyr/internal/errs"
@@ -13,14 +14,46 @@ import (
 // wrapping errs.ErrConflict at once. On error nothing is held and nothing
 // changed.
 func (s *Store) TryPrepare(ops []txn.Op) (*Pending, error) {
+	return s.TryPrepareAt(ops, 0)
+}
+
+// ErrLocked is wrapped, with errs.ErrConflict, by TryPrepare's error for a
+// blob whose lock another transaction holds: the commit may succeed if
+// tried again.
+var ErrLocked = errors.New("blob locked by another transaction")
+
+// StaleVersionError is TryPrepareAt's refusal of a version that is not
+// above what the store holds. It wraps errs.ErrConflict; a coordinator
+// tries again with a version above Floor.
+type StaleVersionError struct {
+	Key     string
+	Version uint64 // the version asked for
+	Floor   uint64 // the version must exceed this
+}
+
+func (e *StaleVersionError) Error() string {
+	return fmt.Sprintf("%v: blob %q: commit version %d is not above %d", errs.ErrConflict, e.Key, e.Version, e.Floor)
+}
+
+func (e *StaleVersionError) Unwrap() error { return errs.ErrConflict }
+
+// TryPrepareAt is TryPrepare with the new version of every changed blob
+// fixed by the caller (0: drawn from the store's clock). The members of a
+// replicated commit all store it under the version its coordinator chose,
+// so a version names the same commit on every replica. The version must
+// exceed each changed blob's current version, and, for a blob that does not
+// exist yet, every version this store issued or accepted (which keeps page
+// keys unique across a delete and re-create, see Open); otherwise the
+// commit is refused with a *StaleVersionError.
+func (s *Store) TryPrepareAt(ops []txn.Op, version uint64) (*Pending, error) {
 	keys, err := commitKeys(ops)
 	if err != nil {
 		return nil, err
 	}
 	if busy, ok := s.locks.tryLock(keys); !ok {
-		return nil, fmt.Errorf("%w: blob %q is locked by another transaction", errs.ErrConflict, busy)
+		return nil, fmt.Errorf("%w: %w: blob %q", errs.ErrConflict, ErrLocked, busy)
 	}
-	p, err := s.prepareLocked(ops, keys)
+	p, err := s.prepareLocked(ops, keys, version)
 	if err != nil {
 		s.locks.unlock(keys)
 		return nil, err

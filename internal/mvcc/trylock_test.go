@@ -193,3 +193,49 @@ func TestTryPrepareStress(t *testing.T) {
 	}
 	t.Logf("%d TryPrepare conflicts", conflicts.Load())
 }
+
+// TryPrepareAt stores the caller's version, and refuses one that is not
+// above the blob's (or, for a new blob, the store's) newest, changing
+// nothing.
+func TestTryPrepareAtPinsVersions(t *testing.T) {
+	s := openStore(t, Options{MVCC: true})
+	commitAt := func(version uint64, ops ...txn.Op) ([]txn.Result, error) {
+		p, err := s.TryPrepareAt(ops, version)
+		if err != nil {
+			return nil, err
+		}
+		return p.Results(), p.Commit()
+	}
+	res, err := commitAt(1000, writeOp("a", "one"))
+	if err != nil || res[0].Version != 1000 {
+		t.Fatalf("first commit: %v, %v; want version 1000", res, err)
+	}
+	var stale *StaleVersionError
+	if _, err := commitAt(1000, writeOp("a", "two")); !errors.As(err, &stale) || stale.Floor != 1000 ||
+		!errors.Is(err, errs.ErrConflict) {
+		t.Fatalf("same version again: %v; want a StaleVersionError with floor 1000", err)
+	}
+	if got := readString(t, s, "a"); got != "one" {
+		t.Fatalf("a refused commit changed the blob: %q", got)
+	}
+	if _, err := commitAt(900, writeOp("b", "new")); !errors.As(err, &stale) || stale.Floor != 1000 {
+		t.Fatalf("a new blob below the store's newest version: %v; want refused with floor 1000", err)
+	}
+	if res, err := commitAt(1001, writeOp("a", "two"), writeOp("b", "new")); err != nil ||
+		res[0].Version != 1001 || res[1].Version != 1001 {
+		t.Fatalf("commit at 1001: %v, %v", res, err)
+	}
+	// Clock-drawn versions stay above every accepted one.
+	if res := mustCommit(t, s, writeOp("c", "x")); res[0].Version <= 1001 {
+		t.Fatalf("clock version %d not above the accepted 1001", res[0].Version)
+	}
+	// A locked blob is refused as ErrLocked.
+	p, err := s.TryPrepare([]txn.Op{writeOp("a", "held")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.TryPrepareAt([]txn.Op{writeOp("a", "x")}, 5000); !errors.Is(err, ErrLocked) {
+		t.Fatalf("locked blob: %v; want ErrLocked", err)
+	}
+	p.Abort()
+}
