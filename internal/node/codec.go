@@ -1,0 +1,155 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/tyrstore/tyr/api/peerpb"
+	"github.com/tyrstore/tyr/internal/chain"
+	"github.com/tyrstore/tyr/internal/errs"
+	"github.com/tyrstore/tyr/internal/mvcc"
+	"github.com/tyrstore/tyr/internal/ring"
+	"github.com/tyrstore/tyr/internal/txn"
+)
+
+// envelope is a chain message with what the chain package does not carry:
+// its keyspace, and for a Forward the commit version the coordinator chose.
+type envelope struct {
+	keyspace string
+	version  uint64
+	msg      chain.Message
+	sent     int64 // unix nanoseconds when the sender queued it
+}
+
+func encodeEnvelope(e envelope) *peerpb.Message {
+	m := e.msg
+	out := &peerpb.Message{
+		Keyspace: e.keyspace, Type: uint32(m.Type), From: string(m.From), To: string(m.To),
+		TxnCoordinator: string(m.Txn.Coordinator), TxnSeq: m.Txn.Seq, Index: uint32(m.Index),
+		Committed: m.Committed, Err: m.Err, SentUnixNano: e.sent, Version: e.version,
+	}
+	for _, id := range m.Chain {
+		out.Chain = append(out.Chain, string(id))
+	}
+	for _, op := range m.Ops {
+		out.Ops = append(out.Ops, &peerpb.Op{
+			Key: op.Key, Kind: uint32(op.Kind), Offset: op.Offset, Size: op.Size, Data: op.Data,
+			Create: op.Create, Width: uint32(op.Width), Func: uint32(op.Func), Operand: op.Operand,
+			Expected: op.Expected, Version: op.Version,
+		})
+	}
+	for _, r := range m.Results {
+		out.Results = append(out.Results, &peerpb.Result{Offset: r.Offset, Size: r.Size, Version: r.Version, Value: r.Value})
+	}
+	return out
+}
+
+// decodeEnvelope checks what a replica cannot: field ranges. The chain
+// state machines validate the rest (addressing, chain shape, ops).
+func decodeEnvelope(in *peerpb.Message) (envelope, error) {
+	if in.GetType() == 0 || in.GetType() > 255 {
+		return envelope{}, fmt.Errorf("%w: message type %d", errs.ErrInvalidArgument, in.GetType())
+	}
+	if in.GetIndex() >= chain.ChainMembersMax {
+		return envelope{}, fmt.Errorf("%w: chain index %d", errs.ErrInvalidArgument, in.GetIndex())
+	}
+	m := chain.Message{
+		Type: chain.MessageType(in.GetType()), From: ring.NodeID(in.GetFrom()), To: ring.NodeID(in.GetTo()),
+		Txn:   chain.TxnID{Coordinator: ring.NodeID(in.GetTxnCoordinator()), Seq: in.GetTxnSeq()},
+		Index: int(in.GetIndex()), Committed: in.GetCommitted(), Err: in.GetErr(),
+	}
+	for _, id := range in.GetChain() {
+		m.Chain = append(m.Chain, ring.NodeID(id))
+	}
+	for _, op := range in.GetOps() {
+		if op.GetKind() > 255 || op.GetWidth() > 8 || op.GetFunc() > 255 {
+			return envelope{}, fmt.Errorf("%w: op kind %d, width %d, func %d", errs.ErrInvalidArgument,
+				op.GetKind(), op.GetWidth(), op.GetFunc())
+		}
+		m.Ops = append(m.Ops, txn.Op{
+			Key: op.GetKey(), Kind: txn.OpKind(op.GetKind()), Offset: op.GetOffset(), Size: op.GetSize(),
+			Data: op.GetData(), Create: op.GetCreate(), Width: int(op.GetWidth()), Func: txn.AtomicFunc(op.GetFunc()),
+			Operand: op.GetOperand(), Expected: op.GetExpected(), Version: op.GetVersion(),
+		})
+	}
+	for _, r := range in.GetResults() {
+		m.Results = append(m.Results, txn.Result{Offset: r.GetOffset(), Size: r.GetSize(), Version: r.GetVersion(), Value: r.GetValue()})
+	}
+	return envelope{keyspace: in.GetKeyspace(), version: in.GetVersion(), msg: m, sent: in.GetSentUnixNano()}, nil
+}
+
+// A refusal travels up the chain as text (chain.Message.Err). So that the
+// client still gets the refusing member's error class, and the coordinator
+// can tell a retryable refusal from a final one, the text starts with a tag:
+//
+//	"code <gRPC code>: "  a classified error (see errs.Code)
+//	"locked: "            a blob was locked by another transaction
+//	"stale <floor>: "     the commit version was not above floor
+//
+// An untagged text (the chain's own refusals, such as chain.ErrBusy) is
+// reported as unavailable.
+const (
+	tagCode   = "code "
+	tagLocked = "locked: "
+	tagStale  = "stale "
+)
+
+// taggedError is a stager error whose Error text carries its tag.
+type taggedError struct{ err error }
+
+func (e taggedError) Error() string {
+	var stale *mvcc.StaleVersionError
+	switch {
+	case errors.As(e.err, &stale):
+		return fmt.Sprintf("%s%d: %v", tagStale, stale.Floor, e.err)
+	case errors.Is(e.err, mvcc.ErrLocked):
+		return tagLocked + e.err.Error()
+	}
+	code, _ := errs.Code(e.err)
+	return fmt.Sprintf("%s%d: %v", tagCode, code, e.err)
+}
+
+func (e taggedError) Unwrap() error { return e.err }
+
+// refusal is a decoded chain refusal.
+type refusal struct {
+	err    error  // classified, for the client
+	locked bool   // worth trying again as it is
+	floor  uint64 // nonzero: worth trying again above this version
+}
+
+func decodeRefusal(text string) refusal {
+	switch {
+	case strings.HasPrefix(text, tagLocked):
+		return refusal{err: fmt.Errorf("%w: %s", errs.ErrConflict, text[len(tagLocked):]), locked: true}
+	case strings.HasPrefix(text, tagStale):
+		num, rest, _ := strings.Cut(text[len(tagStale):], ": ")
+		floor, err := strconv.ParseUint(num, 10, 64)
+		if err == nil {
+			return refusal{err: errors.New(rest), floor: floor}
+		}
+	case strings.HasPrefix(text, tagCode):
+		num, rest, _ := strings.Cut(text[len(tagCode):], ": ")
+		code, err := strconv.ParseUint(num, 10, 32)
+		if err == nil {
+			if class := errs.Class(codes.Code(code)); class != nil {
+				return refusal{err: &remoteError{class: class, text: rest}}
+			}
+		}
+	}
+	return refusal{err: fmt.Errorf("%w: chain refused the commit: %s", errs.ErrUnavailable, text)}
+}
+
+// remoteError is a classified error raised on another member: its text is
+// the member's, and errors.Is finds its class.
+type remoteError struct {
+	class error
+	text  string
+}
+
+func (e *remoteError) Error() string { return e.text }
+func (e *remoteError) Unwrap() error { return e.class }

@@ -1,0 +1,555 @@
+// Package node runs the chain-commit protocol of internal/chain between the
+// processes of a cluster: it is the I/O edge around the deterministic
+// Replica and Coordinator state machines.
+//
+// One goroutine (the loop) owns every state machine of the node: per
+// keyspace one chain.Replica, whose Stager is the keyspace's mvcc.Store,
+// and one chain.Coordinator for the commits this node's clients send. The
+// loop takes in peer messages, new commits and clock ticks, steps the state
+// machines, and hands their output to per-peer sender goroutines, which
+// batch it into Peer.Deliver calls. A message to this node itself never
+// leaves the loop. Delivery is best effort: the protocol retransmits what
+// is lost, and a receiver drops messages older than MessageAgeMax, which
+// keeps every message inside the replicas' outcome retention (see
+// chain.ReplicaConfig.OutcomeRetentionTicks).
+//
+// Placement (Chain, ReadTarget) is per blob for now: every member of a
+// blob's chain is one of its version managers (the replicas of chunk 0)
+// and stores the whole blob. The coordinator chooses each commit's version
+// from its clock and every member stores the commit under it, so a version
+// names the same commit on every replica (mvcc.Store.TryPrepareAt).
+//
+// Not yet here (see docs/architecture.md): re-execution when a member dies
+// mid-commit (such a commit stays in flight and its client times out),
+// catch-up of a member that missed commits while it was down, persistence
+// of the replicas' transaction records across restarts, and storage
+// effects off the loop (each member's fsync runs inside Step, one at a
+// time per node).
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/tyrstore/tyr/api/peerpb"
+	"github.com/tyrstore/tyr/internal/chain"
+	"github.com/tyrstore/tyr/internal/errs"
+	"github.com/tyrstore/tyr/internal/membership"
+	"github.com/tyrstore/tyr/internal/mvcc"
+	"github.com/tyrstore/tyr/internal/ring"
+	"github.com/tyrstore/tyr/internal/storage"
+	"github.com/tyrstore/tyr/internal/txn"
+)
+
+// Timing of the protocol on a node.
+const (
+	// Tick is the state machines' clock period.
+	Tick = 10 * time.Millisecond
+	// RetransmitTicks: a Forward, Backward or Reply unanswered for 200ms is
+	// sent again.
+	RetransmitTicks = 20
+	// OutcomeRetentionTicks: a member remembers a finished commit for 10s
+	// after its upstream acknowledged it.
+	OutcomeRetentionTicks = 1000
+	// MessageAgeMax is how old a message may be when it arrives; older ones
+	// are dropped, since a replica may have forgotten their commit. Half
+	// the retention, to leave room for clock differences between hosts.
+	MessageAgeMax = OutcomeRetentionTicks * Tick / 2
+	// CommitRetryMax bounds how long Commit keeps trying a commit refused
+	// for a retryable reason (a blob locked by another commit, a version
+	// below a replica's) before it returns the conflict.
+	CommitRetryMax = 10 * time.Second
+	// inboxMax and peerQueueMax bound the messages waiting for the loop and
+	// for each peer's sender; a full peer queue drops, like the network.
+	inboxMax     = 4096
+	peerQueueMax = 4096
+	deliverBatch = 256
+	// deliverTimeout bounds one Peer.Deliver call.
+	deliverTimeout = 2 * time.Second
+)
+
+// Cluster is what the node needs of membership.
+type Cluster interface {
+	Self() ring.NodeID
+	View() *membership.View
+	RPCAddr(id ring.NodeID) (string, bool)
+	Alive(id ring.NodeID) bool
+}
+
+// Dialer opens a peer's Peer client; the server supplies one sharing its
+// connections.
+type Dialer func(addr string) (peerpb.PeerClient, error)
+
+// Config configures a Node.
+type Config struct {
+	Cluster Cluster
+	Engine  *storage.Engine
+	Dial    Dialer
+	Log     *slog.Logger
+}
+
+// Node is a running chain-commit endpoint. Its methods are safe for
+// concurrent use.
+type Node struct {
+	peerpb.UnimplementedPeerServer
+	cfg  Config
+	self ring.NodeID
+
+	inbox  chan envelope
+	begins chan beginReq
+	stop   chan struct{}
+	done   chan struct{}
+
+	ringMu sync.Mutex
+	ring   *ring.Ring // cached for ringID
+	ringID membership.RingID
+
+	peersMu sync.Mutex
+	peers   map[ring.NodeID]*peer // guarded by peersMu
+
+	clockMu sync.Mutex
+	last    uint64 // newest commit version chosen; guarded by clockMu
+
+	// Owned by the loop goroutine.
+	groups   map[string]*group
+	waiters  map[waiterKey]chan beginResult
+	versions map[waiterKey]versionEntry
+	local    []envelope
+}
+
+type group struct {
+	replica *chain.Replica
+	coord   *chain.Coordinator
+}
+
+type waiterKey struct {
+	keyspace string
+	id       chain.TxnID
+}
+
+type versionEntry struct {
+	version uint64
+	at      time.Time
+}
+
+type beginReq struct {
+	keyspace string
+	ops      []txn.Op
+	chain    []ring.NodeID
+	version  uint64
+	done     chan beginResult
+}
+
+type beginResult struct {
+	outcome chain.Outcome
+	err     error
+}
+
+// Start starts the node's loop.
+func Start(cfg Config) (*Node, error) {
+	if cfg.Cluster == nil || cfg.Engine == nil || cfg.Dial == nil {
+		return nil, errors.New("node: Cluster, Engine and Dial are required")
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	n := &Node{
+		cfg: cfg, self: cfg.Cluster.Self(),
+		inbox: make(chan envelope, inboxMax), begins: make(chan beginReq),
+		stop: make(chan struct{}), done: make(chan struct{}),
+		peers:  map[ring.NodeID]*peer{},
+		groups: map[string]*group{}, waiters: map[waiterKey]chan beginResult{},
+		versions: map[waiterKey]versionEntry{},
+	}
+	go n.loop()
+	return n, nil
+}
+
+// Close stops the loop and the senders. Commits in flight return
+// ErrUnavailable.
+func (n *Node) Close() {
+	close(n.stop)
+	<-n.done
+	n.peersMu.Lock()
+	defer n.peersMu.Unlock()
+	for _, p := range n.peers {
+		close(p.quit)
+	}
+	n.peers = map[ring.NodeID]*peer{}
+}
+
+// Self is this node's ID.
+func (n *Node) Self() ring.NodeID { return n.self }
+
+// currentRing returns the ring of the current view, rebuilt only when the
+// membership changed.
+func (n *Node) currentRing() (*ring.Ring, error) {
+	view := n.cfg.Cluster.View()
+	id := view.RingID()
+	n.ringMu.Lock()
+	defer n.ringMu.Unlock()
+	if n.ring != nil && n.ringID == id {
+		return n.ring, nil
+	}
+	r, err := view.Ring(ring.Config{})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errs.ErrUnavailable, err)
+	}
+	n.ring, n.ringID = r, id
+	return r, nil
+}
+
+// replicas returns the version managers of key, in the ring's order.
+func (n *Node) replicas(keyspace string, rf int, key string) ([]ring.NodeID, error) {
+	r, err := n.currentRing()
+	if err != nil {
+		return nil, err
+	}
+	if rf > r.Len() {
+		return nil, fmt.Errorf("%w: keyspace %q keeps %d replicas, but the cluster has %d nodes",
+			errs.ErrUnavailable, keyspace, rf, r.Len())
+	}
+	vms, err := r.VersionManagers(ring.KeyspaceSeed(keyspace), key, rf)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errs.ErrUnavailable, err)
+	}
+	return vms, nil
+}
+
+// Chain returns the live members a commit of ops must run through: the
+// version managers of every blob it touches, sorted by node ID (the
+// protocol's global order), without the members that are not alive. It
+// fails with errs.ErrUnavailable when a blob has no live replica.
+func (n *Node) Chain(keyspace string, rf int, ops []txn.Op) ([]ring.NodeID, error) {
+	var members []ring.NodeID
+	seen := map[string]bool{}
+	for _, op := range ops {
+		if seen[op.Key] {
+			continue
+		}
+		seen[op.Key] = true
+		vms, err := n.replicas(keyspace, rf, op.Key)
+		if err != nil {
+			return nil, err
+		}
+		live := 0
+		for _, id := range vms {
+			if n.cfg.Cluster.Alive(id) {
+				members = append(members, id)
+				live++
+			}
+		}
+		if live == 0 {
+			return nil, fmt.Errorf("%w: no live replica of blob %q (replicas %v)", errs.ErrUnavailable, op.Key, vms)
+		}
+	}
+	slices.Sort(members)
+	return slices.Compact(members), nil
+}
+
+// ReadTarget returns the node that serves reads of key: its first live
+// version manager in the protocol's order, the member every commit of the
+// key reaches first and commits last, so it holds every acknowledged
+// commit.
+func (n *Node) ReadTarget(keyspace string, rf int, key string) (ring.NodeID, error) {
+	vms, err := n.replicas(keyspace, rf, key)
+	if err != nil {
+		return "", err
+	}
+	vms = slices.Clone(vms)
+	slices.Sort(vms)
+	for _, id := range vms {
+		if n.cfg.Cluster.Alive(id) {
+			return id, nil
+		}
+	}
+	return "", fmt.Errorf("%w: no live replica of blob %q (replicas %v)", errs.ErrUnavailable, key, vms)
+}
+
+// nextVersion returns a commit version from the clock, above every one this
+// node chose before and above floor.
+func (n *Node) nextVersion(floor uint64) uint64 {
+	n.clockMu.Lock()
+	defer n.clockMu.Unlock()
+	n.last = max(uint64(time.Now().UnixNano()), n.last+1, floor+1)
+	return n.last
+}
+
+// Commit runs ops through members (from Chain) and returns the head's
+// results. A refusal for a blob locked by a concurrent commit, or for a
+// version below a replica's, is tried again with backoff for up to
+// CommitRetryMax; other refusals return the refusing member's error. If ctx
+// ends first the outcome is unknown: the commit may still take effect.
+func (n *Node) Commit(ctx context.Context, keyspace string, ops []txn.Op, members []ring.NodeID) ([]txn.Result, error) {
+	deadline := time.Now().Add(CommitRetryMax)
+	backoff := time.Millisecond
+	floor := uint64(0)
+	for {
+		o, err := n.run(ctx, keyspace, ops, members, n.nextVersion(floor))
+		if err != nil {
+			return nil, err
+		}
+		if o.Committed {
+			return o.Results, nil
+		}
+		r := decodeRefusal(o.Err)
+		if (!r.locked && r.floor == 0) || time.Now().After(deadline) {
+			return nil, r.err
+		}
+		floor = max(floor, r.floor)
+		wait := backoff/2 + rand.N(backoff)
+		backoff = min(2*backoff, 50*time.Millisecond)
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (n *Node) run(ctx context.Context, keyspace string, ops []txn.Op, members []ring.NodeID, version uint64) (chain.Outcome, error) {
+	done := make(chan beginResult, 1)
+	req := beginReq{keyspace: keyspace, ops: ops, chain: slices.Clone(members), version: version, done: done}
+	select {
+	case n.begins <- req:
+	case <-ctx.Done():
+		return chain.Outcome{}, ctx.Err()
+	case <-n.stop:
+		return chain.Outcome{}, fmt.Errorf("%w: node shutting down", errs.ErrUnavailable)
+	}
+	select {
+	case r := <-done:
+		return r.outcome, r.err
+	case <-ctx.Done():
+		return chain.Outcome{}, fmt.Errorf("commit outcome unknown: %w", ctx.Err())
+	case <-n.stop:
+		return chain.Outcome{}, fmt.Errorf("%w: node shutting down; commit outcome unknown", errs.ErrUnavailable)
+	}
+}
+
+// Deliver implements peerpb.PeerServer: it queues the messages for the
+// loop. Malformed messages are dropped.
+func (n *Node) Deliver(ctx context.Context, req *peerpb.DeliverRequest) (*peerpb.DeliverResponse, error) {
+	for _, m := range req.GetMessages() {
+		env, err := decodeEnvelope(m)
+		if err != nil {
+			n.cfg.Log.Warn("dropped a malformed peer message", "from", m.GetFrom(), "err", err)
+			continue
+		}
+		select {
+		case n.inbox <- env:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-n.stop:
+			return nil, fmt.Errorf("%w: node shutting down", errs.ErrUnavailable)
+		}
+	}
+	return &peerpb.DeliverResponse{}, nil
+}
+
+func (n *Node) loop() {
+	defer close(n.done)
+	ticker := time.NewTicker(Tick)
+	defer ticker.Stop()
+	sweep := time.Now()
+	for {
+		select {
+		case <-n.stop:
+			for _, w := range n.waiters {
+				w <- beginResult{err: fmt.Errorf("%w: node shutting down; commit outcome unknown", errs.ErrUnavailable)}
+			}
+			return
+		case env := <-n.inbox:
+			n.step(env)
+		case req := <-n.begins:
+			n.begin(req)
+		case <-ticker.C:
+			for name, g := range n.groups {
+				g.replica.Tick()
+				g.coord.Tick()
+				n.flush(name, g)
+			}
+			if time.Since(sweep) > time.Minute {
+				n.sweepVersions()
+				sweep = time.Now()
+			}
+		}
+		for len(n.local) > 0 {
+			env := n.local[0]
+			n.local = n.local[1:]
+			n.step(env)
+		}
+	}
+}
+
+func (n *Node) group(keyspace string) (*group, error) {
+	if g, ok := n.groups[keyspace]; ok {
+		return g, nil
+	}
+	r, err := chain.NewReplica(chain.ReplicaConfig{ID: n.self, Stager: stager{n: n, keyspace: keyspace},
+		RetransmitTicks: RetransmitTicks, OutcomeRetentionTicks: OutcomeRetentionTicks})
+	if err != nil {
+		return nil, err
+	}
+	// Sequence numbers start at the clock so a restarted node never reuses
+	// one (see chain.CoordinatorConfig.FirstSeq).
+	c, err := chain.NewCoordinator(chain.CoordinatorConfig{ID: n.self, FirstSeq: uint64(time.Now().UnixNano()),
+		RetransmitTicks: RetransmitTicks})
+	if err != nil {
+		return nil, err
+	}
+	g := &group{replica: r, coord: c}
+	n.groups[keyspace] = g
+	return g, nil
+}
+
+func (n *Node) begin(req beginReq) {
+	g, err := n.group(req.keyspace)
+	if err != nil {
+		req.done <- beginResult{err: err}
+		return
+	}
+	id, err := g.coord.Begin(req.ops, req.chain)
+	if err != nil {
+		if errors.Is(err, chain.ErrBusy) {
+			err = fmt.Errorf("%w: %w", errs.ErrUnavailable, err)
+		}
+		req.done <- beginResult{err: err}
+		return
+	}
+	key := waiterKey{req.keyspace, id}
+	n.waiters[key] = req.done
+	n.versions[key] = versionEntry{version: req.version, at: time.Now()}
+	n.flush(req.keyspace, g)
+}
+
+func (n *Node) step(env envelope) {
+	if age := time.Since(time.Unix(0, env.sent)); age > MessageAgeMax {
+		n.cfg.Log.Debug("dropped a stale peer message", "msg", env.msg.String(), "age", age)
+		return
+	}
+	g, err := n.group(env.keyspace)
+	if err != nil {
+		n.cfg.Log.Warn("no chain group", "keyspace", env.keyspace, "err", err)
+		return
+	}
+	key := waiterKey{env.keyspace, env.msg.Txn}
+	if env.msg.Type == chain.MsgForward {
+		if _, ok := n.versions[key]; !ok {
+			n.versions[key] = versionEntry{version: env.version, at: time.Now()}
+		}
+	}
+	if env.msg.Type == chain.MsgReply {
+		err = g.coord.Step(env.msg)
+	} else {
+		err = g.replica.Step(env.msg)
+	}
+	if err != nil {
+		n.cfg.Log.Debug("chain refused a message", "msg", env.msg.String(), "err", err)
+	}
+	n.flush(env.keyspace, g)
+}
+
+// flush sends what the state machines produced and reports finished
+// commits to their waiters.
+func (n *Node) flush(keyspace string, g *group) {
+	for g.replica.HasReady() || g.coord.HasReady() {
+		if g.replica.HasReady() {
+			o := g.replica.Ready()
+			g.replica.Advance(o)
+			n.emit(keyspace, o.Messages)
+			for _, f := range o.Finished {
+				if f.CommitErr != nil {
+					n.cfg.Log.Error("local commit failed after the chain committed; this replica is behind",
+						"keyspace", keyspace, "txn", f.Txn.String(), "err", f.CommitErr)
+				}
+				key := waiterKey{keyspace, f.Txn}
+				if _, coordinated := n.waiters[key]; !coordinated {
+					delete(n.versions, key)
+				}
+			}
+		}
+		if g.coord.HasReady() {
+			o := g.coord.Ready()
+			g.coord.Advance(o)
+			n.emit(keyspace, o.Messages)
+			for _, f := range o.Finished {
+				key := waiterKey{keyspace, f.Txn}
+				if w, ok := n.waiters[key]; ok {
+					w <- beginResult{outcome: f}
+					delete(n.waiters, key)
+				}
+				delete(n.versions, key)
+			}
+		}
+	}
+}
+
+func (n *Node) emit(keyspace string, msgs []chain.Message) {
+	now := time.Now().UnixNano()
+	for _, m := range msgs {
+		env := envelope{keyspace: keyspace, msg: m, sent: now}
+		if m.Type == chain.MsgForward {
+			env.version = n.versions[waiterKey{keyspace, m.Txn}].version
+		}
+		if m.To == n.self {
+			n.local = append(n.local, env)
+			continue
+		}
+		n.send(env)
+	}
+}
+
+// sweepVersions drops commit versions kept for transactions the replica
+// will not forward again: those whose Forward arrived but that it never
+// staged (refused unanswered, or a duplicate of a finished one).
+func (n *Node) sweepVersions() {
+	for key, v := range n.versions {
+		if _, coordinated := n.waiters[key]; !coordinated && time.Since(v.at) > 10*time.Minute {
+			delete(n.versions, key)
+		}
+	}
+}
+
+// stager is a keyspace's chain.Stager: the keyspace's store, staging each
+// commit under the version its coordinator chose.
+type stager struct {
+	n        *Node
+	keyspace string
+}
+
+func (s stager) Prepare(id chain.TxnID, ops []txn.Op) (chain.Staged, error) {
+	ks, err := s.n.cfg.Engine.Acquire(s.keyspace)
+	if err != nil {
+		return nil, taggedError{err}
+	}
+	p, err := ks.Store.TryPrepareAt(ops, s.n.versions[waiterKey{s.keyspace, id}].version)
+	if err != nil {
+		ks.Release()
+		return nil, taggedError{err}
+	}
+	return staged{p: p, release: ks.Release}, nil
+}
+
+type staged struct {
+	p       *mvcc.Pending
+	release func()
+}
+
+func (s staged) Commit() error {
+	defer s.release()
+	return s.p.Commit()
+}
+
+func (s staged) Abort() {
+	s.p.Abort()
+	s.release()
+}
+
+func (s staged) Results() []txn.Result { return s.p.Results() }

@@ -1,0 +1,84 @@
+package node
+
+import (
+	"context"
+
+	"github.com/tyrstore/tyr/api/peerpb"
+	"github.com/tyrstore/tyr/internal/ring"
+)
+
+// peer sends queued messages to one node in batches, one Deliver call at a
+// time. Messages that do not fit its queue, or whose call fails, are lost;
+// the protocol sends them again.
+type peer struct {
+	addr   string
+	client peerpb.PeerClient
+	queue  chan *peerpb.Message
+	quit   chan struct{}
+}
+
+func (p *peer) run(n *Node) {
+	for {
+		var first *peerpb.Message
+		select {
+		case first = <-p.queue:
+		case <-p.quit:
+			return
+		}
+		batch := []*peerpb.Message{first}
+	drain:
+		for len(batch) < deliverBatch {
+			select {
+			case m := <-p.queue:
+				batch = append(batch, m)
+			default:
+				break drain
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), deliverTimeout)
+		_, err := p.client.Deliver(ctx, &peerpb.DeliverRequest{Messages: batch})
+		cancel()
+		if err != nil {
+			n.cfg.Log.Debug("peer delivery failed", "addr", p.addr, "messages", len(batch), "err", err)
+		}
+	}
+}
+
+// send queues env for its recipient, starting a sender for a new peer or a
+// peer whose address changed.
+func (n *Node) send(env envelope) {
+	to := env.msg.To
+	addr, ok := n.cfg.Cluster.RPCAddr(to)
+	if !ok {
+		n.cfg.Log.Debug("no address for a chain member", "member", to)
+		return
+	}
+	p, err := n.peer(to, addr)
+	if err != nil {
+		n.cfg.Log.Warn("cannot reach a chain member", "member", to, "addr", addr, "err", err)
+		return
+	}
+	select {
+	case p.queue <- encodeEnvelope(env):
+	default:
+		n.cfg.Log.Debug("peer queue full; message dropped", "member", to)
+	}
+}
+
+func (n *Node) peer(id ring.NodeID, addr string) (*peer, error) {
+	n.peersMu.Lock()
+	defer n.peersMu.Unlock()
+	if p, ok := n.peers[id]; ok && p.addr == addr {
+		return p, nil
+	} else if ok {
+		close(p.quit)
+	}
+	client, err := n.cfg.Dial(addr)
+	if err != nil {
+		return nil, err
+	}
+	p := &peer{addr: addr, client: client, queue: make(chan *peerpb.Message, peerQueueMax), quit: make(chan struct{})}
+	n.peers[id] = p
+	go p.run(n)
+	return p, nil
+}
