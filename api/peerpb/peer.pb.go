@@ -125,7 +125,10 @@ type Message struct {
 	Results        []*Result              `protobuf:"bytes,12,rep,name=results,proto3" json:"results,omitempty"`
 	// sent_unix_nano is when the sender queued the message; receivers drop
 	// messages older than the protocol's retention allows.
-	SentUnixNano  int64 `protobuf:"varint,13,opt,name=sent_unix_nano,json=sentUnixNano,proto3" json:"sent_unix_nano,omitempty"`
+	SentUnixNano int64 `protobuf:"varint,13,opt,name=sent_unix_nano,json=sentUnixNano,proto3" json:"sent_unix_nano,omitempty"`
+	// version is the commit version the coordinator chose (Forward only):
+	// every member stores the commit under it.
+	Version       uint64 `protobuf:"varint,14,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -247,6 +250,13 @@ func (x *Message) GetResults() []*Result {
 func (x *Message) GetSentUnixNano() int64 {
 	if x != nil {
 		return x.SentUnixNano
+	}
+	return 0
+}
+
+func (x *Message) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
 	}
 	return 0
 }
@@ -452,7 +462,7 @@ const file_api_peerpb_peer_proto_rawDesc = "" +
 	"\x15api/peerpb/peer.proto\x12\vtyr.peer.v1\"B\n" +
 	"\x0eDeliverRequest\x120\n" +
 	"\bmessages\x18\x01 \x03(\v2\x14.tyr.peer.v1.MessageR\bmessages\"\x11\n" +
-	"\x0fDeliverResponse\"\xf3\x02\n" +
+	"\x0fDeliverResponse\"\x8d\x03\n" +
 	"\aMessage\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\rR\x04type\x12\x12\n" +
@@ -467,7 +477,8 @@ const file_api_peerpb_peer_proto_rawDesc = "" +
 	" \x01(\bR\tcommitted\x12\x10\n" +
 	"\x03err\x18\v \x01(\tR\x03err\x12-\n" +
 	"\aresults\x18\f \x03(\v2\x13.tyr.peer.v1.ResultR\aresults\x12$\n" +
-	"\x0esent_unix_nano\x18\r \x01(\x03R\fsentUnixNano\"\xfc\x01\n" +
+	"\x0esent_unix_nano\x18\r \x01(\x03R\fsentUnixNano\x12\x18\n" +
+	"\aversion\x18\x0e \x01(\x04R\aversion\"\xfc\x01\n" +
 	"\x02Op\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\rR\x04kind\x12\x16\n" +

@@ -31,7 +31,7 @@ type fakeCluster struct {
 	dead *sync.Map // ring.NodeID → true
 }
 
-func (c fakeCluster) Self() ring.NodeID       { return c.self }
+func (c fakeCluster) Self() ring.NodeID      { return c.self }
 func (c fakeCluster) View() *membership.View { return c.view }
 func (c fakeCluster) RPCAddr(id ring.NodeID) (string, bool) {
 	m, ok := c.view.Member(id)
