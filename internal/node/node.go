@@ -37,6 +37,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/tyrstore/tyr/api/peerpb"
 	"github.com/tyrstore/tyr/internal/chain"
 	"github.com/tyrstore/tyr/internal/errs"
@@ -82,9 +84,9 @@ type Cluster interface {
 	Alive(id ring.NodeID) bool
 }
 
-// Dialer opens a peer's Peer client; the server supplies one sharing its
-// connections.
-type Dialer func(addr string) (peerpb.PeerClient, error)
+// Dialer opens a connection to a peer's RPC address. The node keeps one per
+// peer, for chain messages and for the requests the server forwards.
+type Dialer func(addr string) (grpc.ClientConnInterface, error)
 
 // Config configures a Node.
 type Config struct {
@@ -179,7 +181,7 @@ func (n *Node) Close() {
 	n.peersMu.Lock()
 	defer n.peersMu.Unlock()
 	for _, p := range n.peers {
-		close(p.quit)
+		p.close()
 	}
 	n.peers = map[ring.NodeID]*peer{}
 }

@@ -52,12 +52,26 @@ type network struct {
 	calls atomic.Int64
 }
 
-type netClient struct {
+// netConn is a connection of the in-process network; it carries only
+// Peer.Deliver.
+type netConn struct {
 	net  *network
 	addr string
 }
 
-func (c netClient) Deliver(ctx context.Context, req *peerpb.DeliverRequest, _ ...grpc.CallOption) (*peerpb.DeliverResponse, error) {
+func (c netConn) Invoke(ctx context.Context, method string, args, reply any, _ ...grpc.CallOption) error {
+	if method != peerpb.Peer_Deliver_FullMethodName {
+		return fmt.Errorf("netConn: %s not supported", method)
+	}
+	_, err := c.deliver(ctx, args.(*peerpb.DeliverRequest))
+	return err
+}
+
+func (netConn) NewStream(context.Context, *grpc.StreamDesc, string, ...grpc.CallOption) (grpc.ClientStream, error) {
+	return nil, errors.New("netConn: no streams")
+}
+
+func (c netConn) deliver(ctx context.Context, req *peerpb.DeliverRequest) (*peerpb.DeliverResponse, error) {
 	c.net.calls.Add(1)
 	c.net.mu.Lock()
 	lost := c.net.rng.Float64() < c.net.loss
@@ -101,7 +115,7 @@ func startCluster(t *testing.T, size int, loss float64, seed uint64) *testCluste
 			t.Fatal(err)
 		}
 		n, err := Start(Config{Cluster: fakeCluster{self: id, view: view, dead: tc.dead}, Engine: eng, Log: log,
-			Dial: func(addr string) (peerpb.PeerClient, error) { return netClient{tc.net, addr}, nil }})
+			Dial: func(addr string) (grpc.ClientConnInterface, error) { return netConn{tc.net, addr}, nil }})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -2,8 +2,13 @@ package node
 
 import (
 	"context"
+	"fmt"
+	"io"
+
+	"google.golang.org/grpc"
 
 	"github.com/tyrstore/tyr/api/peerpb"
+	"github.com/tyrstore/tyr/internal/errs"
 	"github.com/tyrstore/tyr/internal/ring"
 )
 
@@ -12,6 +17,7 @@ import (
 // the protocol sends them again.
 type peer struct {
 	addr   string
+	conn   grpc.ClientConnInterface
 	client peerpb.PeerClient
 	queue  chan *peerpb.Message
 	quit   chan struct{}
@@ -71,14 +77,36 @@ func (n *Node) peer(id ring.NodeID, addr string) (*peer, error) {
 	if p, ok := n.peers[id]; ok && p.addr == addr {
 		return p, nil
 	} else if ok {
-		close(p.quit)
+		p.close()
 	}
-	client, err := n.cfg.Dial(addr)
+	conn, err := n.cfg.Dial(addr)
 	if err != nil {
 		return nil, err
 	}
-	p := &peer{addr: addr, client: client, queue: make(chan *peerpb.Message, peerQueueMax), quit: make(chan struct{})}
+	p := &peer{addr: addr, conn: conn, client: peerpb.NewPeerClient(conn), queue: make(chan *peerpb.Message, peerQueueMax), quit: make(chan struct{})}
 	n.peers[id] = p
 	go p.run(n)
 	return p, nil
+}
+
+// close stops the sender and closes the connection.
+func (p *peer) close() {
+	close(p.quit)
+	if c, ok := p.conn.(io.Closer); ok {
+		_ = c.Close()
+	}
+}
+
+// Conn returns the connection to member id, for requests the server
+// forwards to it.
+func (n *Node) Conn(id ring.NodeID) (grpc.ClientConnInterface, error) {
+	addr, ok := n.cfg.Cluster.RPCAddr(id)
+	if !ok {
+		return nil, fmt.Errorf("%w: no address for member %q", errs.ErrUnavailable, id)
+	}
+	p, err := n.peer(id, addr)
+	if err != nil {
+		return nil, fmt.Errorf("%w: member %q at %s: %w", errs.ErrUnavailable, id, addr, err)
+	}
+	return p.conn, nil
 }

@@ -1,0 +1,141 @@
+package server
+
+import (
+	"context"
+	"slices"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/tyrstore/tyr/api/tyrpb"
+	"github.com/tyrstore/tyr/internal/chain"
+	"github.com/tyrstore/tyr/internal/limits"
+	"github.com/tyrstore/tyr/internal/mvcc"
+	"github.com/tyrstore/tyr/internal/node"
+	"github.com/tyrstore/tyr/internal/ring"
+	"github.com/tyrstore/tyr/internal/storage"
+	"github.com/tyrstore/tyr/internal/txn"
+)
+
+// Replication: with a node set (WithNode), commits run through the chain of
+// the written blobs' live replicas, and reads, stats and listings are
+// served where the data is. A request this node cannot serve itself is
+// forwarded once, marked so the receiver serves it locally even if its view
+// of the ring differs: a request never travels more than one extra hop.
+
+// forwardedKey marks a request forwarded by another node.
+const forwardedKey = "tyr-forwarded"
+
+// WithNode makes s replicate through n and returns s.
+func (s *Service) WithNode(n *node.Node) *Service {
+	s.node = n
+	return s
+}
+
+// DialPeer opens a connection to another node's RPC address, with the
+// client API's message limits; it is node.Config.Dial for servers.
+func DialPeer(addr string) (grpc.ClientConnInterface, error) {
+	return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(limits.MessageBytesMax),
+			grpc.MaxCallSendMsgSize(limits.MessageBytesMax)))
+}
+
+func forwarded(ctx context.Context) bool {
+	md, _ := metadata.FromIncomingContext(ctx)
+	return len(md.Get(forwardedKey)) > 0
+}
+
+func markForwarded(ctx context.Context) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, forwardedKey, "1")
+}
+
+// commit runs ops on ks: through the chain of their replicas, or, when this
+// node is the chain's only member, through the local store alone.
+func (s *Service) commit(ctx context.Context, ks *storage.Keyspace, ops []txn.Op) ([]txn.Result, error) {
+	if s.node != nil {
+		members, err := s.node.Chain(ks.Name, int(ks.Config.Replication), ops)
+		if err != nil {
+			return nil, err
+		}
+		if len(members) != 1 || members[0] != s.node.Self() {
+			return s.node.Commit(ctx, ks.Name, ops, members)
+		}
+	}
+	return chain.Commit([]chain.Member{mvcc.Member{Store: ks.Store}}, ops)
+}
+
+// readTarget returns the member to forward a read of key to, or nil when
+// this node serves it.
+func (s *Service) readTarget(ctx context.Context, ks *storage.Keyspace, key string) (tyrpb.TyrClient, error) {
+	if s.node == nil || forwarded(ctx) {
+		return nil, nil
+	}
+	target, err := s.node.ReadTarget(ks.Name, int(ks.Config.Replication), key)
+	if err != nil || target == s.node.Self() {
+		return nil, err
+	}
+	conn, err := s.node.Conn(target)
+	if err != nil {
+		return nil, err
+	}
+	return tyrpb.NewTyrClient(conn), nil
+}
+
+// listMembers returns the other live members whose blobs a listing must
+// merge, or nil when this node's own listing is complete: when it is not
+// clustered, when the request was forwarded, or when every live member
+// holds every blob (replication at least the ring size).
+func (s *Service) listMembers(ctx context.Context, ks *storage.Keyspace) []ring.NodeID {
+	if s.node == nil || forwarded(ctx) {
+		return nil
+	}
+	view := s.cluster.View()
+	var others []ring.NodeID
+	for _, m := range view.Members() {
+		if m.Meta.ID != s.node.Self() && s.cluster.Alive(m.Meta.ID) {
+			others = append(others, m.Meta.ID)
+		}
+	}
+	if len(others)+1 <= int(ks.Config.Replication) {
+		return nil
+	}
+	return others
+}
+
+// mergeListings merges sorted listings from several members into one
+// sorted listing of at most limit blobs, keeping each key's newest version.
+// more is true if a member had more or the merge was cut at limit.
+func mergeListings(lists [][]*tyrpb.BlobInfo, limit int) (out []*tyrpb.BlobInfo, cut bool) {
+	var all []*tyrpb.BlobInfo
+	for _, l := range lists {
+		all = append(all, l...)
+	}
+	slices.SortFunc(all, func(a, b *tyrpb.BlobInfo) int {
+		if c := strings.Compare(a.GetKey(), b.GetKey()); c != 0 {
+			return c
+		}
+		return -cmpUint(a.GetVersion(), b.GetVersion())
+	})
+	for _, b := range all {
+		if len(out) > 0 && out[len(out)-1].GetKey() == b.GetKey() {
+			continue
+		}
+		if len(out) == limit {
+			return out, true
+		}
+		out = append(out, b)
+	}
+	return out, false
+}
+
+func cmpUint(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
