@@ -128,7 +128,11 @@ type Message struct {
 	SentUnixNano int64 `protobuf:"varint,13,opt,name=sent_unix_nano,json=sentUnixNano,proto3" json:"sent_unix_nano,omitempty"`
 	// version is the commit version the coordinator chose (Forward only):
 	// every member stores the commit under it.
-	Version       uint64 `protobuf:"varint,14,opt,name=version,proto3" json:"version,omitempty"`
+	Version uint64 `protobuf:"varint,14,opt,name=version,proto3" json:"version,omitempty"`
+	// begun_unix_nano is when the coordinator began the commit (Forward
+	// only); a replica drops a Forward for a commit it does not know that
+	// began too long ago (see internal/node.ForwardAgeMax).
+	BegunUnixNano int64 `protobuf:"varint,15,opt,name=begun_unix_nano,json=begunUnixNano,proto3" json:"begun_unix_nano,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -257,6 +261,13 @@ func (x *Message) GetSentUnixNano() int64 {
 func (x *Message) GetVersion() uint64 {
 	if x != nil {
 		return x.Version
+	}
+	return 0
+}
+
+func (x *Message) GetBegunUnixNano() int64 {
+	if x != nil {
+		return x.BegunUnixNano
 	}
 	return 0
 }
@@ -462,7 +473,7 @@ const file_api_peerpb_peer_proto_rawDesc = "" +
 	"\x15api/peerpb/peer.proto\x12\vtyr.peer.v1\"B\n" +
 	"\x0eDeliverRequest\x120\n" +
 	"\bmessages\x18\x01 \x03(\v2\x14.tyr.peer.v1.MessageR\bmessages\"\x11\n" +
-	"\x0fDeliverResponse\"\x8d\x03\n" +
+	"\x0fDeliverResponse\"\xb5\x03\n" +
 	"\aMessage\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\rR\x04type\x12\x12\n" +
@@ -478,7 +489,8 @@ const file_api_peerpb_peer_proto_rawDesc = "" +
 	"\x03err\x18\v \x01(\tR\x03err\x12-\n" +
 	"\aresults\x18\f \x03(\v2\x13.tyr.peer.v1.ResultR\aresults\x12$\n" +
 	"\x0esent_unix_nano\x18\r \x01(\x03R\fsentUnixNano\x12\x18\n" +
-	"\aversion\x18\x0e \x01(\x04R\aversion\"\xfc\x01\n" +
+	"\aversion\x18\x0e \x01(\x04R\aversion\x12&\n" +
+	"\x0fbegun_unix_nano\x18\x0f \x01(\x03R\rbegunUnixNano\"\xfc\x01\n" +
 	"\x02Op\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\rR\x04kind\x12\x16\n" +

@@ -36,11 +36,8 @@ type CoordinatorConfig struct {
 // A coordinator forgets a transaction as soon as it reports the outcome and
 // never sends its Forward again; that is what lets the head forget it later.
 //
-// Re-execution is the next step and not here yet: when the membership layer
-// reports a chain member dead, the coordinator should compute a new chain
-// without it and send the same TxnID down that chain, relying on members to
-// recognize the transaction and resume from their recorded state. Until
-// then a transaction whose chain has a dead member stays in flight.
+// When members of a chain fail, Reroute re-executes the transaction on the
+// members left, under the same ID.
 //
 // It is not safe for concurrent use.
 type Coordinator struct {
@@ -53,6 +50,10 @@ type Coordinator struct {
 
 type inflight struct {
 	chain []ring.NodeID
+	// first is the chain Begin was given; a Reply may come from any of its
+	// members, since a rerouted transaction may still be answered by a head
+	// that was only suspected.
+	first []ring.NodeID
 	ops   []txn.Op
 	ticks int
 }
@@ -100,7 +101,7 @@ func (c *Coordinator) Begin(ops []txn.Op, chain []ring.NodeID) (TxnID, error) {
 	}
 	id := TxnID{Coordinator: c.cfg.ID, Seq: c.nextSeq}
 	c.nextSeq++
-	t := &inflight{chain: chain, ops: ops}
+	t := &inflight{chain: chain, first: chain, ops: ops}
 	c.inflight[id] = t
 	c.send(c.forwardMessage(id, t))
 	return id, nil
@@ -117,8 +118,8 @@ func (c *Coordinator) Step(m Message) error {
 		return fmt.Errorf("%w: Reply for %s addressed to %q, this is %q", ErrInvalidMessage, m.Txn, m.To, c.cfg.ID)
 	}
 	if t, ok := c.inflight[m.Txn]; ok {
-		if m.From != t.chain[0] {
-			return fmt.Errorf("%w: Reply for %s from %q, want the head %q", ErrInvalidMessage, m.Txn, m.From, t.chain[0])
+		if !slices.Contains(t.first, m.From) {
+			return fmt.Errorf("%w: Reply for %s from %q, not a member of its chain %v", ErrInvalidMessage, m.Txn, m.From, t.first)
 		}
 		delete(c.inflight, m.Txn)
 		c.out.Finished = append(c.out.Finished, Outcome{
@@ -147,6 +148,37 @@ func (c *Coordinator) Tick() {
 			t.ticks = 0
 			c.send(c.forwardMessage(id, t))
 		}
+	}
+	clear(ids)
+	c.tickIDs = ids[:0]
+}
+
+// Reroute re-executes every transaction in flight whose chain has a member
+// alive reports false for: it sends the transaction, under the same ID, to
+// the chain of the members left, in the same order (see the replica's
+// "Re-execution"). A transaction none of whose members is alive stays on
+// its chain. The caller decides what alive means; a member it wrongly
+// reports dead is left behind, and must catch up before serving reads.
+func (c *Coordinator) Reroute(alive func(ring.NodeID) bool) {
+	ids := c.tickIDs[:0]
+	for id := range c.inflight {
+		ids = append(ids, id)
+	}
+	slices.SortFunc(ids, TxnID.Compare)
+	for _, id := range ids {
+		t := c.inflight[id]
+		live := make([]ring.NodeID, 0, len(t.chain))
+		for _, m := range t.chain {
+			if alive(m) {
+				live = append(live, m)
+			}
+		}
+		if len(live) == len(t.chain) || len(live) == 0 {
+			continue
+		}
+		t.chain = live
+		t.ticks = 0
+		c.send(c.forwardMessage(id, t))
 	}
 	clear(ids)
 	c.tickIDs = ids[:0]

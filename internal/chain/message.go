@@ -197,10 +197,10 @@ var (
 	// replica's state is unchanged.
 	ErrInvalidMessage = errors.New("chain: invalid message")
 	// ErrReexecution is returned by Step for a Forward whose transaction
-	// this replica already knows with another chain or position.
-	// Re-executing a transaction on a new chain after a member fails is not
-	// supported yet; the message is dropped.
-	ErrReexecution = errors.New("chain: re-execution on a new chain is not supported")
+	// this replica already knows with a chain the Forward's is not a
+	// re-execution of (the known chain with members removed); the message
+	// is dropped.
+	ErrReexecution = errors.New("chain: Forward's chain is not a re-execution of the known one")
 )
 
 // AssertionError is the value the chain core panics with when one of its

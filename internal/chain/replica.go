@@ -77,11 +77,22 @@ import (
 //
 // # Not yet here
 //
-// Re-execution: when a member dies, the coordinator should compute a new
-// chain without it and re-run the transaction under the same TxnID; members
-// that already handled the transaction then resume from their recorded
-// state instead of preparing again, and the new chain's tail decides. Step
-// refuses such a Forward with ErrReexecution today. Crash recovery: the
+// # Re-execution
+//
+// When members die, the coordinator sends the transaction again under the
+// same TxnID down the chain of the members left (Coordinator.Reroute).
+// Members that already handled it resume from their record instead of
+// preparing again (see reroute); a member new to the transaction cannot
+// appear, since the new chain only drops members. Messages of the old
+// chain that arrive afterwards are dropped, so invariants 3 and 4 hold for
+// the chain a member currently follows. A member removed while still
+// alive (a false suspicion) may decide differently from the rest; it is
+// then behind, like a member that was down, and must catch up before it
+// serves reads.
+//
+// # Not yet here
+//
+// Crash recovery: the
 // replica keeps its records in memory, so a restarted member forgets the
 // transactions it staged; the Stager's staged state and the records must be
 // persisted together before this runs across restarts.
@@ -215,6 +226,9 @@ type record struct {
 	// forcedAbort marks an abort made by TestingKnobs, whose later
 	// contradiction by a Backward is the injected bug, not an assertion.
 	forcedAbort bool
+	// rerouted marks a transaction moved onto a re-execution's chain:
+	// messages from the old chain may still arrive, and are dropped.
+	rerouted bool
 }
 
 func (r *record) String() string {
@@ -267,6 +281,12 @@ func (r *Replica) Tracked() int { return len(r.txns) }
 
 // Staged is how many transactions are staged and waiting for a Backward.
 func (r *Replica) Staged() int { return r.staged }
+
+// Knows reports whether the replica holds a record of transaction id.
+func (r *Replica) Knows(id TxnID) bool {
+	_, ok := r.txns[id]
+	return ok
+}
 
 // Counters returns the replica's event counts.
 func (r *Replica) Counters() ReplicaCounters { return r.counters }
@@ -321,8 +341,7 @@ func (r *Replica) stepForward(m Message) error {
 	}
 	if rec, ok := r.txns[m.Txn]; ok {
 		if rec.index != m.Index || !slices.Equal(rec.chain, m.Chain) {
-			return fmt.Errorf("%w: %s known at index %d of %v, Forward names index %d of %v",
-				ErrReexecution, m.Txn, rec.index, rec.chain, m.Index, m.Chain)
+			return r.reroute(m, rec)
 		}
 		// A duplicate: repeat what we last sent, which is what the sender
 		// is missing.
@@ -365,6 +384,63 @@ func (r *Replica) stepForward(m Message) error {
 	return nil
 }
 
+// reroute takes a known transaction onto the chain of a re-execution: the
+// chain it knows with failed members removed (see Coordinator.Reroute).
+// A waiting member that is now the tail commits, since every member after
+// it is gone and no live member has decided yet; a waiting member with a
+// new downstream forwards to it; a member that has decided sends its
+// outcome to its new upstream and waits for that one's Ack. Only removals
+// are accepted: a chain with a member the known one lacks, or in another
+// order, is refused with ErrReexecution, and so is an older chain arriving
+// after a newer one.
+func (r *Replica) reroute(m Message, rec *record) error {
+	if isSubsequence(rec.chain, m.Chain) && rec.phase != phaseWaiting {
+		// From a member the re-execution left out that still waits on the
+		// older chain: tell it the outcome, which it adopts like any
+		// Backward, so it releases what it staged.
+		out := Message{Type: MsgBackward, From: r.cfg.ID, To: m.From, Txn: m.Txn, Index: m.Index - 1,
+			Committed: rec.committed, Err: rec.err, Results: rec.results}
+		if m.Index == 0 {
+			out.Type, out.Index = MsgReply, 0
+		}
+		r.send(out)
+		return nil
+	}
+	if !isSubsequence(m.Chain, rec.chain) {
+		return fmt.Errorf("%w: %s known at index %d of %v, Forward names index %d of %v",
+			ErrReexecution, m.Txn, rec.index, rec.chain, m.Index, m.Chain)
+	}
+	rec.chain, rec.index, rec.rerouted = m.Chain, m.Index, true
+	switch rec.phase {
+	case phaseWaiting:
+		if rec.isTail() {
+			staged := rec.staged
+			rec.staged = nil
+			r.staged--
+			results := staged.Results()
+			commitErr := staged.Commit()
+			r.decide(m.Txn, rec, true, "", results, commitErr)
+			return nil
+		}
+	case phaseReleased:
+		rec.phase = phaseDecided
+	}
+	r.resend(m.Txn, rec)
+	return nil
+}
+
+// isSubsequence reports whether sub is seq with zero or more members
+// removed.
+func isSubsequence(sub, seq []ring.NodeID) bool {
+	i := 0
+	for _, id := range seq {
+		if i < len(sub) && sub[i] == id {
+			i++
+		}
+	}
+	return i == len(sub)
+}
+
 func (r *Replica) prepare(id TxnID, ops []txn.Op) (Staged, error) {
 	if err := txn.Validate(ops); err != nil {
 		return nil, err
@@ -384,6 +460,11 @@ func (r *Replica) stepBackward(m Message) error {
 		// sender; so this is a repeat whose Ack was lost. Acknowledge again.
 		r.send(Message{Type: MsgAck, From: r.cfg.ID, To: m.From, Txn: m.Txn, Index: m.Index + 1})
 		return nil
+	}
+	if rec.rerouted && (rec.isTail() || m.From != rec.chain[rec.index+1] || m.Index != rec.index) {
+		// From a member, or a position, of the chain before the reroute.
+		return fmt.Errorf("%w: Backward for %s from %q for index %d does not fit the rerouted chain %v at index %d",
+			ErrInvalidMessage, m.Txn, m.From, m.Index, rec.chain, rec.index)
 	}
 	if !rec.forwarded || rec.isTail() {
 		r.fail(m.Txn, rec, "Backward to a member that never forwarded", &m)
@@ -429,6 +510,9 @@ func (r *Replica) stepAck(m Message) error {
 	if m.From != upstreamOf(m.Txn, rec.chain, rec.index) {
 		return fmt.Errorf("%w: Ack for %s from %q, want %q",
 			ErrInvalidMessage, m.Txn, m.From, upstreamOf(m.Txn, rec.chain, rec.index))
+	}
+	if m.Index != rec.index && rec.rerouted {
+		return fmt.Errorf("%w: Ack for %s for index %d, rerouted to index %d", ErrInvalidMessage, m.Txn, m.Index, rec.index)
 	}
 	if m.Index != rec.index {
 		r.fail(m.Txn, rec, "Ack for another index", &m)

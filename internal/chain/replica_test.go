@@ -392,7 +392,7 @@ func TestReplicaScenarios(t *testing.T) {
 				{msg: ptr(func() chain.Message { m := back(2, 1, true); m.From = "n1"; return m }()), wantErr: chain.ErrInvalidMessage},
 				{msg: ptr(func() chain.Message {
 					m := fwd(2, 1)
-					m.Chain = []ring.NodeID{"n1", "n2"}
+					m.Chain = []ring.NodeID{"n1", "n2", "n4"}
 					return m
 				}()), wantErr: chain.ErrReexecution},
 			},

@@ -21,6 +21,7 @@ import (
 type envelope struct {
 	keyspace string
 	version  uint64
+	begun    int64 // Forward: unix nanoseconds when the coordinator began the commit
 	msg      chain.Message
 	sent     int64 // unix nanoseconds when the sender queued it
 }
@@ -31,6 +32,7 @@ func encodeEnvelope(e envelope) *peerpb.Message {
 		Keyspace: e.keyspace, Type: uint32(m.Type), From: string(m.From), To: string(m.To),
 		TxnCoordinator: string(m.Txn.Coordinator), TxnSeq: m.Txn.Seq, Index: uint32(m.Index),
 		Committed: m.Committed, Err: m.Err, SentUnixNano: e.sent, Version: e.version,
+		BegunUnixNano: e.begun,
 	}
 	for _, id := range m.Chain {
 		out.Chain = append(out.Chain, string(id))
@@ -79,7 +81,8 @@ func decodeEnvelope(in *peerpb.Message) (envelope, error) {
 	for _, r := range in.GetResults() {
 		m.Results = append(m.Results, txn.Result{Offset: r.GetOffset(), Size: r.GetSize(), Version: r.GetVersion(), Value: r.GetValue()})
 	}
-	return envelope{keyspace: in.GetKeyspace(), version: in.GetVersion(), msg: m, sent: in.GetSentUnixNano()}, nil
+	return envelope{keyspace: in.GetKeyspace(), version: in.GetVersion(), begun: in.GetBegunUnixNano(),
+		msg: m, sent: in.GetSentUnixNano()}, nil
 }
 
 // A refusal travels up the chain as text (chain.Message.Err). So that the

@@ -19,9 +19,11 @@
 // from its clock and every member stores the commit under it, so a version
 // names the same commit on every replica (mvcc.Store.TryPrepareAt).
 //
-// Not yet here (see docs/architecture.md): re-execution when a member dies
-// mid-commit (such a commit stays in flight and its client times out),
-// catch-up of a member that missed commits while it was down, persistence
+// When membership reports a member of a commit in flight dead, the
+// coordinator re-executes the commit on the members left
+// (chain.Coordinator.Reroute), so a crash never leaves blobs locked.
+//
+// Not yet here (see docs/architecture.md): catch-up of a member that missed commits while it was down, persistence
 // of the replicas' transaction records across restarts, and storage
 // effects off the loop (each member's fsync runs inside Step, one at a
 // time per node).
@@ -56,13 +58,25 @@ const (
 	// RetransmitTicks: a Forward, Backward or Reply unanswered for 200ms is
 	// sent again.
 	RetransmitTicks = 20
-	// OutcomeRetentionTicks: a member remembers a finished commit for 10s
+	// OutcomeRetentionTicks: a member remembers a finished commit for 60s
 	// after its upstream acknowledged it.
-	OutcomeRetentionTicks = 1000
+	OutcomeRetentionTicks = 6000
+	// TxnsMax bounds the commits a replica remembers (see
+	// chain.ReplicaConfig.TxnsMax); it must cover the retention at the
+	// commit rate a node sustains.
+	TxnsMax = 1 << 18
 	// MessageAgeMax is how old a message may be when it arrives; older ones
-	// are dropped, since a replica may have forgotten their commit. Half
-	// the retention, to leave room for clock differences between hosts.
-	MessageAgeMax = OutcomeRetentionTicks * Tick / 2
+	// are dropped, since a replica may have forgotten their commit. A
+	// fraction of the retention, leaving room for clock differences
+	// between hosts.
+	MessageAgeMax = 5 * time.Second
+	// ForwardAgeMax is how long after its coordinator began a commit a
+	// replica still takes a Forward for it that it has no record of. A
+	// member left out of a re-execution keeps retransmitting the old
+	// chain's Forward; once the others may have forgotten the commit, that
+	// Forward must not start it again. Half the retention; re-executions
+	// happen well within it (failure detection takes seconds).
+	ForwardAgeMax = OutcomeRetentionTicks * Tick / 2
 	// CommitRetryMax bounds how long Commit keeps trying a commit refused
 	// for a retryable reason (a blob locked by another commit, a version
 	// below a replica's) before it returns the conflict.
@@ -135,8 +149,12 @@ type waiterKey struct {
 	id       chain.TxnID
 }
 
+// versionEntry is what the node keeps per commit beside the state
+// machines: the commit version and when the coordinator began it, both
+// carried on every Forward.
 type versionEntry struct {
 	version uint64
+	begun   int64 // unix nanoseconds
 	at      time.Time
 }
 
@@ -375,6 +393,7 @@ func (n *Node) loop() {
 			for name, g := range n.groups {
 				g.replica.Tick()
 				g.coord.Tick()
+				g.coord.Reroute(n.cfg.Cluster.Alive)
 				n.flush(name, g)
 			}
 			if time.Since(sweep) > time.Minute {
@@ -395,7 +414,7 @@ func (n *Node) group(keyspace string) (*group, error) {
 		return g, nil
 	}
 	r, err := chain.NewReplica(chain.ReplicaConfig{ID: n.self, Stager: stager{n: n, keyspace: keyspace},
-		RetransmitTicks: RetransmitTicks, OutcomeRetentionTicks: OutcomeRetentionTicks})
+		RetransmitTicks: RetransmitTicks, OutcomeRetentionTicks: OutcomeRetentionTicks, TxnsMax: TxnsMax})
 	if err != nil {
 		return nil, err
 	}
@@ -427,7 +446,8 @@ func (n *Node) begin(req beginReq) {
 	}
 	key := waiterKey{req.keyspace, id}
 	n.waiters[key] = req.done
-	n.versions[key] = versionEntry{version: req.version, at: time.Now()}
+	now := time.Now()
+	n.versions[key] = versionEntry{version: req.version, begun: now.UnixNano(), at: now}
 	n.flush(req.keyspace, g)
 }
 
@@ -442,9 +462,13 @@ func (n *Node) step(env envelope) {
 		return
 	}
 	key := waiterKey{env.keyspace, env.msg.Txn}
-	if env.msg.Type == chain.MsgForward {
+	if env.msg.Type == chain.MsgForward && !g.replica.Knows(env.msg.Txn) {
+		if age := time.Since(time.Unix(0, env.begun)); age > ForwardAgeMax {
+			n.cfg.Log.Debug("dropped a Forward of a commit begun too long ago", "msg", env.msg.String(), "age", age)
+			return
+		}
 		if _, ok := n.versions[key]; !ok {
-			n.versions[key] = versionEntry{version: env.version, at: time.Now()}
+			n.versions[key] = versionEntry{version: env.version, begun: env.begun, at: time.Now()}
 		}
 	}
 	if env.msg.Type == chain.MsgReply {
@@ -498,7 +522,8 @@ func (n *Node) emit(keyspace string, msgs []chain.Message) {
 	for _, m := range msgs {
 		env := envelope{keyspace: keyspace, msg: m, sent: now}
 		if m.Type == chain.MsgForward {
-			env.version = n.versions[waiterKey{keyspace, m.Txn}].version
+			v := n.versions[waiterKey{keyspace, m.Txn}]
+			env.version, env.begun = v.version, v.begun
 		}
 		if m.To == n.self {
 			n.local = append(n.local, env)

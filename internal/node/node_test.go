@@ -49,6 +49,7 @@ type network struct {
 	nodes map[string]*Node // by address
 	rng   *rand.Rand
 	loss  float64
+	cut   map[string]bool // addresses nothing reaches
 	calls atomic.Int64
 }
 
@@ -74,7 +75,7 @@ func (netConn) NewStream(context.Context, *grpc.StreamDesc, string, ...grpc.Call
 func (c netConn) deliver(ctx context.Context, req *peerpb.DeliverRequest) (*peerpb.DeliverResponse, error) {
 	c.net.calls.Add(1)
 	c.net.mu.Lock()
-	lost := c.net.rng.Float64() < c.net.loss
+	lost := c.net.rng.Float64() < c.net.loss || c.net.cut[c.addr]
 	n := c.net.nodes[c.addr]
 	c.net.mu.Unlock()
 	if lost || n == nil {
@@ -102,7 +103,8 @@ func startCluster(t *testing.T, size int, loss float64, seed uint64) *testCluste
 			t.Fatal(err)
 		}
 	}
-	tc := &testCluster{net: &network{nodes: map[string]*Node{}, rng: rand.New(rand.NewPCG(seed, 1)), loss: loss},
+	tc := &testCluster{net: &network{nodes: map[string]*Node{}, rng: rand.New(rand.NewPCG(seed, 1)), loss: loss,
+		cut: map[string]bool{}},
 		dead: &sync.Map{}}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for i := range size {
@@ -280,5 +282,47 @@ func TestRefusalsAndDeadMembers(t *testing.T) {
 	}
 	if _, err := tc.commit(ctx, 0, txn.Op{Key: "a", Kind: txn.OpCreate}); !errors.Is(err, errs.ErrUnavailable) {
 		t.Fatalf("commit with every replica dead: %v; want unavailable", err)
+	}
+}
+
+// A commit whose chain has a member that stopped answering waits, holding
+// the blob's locks on the members that prepared it; once membership
+// reports the member dead, the coordinator re-executes the commit on the
+// members left, it commits, and the blob takes commits again.
+func TestReexecutionAfterDeath(t *testing.T) {
+	tc := startCluster(t, 3, 0, 1)
+	ctx := context.Background()
+	if _, err := tc.commit(ctx, 0, appendOp("k", "a")); err != nil {
+		t.Fatal(err)
+	}
+	tc.net.mu.Lock()
+	tc.net.cut["addr-n3"] = true
+	tc.net.mu.Unlock()
+	done := make(chan error, 1)
+	go func() {
+		_, err := tc.commit(ctx, 0, appendOp("k", "b"))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("commit finished with a member unreachable and not reported dead: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	tc.dead.Store(ring.NodeID("n3"), true)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("re-executed commit: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the commit did not finish after its member was reported dead")
+	}
+	if _, err := tc.commit(ctx, 1, appendOp("k", "c")); err != nil {
+		t.Fatalf("next commit on the blob: %v", err)
+	}
+	for i, want := range []string{"abc", "abc", "a"} {
+		if got, _ := tc.read(t, i, "k"); got != want {
+			t.Errorf("n%d holds %q, want %q", i+1, got, want)
+		}
 	}
 }

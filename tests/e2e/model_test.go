@@ -191,29 +191,36 @@ func TestModel(t *testing.T) {
 				client.KeyspaceConfig{ChunkSize: modelChunk, MVCC: pass.mvcc, Sync: false}); err != nil {
 				t.Fatal(err)
 			}
-			var wg sync.WaitGroup
-			total := make([]int, pass.blobs)
-			for i := 0; i < pass.blobs; i++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					stream := uint64(i) << 1
-					if pass.mvcc {
-						stream |= 1
-					}
-					m := &modelRun{t: t, c: c, ks: ks, key: fmt.Sprintf("blob/%d", i), seed: seed, blob: i,
-						r: rand.New(rand.NewPCG(seed, stream))}
-					total[i] = m.run(pass.ops)
-				}()
-			}
-			wg.Wait()
-			n := 0
-			for _, v := range total {
-				n += v
-			}
-			t.Logf("seed %d: %d ops on %d blobs (MVCC %v)", seed, n, pass.blobs, pass.mvcc)
+			runModel(t, []*client.Client{c}, ks, seed, pass.mvcc, pass.blobs, pass.ops)
 		})
 	}
+}
+
+// runModel drives blobs blobs of keyspace ks concurrently, ops ops each,
+// blob i through clients[i % len(clients)], and checks each against its
+// model after every op.
+func runModel(t *testing.T, clients []*client.Client, ks string, seed uint64, mvcc bool, blobs, ops int) {
+	var wg sync.WaitGroup
+	total := make([]int, blobs)
+	for i := 0; i < blobs; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			stream := uint64(i) << 1
+			if mvcc {
+				stream |= 1
+			}
+			m := &modelRun{t: t, c: clients[i%len(clients)], ks: ks, key: fmt.Sprintf("blob/%d", i), seed: seed, blob: i,
+				r: rand.New(rand.NewPCG(seed, stream))}
+			total[i] = m.run(ops)
+		}()
+	}
+	wg.Wait()
+	n := 0
+	for _, v := range total {
+		n += v
+	}
+	t.Logf("seed %d: %d ops on %d blobs (MVCC %v)", seed, n, blobs, mvcc)
 }
 
 // modelRun drives one blob.
