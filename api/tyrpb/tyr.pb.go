@@ -1661,6 +1661,212 @@ func (x *ListResponse) GetNextStartAfter() string {
 	return ""
 }
 
+type ClusterStatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterStatusRequest) Reset() {
+	*x = ClusterStatusRequest{}
+	mi := &file_api_tyrpb_tyr_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterStatusRequest) ProtoMessage() {}
+
+func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tyrpb_tyr_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterStatusRequest.ProtoReflect.Descriptor instead.
+func (*ClusterStatusRequest) Descriptor() ([]byte, []int) {
+	return file_api_tyrpb_tyr_proto_rawDescGZIP(), []int{26}
+}
+
+type ClusterMember struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Where the member serves this API.
+	RpcAddr string `protobuf:"bytes,2,opt,name=rpc_addr,json=rpcAddr,proto3" json:"rpc_addr,omitempty"`
+	// Its gossip (membership) address, empty if unknown.
+	GossipAddr string `protobuf:"bytes,3,opt,name=gossip_addr,json=gossipAddr,proto3" json:"gossip_addr,omitempty"`
+	// "alive", "suspect", "dead" or "left", as the answering node sees it.
+	State  string `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"`
+	Weight uint32 `protobuf:"varint,5,opt,name=weight,proto3" json:"weight,omitempty"`
+	// Fraction of the hash space the member is primary for, in [0, 1]; 0 for
+	// members outside the ring (left).
+	RingShare       float64 `protobuf:"fixed64,6,opt,name=ring_share,json=ringShare,proto3" json:"ring_share,omitempty"`
+	StartedUnixNano int64   `protobuf:"varint,7,opt,name=started_unix_nano,json=startedUnixNano,proto3" json:"started_unix_nano,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ClusterMember) Reset() {
+	*x = ClusterMember{}
+	mi := &file_api_tyrpb_tyr_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterMember) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterMember) ProtoMessage() {}
+
+func (x *ClusterMember) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tyrpb_tyr_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterMember.ProtoReflect.Descriptor instead.
+func (*ClusterMember) Descriptor() ([]byte, []int) {
+	return file_api_tyrpb_tyr_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ClusterMember) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ClusterMember) GetRpcAddr() string {
+	if x != nil {
+		return x.RpcAddr
+	}
+	return ""
+}
+
+func (x *ClusterMember) GetGossipAddr() string {
+	if x != nil {
+		return x.GossipAddr
+	}
+	return ""
+}
+
+func (x *ClusterMember) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *ClusterMember) GetWeight() uint32 {
+	if x != nil {
+		return x.Weight
+	}
+	return 0
+}
+
+func (x *ClusterMember) GetRingShare() float64 {
+	if x != nil {
+		return x.RingShare
+	}
+	return 0
+}
+
+func (x *ClusterMember) GetStartedUnixNano() int64 {
+	if x != nil {
+		return x.StartedUnixNano
+	}
+	return 0
+}
+
+type ClusterStatusResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The answering node.
+	Self string `protobuf:"bytes,1,opt,name=self,proto3" json:"self,omitempty"`
+	// Content hash of the ring's members and weights, in hexadecimal; nodes
+	// with the same ring report the same id.
+	RingId string `protobuf:"bytes,2,opt,name=ring_id,json=ringId,proto3" json:"ring_id,omitempty"`
+	// Sorted by id, left members included.
+	Members []*ClusterMember `protobuf:"bytes,3,rep,name=members,proto3" json:"members,omitempty"`
+	// Live keyspaces in the catalog, sorted by name.
+	Keyspaces     []*KeyspaceInfo `protobuf:"bytes,4,rep,name=keyspaces,proto3" json:"keyspaces,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterStatusResponse) Reset() {
+	*x = ClusterStatusResponse{}
+	mi := &file_api_tyrpb_tyr_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterStatusResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterStatusResponse) ProtoMessage() {}
+
+func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tyrpb_tyr_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterStatusResponse.ProtoReflect.Descriptor instead.
+func (*ClusterStatusResponse) Descriptor() ([]byte, []int) {
+	return file_api_tyrpb_tyr_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ClusterStatusResponse) GetSelf() string {
+	if x != nil {
+		return x.Self
+	}
+	return ""
+}
+
+func (x *ClusterStatusResponse) GetRingId() string {
+	if x != nil {
+		return x.RingId
+	}
+	return ""
+}
+
+func (x *ClusterStatusResponse) GetMembers() []*ClusterMember {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *ClusterStatusResponse) GetKeyspaces() []*KeyspaceInfo {
+	if x != nil {
+		return x.Keyspaces
+	}
+	return nil
+}
+
 var File_api_tyrpb_tyr_proto protoreflect.FileDescriptor
 
 const file_api_tyrpb_tyr_proto_rawDesc = "" +
@@ -1764,7 +1970,23 @@ const file_api_tyrpb_tyr_proto_rawDesc = "" +
 	"\x05limit\x18\x04 \x01(\rR\x05limit\"`\n" +
 	"\fListResponse\x12&\n" +
 	"\x05blobs\x18\x01 \x03(\v2\x10.tyr.v1.BlobInfoR\x05blobs\x12(\n" +
-	"\x10next_start_after\x18\x02 \x01(\tR\x0enextStartAfter*\xaf\x02\n" +
+	"\x10next_start_after\x18\x02 \x01(\tR\x0enextStartAfter\"\x16\n" +
+	"\x14ClusterStatusRequest\"\xd4\x01\n" +
+	"\rClusterMember\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x19\n" +
+	"\brpc_addr\x18\x02 \x01(\tR\arpcAddr\x12\x1f\n" +
+	"\vgossip_addr\x18\x03 \x01(\tR\n" +
+	"gossipAddr\x12\x14\n" +
+	"\x05state\x18\x04 \x01(\tR\x05state\x12\x16\n" +
+	"\x06weight\x18\x05 \x01(\rR\x06weight\x12\x1d\n" +
+	"\n" +
+	"ring_share\x18\x06 \x01(\x01R\tringShare\x12*\n" +
+	"\x11started_unix_nano\x18\a \x01(\x03R\x0fstartedUnixNano\"\xa9\x01\n" +
+	"\x15ClusterStatusResponse\x12\x12\n" +
+	"\x04self\x18\x01 \x01(\tR\x04self\x12\x17\n" +
+	"\aring_id\x18\x02 \x01(\tR\x06ringId\x12/\n" +
+	"\amembers\x18\x03 \x03(\v2\x15.tyr.v1.ClusterMemberR\amembers\x122\n" +
+	"\tkeyspaces\x18\x04 \x03(\v2\x14.tyr.v1.KeyspaceInfoR\tkeyspaces*\xaf\x02\n" +
 	"\n" +
 	"AtomicFunc\x12\x1b\n" +
 	"\x17ATOMIC_FUNC_UNSPECIFIED\x10\x00\x12\x13\n" +
@@ -1779,7 +2001,7 @@ const file_api_tyrpb_tyr_proto_rawDesc = "" +
 	"\x18ATOMIC_FUNC_MIN_UNSIGNED\x10\t\x12\x1c\n" +
 	"\x18ATOMIC_FUNC_MAX_UNSIGNED\x10\n" +
 	"\x12\x13\n" +
-	"\x0fATOMIC_FUNC_SET\x10\v2\xf4\x03\n" +
+	"\x0fATOMIC_FUNC_SET\x10\v2\xc2\x04\n" +
 	"\x03Tyr\x12E\n" +
 	"\x0eCreateKeyspace\x12\x1d.tyr.v1.CreateKeyspaceRequest\x1a\x14.tyr.v1.KeyspaceInfo\x12I\n" +
 	"\fDropKeyspace\x12\x1b.tyr.v1.DropKeyspaceRequest\x1a\x1c.tyr.v1.DropKeyspaceResponse\x12L\n" +
@@ -1788,7 +2010,8 @@ const file_api_tyrpb_tyr_proto_rawDesc = "" +
 	"\x06Commit\x12\x15.tyr.v1.CommitRequest\x1a\x16.tyr.v1.CommitResponse\x121\n" +
 	"\x04Read\x12\x13.tyr.v1.ReadRequest\x1a\x14.tyr.v1.ReadResponse\x12-\n" +
 	"\x04Stat\x12\x13.tyr.v1.StatRequest\x1a\x10.tyr.v1.BlobInfo\x121\n" +
-	"\x04List\x12\x13.tyr.v1.ListRequest\x1a\x14.tyr.v1.ListResponseB#Z!github.com/tyrstore/tyr/api/tyrpbb\x06proto3"
+	"\x04List\x12\x13.tyr.v1.ListRequest\x1a\x14.tyr.v1.ListResponse\x12L\n" +
+	"\rClusterStatus\x12\x1c.tyr.v1.ClusterStatusRequest\x1a\x1d.tyr.v1.ClusterStatusResponseB#Z!github.com/tyrstore/tyr/api/tyrpbb\x06proto3"
 
 var (
 	file_api_tyrpb_tyr_proto_rawDescOnce sync.Once
@@ -1803,7 +2026,7 @@ func file_api_tyrpb_tyr_proto_rawDescGZIP() []byte {
 }
 
 var file_api_tyrpb_tyr_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_api_tyrpb_tyr_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_api_tyrpb_tyr_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_api_tyrpb_tyr_proto_goTypes = []any{
 	(AtomicFunc)(0),               // 0: tyr.v1.AtomicFunc
 	(*KeyspaceConfig)(nil),        // 1: tyr.v1.KeyspaceConfig
@@ -1832,6 +2055,9 @@ var file_api_tyrpb_tyr_proto_goTypes = []any{
 	(*BlobInfo)(nil),              // 24: tyr.v1.BlobInfo
 	(*ListRequest)(nil),           // 25: tyr.v1.ListRequest
 	(*ListResponse)(nil),          // 26: tyr.v1.ListResponse
+	(*ClusterStatusRequest)(nil),  // 27: tyr.v1.ClusterStatusRequest
+	(*ClusterMember)(nil),         // 28: tyr.v1.ClusterMember
+	(*ClusterStatusResponse)(nil), // 29: tyr.v1.ClusterStatusResponse
 }
 var file_api_tyrpb_tyr_proto_depIdxs = []int32{
 	1,  // 0: tyr.v1.CreateKeyspaceRequest.config:type_name -> tyr.v1.KeyspaceConfig
@@ -1849,27 +2075,31 @@ var file_api_tyrpb_tyr_proto_depIdxs = []int32{
 	17, // 12: tyr.v1.CommitRequest.reads:type_name -> tyr.v1.ReadCheck
 	19, // 13: tyr.v1.CommitResponse.results:type_name -> tyr.v1.OpResult
 	24, // 14: tyr.v1.ListResponse.blobs:type_name -> tyr.v1.BlobInfo
-	2,  // 15: tyr.v1.Tyr.CreateKeyspace:input_type -> tyr.v1.CreateKeyspaceRequest
-	4,  // 16: tyr.v1.Tyr.DropKeyspace:input_type -> tyr.v1.DropKeyspaceRequest
-	6,  // 17: tyr.v1.Tyr.ListKeyspaces:input_type -> tyr.v1.ListKeyspacesRequest
-	8,  // 18: tyr.v1.Tyr.GetKeyspace:input_type -> tyr.v1.GetKeyspaceRequest
-	18, // 19: tyr.v1.Tyr.Commit:input_type -> tyr.v1.CommitRequest
-	21, // 20: tyr.v1.Tyr.Read:input_type -> tyr.v1.ReadRequest
-	23, // 21: tyr.v1.Tyr.Stat:input_type -> tyr.v1.StatRequest
-	25, // 22: tyr.v1.Tyr.List:input_type -> tyr.v1.ListRequest
-	3,  // 23: tyr.v1.Tyr.CreateKeyspace:output_type -> tyr.v1.KeyspaceInfo
-	5,  // 24: tyr.v1.Tyr.DropKeyspace:output_type -> tyr.v1.DropKeyspaceResponse
-	7,  // 25: tyr.v1.Tyr.ListKeyspaces:output_type -> tyr.v1.ListKeyspacesResponse
-	3,  // 26: tyr.v1.Tyr.GetKeyspace:output_type -> tyr.v1.KeyspaceInfo
-	20, // 27: tyr.v1.Tyr.Commit:output_type -> tyr.v1.CommitResponse
-	22, // 28: tyr.v1.Tyr.Read:output_type -> tyr.v1.ReadResponse
-	24, // 29: tyr.v1.Tyr.Stat:output_type -> tyr.v1.BlobInfo
-	26, // 30: tyr.v1.Tyr.List:output_type -> tyr.v1.ListResponse
-	23, // [23:31] is the sub-list for method output_type
-	15, // [15:23] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	28, // 15: tyr.v1.ClusterStatusResponse.members:type_name -> tyr.v1.ClusterMember
+	3,  // 16: tyr.v1.ClusterStatusResponse.keyspaces:type_name -> tyr.v1.KeyspaceInfo
+	2,  // 17: tyr.v1.Tyr.CreateKeyspace:input_type -> tyr.v1.CreateKeyspaceRequest
+	4,  // 18: tyr.v1.Tyr.DropKeyspace:input_type -> tyr.v1.DropKeyspaceRequest
+	6,  // 19: tyr.v1.Tyr.ListKeyspaces:input_type -> tyr.v1.ListKeyspacesRequest
+	8,  // 20: tyr.v1.Tyr.GetKeyspace:input_type -> tyr.v1.GetKeyspaceRequest
+	18, // 21: tyr.v1.Tyr.Commit:input_type -> tyr.v1.CommitRequest
+	21, // 22: tyr.v1.Tyr.Read:input_type -> tyr.v1.ReadRequest
+	23, // 23: tyr.v1.Tyr.Stat:input_type -> tyr.v1.StatRequest
+	25, // 24: tyr.v1.Tyr.List:input_type -> tyr.v1.ListRequest
+	27, // 25: tyr.v1.Tyr.ClusterStatus:input_type -> tyr.v1.ClusterStatusRequest
+	3,  // 26: tyr.v1.Tyr.CreateKeyspace:output_type -> tyr.v1.KeyspaceInfo
+	5,  // 27: tyr.v1.Tyr.DropKeyspace:output_type -> tyr.v1.DropKeyspaceResponse
+	7,  // 28: tyr.v1.Tyr.ListKeyspaces:output_type -> tyr.v1.ListKeyspacesResponse
+	3,  // 29: tyr.v1.Tyr.GetKeyspace:output_type -> tyr.v1.KeyspaceInfo
+	20, // 30: tyr.v1.Tyr.Commit:output_type -> tyr.v1.CommitResponse
+	22, // 31: tyr.v1.Tyr.Read:output_type -> tyr.v1.ReadResponse
+	24, // 32: tyr.v1.Tyr.Stat:output_type -> tyr.v1.BlobInfo
+	26, // 33: tyr.v1.Tyr.List:output_type -> tyr.v1.ListResponse
+	29, // 34: tyr.v1.Tyr.ClusterStatus:output_type -> tyr.v1.ClusterStatusResponse
+	26, // [26:35] is the sub-list for method output_type
+	17, // [17:26] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_api_tyrpb_tyr_proto_init() }
@@ -1892,7 +2122,7 @@ func file_api_tyrpb_tyr_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_tyrpb_tyr_proto_rawDesc), len(file_api_tyrpb_tyr_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   26,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -32,6 +32,7 @@ const (
 	Tyr_Read_FullMethodName           = "/tyr.v1.Tyr/Read"
 	Tyr_Stat_FullMethodName           = "/tyr.v1.Tyr/Stat"
 	Tyr_List_FullMethodName           = "/tyr.v1.Tyr/List"
+	Tyr_ClusterStatus_FullMethodName  = "/tyr.v1.Tyr/ClusterStatus"
 )
 
 // TyrClient is the client API for Tyr service.
@@ -55,6 +56,10 @@ type TyrClient interface {
 	// List returns blobs whose keys start with prefix, in key order, after
 	// start_after, at most limit of them.
 	List(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListResponse, error)
+	// ClusterStatus reports the answering node's view of the cluster: its
+	// members, their states and ring shares, and the keyspace catalog. Views
+	// converge by gossip, so two nodes may briefly answer differently.
+	ClusterStatus(ctx context.Context, in *ClusterStatusRequest, opts ...grpc.CallOption) (*ClusterStatusResponse, error)
 }
 
 type tyrClient struct {
@@ -145,6 +150,16 @@ func (c *tyrClient) List(ctx context.Context, in *ListRequest, opts ...grpc.Call
 	return out, nil
 }
 
+func (c *tyrClient) ClusterStatus(ctx context.Context, in *ClusterStatusRequest, opts ...grpc.CallOption) (*ClusterStatusResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ClusterStatusResponse)
+	err := c.cc.Invoke(ctx, Tyr_ClusterStatus_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TyrServer is the server API for Tyr service.
 // All implementations must embed UnimplementedTyrServer
 // for forward compatibility.
@@ -166,6 +181,10 @@ type TyrServer interface {
 	// List returns blobs whose keys start with prefix, in key order, after
 	// start_after, at most limit of them.
 	List(context.Context, *ListRequest) (*ListResponse, error)
+	// ClusterStatus reports the answering node's view of the cluster: its
+	// members, their states and ring shares, and the keyspace catalog. Views
+	// converge by gossip, so two nodes may briefly answer differently.
+	ClusterStatus(context.Context, *ClusterStatusRequest) (*ClusterStatusResponse, error)
 	mustEmbedUnimplementedTyrServer()
 }
 
@@ -199,6 +218,9 @@ func (UnimplementedTyrServer) Stat(context.Context, *StatRequest) (*BlobInfo, er
 }
 func (UnimplementedTyrServer) List(context.Context, *ListRequest) (*ListResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method List not implemented")
+}
+func (UnimplementedTyrServer) ClusterStatus(context.Context, *ClusterStatusRequest) (*ClusterStatusResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ClusterStatus not implemented")
 }
 func (UnimplementedTyrServer) mustEmbedUnimplementedTyrServer() {}
 func (UnimplementedTyrServer) testEmbeddedByValue()             {}
@@ -365,6 +387,24 @@ func _Tyr_List_Handler(srv interface{}, ctx context.Context, dec func(interface{
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Tyr_ClusterStatus_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ClusterStatusRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TyrServer).ClusterStatus(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Tyr_ClusterStatus_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TyrServer).ClusterStatus(ctx, req.(*ClusterStatusRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Tyr_ServiceDesc is the grpc.ServiceDesc for Tyr service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -403,6 +443,10 @@ var Tyr_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "List",
 			Handler:    _Tyr_List_Handler,
+		},
+		{
+			MethodName: "ClusterStatus",
+			Handler:    _Tyr_ClusterStatus_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

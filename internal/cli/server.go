@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	chainnode "github.com/tyrstore/tyr/internal/node"
 	"github.com/tyrstore/tyr/internal/server"
 	"github.com/tyrstore/tyr/internal/storage"
 )
@@ -27,6 +28,7 @@ type serverFlags struct {
 	logLevel      string
 	readyFile     string
 	retention     time.Duration
+	cluster       clusterFlags
 }
 
 func newServerCommand(e *env) *cobra.Command {
@@ -46,6 +48,7 @@ func newServerCommand(e *env) *cobra.Command {
 	cmd.Flags().StringVar(&f.readyFile, "ready-file", "", "write the client API address to this file once serving")
 	cmd.Flags().DurationVar(&f.retention, "version-retention", 5*time.Minute,
 		"how long superseded versions stay readable in MVCC keyspaces")
+	addClusterFlags(cmd, &f.cluster)
 	return cmd
 }
 
@@ -66,11 +69,31 @@ func runServer(ctx context.Context, e *env, f serverFlags) error {
 		return fmt.Errorf("invalid --version-retention %s: must be positive", f.retention)
 	}
 	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
+	if err := f.cluster.validate(); err != nil {
+		return err
+	}
+	storedID, err := readNodeID(f.data)
+	if err != nil {
+		return err
+	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
+	// Listen and join before touching the data directory, so that a
+	// refused join leaves the disk as it was.
+	lis, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", f.listen, err)
+	}
+	node, err := startMembership(f.cluster, storedID, lis.Addr().String(), log)
+	if err != nil {
+		_ = lis.Close()
+		return err
+	}
+	defer shutdownMembership(node, log)
 	engine, err := storage.Open(storage.Options{Dir: f.data, Retention: f.retention, Logger: log})
 	if err != nil {
+		_ = lis.Close()
 		return fmt.Errorf("open data directory %s: %w", f.data, err)
 	}
 	defer func() {
@@ -78,12 +101,27 @@ func runServer(ctx context.Context, e *env, f serverFlags) error {
 			log.Error("closing storage", "err", err)
 		}
 	}()
-	lis, err := net.Listen("tcp", f.listen)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", f.listen, err)
+	if storedID == "" {
+		if err := writeNodeID(f.data, node.ID()); err != nil {
+			_ = lis.Close()
+			return err
+		}
 	}
+	cluster, err := server.NewCluster(node, engine, log)
+	if err != nil {
+		_ = lis.Close()
+		return err
+	}
+	defer cluster.Close()
+	cluster.DefaultSync = f.cluster.defaultSync
 	metrics := server.NewMetrics()
-	grpcServer := server.NewService(engine, log).Register(metrics)
+	chainNode, err := chainnode.Start(chainnode.Config{Cluster: cluster, Engine: engine, Dial: server.DialPeer, Log: log})
+	if err != nil {
+		_ = lis.Close()
+		return err
+	}
+	defer chainNode.Close()
+	grpcServer := server.NewService(engine, log).WithCluster(cluster).WithNode(chainNode).Register(metrics)
 	if f.metricsListen != "" {
 		mlis, err := net.Listen("tcp", f.metricsListen)
 		if err != nil {
@@ -102,7 +140,14 @@ func runServer(ctx context.Context, e *env, f serverFlags) error {
 	}
 	served := make(chan error, 1)
 	go func() { served <- grpcServer.Serve(lis) }()
-	log.Info("tyr server ready", "addr", lis.Addr().String(), "data", f.data)
+	log.Info("tyr server ready", "addr", lis.Addr().String(), "data", f.data,
+		"node_id", string(node.ID()), "gossip_addr", node.GossipAddr())
+	if f.cluster.gossipReadyFile != "" {
+		if err := writeFileAtomic(f.cluster.gossipReadyFile, node.GossipAddr()); err != nil {
+			grpcServer.Stop()
+			return err
+		}
+	}
 	if f.readyFile != "" {
 		if err := writeFileAtomic(f.readyFile, lis.Addr().String()); err != nil {
 			grpcServer.Stop()
@@ -115,6 +160,7 @@ func runServer(ctx context.Context, e *env, f serverFlags) error {
 	case <-ctx.Done():
 	}
 	log.Info("shutting down")
+	leaveCluster(node, log)
 	stopped := make(chan struct{})
 	go func() { grpcServer.GracefulStop(); close(stopped) }()
 	select {

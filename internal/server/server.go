@@ -13,12 +13,13 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 
+	"github.com/tyrstore/tyr/api/peerpb"
 	"github.com/tyrstore/tyr/api/tyrpb"
-	"github.com/tyrstore/tyr/internal/chain"
 	"github.com/tyrstore/tyr/internal/errs"
 	"github.com/tyrstore/tyr/internal/keyspace"
 	"github.com/tyrstore/tyr/internal/limits"
 	"github.com/tyrstore/tyr/internal/mvcc"
+	"github.com/tyrstore/tyr/internal/node"
 	"github.com/tyrstore/tyr/internal/storage"
 	"github.com/tyrstore/tyr/internal/txn"
 )
@@ -28,6 +29,10 @@ type Service struct {
 	tyrpb.UnimplementedTyrServer
 	engine *storage.Engine
 	log    *slog.Logger
+	// cluster, when set, owns keyspace creation and drops (see Cluster).
+	cluster *Cluster
+	// node, when set, replicates commits and routes reads (replicate.go).
+	node *node.Node
 }
 
 // NewService returns a Service over engine.
@@ -47,6 +52,9 @@ func (s *Service) Register(m *Metrics) *grpc.Server {
 		grpc.ChainUnaryInterceptor(m.interceptor(s.log)),
 	)
 	tyrpb.RegisterTyrServer(g, s)
+	if s.node != nil {
+		peerpb.RegisterPeerServer(g, s.node)
+	}
 	return g
 }
 
@@ -79,8 +87,10 @@ func (s *Service) CreateKeyspace(_ context.Context, req *tyrpb.CreateKeyspaceReq
 	cfg := keyspace.Config{}
 	if c := req.GetConfig(); c != nil {
 		cfg = keyspace.Config{ChunkBytes: c.ChunkSize, Replication: c.Replication, MVCC: c.Mvcc, Sync: c.Sync}
+	} else if s.cluster != nil {
+		cfg.Sync = s.cluster.DefaultSync
 	}
-	ks, err := s.engine.Create(string(req.GetName()), cfg)
+	ks, err := s.createKeyspace(string(req.GetName()), cfg)
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -91,7 +101,7 @@ func (s *Service) CreateKeyspace(_ context.Context, req *tyrpb.CreateKeyspaceReq
 
 // DropKeyspace implements tyrpb.TyrServer.
 func (s *Service) DropKeyspace(_ context.Context, req *tyrpb.DropKeyspaceRequest) (*tyrpb.DropKeyspaceResponse, error) {
-	if err := s.engine.Drop(string(req.GetName())); err != nil {
+	if err := s.dropKeyspace(string(req.GetName())); err != nil {
 		return nil, toStatus(err)
 	}
 	s.log.Info("keyspace dropped", "keyspace", string(req.GetName()))
@@ -192,7 +202,7 @@ func decodeOps(in []*tyrpb.Op, extra int) ([]txn.Op, error) {
 }
 
 // Commit implements tyrpb.TyrServer.
-func (s *Service) Commit(_ context.Context, req *tyrpb.CommitRequest) (*tyrpb.CommitResponse, error) {
+func (s *Service) Commit(ctx context.Context, req *tyrpb.CommitRequest) (*tyrpb.CommitResponse, error) {
 	ops, err := DecodeCommit(req)
 	if err != nil {
 		return nil, toStatus(err)
@@ -202,7 +212,7 @@ func (s *Service) Commit(_ context.Context, req *tyrpb.CommitRequest) (*tyrpb.Co
 		return nil, toStatus(err)
 	}
 	defer ks.Release()
-	results, err := chain.Commit([]chain.Member{mvcc.Member{Store: ks.Store}}, ops)
+	results, err := s.commit(ctx, ks, ops)
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -216,7 +226,7 @@ func (s *Service) Commit(_ context.Context, req *tyrpb.CommitRequest) (*tyrpb.Co
 }
 
 // Read implements tyrpb.TyrServer.
-func (s *Service) Read(_ context.Context, req *tyrpb.ReadRequest) (*tyrpb.ReadResponse, error) {
+func (s *Service) Read(ctx context.Context, req *tyrpb.ReadRequest) (*tyrpb.ReadResponse, error) {
 	if err := keyspace.ValidateKey(string(req.GetKey())); err != nil {
 		return nil, toStatus(err)
 	}
@@ -225,6 +235,11 @@ func (s *Service) Read(_ context.Context, req *tyrpb.ReadRequest) (*tyrpb.ReadRe
 		return nil, toStatus(err)
 	}
 	defer ks.Release()
+	if target, err := s.readTarget(ctx, ks, string(req.GetKey())); err != nil {
+		return nil, toStatus(err)
+	} else if target != nil {
+		return target.Read(markForwarded(ctx), req)
+	}
 	data, info, err := ks.Store.ReadAt(string(req.GetKey()), req.GetOffset(), req.GetLength(), req.GetVersion())
 	if err != nil {
 		return nil, toStatus(err)
@@ -238,7 +253,7 @@ func blobInfo(b mvcc.BlobInfo) *tyrpb.BlobInfo {
 }
 
 // Stat implements tyrpb.TyrServer.
-func (s *Service) Stat(_ context.Context, req *tyrpb.StatRequest) (*tyrpb.BlobInfo, error) {
+func (s *Service) Stat(ctx context.Context, req *tyrpb.StatRequest) (*tyrpb.BlobInfo, error) {
 	if err := keyspace.ValidateKey(string(req.GetKey())); err != nil {
 		return nil, toStatus(err)
 	}
@@ -247,6 +262,11 @@ func (s *Service) Stat(_ context.Context, req *tyrpb.StatRequest) (*tyrpb.BlobIn
 		return nil, toStatus(err)
 	}
 	defer ks.Release()
+	if target, err := s.readTarget(ctx, ks, string(req.GetKey())); err != nil {
+		return nil, toStatus(err)
+	} else if target != nil {
+		return target.Stat(markForwarded(ctx), req)
+	}
 	info, err := ks.Store.Stat(string(req.GetKey()))
 	if err != nil {
 		return nil, toStatus(err)
@@ -255,7 +275,7 @@ func (s *Service) Stat(_ context.Context, req *tyrpb.StatRequest) (*tyrpb.BlobIn
 }
 
 // List implements tyrpb.TyrServer.
-func (s *Service) List(_ context.Context, req *tyrpb.ListRequest) (*tyrpb.ListResponse, error) {
+func (s *Service) List(ctx context.Context, req *tyrpb.ListRequest) (*tyrpb.ListResponse, error) {
 	limit := int(req.GetLimit())
 	if limit == 0 {
 		limit = limits.ListLimitDefault
@@ -285,8 +305,26 @@ func (s *Service) List(_ context.Context, req *tyrpb.ListRequest) (*tyrpb.ListRe
 	for i, b := range blobs {
 		resp.Blobs[i] = blobInfo(b)
 	}
-	if more && len(blobs) > 0 {
-		resp.NextStartAfter = blobs[len(blobs)-1].Key
+	if others := s.listMembers(ctx, ks); others != nil {
+		lists := [][]*tyrpb.BlobInfo{resp.Blobs}
+		for _, id := range others {
+			conn, err := s.node.Conn(id)
+			if err != nil {
+				return nil, toStatus(err)
+			}
+			r, err := tyrpb.NewTyrClient(conn).List(markForwarded(ctx), req)
+			if err != nil {
+				return nil, err
+			}
+			lists = append(lists, r.GetBlobs())
+			more = more || r.GetNextStartAfter() != ""
+		}
+		var cut bool
+		resp.Blobs, cut = mergeListings(lists, limit)
+		more = more || cut
+	}
+	if more && len(resp.Blobs) > 0 {
+		resp.NextStartAfter = resp.Blobs[len(resp.Blobs)-1].GetKey()
 	}
 	return resp, nil
 }

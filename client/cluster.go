@@ -1,0 +1,87 @@
+package client
+
+import (
+	"context"
+	"time"
+
+	"github.com/tyrstore/tyr/api/tyrpb"
+)
+
+// Member states as ClusterStatus reports them.
+const (
+	StateAlive   = "alive"
+	StateSuspect = "suspect"
+	StateDead    = "dead"
+	StateLeft    = "left"
+)
+
+// ClusterMember is one member of the cluster as the answering node sees it.
+type ClusterMember struct {
+	ID string
+	// RPCAddr is where the member serves the client API.
+	RPCAddr string
+	// GossipAddr is its membership address, empty if unknown.
+	GossipAddr string
+	// State is StateAlive, StateSuspect, StateDead or StateLeft.
+	State  string
+	Weight uint32
+	// RingShare is the fraction of the hash space the member is primary
+	// for; the shares of the ring's members sum to 1. Left members have 0.
+	RingShare float64
+	Started   time.Time
+}
+
+// ClusterStatus is one node's view of the cluster. Views converge by
+// gossip, so two nodes may briefly disagree.
+type ClusterStatus struct {
+	// Self is the ID of the answering node.
+	Self string
+	// RingID identifies the ring's members and weights; nodes with the same
+	// ring report the same RingID.
+	RingID string
+	// Members are sorted by ID, left members included.
+	Members []ClusterMember
+	// Keyspaces are the live keyspaces of the cluster catalog, by name;
+	// Created is when the catalog recorded them and DiskBytes is 0.
+	Keyspaces []KeyspaceInfo
+}
+
+// Alive returns the number of members in StateAlive.
+func (s ClusterStatus) Alive() int {
+	n := 0
+	for _, m := range s.Members {
+		if m.State == StateAlive {
+			n++
+		}
+	}
+	return n
+}
+
+// Member returns the member with the given ID, and whether there is one.
+func (s ClusterStatus) Member(id string) (ClusterMember, bool) {
+	for _, m := range s.Members {
+		if m.ID == id {
+			return m, true
+		}
+	}
+	return ClusterMember{}, false
+}
+
+// ClusterStatus returns the answering node's view of the cluster.
+func (c *Client) ClusterStatus(ctx context.Context) (ClusterStatus, error) {
+	resp, err := c.api.ClusterStatus(ctx, &tyrpb.ClusterStatusRequest{})
+	if err != nil {
+		return ClusterStatus{}, fromStatus(err)
+	}
+	out := ClusterStatus{Self: resp.GetSelf(), RingID: resp.GetRingId()}
+	for _, m := range resp.GetMembers() {
+		out.Members = append(out.Members, ClusterMember{
+			ID: m.GetId(), RPCAddr: m.GetRpcAddr(), GossipAddr: m.GetGossipAddr(), State: m.GetState(),
+			Weight: m.GetWeight(), RingShare: m.GetRingShare(), Started: time.Unix(0, m.GetStartedUnixNano()),
+		})
+	}
+	for _, k := range resp.GetKeyspaces() {
+		out.Keyspaces = append(out.Keyspaces, keyspaceInfo(k))
+	}
+	return out, nil
+}

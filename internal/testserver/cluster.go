@@ -1,0 +1,188 @@
+package testserver
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Result is the outcome of one tyr command.
+type Result struct {
+	Stdout, Stderr string
+	// Exit is the exit code; -1 if the command did not exit normally.
+	Exit int
+}
+
+// ErrorLines returns the lines of Stderr that start with "tyr: ", the
+// lines a failing command prints for the user.
+func (r Result) ErrorLines() []string {
+	var out []string
+	for _, l := range strings.Split(r.Stderr, "\n") {
+		if strings.HasPrefix(l, "tyr: ") {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// CommandTimeout bounds one Run.
+const CommandTimeout = 2 * time.Minute
+
+// Run runs the tyr binary with args and returns its output and exit code.
+// It fails the test if the binary cannot be run or outlives
+// CommandTimeout.
+func Run(t testing.TB, args ...string) Result {
+	t.Helper()
+	cmd := exec.Command(Binary(t), args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(CommandTimeout):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("tyr %s: still running after %v\nstderr:\n%s", strings.Join(args, " "), CommandTimeout, stderr.String())
+	}
+	r := Result{Stdout: stdout.String(), Stderr: stderr.String()}
+	var exitErr *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &exitErr):
+		r.Exit = exitErr.ExitCode()
+	default:
+		t.Fatalf("tyr %s: %v", strings.Join(args, " "), err)
+	}
+	return r
+}
+
+// LocalCluster is a cluster started with `tyr cluster up` in a temporary
+// directory.
+type LocalCluster struct {
+	t   testing.TB
+	Dir string
+	// Endpoints are the nodes' client API addresses; Endpoints[k-1] is
+	// nodek's.
+	Endpoints []string
+}
+
+// UpCluster runs `tyr cluster up --nodes n` on free ports. When the test
+// ends it runs `tyr cluster down` and kills, by PID, any node still
+// running.
+func UpCluster(t testing.TB, n int, extra ...string) *LocalCluster {
+	t.Helper()
+	c := &LocalCluster{t: t, Dir: t.TempDir()}
+	args := append([]string{"cluster", "up", "--nodes", strconv.Itoa(n), "--dir", c.Dir, "--base-port", "0"}, extra...)
+	r := Run(t, args...)
+	t.Cleanup(c.cleanup)
+	if r.Exit != 0 {
+		t.Fatalf("tyr cluster up: exit %d\n%s\n%s", r.Exit, r.Stderr, c.Logs())
+	}
+	c.Endpoints = strings.Fields(r.Stdout)
+	if len(c.Endpoints) != n {
+		t.Fatalf("tyr cluster up printed %d endpoints, want %d: %q", len(c.Endpoints), n, r.Stdout)
+	}
+	return c
+}
+
+func (c *LocalCluster) cleanup() {
+	pids := c.PIDs()
+	_ = exec.Command(Binary(c.t), "cluster", "down", "--dir", c.Dir, "--timeout", "5s").Run()
+	for _, pid := range pids {
+		if ProcessRunning(pid) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// NodeFile returns the path of a file in nodek's directory.
+func (c *LocalCluster) NodeFile(k int, name string) string {
+	return filepath.Join(c.Dir, fmt.Sprintf("node%d", k), name)
+}
+
+// GossipAddr returns nodek's gossip address from its ready file.
+func (c *LocalCluster) GossipAddr(k int) string {
+	c.t.Helper()
+	b, err := os.ReadFile(c.NodeFile(k, "gossip-ready"))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// PIDs returns the PIDs in the nodes' pid files, in node order, skipping
+// nodes without one.
+func (c *LocalCluster) PIDs() []int {
+	var pids []int
+	for k := 1; ; k++ {
+		if _, err := os.Stat(filepath.Join(c.Dir, fmt.Sprintf("node%d", k))); err != nil {
+			return pids
+		}
+		b, err := os.ReadFile(c.NodeFile(k, "pid"))
+		if err != nil {
+			continue
+		}
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+}
+
+// Logs returns every node's log, for failure messages.
+func (c *LocalCluster) Logs() string {
+	var sb strings.Builder
+	for k := 1; ; k++ {
+		b, err := os.ReadFile(c.NodeFile(k, "log"))
+		if err != nil {
+			return sb.String()
+		}
+		fmt.Fprintf(&sb, "--- node%d log ---\n%s\n", k, b)
+	}
+}
+
+// ProcessRunning reports whether pid is a live process. A zombie (exited,
+// not yet reaped by its parent, which for detached nodes is init) is not.
+func ProcessRunning(pid int) bool {
+	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
+		return false
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(stat, ')')
+	return i < 0 || i+2 >= len(stat) || (stat[i+2] != 'Z' && stat[i+2] != 'X')
+}
+
+// Eventually polls cond every 20ms until it returns true or timeout
+// passes, and returns how long it took. On timeout it fails the test with
+// cond's last explanation.
+func Eventually(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) time.Duration {
+	t.Helper()
+	start := time.Now()
+	var last string
+	for {
+		ok, why := cond()
+		if ok {
+			return time.Since(start)
+		}
+		last = why
+		if time.Since(start) > timeout {
+			t.Fatalf("%s: not within %v: %s", what, timeout, last)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
