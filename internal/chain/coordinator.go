@@ -136,18 +136,25 @@ func (c *Coordinator) Step(m Message) error {
 // Tick advances the coordinator's logical clock by one tick, sending again
 // each Forward unanswered for RetransmitTicks.
 func (c *Coordinator) Tick() {
+	c.eachInflight(func(id TxnID, t *inflight) {
+		t.ticks++
+		if t.ticks >= c.cfg.RetransmitTicks {
+			t.ticks = 0
+			c.send(c.forwardMessage(id, t))
+		}
+	})
+}
+
+// eachInflight calls f for each transaction in flight, in ID order, so the
+// output does not depend on map iteration.
+func (c *Coordinator) eachInflight(f func(TxnID, *inflight)) {
 	ids := c.tickIDs[:0]
 	for id := range c.inflight {
 		ids = append(ids, id)
 	}
 	slices.SortFunc(ids, TxnID.Compare)
 	for _, id := range ids {
-		t := c.inflight[id]
-		t.ticks++
-		if t.ticks >= c.cfg.RetransmitTicks {
-			t.ticks = 0
-			c.send(c.forwardMessage(id, t))
-		}
+		f(id, c.inflight[id])
 	}
 	clear(ids)
 	c.tickIDs = ids[:0]
@@ -160,13 +167,7 @@ func (c *Coordinator) Tick() {
 // its chain. The caller decides what alive means; a member it wrongly
 // reports dead is left behind, and must catch up before serving reads.
 func (c *Coordinator) Reroute(alive func(ring.NodeID) bool) {
-	ids := c.tickIDs[:0]
-	for id := range c.inflight {
-		ids = append(ids, id)
-	}
-	slices.SortFunc(ids, TxnID.Compare)
-	for _, id := range ids {
-		t := c.inflight[id]
+	c.eachInflight(func(id TxnID, t *inflight) {
 		live := make([]ring.NodeID, 0, len(t.chain))
 		for _, m := range t.chain {
 			if alive(m) {
@@ -174,14 +175,12 @@ func (c *Coordinator) Reroute(alive func(ring.NodeID) bool) {
 			}
 		}
 		if len(live) == len(t.chain) || len(live) == 0 {
-			continue
+			return
 		}
 		t.chain = live
 		t.ticks = 0
 		c.send(c.forwardMessage(id, t))
-	}
-	clear(ids)
-	c.tickIDs = ids[:0]
+	})
 }
 
 func (c *Coordinator) forwardMessage(id TxnID, t *inflight) Message {
