@@ -167,14 +167,13 @@ func (c *Coordinator) eachInflight(f func(TxnID, *inflight)) {
 // its chain. The caller decides what alive means; a member it wrongly
 // reports dead is left behind, and must catch up before serving reads.
 func (c *Coordinator) Reroute(alive func(ring.NodeID) bool) {
+	dead := func(id ring.NodeID) bool { return !alive(id) }
 	c.eachInflight(func(id TxnID, t *inflight) {
-		live := make([]ring.NodeID, 0, len(t.chain))
-		for _, m := range t.chain {
-			if alive(m) {
-				live = append(live, m)
-			}
+		if !slices.ContainsFunc(t.chain, dead) {
+			return
 		}
-		if len(live) == len(t.chain) || len(live) == 0 {
+		live := slices.DeleteFunc(slices.Clone(t.chain), dead)
+		if len(live) == 0 {
 			return
 		}
 		t.chain = live

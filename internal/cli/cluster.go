@@ -22,6 +22,7 @@ import (
 
 	"github.com/tyrstore/tyr/client"
 	"github.com/tyrstore/tyr/internal/membership"
+	"github.com/tyrstore/tyr/internal/proc"
 	"github.com/tyrstore/tyr/internal/ring"
 )
 
@@ -268,7 +269,7 @@ func (n *localNode) pid() int {
 	if err != nil || pid <= 0 {
 		return 0
 	}
-	if !processRuns(pid) {
+	if !proc.Running(pid) {
 		return 0
 	}
 	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
@@ -282,21 +283,6 @@ func (n *localNode) pid() int {
 		}
 	}
 	return 0
-}
-
-// processRuns reports whether pid is a live process, not a zombie.
-func processRuns(pid int) bool {
-	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
-		return false
-	}
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	// The state follows the parenthesized command name, which may itself
-	// hold spaces and parentheses.
-	i := bytes.LastIndexByte(stat, ')')
-	return i < 0 || i+2 >= len(stat) || (stat[i+2] != 'Z' && stat[i+2] != 'X')
 }
 
 // launch starts the node's server detached from this process (its own
@@ -401,7 +387,7 @@ func (n *localNode) stop(timeout time.Duration) (bool, error) {
 
 func waitExit(pid int, timeout time.Duration) bool {
 	deadline := time.Now().Add(timeout)
-	for processRuns(pid) {
+	for proc.Running(pid) {
 		if time.Now().After(deadline) {
 			return false
 		}

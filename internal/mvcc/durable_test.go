@@ -1,6 +1,7 @@
 package mvcc
 
 import (
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -114,7 +115,7 @@ func TestReadsWaitForDurability(t *testing.T) {
 		info, err := s.Stat("k2")
 		got := "<absent>"
 		if err == nil {
-			got = "size " + string(rune('0'+info.Size))
+			got = fmt.Sprintf("size %d", info.Size)
 		}
 		results <- result{"stat", got}
 	}()
@@ -123,7 +124,7 @@ func TestReadsWaitForDurability(t *testing.T) {
 		if err != nil {
 			t.Error(err)
 		}
-		results <- result{"list", string(rune('0' + len(infos)))}
+		results <- result{"list", fmt.Sprint(len(infos))}
 	}()
 	early := 0
 	for timeout := time.After(200 * time.Millisecond); early < 3; early++ {

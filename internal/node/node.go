@@ -93,6 +93,8 @@ const (
 // Cluster is what the node needs of membership.
 type Cluster interface {
 	Self() ring.NodeID
+	// View returns the newest view; a membership change installs a new
+	// View instead of changing the one returned.
 	View() *membership.View
 	RPCAddr(id ring.NodeID) (string, bool)
 	Alive(id ring.NodeID) bool
@@ -122,9 +124,10 @@ type Node struct {
 	stop   chan struct{}
 	done   chan struct{}
 
-	ringMu sync.Mutex
-	ring   *ring.Ring // cached for ringID
-	ringID membership.RingID
+	ringMu   sync.Mutex
+	ringView *membership.View // the view ring was last checked against
+	ring     *ring.Ring       // cached for ringID
+	ringID   membership.RingID
 
 	peersMu sync.Mutex
 	peers   map[ring.NodeID]*peer // guarded by peersMu
@@ -207,22 +210,26 @@ func (n *Node) Close() {
 // Self is this node's ID.
 func (n *Node) Self() ring.NodeID { return n.self }
 
-// currentRing returns the ring of the current view, rebuilt only when the
-// membership changed.
+// currentRing returns the ring of the current view. A new view (any
+// membership change) costs a RingID hash; the ring is rebuilt only when
+// the ring's members or weights changed, not on a change of liveness.
 func (n *Node) currentRing() (*ring.Ring, error) {
 	view := n.cfg.Cluster.View()
-	id := view.RingID()
 	n.ringMu.Lock()
 	defer n.ringMu.Unlock()
-	if n.ring != nil && n.ringID == id {
+	if n.ring != nil && view == n.ringView {
 		return n.ring, nil
 	}
-	r, err := view.Ring(ring.Config{})
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", errs.ErrUnavailable, err)
+	id := view.RingID()
+	if n.ring == nil || id != n.ringID {
+		r, err := view.Ring(ring.Config{})
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", errs.ErrUnavailable, err)
+		}
+		n.ring, n.ringID = r, id
 	}
-	n.ring, n.ringID = r, id
-	return r, nil
+	n.ringView = view
+	return n.ring, nil
 }
 
 // replicas returns the version managers of key, in the ring's order.

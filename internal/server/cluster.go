@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	"github.com/tyrstore/tyr/api/tyrpb"
 	"github.com/tyrstore/tyr/internal/errs"
@@ -33,6 +34,9 @@ type Cluster struct {
 	node   *membership.Node
 	engine *storage.Engine
 	log    *slog.Logger
+	// view is the newest membership view, replaced (never modified) on
+	// each change, so the request paths read it without copying it.
+	view atomic.Pointer[membership.View]
 
 	// DefaultSync is the Sync of a keyspace created by a request that
 	// carries no config at all; a request with a config always gets its own
@@ -45,8 +49,10 @@ type Cluster struct {
 	// echo of the same create cannot race.
 	mu sync.Mutex
 
-	cancel func()
-	done   chan struct{}
+	cancel     func()
+	done       chan struct{}
+	viewCancel func()
+	viewDone   chan struct{}
 }
 
 // NewCluster binds node to engine: it announces in the catalog every local
@@ -56,12 +62,25 @@ type Cluster struct {
 // joined already, so that its catalog holds what the cluster knows. The
 // current catalog is applied before NewCluster returns.
 func NewCluster(node *membership.Node, engine *storage.Engine, log *slog.Logger) (*Cluster, error) {
-	c := &Cluster{node: node, engine: engine, log: log, done: make(chan struct{})}
+	c := &Cluster{node: node, engine: engine, log: log, done: make(chan struct{}), viewDone: make(chan struct{})}
 	if err := c.announceLocal(); err != nil {
 		return nil, err
 	}
+	views, viewCancel, err := node.Subscribe()
+	if err != nil {
+		return nil, fmt.Errorf("subscribe to the member view: %w", err)
+	}
+	c.viewCancel = viewCancel
+	c.view.Store(<-views) // the current view is delivered at once
+	go func() {
+		defer close(c.viewDone)
+		for v := range views {
+			c.view.Store(v)
+		}
+	}()
 	catalogs, cancel, err := node.SubscribeCatalog()
 	if err != nil {
+		c.viewCancel()
 		return nil, fmt.Errorf("subscribe to the keyspace catalog: %w", err)
 	}
 	c.cancel = cancel
@@ -79,6 +98,8 @@ func NewCluster(node *membership.Node, engine *storage.Engine, log *slog.Logger)
 func (c *Cluster) Close() {
 	c.cancel()
 	<-c.done
+	c.viewCancel()
+	<-c.viewDone
 }
 
 // Node returns the membership node, for shutdown and diagnostics.
@@ -87,14 +108,16 @@ func (c *Cluster) Node() *membership.Node { return c.node }
 // Self returns this node's ID.
 func (c *Cluster) Self() ring.NodeID { return c.node.ID() }
 
-// View returns a copy of this node's view of the members, the caller's to
-// keep. Build the placement ring with View().Ring; its epoch is RingID.
-func (c *Cluster) View() *membership.View { return c.node.View() }
+// View returns this node's newest view of the members. It is shared and
+// read-only: a membership change installs a new View rather than changing
+// this one, so callers may compare views by pointer to notice a change.
+// Build the placement ring with View().Ring; its epoch is RingID.
+func (c *Cluster) View() *membership.View { return c.view.Load() }
 
 // RPCAddr returns the client API address member id advertises, and whether
 // the member is known. A known member may be dead: check Alive.
 func (c *Cluster) RPCAddr(id ring.NodeID) (string, bool) {
-	m, ok := c.node.View().Member(id)
+	m, ok := c.View().Member(id)
 	if !ok {
 		return "", false
 	}
@@ -104,7 +127,7 @@ func (c *Cluster) RPCAddr(id ring.NodeID) (string, bool) {
 // Alive reports whether member id is known and alive in this node's view.
 // Suspect members are not alive: a request should prefer another replica.
 func (c *Cluster) Alive(id ring.NodeID) bool {
-	m, ok := c.node.View().Member(id)
+	m, ok := c.View().Member(id)
 	return ok && m.State == membership.StateAlive
 }
 
@@ -208,7 +231,7 @@ func (c *Cluster) dropLocal(name, why string) {
 // cluster (a standalone server) is exempt and keeps the single-node rule
 // that one node stores one copy whatever the factor says.
 func (c *Cluster) checkReplication(replication uint32) error {
-	view := c.node.View()
+	view := c.View()
 	if view.Len()-view.Count(membership.StateLeft) <= 1 {
 		return nil
 	}
@@ -284,7 +307,7 @@ func (c *Cluster) DropKeyspace(name string) error {
 
 // status answers ClusterStatus from this node's view and catalog.
 func (c *Cluster) status() (*tyrpb.ClusterStatusResponse, error) {
-	view := c.node.View()
+	view := c.View()
 	resp := &tyrpb.ClusterStatusResponse{Self: string(c.Self()), RingId: view.RingID().String()}
 	shares := map[ring.NodeID]float64{}
 	if r, err := view.Ring(ring.Config{}); err == nil {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"strings"
@@ -116,7 +117,7 @@ func mergeListings(lists [][]*tyrpb.BlobInfo, limit int) (out []*tyrpb.BlobInfo,
 		if c := strings.Compare(a.GetKey(), b.GetKey()); c != 0 {
 			return c
 		}
-		return -cmpUint(a.GetVersion(), b.GetVersion())
+		return cmp.Compare(b.GetVersion(), a.GetVersion()) // newest first
 	})
 	for _, b := range all {
 		if len(out) > 0 && out[len(out)-1].GetKey() == b.GetKey() {
@@ -128,14 +129,4 @@ func mergeListings(lists [][]*tyrpb.BlobInfo, limit int) (out []*tyrpb.BlobInfo,
 		out = append(out, b)
 	}
 	return out, false
-}
-
-func cmpUint(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

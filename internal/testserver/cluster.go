@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tyrstore/tyr/internal/proc"
 )
 
 // Result is the outcome of one tyr command.
@@ -102,7 +104,7 @@ func (c *LocalCluster) cleanup() {
 	pids := c.PIDs()
 	_ = exec.Command(Binary(c.t), "cluster", "down", "--dir", c.Dir, "--timeout", "5s").Run()
 	for _, pid := range pids {
-		if ProcessRunning(pid) {
+		if proc.Running(pid) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
@@ -151,20 +153,6 @@ func (c *LocalCluster) Logs() string {
 		}
 		fmt.Fprintf(&sb, "--- node%d log ---\n%s\n", k, b)
 	}
-}
-
-// ProcessRunning reports whether pid is a live process. A zombie (exited,
-// not yet reaped by its parent, which for detached nodes is init) is not.
-func ProcessRunning(pid int) bool {
-	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
-		return false
-	}
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	i := bytes.LastIndexByte(stat, ')')
-	return i < 0 || i+2 >= len(stat) || (stat[i+2] != 'Z' && stat[i+2] != 'X')
 }
 
 // Eventually polls cond every 20ms until it returns true or timeout

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tyrstore/tyr/client"
+	"github.com/tyrstore/tyr/internal/proc"
 	"github.com/tyrstore/tyr/internal/testserver"
 )
 
@@ -171,7 +172,7 @@ func TestClusterUpStatusDown(t *testing.T) {
 	t.Logf("cluster down: %v", time.Since(began))
 	testserver.Eventually(t, stopMax, "every node process ends", func() (bool, string) {
 		for _, pid := range pids {
-			if testserver.ProcessRunning(pid) {
+			if proc.Running(pid) {
 				return false, fmt.Sprintf("pid %d still runs", pid)
 			}
 		}
