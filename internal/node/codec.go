@@ -133,7 +133,7 @@ func decodeRefusal(text string) refusal {
 		num, rest, _ := strings.Cut(text[len(tagStale):], ": ")
 		floor, err := strconv.ParseUint(num, 10, 64)
 		if err == nil {
-			return refusal{err: errors.New(rest), floor: floor}
+			return refusal{err: &remoteError{class: errs.ErrConflict, text: rest}, floor: floor}
 		}
 	case strings.HasPrefix(text, tagCode):
 		num, rest, _ := strings.Cut(text[len(tagCode):], ": ")

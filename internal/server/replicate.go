@@ -13,6 +13,7 @@ import (
 	"github.com/tyrstore/tyr/api/tyrpb"
 	"github.com/tyrstore/tyr/internal/chain"
 	"github.com/tyrstore/tyr/internal/limits"
+	"github.com/tyrstore/tyr/internal/membership"
 	"github.com/tyrstore/tyr/internal/mvcc"
 	"github.com/tyrstore/tyr/internal/node"
 	"github.com/tyrstore/tyr/internal/ring"
@@ -86,20 +87,25 @@ func (s *Service) readTarget(ctx context.Context, ks *storage.Keyspace, key stri
 
 // listMembers returns the other live members whose blobs a listing must
 // merge, or nil when this node's own listing is complete: when it is not
-// clustered, when the request was forwarded, or when every live member
-// holds every blob (replication at least the ring size).
+// clustered, when the request was forwarded, or when every node of the
+// ring holds every blob (replication at least the ring's size). Dead
+// members count towards the ring: their blobs are on other replicas.
 func (s *Service) listMembers(ctx context.Context, ks *storage.Keyspace) []ring.NodeID {
 	if s.node == nil || forwarded(ctx) {
 		return nil
 	}
-	view := s.cluster.View()
+	inRing := 0
 	var others []ring.NodeID
-	for _, m := range view.Members() {
-		if m.Meta.ID != s.node.Self() && s.cluster.Alive(m.Meta.ID) {
+	for _, m := range s.cluster.View().Members() {
+		if m.State == membership.StateLeft {
+			continue
+		}
+		inRing++
+		if m.Meta.ID != s.node.Self() && m.State == membership.StateAlive {
 			others = append(others, m.Meta.ID)
 		}
 	}
-	if len(others)+1 <= int(ks.Config.Replication) {
+	if inRing <= int(ks.Config.Replication) {
 		return nil
 	}
 	return others
