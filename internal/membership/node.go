@@ -82,6 +82,11 @@ type Config struct {
 	// Weight is the node's capacity in the ring; default 1, at most
 	// WeightMax.
 	Weight uint32
+	// CatchingUp is the node's first Meta.CatchingUp: a node that may have
+	// missed commits advertises it from its first gossip on, so no other
+	// node ever takes it for a replica that can serve reads. SetCatchingUp
+	// changes it.
+	CatchingUp bool
 	// Join lists gossip addresses ("host:port") of existing members. Empty
 	// starts a new cluster. Start fails with ErrJoin unless at least one
 	// answers; each is tried for up to TCPTimeout (plus name resolution for
@@ -311,7 +316,8 @@ func Start(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{cfg: cfg, logger: cfg.Logger.With("node", string(cfg.ID))}
-	n.mu.meta = Meta{ID: cfg.ID, RPCAddr: cfg.RPCAddr, Weight: cfg.Weight, StartedUnixNano: time.Now().UnixNano()}
+	n.mu.meta = Meta{ID: cfg.ID, RPCAddr: cfg.RPCAddr, Weight: cfg.Weight, StartedUnixNano: time.Now().UnixNano(),
+		CatchingUp: cfg.CatchingUp}
 	if _, err := n.mu.meta.Encode(); err != nil {
 		return nil, err
 	}
@@ -593,6 +599,35 @@ func (n *Node) Leave(timeout time.Duration) error {
 		return fmt.Errorf("membership: node %q leaving: %w", n.cfg.ID, err)
 	}
 	n.logger.Info("membership: node left")
+	return nil
+}
+
+// SetCatchingUp advertises whether this node is catching up on commits it
+// may have missed (Meta.CatchingUp), waiting up to timeout for the update
+// to be broadcast. The local view changes at once; other views change when
+// the broadcast or a push/pull reaches them.
+func (n *Node) SetCatchingUp(on bool, timeout time.Duration) error {
+	if timeout <= 0 {
+		return fmt.Errorf("membership: %w: update timeout %v must be positive", ErrInvalid, timeout)
+	}
+	n.lifecycle.Lock()
+	defer n.lifecycle.Unlock()
+	n.mu.Lock()
+	if n.mu.closed {
+		n.mu.Unlock()
+		return ErrClosed
+	}
+	if n.mu.meta.CatchingUp == on {
+		n.mu.Unlock()
+		return nil
+	}
+	n.mu.meta.CatchingUp = on
+	n.mu.meta.Incarnation++
+	n.applyLocked(Event{Kind: EventUpdate, Meta: n.mu.meta, GossipAddr: n.gossipAddr})
+	n.mu.Unlock()
+	if err := n.list.UpdateNode(timeout); err != nil {
+		return fmt.Errorf("membership: node %q advertising catching-up=%v: %w", n.cfg.ID, on, err)
+	}
 	return nil
 }
 

@@ -629,3 +629,35 @@ func TestNode_afterShutdown(t *testing.T) {
 		t.Errorf("second Shutdown = %v", err)
 	}
 }
+
+// TestSetCatchingUp: a node that starts catching up is seen so by a peer
+// from the start, the peer sees it clear the flag, and the ring does not
+// change either time.
+func TestSetCatchingUp(t *testing.T) {
+	t.Parallel()
+	a := startNode(t, testConfig(t, "a"))
+	cfg := testConfig(t, "b", a.GossipAddr())
+	cfg.CatchingUp = true
+	b := startNode(t, cfg)
+	catchingUp := func(want bool) func(*View) bool {
+		return func(v *View) bool {
+			m, ok := v.Member("b")
+			return ok && m.State == StateAlive && m.Meta.CatchingUp == want
+		}
+	}
+	waitView(t, a, 10*time.Second, "b alive and catching up", catchingUp(true))
+	before := a.View().RingID()
+	if err := b.SetCatchingUp(false, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if !catchingUp(false)(b.View()) {
+		t.Fatal("b's own view still has it catching up")
+	}
+	waitView(t, a, 10*time.Second, "b caught up", catchingUp(false))
+	if after := a.View().RingID(); after != before {
+		t.Fatalf("RingID changed from %v to %v with the catching-up flag", before, after)
+	}
+	if err := b.SetCatchingUp(false, 0); err == nil {
+		t.Fatal("SetCatchingUp with a zero timeout: no error")
+	}
+}

@@ -133,6 +133,11 @@ type Meta struct {
 	// tells memberlist to leave, so that every view can tell a departure
 	// (Left, out of the ring) from a failure (Dead, still in the ring).
 	Leaving bool
+	// CatchingUp is set by a member that may have missed commits (it has
+	// just started, or it noticed it was cut off) until it has copied what
+	// it missed from the other replicas. Such a member takes part in
+	// commits but serves no reads.
+	CatchingUp bool
 }
 
 // Validate reports every problem with m, or nil.
@@ -195,7 +200,7 @@ func (m Meta) compareVersion(o Meta) int {
 //	uvarint  Weight
 //	varint   StartedUnixNano
 //	uvarint  Incarnation
-//	byte     flags              (bit 0: Leaving)
+//	byte     flags              (bit 0: Leaving, bit 1: CatchingUp)
 //
 // It returns an error wrapping ErrInvalid if m is invalid or the encoding is
 // longer than MetaBytesMax.
@@ -222,6 +227,9 @@ func (m Meta) encodeTo(e *encoder) {
 	var flags byte
 	if m.Leaving {
 		flags |= 1
+	}
+	if m.CatchingUp {
+		flags |= 2
 	}
 	e.byte(flags)
 }
@@ -258,7 +266,8 @@ func decodeMetaFrom(d *decoder) Meta {
 	m.Weight = uint32(weight)
 	m.StartedUnixNano = d.varint()
 	m.Incarnation = d.uvarint()
-	m.Leaving = d.byte()&1 != 0
+	flags := d.byte()
+	m.Leaving, m.CatchingUp = flags&1 != 0, flags&2 != 0
 	return m
 }
 

@@ -44,7 +44,8 @@ func stateOf(v *View, id string) State {
 func TestMeta_Encode_roundTrip(t *testing.T) {
 	cases := []Meta{
 		meta("a", 1),
-		{ID: "n-1", RPCAddr: "10.0.0.1:7000", Weight: 3, StartedUnixNano: 1_700_000_000_000_000_000, Incarnation: 42, Leaving: true},
+		{ID: "c", RPCAddr: "127.0.0.1:1", Weight: 1, StartedUnixNano: 1, CatchingUp: true},
+		{ID: "n-1", RPCAddr: "10.0.0.1:7000", Weight: 3, StartedUnixNano: 1_700_000_000_000_000_000, Incarnation: 42, Leaving: true, CatchingUp: true},
 		{ID: ring.NodeID(strings.Repeat("é", ring.NodeIDBytesMax/2)), RPCAddr: strings.Repeat("r", RPCAddrBytesMax),
 			Weight: WeightMax, StartedUnixNano: 1<<63 - 1, Incarnation: 1<<64 - 1, Leaving: true},
 	}
