@@ -136,7 +136,13 @@ type Pending struct {
 	batch   *pebble.Batch
 	keys    []string
 	results []txn.Result
+	bases   map[string]uint64 // each blob's version before the commit (0: absent)
 }
+
+// Bases returns the version each blob of the commit had before it, 0 for a
+// blob that did not exist: what the other members of a chain must hold for
+// the commit to apply to the same state there (see TryPrepareOn).
+func (p *Pending) Bases() map[string]uint64 { return p.bases }
 
 // commitKeys validates ops and returns the blobs they touch, sorted and
 // unique: the order in which a commit takes their locks.
@@ -160,7 +166,7 @@ func (s *Store) Prepare(ops []txn.Op) (*Pending, error) {
 		return nil, err
 	}
 	s.locks.lock(keys)
-	p, err := s.prepareLocked(ops, keys, 0)
+	p, err := s.prepareLocked(ops, keys, prepareOpts{})
 	if err != nil {
 		s.locks.unlock(keys)
 		return nil, err
@@ -168,10 +174,23 @@ func (s *Store) Prepare(ops []txn.Op) (*Pending, error) {
 	return p, nil
 }
 
+// prepareOpts are what the callers of prepareLocked fix about a commit.
+type prepareOpts struct {
+	// version is the new version of every changed blob, or 0 to draw one
+	// from the clock (see TryPrepareAt).
+	version uint64
+	// bases, if not nil, are the versions the blobs must have before the
+	// commit (see TryPrepareOn).
+	bases map[string]uint64
+	// copied marks a copy from another replica (Install): version is taken
+	// as it is, without acceptVersion's checks.
+	copied bool
+}
+
 // prepareLocked builds the commit of ops on keys, whose locks the caller
-// holds. version is the new version of every changed blob, or 0 to draw
-// one from the clock (see TryPrepareAt).
-func (s *Store) prepareLocked(ops []txn.Op, keys []string, version uint64) (*Pending, error) {
+// holds.
+func (s *Store) prepareLocked(ops []txn.Op, keys []string, o prepareOpts) (*Pending, error) {
+	version, bases := o.version, o.bases
 	// One snapshot gives every blob of the commit the same point in time;
 	// the locks keep the blobs themselves from changing meanwhile.
 	snap := s.db.NewSnapshot()
@@ -190,6 +209,13 @@ func (s *Store) prepareLocked(ops []txn.Op, keys []string, version uint64) (*Pen
 			return nil, err
 		}
 		blobs[key] = w
+	}
+	if bases != nil {
+		for _, key := range keys {
+			if have, want := blobs[key].version(), bases[key]; have != want {
+				return nil, &BaseMismatchError{Key: key, Have: have, Want: want}
+			}
+		}
 	}
 	// Read checks first: the transaction's reads are still current only if
 	// no blob it read changed since, and then its ops apply as it saw them.
@@ -218,7 +244,12 @@ func (s *Store) prepareLocked(ops []txn.Op, keys []string, version uint64) (*Pen
 		}
 		results[i] = r
 	}
-	if version != 0 {
+	switch {
+	case o.copied:
+		s.versionMu.Lock()
+		s.lastVersion = max(s.lastVersion, version)
+		s.versionMu.Unlock()
+	case version != 0:
 		if err := s.acceptVersion(blobs, keys, version); err != nil {
 			return nil, err
 		}
@@ -245,7 +276,11 @@ func (s *Store) prepareLocked(ops []txn.Op, keys []string, version uint64) (*Pen
 			results[i].Size, results[i].Version = 0, 0
 		}
 	}
-	return &Pending{store: s, batch: batch, keys: keys, results: results}, nil
+	before := make(map[string]uint64, len(keys))
+	for _, key := range keys {
+		before[key] = blobs[key].version()
+	}
+	return &Pending{store: s, batch: batch, keys: keys, results: results, bases: before}, nil
 }
 
 // Commit makes the prepared ops durable (when Sync) and visible, atomically.

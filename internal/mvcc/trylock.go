@@ -46,6 +46,31 @@ func (e *StaleVersionError) Unwrap() error { return errs.ErrConflict }
 // keys unique across a delete and re-create, see Open); otherwise the
 // commit is refused with a *StaleVersionError.
 func (s *Store) TryPrepareAt(ops []txn.Op, version uint64) (*Pending, error) {
+	return s.TryPrepareOn(ops, version, nil)
+}
+
+// BaseMismatchError is TryPrepareOn's refusal of a commit whose blob is not
+// at the version the chain's head had: the two replicas differ, and the
+// commit would not apply to the same state here. It wraps errs.ErrConflict.
+type BaseMismatchError struct {
+	Key  string
+	Have uint64 // this store's version (0: absent)
+	Want uint64 // the head's version (0: absent)
+}
+
+func (e *BaseMismatchError) Error() string {
+	return fmt.Sprintf("%v: blob %q is at version %d here and at version %d on the chain's head (0: absent)",
+		errs.ErrConflict, e.Key, e.Have, e.Want)
+}
+
+func (e *BaseMismatchError) Unwrap() error { return errs.ErrConflict }
+
+// TryPrepareOn is TryPrepareAt for a member downstream of a chain's head:
+// every blob ops touch must be at the version bases gives for it (0: must
+// not exist), the version it had on the head (Pending.Bases); otherwise the
+// commit is refused with a *BaseMismatchError and nothing is held. Nil
+// bases checks nothing.
+func (s *Store) TryPrepareOn(ops []txn.Op, version uint64, bases map[string]uint64) (*Pending, error) {
 	keys, err := commitKeys(ops)
 	if err != nil {
 		return nil, err
@@ -53,7 +78,7 @@ func (s *Store) TryPrepareAt(ops []txn.Op, version uint64) (*Pending, error) {
 	if busy, ok := s.locks.tryLock(keys); !ok {
 		return nil, fmt.Errorf("%w: %w: blob %q", errs.ErrConflict, ErrLocked, busy)
 	}
-	p, err := s.prepareLocked(ops, keys, version)
+	p, err := s.prepareLocked(ops, keys, prepareOpts{version: version, bases: bases})
 	if err != nil {
 		s.locks.unlock(keys)
 		return nil, err

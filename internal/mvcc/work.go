@@ -42,6 +42,14 @@ type blobWork struct {
 	dirty   map[uint64][]byte
 }
 
+// version is the blob's version before the commit, 0 if it was absent.
+func (w *blobWork) version() uint64 {
+	if !w.baseExists {
+		return 0
+	}
+	return w.baseMeta.Version
+}
+
 func (s *Store) loadBlob(snap *pebble.Snapshot, key string) (*blobWork, error) {
 	m, ok, err := getMeta(snap, key)
 	if err != nil {
