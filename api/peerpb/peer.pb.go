@@ -28,6 +28,372 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type BarrierRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BarrierRequest) Reset() {
+	*x = BarrierRequest{}
+	mi := &file_api_peerpb_peer_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BarrierRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BarrierRequest) ProtoMessage() {}
+
+func (x *BarrierRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_peerpb_peer_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BarrierRequest.ProtoReflect.Descriptor instead.
+func (*BarrierRequest) Descriptor() ([]byte, []int) {
+	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *BarrierRequest) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+type BarrierResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BarrierResponse) Reset() {
+	*x = BarrierResponse{}
+	mi := &file_api_peerpb_peer_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BarrierResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BarrierResponse) ProtoMessage() {}
+
+func (x *BarrierResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_peerpb_peer_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BarrierResponse.ProtoReflect.Descriptor instead.
+func (*BarrierResponse) Descriptor() ([]byte, []int) {
+	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{1}
+}
+
+type VersionsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keyspace      string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	StartAfter    string                 `protobuf:"bytes,2,opt,name=start_after,json=startAfter,proto3" json:"start_after,omitempty"`
+	Limit         uint32                 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VersionsRequest) Reset() {
+	*x = VersionsRequest{}
+	mi := &file_api_peerpb_peer_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VersionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VersionsRequest) ProtoMessage() {}
+
+func (x *VersionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_peerpb_peer_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VersionsRequest.ProtoReflect.Descriptor instead.
+func (*VersionsRequest) Descriptor() ([]byte, []int) {
+	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *VersionsRequest) GetKeyspace() string {
+	if x != nil {
+		return x.Keyspace
+	}
+	return ""
+}
+
+func (x *VersionsRequest) GetStartAfter() string {
+	if x != nil {
+		return x.StartAfter
+	}
+	return ""
+}
+
+func (x *VersionsRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type VersionsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Blobs         []*BlobVersion         `protobuf:"bytes,1,rep,name=blobs,proto3" json:"blobs,omitempty"`
+	More          bool                   `protobuf:"varint,2,opt,name=more,proto3" json:"more,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VersionsResponse) Reset() {
+	*x = VersionsResponse{}
+	mi := &file_api_peerpb_peer_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VersionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VersionsResponse) ProtoMessage() {}
+
+func (x *VersionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_peerpb_peer_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VersionsResponse.ProtoReflect.Descriptor instead.
+func (*VersionsResponse) Descriptor() ([]byte, []int) {
+	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *VersionsResponse) GetBlobs() []*BlobVersion {
+	if x != nil {
+		return x.Blobs
+	}
+	return nil
+}
+
+func (x *VersionsResponse) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
+type BlobVersion struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Version       uint64                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BlobVersion) Reset() {
+	*x = BlobVersion{}
+	mi := &file_api_peerpb_peer_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BlobVersion) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BlobVersion) ProtoMessage() {}
+
+func (x *BlobVersion) ProtoReflect() protoreflect.Message {
+	mi := &file_api_peerpb_peer_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BlobVersion.ProtoReflect.Descriptor instead.
+func (*BlobVersion) Descriptor() ([]byte, []int) {
+	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *BlobVersion) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *BlobVersion) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+type FetchRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keyspace      string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FetchRequest) Reset() {
+	*x = FetchRequest{}
+	mi := &file_api_peerpb_peer_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FetchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FetchRequest) ProtoMessage() {}
+
+func (x *FetchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_peerpb_peer_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
+func (*FetchRequest) Descriptor() ([]byte, []int) {
+	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *FetchRequest) GetKeyspace() string {
+	if x != nil {
+		return x.Keyspace
+	}
+	return ""
+}
+
+func (x *FetchRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+// FetchChunk: the first carries exists, version and size; every one may
+// carry data, in order.
+type FetchChunk struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Exists        bool                   `protobuf:"varint,1,opt,name=exists,proto3" json:"exists,omitempty"`
+	Version       uint64                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	Size          uint64                 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	Data          []byte                 `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FetchChunk) Reset() {
+	*x = FetchChunk{}
+	mi := &file_api_peerpb_peer_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FetchChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FetchChunk) ProtoMessage() {}
+
+func (x *FetchChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_api_peerpb_peer_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FetchChunk.ProtoReflect.Descriptor instead.
+func (*FetchChunk) Descriptor() ([]byte, []int) {
+	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *FetchChunk) GetExists() bool {
+	if x != nil {
+		return x.Exists
+	}
+	return false
+}
+
+func (x *FetchChunk) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *FetchChunk) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *FetchChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
 type DeliverRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Messages      []*Message             `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
@@ -37,7 +403,7 @@ type DeliverRequest struct {
 
 func (x *DeliverRequest) Reset() {
 	*x = DeliverRequest{}
-	mi := &file_api_peerpb_peer_proto_msgTypes[0]
+	mi := &file_api_peerpb_peer_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -49,7 +415,7 @@ func (x *DeliverRequest) String() string {
 func (*DeliverRequest) ProtoMessage() {}
 
 func (x *DeliverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_peerpb_peer_proto_msgTypes[0]
+	mi := &file_api_peerpb_peer_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -62,7 +428,7 @@ func (x *DeliverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeliverRequest.ProtoReflect.Descriptor instead.
 func (*DeliverRequest) Descriptor() ([]byte, []int) {
-	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{0}
+	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DeliverRequest) GetMessages() []*Message {
@@ -80,7 +446,7 @@ type DeliverResponse struct {
 
 func (x *DeliverResponse) Reset() {
 	*x = DeliverResponse{}
-	mi := &file_api_peerpb_peer_proto_msgTypes[1]
+	mi := &file_api_peerpb_peer_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -92,7 +458,7 @@ func (x *DeliverResponse) String() string {
 func (*DeliverResponse) ProtoMessage() {}
 
 func (x *DeliverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_peerpb_peer_proto_msgTypes[1]
+	mi := &file_api_peerpb_peer_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -105,7 +471,7 @@ func (x *DeliverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeliverResponse.ProtoReflect.Descriptor instead.
 func (*DeliverResponse) Descriptor() ([]byte, []int) {
-	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{1}
+	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{8}
 }
 
 // Message is one internal/chain.Message, tagged with its keyspace.
@@ -133,13 +499,19 @@ type Message struct {
 	// only); a replica drops a Forward for a commit it does not know that
 	// began too long ago (see internal/node.ForwardAgeMax).
 	BegunUnixNano int64 `protobuf:"varint,15,opt,name=begun_unix_nano,json=begunUnixNano,proto3" json:"begun_unix_nano,omitempty"`
+	// bases are the versions the chain's head found each blob of the commit
+	// at (0: absent), set on the Forwards the head and the members after it
+	// send (has_bases): a member whose blob is at another version is not in
+	// step with the head and does not apply the commit to its copy.
+	Bases         map[string]uint64 `protobuf:"bytes,16,rep,name=bases,proto3" json:"bases,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	HasBases      bool              `protobuf:"varint,17,opt,name=has_bases,json=hasBases,proto3" json:"has_bases,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Message) Reset() {
 	*x = Message{}
-	mi := &file_api_peerpb_peer_proto_msgTypes[2]
+	mi := &file_api_peerpb_peer_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -151,7 +523,7 @@ func (x *Message) String() string {
 func (*Message) ProtoMessage() {}
 
 func (x *Message) ProtoReflect() protoreflect.Message {
-	mi := &file_api_peerpb_peer_proto_msgTypes[2]
+	mi := &file_api_peerpb_peer_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -164,7 +536,7 @@ func (x *Message) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Message.ProtoReflect.Descriptor instead.
 func (*Message) Descriptor() ([]byte, []int) {
-	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{2}
+	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Message) GetKeyspace() string {
@@ -272,6 +644,20 @@ func (x *Message) GetBegunUnixNano() int64 {
 	return 0
 }
 
+func (x *Message) GetBases() map[string]uint64 {
+	if x != nil {
+		return x.Bases
+	}
+	return nil
+}
+
+func (x *Message) GetHasBases() bool {
+	if x != nil {
+		return x.HasBases
+	}
+	return false
+}
+
 // Op is one internal/txn.Op.
 type Op struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -292,7 +678,7 @@ type Op struct {
 
 func (x *Op) Reset() {
 	*x = Op{}
-	mi := &file_api_peerpb_peer_proto_msgTypes[3]
+	mi := &file_api_peerpb_peer_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -304,7 +690,7 @@ func (x *Op) String() string {
 func (*Op) ProtoMessage() {}
 
 func (x *Op) ProtoReflect() protoreflect.Message {
-	mi := &file_api_peerpb_peer_proto_msgTypes[3]
+	mi := &file_api_peerpb_peer_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -317,7 +703,7 @@ func (x *Op) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Op.ProtoReflect.Descriptor instead.
 func (*Op) Descriptor() ([]byte, []int) {
-	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{3}
+	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Op) GetKey() string {
@@ -410,7 +796,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_api_peerpb_peer_proto_msgTypes[4]
+	mi := &file_api_peerpb_peer_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -422,7 +808,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_api_peerpb_peer_proto_msgTypes[4]
+	mi := &file_api_peerpb_peer_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -435,7 +821,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{4}
+	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Result) GetOffset() uint64 {
@@ -470,10 +856,33 @@ var File_api_peerpb_peer_proto protoreflect.FileDescriptor
 
 const file_api_peerpb_peer_proto_rawDesc = "" +
 	"\n" +
-	"\x15api/peerpb/peer.proto\x12\vtyr.peer.v1\"B\n" +
+	"\x15api/peerpb/peer.proto\x12\vtyr.peer.v1\"$\n" +
+	"\x0eBarrierRequest\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\"\x11\n" +
+	"\x0fBarrierResponse\"d\n" +
+	"\x0fVersionsRequest\x12\x1a\n" +
+	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1f\n" +
+	"\vstart_after\x18\x02 \x01(\tR\n" +
+	"startAfter\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\rR\x05limit\"V\n" +
+	"\x10VersionsResponse\x12.\n" +
+	"\x05blobs\x18\x01 \x03(\v2\x18.tyr.peer.v1.BlobVersionR\x05blobs\x12\x12\n" +
+	"\x04more\x18\x02 \x01(\bR\x04more\"9\n" +
+	"\vBlobVersion\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\"<\n" +
+	"\fFetchRequest\x12\x1a\n" +
+	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\"f\n" +
+	"\n" +
+	"FetchChunk\x12\x16\n" +
+	"\x06exists\x18\x01 \x01(\bR\x06exists\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x04R\x04size\x12\x12\n" +
+	"\x04data\x18\x04 \x01(\fR\x04data\"B\n" +
 	"\x0eDeliverRequest\x120\n" +
 	"\bmessages\x18\x01 \x03(\v2\x14.tyr.peer.v1.MessageR\bmessages\"\x11\n" +
-	"\x0fDeliverResponse\"\xb5\x03\n" +
+	"\x0fDeliverResponse\"\xc3\x04\n" +
 	"\aMessage\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\rR\x04type\x12\x12\n" +
@@ -490,7 +899,13 @@ const file_api_peerpb_peer_proto_rawDesc = "" +
 	"\aresults\x18\f \x03(\v2\x13.tyr.peer.v1.ResultR\aresults\x12$\n" +
 	"\x0esent_unix_nano\x18\r \x01(\x03R\fsentUnixNano\x12\x18\n" +
 	"\aversion\x18\x0e \x01(\x04R\aversion\x12&\n" +
-	"\x0fbegun_unix_nano\x18\x0f \x01(\x03R\rbegunUnixNano\"\xfc\x01\n" +
+	"\x0fbegun_unix_nano\x18\x0f \x01(\x03R\rbegunUnixNano\x125\n" +
+	"\x05bases\x18\x10 \x03(\v2\x1f.tyr.peer.v1.Message.BasesEntryR\x05bases\x12\x1b\n" +
+	"\thas_bases\x18\x11 \x01(\bR\bhasBases\x1a8\n" +
+	"\n" +
+	"BasesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\xfc\x01\n" +
 	"\x02Op\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\rR\x04kind\x12\x16\n" +
@@ -508,9 +923,12 @@ const file_api_peerpb_peer_proto_rawDesc = "" +
 	"\x06offset\x18\x01 \x01(\x04R\x06offset\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x04R\x04size\x12\x18\n" +
 	"\aversion\x18\x03 \x01(\x04R\aversion\x12\x14\n" +
-	"\x05value\x18\x04 \x01(\x04R\x05value2L\n" +
+	"\x05value\x18\x04 \x01(\x04R\x05value2\x9a\x02\n" +
 	"\x04Peer\x12D\n" +
-	"\aDeliver\x12\x1b.tyr.peer.v1.DeliverRequest\x1a\x1c.tyr.peer.v1.DeliverResponseB$Z\"github.com/tyrstore/tyr/api/peerpbb\x06proto3"
+	"\aDeliver\x12\x1b.tyr.peer.v1.DeliverRequest\x1a\x1c.tyr.peer.v1.DeliverResponse\x12D\n" +
+	"\aBarrier\x12\x1b.tyr.peer.v1.BarrierRequest\x1a\x1c.tyr.peer.v1.BarrierResponse\x12G\n" +
+	"\bVersions\x12\x1c.tyr.peer.v1.VersionsRequest\x1a\x1d.tyr.peer.v1.VersionsResponse\x12=\n" +
+	"\x05Fetch\x12\x19.tyr.peer.v1.FetchRequest\x1a\x17.tyr.peer.v1.FetchChunk0\x01B$Z\"github.com/tyrstore/tyr/api/peerpbb\x06proto3"
 
 var (
 	file_api_peerpb_peer_proto_rawDescOnce sync.Once
@@ -524,25 +942,41 @@ func file_api_peerpb_peer_proto_rawDescGZIP() []byte {
 	return file_api_peerpb_peer_proto_rawDescData
 }
 
-var file_api_peerpb_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_api_peerpb_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_api_peerpb_peer_proto_goTypes = []any{
-	(*DeliverRequest)(nil),  // 0: tyr.peer.v1.DeliverRequest
-	(*DeliverResponse)(nil), // 1: tyr.peer.v1.DeliverResponse
-	(*Message)(nil),         // 2: tyr.peer.v1.Message
-	(*Op)(nil),              // 3: tyr.peer.v1.Op
-	(*Result)(nil),          // 4: tyr.peer.v1.Result
+	(*BarrierRequest)(nil),   // 0: tyr.peer.v1.BarrierRequest
+	(*BarrierResponse)(nil),  // 1: tyr.peer.v1.BarrierResponse
+	(*VersionsRequest)(nil),  // 2: tyr.peer.v1.VersionsRequest
+	(*VersionsResponse)(nil), // 3: tyr.peer.v1.VersionsResponse
+	(*BlobVersion)(nil),      // 4: tyr.peer.v1.BlobVersion
+	(*FetchRequest)(nil),     // 5: tyr.peer.v1.FetchRequest
+	(*FetchChunk)(nil),       // 6: tyr.peer.v1.FetchChunk
+	(*DeliverRequest)(nil),   // 7: tyr.peer.v1.DeliverRequest
+	(*DeliverResponse)(nil),  // 8: tyr.peer.v1.DeliverResponse
+	(*Message)(nil),          // 9: tyr.peer.v1.Message
+	(*Op)(nil),               // 10: tyr.peer.v1.Op
+	(*Result)(nil),           // 11: tyr.peer.v1.Result
+	nil,                      // 12: tyr.peer.v1.Message.BasesEntry
 }
 var file_api_peerpb_peer_proto_depIdxs = []int32{
-	2, // 0: tyr.peer.v1.DeliverRequest.messages:type_name -> tyr.peer.v1.Message
-	3, // 1: tyr.peer.v1.Message.ops:type_name -> tyr.peer.v1.Op
-	4, // 2: tyr.peer.v1.Message.results:type_name -> tyr.peer.v1.Result
-	0, // 3: tyr.peer.v1.Peer.Deliver:input_type -> tyr.peer.v1.DeliverRequest
-	1, // 4: tyr.peer.v1.Peer.Deliver:output_type -> tyr.peer.v1.DeliverResponse
-	4, // [4:5] is the sub-list for method output_type
-	3, // [3:4] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	4,  // 0: tyr.peer.v1.VersionsResponse.blobs:type_name -> tyr.peer.v1.BlobVersion
+	9,  // 1: tyr.peer.v1.DeliverRequest.messages:type_name -> tyr.peer.v1.Message
+	10, // 2: tyr.peer.v1.Message.ops:type_name -> tyr.peer.v1.Op
+	11, // 3: tyr.peer.v1.Message.results:type_name -> tyr.peer.v1.Result
+	12, // 4: tyr.peer.v1.Message.bases:type_name -> tyr.peer.v1.Message.BasesEntry
+	7,  // 5: tyr.peer.v1.Peer.Deliver:input_type -> tyr.peer.v1.DeliverRequest
+	0,  // 6: tyr.peer.v1.Peer.Barrier:input_type -> tyr.peer.v1.BarrierRequest
+	2,  // 7: tyr.peer.v1.Peer.Versions:input_type -> tyr.peer.v1.VersionsRequest
+	5,  // 8: tyr.peer.v1.Peer.Fetch:input_type -> tyr.peer.v1.FetchRequest
+	8,  // 9: tyr.peer.v1.Peer.Deliver:output_type -> tyr.peer.v1.DeliverResponse
+	1,  // 10: tyr.peer.v1.Peer.Barrier:output_type -> tyr.peer.v1.BarrierResponse
+	3,  // 11: tyr.peer.v1.Peer.Versions:output_type -> tyr.peer.v1.VersionsResponse
+	6,  // 12: tyr.peer.v1.Peer.Fetch:output_type -> tyr.peer.v1.FetchChunk
+	9,  // [9:13] is the sub-list for method output_type
+	5,  // [5:9] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_api_peerpb_peer_proto_init() }
@@ -556,7 +990,7 @@ func file_api_peerpb_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_peerpb_peer_proto_rawDesc), len(file_api_peerpb_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

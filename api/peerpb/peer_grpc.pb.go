@@ -26,7 +26,10 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Peer_Deliver_FullMethodName = "/tyr.peer.v1.Peer/Deliver"
+	Peer_Deliver_FullMethodName  = "/tyr.peer.v1.Peer/Deliver"
+	Peer_Barrier_FullMethodName  = "/tyr.peer.v1.Peer/Barrier"
+	Peer_Versions_FullMethodName = "/tyr.peer.v1.Peer/Versions"
+	Peer_Fetch_FullMethodName    = "/tyr.peer.v1.Peer/Fetch"
 )
 
 // PeerClient is the client API for Peer service.
@@ -37,6 +40,19 @@ type PeerClient interface {
 	// fire-and-forget: the protocol repairs lost messages by retransmission,
 	// so the reply says only that the batch arrived.
 	Deliver(ctx context.Context, in *DeliverRequest, opts ...grpc.CallOption) (*DeliverResponse, error)
+	// Catch-up: a node that may have missed commits (after a restart or a
+	// pause) copies what it missed from the other replicas with these.
+	//
+	// Barrier returns once the receiver sees the caller alive and every
+	// commit the receiver began before that has finished: every later commit
+	// includes the caller wherever it is a replica.
+	Barrier(ctx context.Context, in *BarrierRequest, opts ...grpc.CallOption) (*BarrierResponse, error)
+	// Versions lists the receiver's own blobs of a keyspace with their
+	// versions, in key order, one page at a time.
+	Versions(ctx context.Context, in *VersionsRequest, opts ...grpc.CallOption) (*VersionsResponse, error)
+	// Fetch streams one blob as the receiver holds it once no commit of it
+	// is in progress there: first its version and size, then its bytes.
+	Fetch(ctx context.Context, in *FetchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[FetchChunk], error)
 }
 
 type peerClient struct {
@@ -57,6 +73,45 @@ func (c *peerClient) Deliver(ctx context.Context, in *DeliverRequest, opts ...gr
 	return out, nil
 }
 
+func (c *peerClient) Barrier(ctx context.Context, in *BarrierRequest, opts ...grpc.CallOption) (*BarrierResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BarrierResponse)
+	err := c.cc.Invoke(ctx, Peer_Barrier_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *peerClient) Versions(ctx context.Context, in *VersionsRequest, opts ...grpc.CallOption) (*VersionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(VersionsResponse)
+	err := c.cc.Invoke(ctx, Peer_Versions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *peerClient) Fetch(ctx context.Context, in *FetchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[FetchChunk], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Peer_ServiceDesc.Streams[0], Peer_Fetch_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[FetchRequest, FetchChunk]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Peer_FetchClient = grpc.ServerStreamingClient[FetchChunk]
+
 // PeerServer is the server API for Peer service.
 // All implementations must embed UnimplementedPeerServer
 // for forward compatibility.
@@ -65,6 +120,19 @@ type PeerServer interface {
 	// fire-and-forget: the protocol repairs lost messages by retransmission,
 	// so the reply says only that the batch arrived.
 	Deliver(context.Context, *DeliverRequest) (*DeliverResponse, error)
+	// Catch-up: a node that may have missed commits (after a restart or a
+	// pause) copies what it missed from the other replicas with these.
+	//
+	// Barrier returns once the receiver sees the caller alive and every
+	// commit the receiver began before that has finished: every later commit
+	// includes the caller wherever it is a replica.
+	Barrier(context.Context, *BarrierRequest) (*BarrierResponse, error)
+	// Versions lists the receiver's own blobs of a keyspace with their
+	// versions, in key order, one page at a time.
+	Versions(context.Context, *VersionsRequest) (*VersionsResponse, error)
+	// Fetch streams one blob as the receiver holds it once no commit of it
+	// is in progress there: first its version and size, then its bytes.
+	Fetch(*FetchRequest, grpc.ServerStreamingServer[FetchChunk]) error
 	mustEmbedUnimplementedPeerServer()
 }
 
@@ -77,6 +145,15 @@ type UnimplementedPeerServer struct{}
 
 func (UnimplementedPeerServer) Deliver(context.Context, *DeliverRequest) (*DeliverResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Deliver not implemented")
+}
+func (UnimplementedPeerServer) Barrier(context.Context, *BarrierRequest) (*BarrierResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Barrier not implemented")
+}
+func (UnimplementedPeerServer) Versions(context.Context, *VersionsRequest) (*VersionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Versions not implemented")
+}
+func (UnimplementedPeerServer) Fetch(*FetchRequest, grpc.ServerStreamingServer[FetchChunk]) error {
+	return status.Error(codes.Unimplemented, "method Fetch not implemented")
 }
 func (UnimplementedPeerServer) mustEmbedUnimplementedPeerServer() {}
 func (UnimplementedPeerServer) testEmbeddedByValue()              {}
@@ -117,6 +194,53 @@ func _Peer_Deliver_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Peer_Barrier_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BarrierRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PeerServer).Barrier(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Peer_Barrier_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerServer).Barrier(ctx, req.(*BarrierRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Peer_Versions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(VersionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PeerServer).Versions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Peer_Versions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerServer).Versions(ctx, req.(*VersionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Peer_Fetch_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(FetchRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(PeerServer).Fetch(m, &grpc.GenericServerStream[FetchRequest, FetchChunk]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Peer_FetchServer = grpc.ServerStreamingServer[FetchChunk]
+
 // Peer_ServiceDesc is the grpc.ServiceDesc for Peer service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -128,7 +252,21 @@ var Peer_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "Deliver",
 			Handler:    _Peer_Deliver_Handler,
 		},
+		{
+			MethodName: "Barrier",
+			Handler:    _Peer_Barrier_Handler,
+		},
+		{
+			MethodName: "Versions",
+			Handler:    _Peer_Versions_Handler,
+		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Fetch",
+			Handler:       _Peer_Fetch_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "api/peerpb/peer.proto",
 }

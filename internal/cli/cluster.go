@@ -160,6 +160,9 @@ func startMembership(f clusterFlags, storedID, rpcAddr string, log *slog.Logger)
 	host, port, _ := splitHostPort(f.gossipListen) // checked by validate
 	node, err := membership.Start(membership.Config{
 		ID: id, BindAddr: host, BindPort: port, RPCAddr: rpcAddr, Weight: f.weight, Join: f.join, Logger: log,
+		// Until it has caught up on what it may have missed while down,
+		// the node serves no reads (see internal/node/catchup.go).
+		CatchingUp: true,
 	})
 	switch {
 	case errors.Is(err, membership.ErrJoin):
@@ -217,6 +220,8 @@ type localNode struct {
 	Gossip string   `json:"gossip"`
 	Sync   bool     `json:"default_sync"`
 	Peers  []string `json:"peers"` // gossip addresses of the other nodes
+	// Metrics is the node's --metrics-listen address; empty for none.
+	Metrics string `json:"metrics,omitempty"`
 }
 
 func nodeDir(dir string, k int) string { return filepath.Join(dir, fmt.Sprintf("node%d", k)) }
@@ -308,6 +313,9 @@ func (n *localNode) launch(join []string) (*exec.Cmd, error) {
 		"--default-sync=" + strconv.FormatBool(n.Sync)}
 	if len(join) > 0 {
 		args = append(args, "--join", strings.Join(join, ","))
+	}
+	if n.Metrics != "" {
+		args = append(args, "--metrics-listen", n.Metrics)
 	}
 	cmd := exec.Command(self, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
@@ -457,7 +465,7 @@ func newClusterUp(e *env) *cobra.Command {
 	var (
 		nodes, basePort int
 		dir             string
-		sync            bool
+		sync, metrics   bool
 		timeout         time.Duration
 	)
 	cmd := &cobra.Command{
@@ -475,7 +483,7 @@ func newClusterUp(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return clusterUp(cmd.Context(), e, abs, nodes, basePort, sync, timeout)
+			return clusterUp(cmd.Context(), e, abs, nodes, basePort, sync, metrics, timeout)
 		},
 	}
 	cmd.Flags().IntVar(&nodes, "nodes", 3, fmt.Sprintf("number of servers, 1 to %d", clusterNodesMax))
@@ -483,11 +491,13 @@ func newClusterUp(e *env) *cobra.Command {
 	cmd.Flags().IntVar(&basePort, "base-port", 7520,
 		"node K serves clients on base+2(K-1) and gossips on base+2(K-1)+1; 0 picks free ports")
 	cmd.Flags().BoolVar(&sync, "sync", false, "passed to every node as --default-sync")
+	cmd.Flags().BoolVar(&metrics, "metrics", false,
+		`serve each node's metrics on a free 127.0.0.1 port, recorded as "metrics" in DIR/nodeK/node.json`)
 	cmd.Flags().DurationVar(&timeout, "timeout", 60*time.Second, "how long to wait for every node to see every other alive")
 	return cmd
 }
 
-func clusterUp(ctx context.Context, e *env, dir string, count, basePort int, sync bool, timeout time.Duration) error {
+func clusterUp(ctx context.Context, e *env, dir string, count, basePort int, sync, metrics bool, timeout time.Duration) error {
 	if existing, err := loadNodes(dir); err == nil {
 		if len(existing) != count {
 			return fmt.Errorf("%s holds a cluster of %d nodes, not %d; use another --dir", dir, len(existing), count)
@@ -507,6 +517,13 @@ func clusterUp(ctx context.Context, e *env, dir string, count, basePort int, syn
 	for k := range nodes {
 		n := &localNode{dir: nodeDir(dir, k+1), ID: fmt.Sprintf("node%d", k+1), Sync: sync,
 			Listen: fmt.Sprintf("127.0.0.1:%d", ports[k][0]), Gossip: fmt.Sprintf("127.0.0.1:%d", ports[k][1])}
+		if metrics {
+			port, err := freePort("tcp")
+			if err != nil {
+				return err
+			}
+			n.Metrics = fmt.Sprintf("127.0.0.1:%d", port)
+		}
 		nodes[k] = n
 	}
 	for _, n := range nodes {

@@ -74,3 +74,19 @@ func (s *Store) replaceIf(key string, ok func(uint64, bool) bool, ops func(bool)
 	}
 	return true, nil
 }
+
+// Settled returns blob key's current record once no commit of it is in
+// progress on this store (it waits for the blob's lock) and the last one is
+// durable: a commit that another replica staged after this one can no
+// longer be missing from it. ok is false if the blob does not exist.
+func (s *Store) Settled(key string) (info BlobInfo, ok bool, err error) {
+	keys := []string{key}
+	s.locks.lock(keys)
+	m, ok, err := getMeta(s.db, key)
+	s.locks.unlock(keys)
+	s.syncing.await(key)
+	if err != nil || !ok {
+		return BlobInfo{}, false, err
+	}
+	return m.info(key), true, nil
+}

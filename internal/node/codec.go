@@ -24,6 +24,10 @@ type envelope struct {
 	begun    int64 // Forward: unix nanoseconds when the coordinator began the commit
 	msg      chain.Message
 	sent     int64 // unix nanoseconds when the sender queued it
+	// bases: Forward from the head or after it: the head's version of each
+	// blob before the commit (see mvcc.Pending.Bases).
+	bases    map[string]uint64
+	hasBases bool
 }
 
 func encodeEnvelope(e envelope) *peerpb.Message {
@@ -32,7 +36,7 @@ func encodeEnvelope(e envelope) *peerpb.Message {
 		Keyspace: e.keyspace, Type: uint32(m.Type), From: string(m.From), To: string(m.To),
 		TxnCoordinator: string(m.Txn.Coordinator), TxnSeq: m.Txn.Seq, Index: uint32(m.Index),
 		Committed: m.Committed, Err: m.Err, SentUnixNano: e.sent, Version: e.version,
-		BegunUnixNano: e.begun,
+		BegunUnixNano: e.begun, Bases: e.bases, HasBases: e.hasBases,
 	}
 	for _, id := range m.Chain {
 		out.Chain = append(out.Chain, string(id))
@@ -81,8 +85,11 @@ func decodeEnvelope(in *peerpb.Message) (envelope, error) {
 	for _, r := range in.GetResults() {
 		m.Results = append(m.Results, txn.Result{Offset: r.GetOffset(), Size: r.GetSize(), Version: r.GetVersion(), Value: r.GetValue()})
 	}
+	if len(in.GetBases()) > len(m.Ops) {
+		return envelope{}, fmt.Errorf("%w: %d base versions for %d ops", errs.ErrInvalidArgument, len(in.GetBases()), len(m.Ops))
+	}
 	return envelope{keyspace: in.GetKeyspace(), version: in.GetVersion(), begun: in.GetBegunUnixNano(),
-		msg: m, sent: in.GetSentUnixNano()}, nil
+		msg: m, sent: in.GetSentUnixNano(), bases: in.GetBases(), hasBases: in.GetHasBases()}, nil
 }
 
 // A refusal travels up the chain as text (chain.Message.Err). So that the
@@ -92,6 +99,8 @@ func decodeEnvelope(in *peerpb.Message) (envelope, error) {
 //	"code <gRPC code>: "  a classified error (see errs.Code)
 //	"locked: "            a blob was locked by another transaction
 //	"stale <floor>: "     the commit version was not above floor
+//	"retry: "             a member cannot take the commit yet (it is
+//	                      catching up); unavailable if it stays so
 //
 // An untagged text (the chain's own refusals, such as chain.ErrBusy) is
 // reported as unavailable.
@@ -99,6 +108,7 @@ const (
 	tagCode   = "code "
 	tagLocked = "locked: "
 	tagStale  = "stale "
+	tagRetry  = "retry: "
 )
 
 // taggedError is a stager error whose Error text carries its tag.
@@ -111,6 +121,8 @@ func (e taggedError) Error() string {
 		return fmt.Sprintf("%s%d: %v", tagStale, stale.Floor, e.err)
 	case errors.Is(e.err, mvcc.ErrLocked):
 		return tagLocked + e.err.Error()
+	case errors.Is(e.err, errCatchingUp):
+		return tagRetry + e.err.Error()
 	}
 	code, _ := errs.Code(e.err)
 	return fmt.Sprintf("%s%d: %v", tagCode, code, e.err)
@@ -129,6 +141,8 @@ func decodeRefusal(text string) refusal {
 	switch {
 	case strings.HasPrefix(text, tagLocked):
 		return refusal{err: fmt.Errorf("%w: %s", errs.ErrConflict, text[len(tagLocked):]), locked: true}
+	case strings.HasPrefix(text, tagRetry):
+		return refusal{err: fmt.Errorf("%w: %s", errs.ErrUnavailable, text[len(tagRetry):]), locked: true}
 	case strings.HasPrefix(text, tagStale):
 		num, rest, _ := strings.Cut(text[len(tagStale):], ": ")
 		floor, err := strconv.ParseUint(num, 10, 64)

@@ -23,6 +23,7 @@ func TestRefusalRoundTrip(t *testing.T) {
 		{fmt.Errorf("op 0: %w", errs.ErrOutOfRange), errs.ErrOutOfRange, false, 0, false},
 		{fmt.Errorf("%w: %w: blob %q", errs.ErrConflict, mvcc.ErrLocked, "k"), errs.ErrConflict, true, 0, false},
 		{&mvcc.StaleVersionError{Key: "k", Version: 5, Floor: 9}, errs.ErrConflict, false, 9, false},
+		{fmt.Errorf("node n1: %w", errCatchingUp), errs.ErrUnavailable, true, 0, false},
 		{errors.New("chain: busy"), errs.ErrUnavailable, false, 0, true},
 		{errors.New("no class"), errs.ErrUnavailable, false, 0, false},
 	} {

@@ -36,7 +36,9 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -98,6 +100,11 @@ type Cluster interface {
 	View() *membership.View
 	RPCAddr(id ring.NodeID) (string, bool)
 	Alive(id ring.NodeID) bool
+	// CatchingUp reports whether member id advertises that it is catching
+	// up (membership.Meta.CatchingUp).
+	CatchingUp(id ring.NodeID) bool
+	// SetCatchingUp advertises this node's catching-up state.
+	SetCatchingUp(on bool) error
 }
 
 // Dialer opens a connection to a peer's RPC address. The node keeps one per
@@ -135,6 +142,10 @@ type Node struct {
 	clockMu sync.Mutex
 	last    uint64 // newest commit version chosen; guarded by clockMu
 
+	catch    catchUp
+	inflight tracker
+	lastTick atomic.Int64 // unix nanoseconds of the loop's last tick
+
 	// Owned by the loop goroutine.
 	groups   map[string]*group
 	waiters  map[waiterKey]chan beginResult
@@ -159,6 +170,10 @@ type versionEntry struct {
 	version uint64
 	begun   int64 // unix nanoseconds
 	at      time.Time
+	// bases: the head's version of each blob before the commit, known once
+	// the head staged it (hasBases); see mvcc.Pending.Bases.
+	bases    map[string]uint64
+	hasBases bool
 }
 
 type beginReq struct {
@@ -190,7 +205,10 @@ func Start(cfg Config) (*Node, error) {
 		groups: map[string]*group{}, waiters: map[waiterKey]chan beginResult{},
 		versions: map[waiterKey]versionEntry{},
 	}
+	n.catch.init()
+	n.lastTick.Store(time.Now().UnixNano())
 	go n.loop()
+	go n.catchUpLoop()
 	return n, nil
 }
 
@@ -199,6 +217,7 @@ func Start(cfg Config) (*Node, error) {
 func (n *Node) Close() {
 	close(n.stop)
 	<-n.done
+	<-n.catch.done
 	n.peersMu.Lock()
 	defer n.peersMu.Unlock()
 	for _, p := range n.peers {
@@ -250,9 +269,10 @@ func (n *Node) replicas(keyspace string, rf int, key string) ([]ring.NodeID, err
 }
 
 // Chain returns the live members a commit of ops must run through: the
-// version managers of every blob it touches, sorted by node ID (the
-// protocol's global order), without the members that are not alive. It
-// fails with errs.ErrUnavailable when a blob has no live replica.
+// version managers of every blob it touches, without the members that are
+// not alive, sorted by node ID (the protocol's global order), those that
+// are catching up last, so that the head holds every commit of its blobs.
+// It fails with errs.ErrUnavailable when a blob has no live replica.
 func (n *Node) Chain(keyspace string, rf int, ops []txn.Op) ([]ring.NodeID, error) {
 	var members []ring.NodeID
 	seen := map[string]bool{}
@@ -276,14 +296,31 @@ func (n *Node) Chain(keyspace string, rf int, ops []txn.Op) ([]ring.NodeID, erro
 			return nil, fmt.Errorf("%w: no live replica of blob %q (replicas %v)", errs.ErrUnavailable, op.Key, vms)
 		}
 	}
-	slices.Sort(members)
+	slices.SortFunc(members, func(a, b ring.NodeID) int {
+		if ca, cb := n.catchingUp(a), n.catchingUp(b); ca != cb {
+			if ca {
+				return 1
+			}
+			return -1
+		}
+		return strings.Compare(string(a), string(b))
+	})
 	return slices.Compact(members), nil
 }
 
+// catchingUp reports whether member id is catching up, as far as this node
+// knows: its own state for itself, the view's for the others.
+func (n *Node) catchingUp(id ring.NodeID) bool {
+	if id == n.self {
+		return n.CatchingUp()
+	}
+	return n.cfg.Cluster.CatchingUp(id)
+}
+
 // ReadTarget returns the node that serves reads of key: its first live
-// version manager in the protocol's order, the member every commit of the
-// key reaches first and commits last, so it holds every acknowledged
-// commit.
+// version manager in the protocol's order that is not catching up, the
+// member every commit of the key reaches first and commits last, so it
+// holds every acknowledged commit.
 func (n *Node) ReadTarget(keyspace string, rf int, key string) (ring.NodeID, error) {
 	vms, err := n.replicas(keyspace, rf, key)
 	if err != nil {
@@ -292,11 +329,11 @@ func (n *Node) ReadTarget(keyspace string, rf int, key string) (ring.NodeID, err
 	vms = slices.Clone(vms)
 	slices.Sort(vms)
 	for _, id := range vms {
-		if n.cfg.Cluster.Alive(id) {
+		if n.cfg.Cluster.Alive(id) && !n.catchingUp(id) {
 			return id, nil
 		}
 	}
-	return "", fmt.Errorf("%w: no live replica of blob %q (replicas %v)", errs.ErrUnavailable, key, vms)
+	return "", fmt.Errorf("%w: no live replica of blob %q that is up to date (replicas %v)", errs.ErrUnavailable, key, vms)
 }
 
 // nextVersion returns a commit version from the clock, above every one this
@@ -308,17 +345,19 @@ func (n *Node) nextVersion(floor uint64) uint64 {
 	return n.last
 }
 
-// Commit runs ops through members (from Chain) and returns the head's
-// results. A refusal for a blob locked by a concurrent commit, or for a
-// version below a replica's, is tried again with backoff for up to
-// CommitRetryMax; other refusals return the refusing member's error. If ctx
-// ends first the outcome is unknown: the commit may still take effect.
-func (n *Node) Commit(ctx context.Context, keyspace string, ops []txn.Op, members []ring.NodeID) ([]txn.Result, error) {
+// Commit runs ops through the chain of their live replicas (see Chain)
+// and returns the head's results; a chain of just this node commits on the
+// local store. A refusal for a blob locked by a concurrent commit, for a
+// version below a replica's, or by a head that is catching up, is tried
+// again with backoff, on a chain computed anew, for up to CommitRetryMax;
+// other refusals return the refusing member's error. If ctx ends first the
+// outcome is unknown: the commit may still take effect.
+func (n *Node) Commit(ctx context.Context, keyspace string, rf int, ops []txn.Op) ([]txn.Result, error) {
 	deadline := time.Now().Add(CommitRetryMax)
 	backoff := time.Millisecond
 	floor := uint64(0)
 	for {
-		o, err := n.run(ctx, keyspace, ops, members, n.nextVersion(floor))
+		o, err := n.attempt(ctx, keyspace, rf, ops, n.nextVersion(floor))
 		if err != nil {
 			return nil, err
 		}
@@ -338,6 +377,32 @@ func (n *Node) Commit(ctx context.Context, keyspace string, ops []txn.Op, member
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// attempt runs one try of a commit. It is tracked from before its chain is
+// computed until it ends (see Barrier).
+func (n *Node) attempt(ctx context.Context, keyspace string, rf int, ops []txn.Op, version uint64) (chain.Outcome, error) {
+	defer n.Track()()
+	members, err := n.Chain(keyspace, rf, ops)
+	if err != nil {
+		return chain.Outcome{}, err
+	}
+	if len(members) > 1 || members[0] != n.self {
+		return n.run(ctx, keyspace, ops, members, version)
+	}
+	if n.CatchingUp() {
+		return chain.Outcome{Err: taggedError{fmt.Errorf("node %s is the only live replica: %w", n.self, errCatchingUp)}.Error()}, nil
+	}
+	ks, err := n.cfg.Engine.Acquire(keyspace)
+	if err != nil {
+		return chain.Outcome{}, err
+	}
+	defer ks.Release()
+	results, err := chain.Commit([]chain.Member{mvcc.Member{Store: ks.Store}}, ops)
+	if err != nil {
+		return chain.Outcome{}, err
+	}
+	return chain.Outcome{Committed: true, Results: results}, nil
 }
 
 func (n *Node) run(ctx context.Context, keyspace string, ops []txn.Op, members []ring.NodeID, version uint64) (chain.Outcome, error) {
@@ -397,6 +462,7 @@ func (n *Node) loop() {
 		case req := <-n.begins:
 			n.begin(req)
 		case <-ticker.C:
+			n.tick()
 			for name, g := range n.groups {
 				g.replica.Tick()
 				g.coord.Tick()
@@ -474,9 +540,14 @@ func (n *Node) step(env envelope) {
 			n.cfg.Log.Debug("dropped a Forward of a commit begun too long ago", "msg", env.msg.String(), "age", age)
 			return
 		}
-		if _, ok := n.versions[key]; !ok {
-			n.versions[key] = versionEntry{version: env.version, begun: env.begun, at: time.Now()}
+		e, ok := n.versions[key]
+		if !ok {
+			e = versionEntry{version: env.version, begun: env.begun, at: time.Now()}
 		}
+		if env.hasBases && !e.hasBases {
+			e.bases, e.hasBases = env.bases, true
+		}
+		n.versions[key] = e
 	}
 	if env.msg.Type == chain.MsgReply {
 		err = g.coord.Step(env.msg)
@@ -530,7 +601,7 @@ func (n *Node) emit(keyspace string, msgs []chain.Message) {
 		env := envelope{keyspace: keyspace, msg: m, sent: now}
 		if m.Type == chain.MsgForward {
 			v := n.versions[waiterKey{keyspace, m.Txn}]
-			env.version, env.begun = v.version, v.begun
+			env.version, env.begun, env.bases, env.hasBases = v.version, v.begun, v.bases, v.hasBases
 		}
 		if m.To == n.self {
 			n.local = append(n.local, env)
@@ -559,14 +630,41 @@ type stager struct {
 }
 
 func (s stager) Prepare(id chain.TxnID, ops []txn.Op) (chain.Staged, error) {
+	key := waiterKey{s.keyspace, id}
+	e := s.n.versions[key]
+	if !e.hasBases && s.n.CatchingUp() {
+		// The head's state is what the others check theirs against.
+		return nil, taggedError{fmt.Errorf("node %s is the head of the chain: %w", s.n.self, errCatchingUp)}
+	}
 	ks, err := s.n.cfg.Engine.Acquire(s.keyspace)
 	if err != nil {
 		return nil, taggedError{err}
 	}
-	p, err := ks.Store.TryPrepareAt(ops, s.n.versions[waiterKey{s.keyspace, id}].version)
+	var p *mvcc.Pending
+	if e.hasBases {
+		p, err = ks.Store.TryPrepareOn(ops, e.version, e.bases)
+	} else {
+		p, err = ks.Store.TryPrepareAt(ops, e.version)
+	}
+	var mismatch *mvcc.BaseMismatchError
+	if errors.As(err, &mismatch) && (mismatch.Have < mismatch.Want || s.n.CatchingUp()) {
+		// This copy is behind the head's: the commit passes through, and
+		// catch-up copies its blobs once the head has committed it.
+		ks.Release()
+		s.n.startCatchUp(fmt.Sprintf("blob %q of keyspace %q is behind the head's (%v)", mismatch.Key, s.keyspace, mismatch))
+		return passThrough{n: s.n, keyspace: s.keyspace, ops: ops, version: e.version}, nil
+	}
 	if err != nil {
 		ks.Release()
+		if mismatch != nil {
+			s.n.cfg.Log.Error("this replica is ahead of the chain's head; refusing the commit",
+				"keyspace", s.keyspace, "txn", id.String(), "err", err)
+		}
 		return nil, taggedError{err}
+	}
+	if !e.hasBases {
+		e.bases, e.hasBases = p.Bases(), true
+		s.n.versions[key] = e
 	}
 	return staged{p: p, release: ks.Release}, nil
 }

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/tyrstore/tyr/api/peerpb"
 	"github.com/tyrstore/tyr/internal/errs"
@@ -26,9 +28,10 @@ import (
 
 // fakeCluster is a fixed membership whose members' liveness a test sets.
 type fakeCluster struct {
-	self ring.NodeID
-	view *membership.View
-	dead *sync.Map // ring.NodeID → true
+	self       ring.NodeID
+	view       *membership.View
+	dead       *sync.Map // ring.NodeID → true
+	catchingUp *sync.Map // ring.NodeID → true, set by the member itself
 }
 
 func (c fakeCluster) Self() ring.NodeID      { return c.self }
@@ -40,6 +43,18 @@ func (c fakeCluster) RPCAddr(id ring.NodeID) (string, bool) {
 func (c fakeCluster) Alive(id ring.NodeID) bool {
 	_, dead := c.dead.Load(id)
 	return !dead
+}
+func (c fakeCluster) CatchingUp(id ring.NodeID) bool {
+	_, on := c.catchingUp.Load(id)
+	return on
+}
+func (c fakeCluster) SetCatchingUp(on bool) error {
+	if on {
+		c.catchingUp.Store(c.self, true)
+	} else {
+		c.catchingUp.Delete(c.self)
+	}
+	return nil
 }
 
 // network delivers Deliver calls between in-process nodes, losing each
@@ -61,16 +76,104 @@ type netConn struct {
 }
 
 func (c netConn) Invoke(ctx context.Context, method string, args, reply any, _ ...grpc.CallOption) error {
-	if method != peerpb.Peer_Deliver_FullMethodName {
+	if method == peerpb.Peer_Deliver_FullMethodName {
+		_, err := c.deliver(ctx, args.(*peerpb.DeliverRequest))
+		return err
+	}
+	n, err := c.reach()
+	if err != nil {
+		return err
+	}
+	var resp proto.Message
+	switch method {
+	case peerpb.Peer_Barrier_FullMethodName:
+		resp, err = n.Barrier(ctx, args.(*peerpb.BarrierRequest))
+	case peerpb.Peer_Versions_FullMethodName:
+		resp, err = n.Versions(ctx, args.(*peerpb.VersionsRequest))
+	default:
 		return fmt.Errorf("netConn: %s not supported", method)
 	}
-	_, err := c.deliver(ctx, args.(*peerpb.DeliverRequest))
-	return err
+	if err != nil {
+		return err
+	}
+	proto.Merge(reply.(proto.Message), resp)
+	return nil
 }
 
-func (netConn) NewStream(context.Context, *grpc.StreamDesc, string, ...grpc.CallOption) (grpc.ClientStream, error) {
-	return nil, errors.New("netConn: no streams")
+// reach returns the node at c's address unless the network cuts it off.
+func (c netConn) reach() (*Node, error) {
+	c.net.mu.Lock()
+	defer c.net.mu.Unlock()
+	n := c.net.nodes[c.addr]
+	if n == nil || c.net.cut[c.addr] {
+		return nil, errors.New("unreachable")
+	}
+	return n, nil
 }
+
+// NewStream carries Peer.Fetch: the request is sent, then the server's
+// chunks are received in order.
+func (c netConn) NewStream(ctx context.Context, _ *grpc.StreamDesc, method string, _ ...grpc.CallOption) (grpc.ClientStream, error) {
+	if method != peerpb.Peer_Fetch_FullMethodName {
+		return nil, fmt.Errorf("netConn: stream %s not supported", method)
+	}
+	n, err := c.reach()
+	if err != nil {
+		return nil, err
+	}
+	return &fetchStream{ctx: ctx, n: n, chunks: make(chan *peerpb.FetchChunk, 16), done: make(chan error, 1)}, nil
+}
+
+// fetchStream is both ends of an in-process Peer.Fetch call.
+type fetchStream struct {
+	grpc.ClientStream // unused methods panic
+	ctx               context.Context
+	n                 *Node
+	chunks            chan *peerpb.FetchChunk
+	done              chan error
+}
+
+func (s *fetchStream) SendMsg(m any) error {
+	req := m.(*peerpb.FetchRequest)
+	go func() {
+		err := s.n.Fetch(req, fetchServer{s})
+		close(s.chunks)
+		s.done <- err
+	}()
+	return nil
+}
+
+func (s *fetchStream) CloseSend() error { return nil }
+
+func (s *fetchStream) RecvMsg(m any) error {
+	c, ok := <-s.chunks
+	if !ok {
+		if err := <-s.done; err != nil {
+			return err
+		}
+		return io.EOF
+	}
+	proto.Merge(m.(proto.Message), c)
+	return nil
+}
+
+// fetchServer is the server end of a fetchStream.
+type fetchServer struct{ s *fetchStream }
+
+func (f fetchServer) Send(c *peerpb.FetchChunk) error {
+	select {
+	case f.s.chunks <- proto.Clone(c).(*peerpb.FetchChunk):
+		return nil
+	case <-f.s.ctx.Done():
+		return f.s.ctx.Err()
+	}
+}
+func (f fetchServer) Context() context.Context   { return f.s.ctx }
+func (fetchServer) SetHeader(metadata.MD) error  { return nil }
+func (fetchServer) SendHeader(metadata.MD) error { return nil }
+func (fetchServer) SetTrailer(metadata.MD)       {}
+func (fetchServer) SendMsg(any) error            { return errors.New("fetchServer: use Send") }
+func (fetchServer) RecvMsg(any) error            { return errors.New("fetchServer: no client messages") }
 
 func (c netConn) deliver(ctx context.Context, req *peerpb.DeliverRequest) (*peerpb.DeliverResponse, error) {
 	c.net.calls.Add(1)
@@ -85,10 +188,11 @@ func (c netConn) deliver(ctx context.Context, req *peerpb.DeliverRequest) (*peer
 }
 
 type testCluster struct {
-	nodes   []*Node
-	engines []*storage.Engine
-	net     *network
-	dead    *sync.Map
+	nodes      []*Node
+	engines    []*storage.Engine
+	net        *network
+	dead       *sync.Map
+	catchingUp *sync.Map
 }
 
 const testKeyspace = "nodes"
@@ -105,7 +209,7 @@ func startCluster(t *testing.T, size int, loss float64, seed uint64) *testCluste
 	}
 	tc := &testCluster{net: &network{nodes: map[string]*Node{}, rng: rand.New(rand.NewPCG(seed, 1)), loss: loss,
 		cut: map[string]bool{}},
-		dead: &sync.Map{}}
+		dead: &sync.Map{}, catchingUp: &sync.Map{}}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for i := range size {
 		id := ring.NodeID(fmt.Sprintf("n%d", i+1))
@@ -116,7 +220,7 @@ func startCluster(t *testing.T, size int, loss float64, seed uint64) *testCluste
 		if _, err := eng.Create(testKeyspace, keyspace.Config{ChunkBytes: 4 << 10, Replication: uint32(size), MVCC: true}); err != nil {
 			t.Fatal(err)
 		}
-		n, err := Start(Config{Cluster: fakeCluster{self: id, view: view, dead: tc.dead}, Engine: eng, Log: log,
+		n, err := Start(Config{Cluster: fakeCluster{self: id, view: view, dead: tc.dead, catchingUp: tc.catchingUp}, Engine: eng, Log: log,
 			Dial: func(addr string) (grpc.ClientConnInterface, error) { return netConn{tc.net, addr}, nil }})
 		if err != nil {
 			t.Fatal(err)
@@ -139,12 +243,7 @@ func startCluster(t *testing.T, size int, loss float64, seed uint64) *testCluste
 }
 
 func (tc *testCluster) commit(ctx context.Context, via int, ops ...txn.Op) ([]txn.Result, error) {
-	n := tc.nodes[via]
-	members, err := n.Chain(testKeyspace, len(tc.nodes), ops)
-	if err != nil {
-		return nil, err
-	}
-	return n.Commit(ctx, testKeyspace, ops, members)
+	return tc.nodes[via].Commit(ctx, testKeyspace, len(tc.nodes), ops)
 }
 
 // read returns blob key as stored on node i, with its version.

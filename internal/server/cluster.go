@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/tyrstore/tyr/api/tyrpb"
 	"github.com/tyrstore/tyr/internal/errs"
@@ -129,6 +130,22 @@ func (c *Cluster) RPCAddr(id ring.NodeID) (string, bool) {
 func (c *Cluster) Alive(id ring.NodeID) bool {
 	m, ok := c.View().Member(id)
 	return ok && m.State == membership.StateAlive
+}
+
+// CatchingUp reports whether member id advertises that it is catching up
+// on commits it may have missed (see internal/node/catchup.go).
+func (c *Cluster) CatchingUp(id ring.NodeID) bool {
+	m, ok := c.View().Member(id)
+	return ok && m.Meta.CatchingUp
+}
+
+// catchUpAdvertTimeout bounds the wait for the broadcast of this node's
+// catching-up state.
+const catchUpAdvertTimeout = 2 * time.Second
+
+// SetCatchingUp advertises whether this node is catching up.
+func (c *Cluster) SetCatchingUp(on bool) error {
+	return c.node.SetCatchingUp(on, catchUpAdvertTimeout)
 }
 
 // encodeConfig is the catalog form of a keyspace config: JSON, whose

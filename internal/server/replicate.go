@@ -53,25 +53,27 @@ func markForwarded(ctx context.Context) context.Context {
 	return metadata.AppendToOutgoingContext(ctx, forwardedKey, "1")
 }
 
-// commit runs ops on ks: through the chain of their replicas, or, when this
-// node is the chain's only member, through the local store alone.
+// commit runs ops on ks: through the chain of their replicas (which may
+// be this node alone), or on the local store when not clustered.
 func (s *Service) commit(ctx context.Context, ks *storage.Keyspace, ops []txn.Op) ([]txn.Result, error) {
 	if s.node != nil {
-		members, err := s.node.Chain(ks.Name, int(ks.Config.Replication), ops)
-		if err != nil {
-			return nil, err
-		}
-		if len(members) != 1 || members[0] != s.node.Self() {
-			return s.node.Commit(ctx, ks.Name, ops, members)
-		}
+		return s.node.Commit(ctx, ks.Name, int(ks.Config.Replication), ops)
 	}
 	return chain.Commit([]chain.Member{mvcc.Member{Store: ks.Store}}, ops)
 }
 
 // readTarget returns the member to forward a read of key to, or nil when
-// this node serves it.
+// this node serves it. A node that is catching up serves no reads: it
+// refuses a forwarded one (the sender's view was behind) with
+// errs.ErrUnavailable.
 func (s *Service) readTarget(ctx context.Context, ks *storage.Keyspace, key string) (tyrpb.TyrClient, error) {
-	if s.node == nil || forwarded(ctx) {
+	if s.node == nil {
+		return nil, nil
+	}
+	if forwarded(ctx) {
+		if s.node.CatchingUp() {
+			return nil, s.node.ErrCatchingUp()
+		}
 		return nil, nil
 	}
 	target, err := s.node.ReadTarget(ks.Name, int(ks.Config.Replication), key)
@@ -88,12 +90,14 @@ func (s *Service) readTarget(ctx context.Context, ks *storage.Keyspace, key stri
 // listMembers returns the other live members whose blobs a listing must
 // merge, or nil when this node's own listing is complete: when it is not
 // clustered, when the request was forwarded, or when every node of the
-// ring holds every blob (replication at least the ring's size). Dead
-// members count towards the ring: their blobs are on other replicas.
+// ring holds every blob (replication at least the ring's size) and this
+// node is not catching up. Dead members count towards the ring: their
+// blobs are on other replicas. Members catching up are left out.
 func (s *Service) listMembers(ctx context.Context, ks *storage.Keyspace) []ring.NodeID {
 	if s.node == nil || forwarded(ctx) {
 		return nil
 	}
+	catchingUp := s.node.CatchingUp()
 	inRing := 0
 	var others []ring.NodeID
 	for _, m := range s.cluster.View().Members() {
@@ -101,12 +105,15 @@ func (s *Service) listMembers(ctx context.Context, ks *storage.Keyspace) []ring.
 			continue
 		}
 		inRing++
-		if m.Meta.ID != s.node.Self() && m.State == membership.StateAlive {
+		if m.Meta.ID != s.node.Self() && m.State == membership.StateAlive && !m.Meta.CatchingUp {
 			others = append(others, m.Meta.ID)
 		}
 	}
-	if inRing <= int(ks.Config.Replication) {
+	if inRing <= int(ks.Config.Replication) && !catchingUp {
 		return nil
+	}
+	if others == nil {
+		others = []ring.NodeID{}
 	}
 	return others
 }

@@ -307,6 +307,13 @@ func (s *Service) List(ctx context.Context, req *tyrpb.ListRequest) (*tyrpb.List
 	}
 	if others := s.listMembers(ctx, ks); others != nil {
 		lists := [][]*tyrpb.BlobInfo{resp.Blobs}
+		if s.node.CatchingUp() {
+			// This node's copies may be behind: only the others' count.
+			lists, more = nil, false
+			if len(others) == 0 {
+				return nil, toStatus(s.node.ErrCatchingUp())
+			}
+		}
 		for _, id := range others {
 			conn, err := s.node.Conn(id)
 			if err != nil {
