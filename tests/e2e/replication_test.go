@@ -104,11 +104,30 @@ func kill9(t *testing.T, lc *testserver.LocalCluster, k int) {
 	}
 }
 
-// Appenders write through node1 while node3 is killed with SIGKILL: once
-// the others mark it dead, commits continue on the survivors, reads keep
-// working throughout, and every acknowledged append is in the final blobs
-// exactly once (an append whose outcome was unknown at most once).
-func TestReplicatedKillOneNode(t *testing.T) {
+// waitLogLine waits until nodek's log has more than before lines
+// containing line, and returns the count.
+func waitLogLine(t *testing.T, lc *testserver.LocalCluster, k int, line string, before int, bound time.Duration) int {
+	t.Helper()
+	count := 0
+	testserver.Eventually(t, bound, fmt.Sprintf("node%d logging %q", k, line), func() (bool, string) {
+		b, err := os.ReadFile(lc.NodeFile(k, "log"))
+		if err != nil {
+			return false, err.Error()
+		}
+		count = strings.Count(string(b), line)
+		return count > before, fmt.Sprintf("%d times", count)
+	})
+	return count
+}
+
+// Appenders write through node2 while node3 is killed with SIGKILL,
+// restarted, and, once it has caught up, node1 is killed: commits and
+// reads continue through every phase, no read misses an append
+// acknowledged before it began (no stale read, also from the restarted
+// node), every acknowledged append is in the final blobs exactly once (one
+// of unknown outcome at most once), and the two survivors hold the same
+// bytes.
+func TestReplicatedKillRestartKill(t *testing.T) {
 	lc := testserver.UpCluster(t, 3)
 	clients := dialAll(t, lc)
 	const ks = "replicated-kill"
@@ -121,10 +140,10 @@ func TestReplicatedKillOneNode(t *testing.T) {
 	}
 	var mu sync.Mutex
 	records := make([][]record, writers)
+	phase := "before the kills"
+	acks, reads := map[string]int{}, map[string]int{}
 	ctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	var afterKill, readsAfterKill int
-	var killed bool
 	for w := 0; w < writers; w++ {
 		wg.Add(1)
 		go func() {
@@ -133,16 +152,19 @@ func TestReplicatedKillOneNode(t *testing.T) {
 			for i := 0; ctx.Err() == nil; i++ {
 				rec := fmt.Sprintf("<%d.%d>", w, i)
 				opCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-				_, err := clients[0].Commit(opCtx, ks, client.AppendOp(key, []byte(rec), true))
-				_, _, readErr := clients[0].ReadPart(opCtx, ks, key, 0, 16)
+				_, err := clients[1].Commit(opCtx, ks, client.AppendOp(key, []byte(rec), true))
+				data, _, readErr := clients[1].ReadPart(opCtx, ks, key, 0, client.PayloadBytesMax)
 				cancel()
+				if err == nil && readErr == nil && !bytes.Contains(data, []byte(rec)) {
+					t.Errorf("stale read: %s acknowledged, then a read of %s (%d bytes) misses it", rec, key, len(data))
+				}
 				mu.Lock()
 				records[w] = append(records[w], record{rec, err == nil})
-				if killed && err == nil {
-					afterKill++
+				if err == nil {
+					acks[phase]++
 				}
-				if killed && readErr == nil {
-					readsAfterKill++
+				if readErr == nil {
+					reads[phase]++
 				}
 				mu.Unlock()
 				if err != nil && !errors.Is(err, client.ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded) {
@@ -152,28 +174,50 @@ func TestReplicatedKillOneNode(t *testing.T) {
 			}
 		}()
 	}
+	setPhase := func(p string) {
+		mu.Lock()
+		phase = p
+		mu.Unlock()
+	}
+	waitDead := func(k int, via *client.Client) {
+		testserver.Eventually(t, deadDetectedMax, fmt.Sprintf("node%d marked dead", k), func() (bool, string) {
+			st := memberState(t, via, fmt.Sprintf("node%d", k))
+			return st == "dead", "state " + st
+		})
+	}
 	time.Sleep(time.Second)
+	caughtUp := waitLogLine(t, lc, 3, "caught up", 0, 10*time.Second)
+
 	kill9(t, lc, 3)
-	mu.Lock()
-	killed = true
-	mu.Unlock()
-	testserver.Eventually(t, deadDetectedMax, "node3 marked dead by node1", func() (bool, string) {
-		st := memberState(t, clients[0], "node3")
-		return st == "dead", "state " + st
-	})
-	time.Sleep(2 * time.Second)
+	setPhase("node3 killed")
+	waitDead(3, clients[1])
+	time.Sleep(time.Second)
+
+	testserver.Run(t, "cluster", "start", "--dir", lc.Dir, "--node", "3")
+	setPhase("node3 restarted")
+	waitLogLine(t, lc, 3, "caught up", caughtUp, 30*time.Second)
+	time.Sleep(time.Second)
+
+	kill9(t, lc, 1)
+	setPhase("node1 killed")
+	waitDead(1, clients[1])
+	time.Sleep(time.Second)
 	stop()
 	wg.Wait()
+
 	mu.Lock()
 	defer mu.Unlock()
-	if afterKill == 0 || readsAfterKill == 0 {
-		t.Fatalf("after the kill: %d appends and %d reads succeeded; want both to continue", afterKill, readsAfterKill)
+	for _, p := range []string{"node3 killed", "node3 restarted", "node1 killed"} {
+		if acks[p] == 0 || reads[p] == 0 {
+			t.Errorf("%s: %d appends and %d reads succeeded; want both to continue", p, acks[p], reads[p])
+		}
 	}
 	acked, unknown := 0, 0
 	for w := 0; w < writers; w++ {
-		data, _, err := clients[0].ReadPart(context.Background(), ks, fmt.Sprintf("log/%d", w), 0, client.PayloadBytesMax)
+		key := fmt.Sprintf("log/%d", w)
+		data, _, err := clients[1].ReadPart(context.Background(), ks, key, 0, client.PayloadBytesMax)
 		if err != nil {
-			t.Fatalf("final read of log/%d: %v", w, err)
+			t.Fatalf("final read of %s: %v", key, err)
 		}
 		for _, r := range records[w] {
 			n := bytes.Count(data, []byte(r.text))
@@ -189,7 +233,14 @@ func TestReplicatedKillOneNode(t *testing.T) {
 				unknown++
 			}
 		}
+		// The survivors' own copies: byte for byte, version for version.
+		d2, i2, err2 := clients[1].ReadPart(localRead(context.Background()), ks, key, 0, client.PayloadBytesMax)
+		d3, i3, err3 := clients[2].ReadPart(localRead(context.Background()), ks, key, 0, client.PayloadBytesMax)
+		if err2 != nil || err3 != nil || !bytes.Equal(d2, d3) || i2.Version != i3.Version {
+			t.Errorf("%s: node2 holds %d bytes at version %d (%v), node3 %d bytes at version %d (%v)",
+				key, len(d2), i2.Version, err2, len(d3), i3.Version, err3)
+		}
 	}
-	t.Logf("%d appends acknowledged (%d after the kill), %d of unknown outcome, %d reads after the kill",
-		acked, afterKill, unknown, readsAfterKill)
+	t.Logf("%d appends acknowledged, %d of unknown outcome; acknowledged appends by phase %v, reads by phase %v",
+		acked, unknown, acks, reads)
 }
