@@ -23,10 +23,12 @@
 // coordinator re-executes the commit on the members left
 // (chain.Coordinator.Reroute), so a crash never leaves blobs locked.
 //
-// Not yet here (see docs/architecture.md): catch-up of a member that missed commits while it was down, persistence
-// of the replicas' transaction records across restarts, and storage
-// effects off the loop (each member's fsync runs inside Step, one at a
-// time per node).
+// A member that may have missed commits catches up before it serves reads
+// again (catchup.go).
+//
+// Not yet here (see docs/architecture.md): persistence of the replicas'
+// transaction records across restarts, and storage effects off the loop
+// (each member's fsync runs inside Step, one at a time per node).
 package node
 
 import (
