@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/tyrstore/tyr/api/tyrpb"
@@ -188,7 +189,7 @@ func (c *Client) Delete(ctx context.Context, ks, key string) error {
 
 // Stat describes a blob.
 func (c *Client) Stat(ctx context.Context, ks, key string) (BlobInfo, error) {
-	b, err := c.api.Stat(ctx, &tyrpb.StatRequest{Keyspace: []byte(ks), Key: []byte(key)})
+	b, err := c.statRPC(ctx, &tyrpb.StatRequest{Keyspace: []byte(ks), Key: []byte(key)})
 	if err != nil {
 		return BlobInfo{}, fromStatus(err)
 	}
@@ -199,33 +200,54 @@ func (c *Client) Stat(ctx context.Context, ks, key string) (BlobInfo, error) {
 // come from one commit. It also returns the blob's size and version as of
 // that commit. A read at or past the end returns no bytes.
 func (c *Client) ReadPart(ctx context.Context, ks, key string, offset, length uint64) ([]byte, BlobInfo, error) {
-	resp, err := c.api.Read(ctx, &tyrpb.ReadRequest{Keyspace: []byte(ks), Key: []byte(key), Offset: offset, Length: length})
+	resp, err := c.readRPC(ctx, &tyrpb.ReadRequest{Keyspace: []byte(ks), Key: []byte(key), Offset: offset, Length: length})
 	if err != nil {
 		return nil, BlobInfo{}, fromStatus(err)
 	}
 	return resp.GetData(), BlobInfo{Key: key, Size: resp.GetSize(), Version: resp.GetVersion()}, nil
 }
 
+// readAttemptsMax bounds how often Read starts over when the version its
+// first part found is no longer readable before its last part.
+const readAttemptsMax = 3
+
 // Read reads up to length bytes from offset; the result is short at the end
-// of the blob. Lengths above PayloadBytesMax are read in parts, each atomic.
+// of the blob. Lengths above PayloadBytesMax are read in parts, all at the
+// version the first part found, so the result is one commit's bytes, never
+// a mix of two. If that version is superseded and no longer retained
+// before the last part (MVCC off), the read starts over, at most
+// readAttemptsMax times, then fails with ErrConflict.
 func (c *Client) Read(ctx context.Context, ks, key string, offset, length uint64) ([]byte, error) {
 	if length <= PayloadBytesMax {
 		data, _, err := c.ReadPart(ctx, ks, key, offset, length)
 		return data, err
 	}
-	var out []byte
-	for length > 0 {
-		n := min(length, PayloadBytesMax)
-		data, _, err := c.ReadPart(ctx, ks, key, offset, n)
+	var err error
+	for range readAttemptsMax {
+		var out []byte
+		if out, err = c.readPinned(ctx, ks, key, offset, length); !errors.Is(err, ErrConflict) {
+			return out, err
+		}
+	}
+	return nil, err
+}
+
+// readPinned reads length bytes from offset in parts at one version.
+func (c *Client) readPinned(ctx context.Context, ks, key string, offset, length uint64) ([]byte, error) {
+	data, info, err := c.ReadPart(ctx, ks, key, offset, min(length, PayloadBytesMax))
+	if err != nil {
+		return nil, err
+	}
+	out := data
+	for uint64(len(data)) == PayloadBytesMax && uint64(len(out)) < length {
+		off := offset + uint64(len(out))
+		resp, err := c.readRPC(ctx, &tyrpb.ReadRequest{Keyspace: []byte(ks), Key: []byte(key), Offset: off,
+			Length: min(length-uint64(len(out)), PayloadBytesMax), Version: info.Version})
 		if err != nil {
-			return nil, err
+			return nil, fromStatus(err)
 		}
+		data = resp.GetData()
 		out = append(out, data...)
-		if uint64(len(data)) < n {
-			break
-		}
-		offset += n
-		length -= n
 	}
 	return out, nil
 }

@@ -93,24 +93,57 @@ func fromStatus(err error) error {
 type Client struct {
 	conn *grpc.ClientConn
 	api  tyrpb.TyrClient
+	// router sends reads to the nodes that serve them; nil WithoutRouting.
+	router *router
 }
 
 // Dial returns a Client for the server at endpoint (host:port). It does not
-// wait for the connection; the first call does.
-func Dial(endpoint string) (*Client, error) {
-	conn, err := grpc.NewClient(endpoint,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(limits.MessageBytesMax),
-			grpc.MaxCallSendMsgSize(limits.MessageBytesMax)),
-	)
-	if err != nil {
-		return nil, fmt.Errorf("tyr: dial %s: %w", endpoint, err)
+// wait for the connection; the first call does. Unless WithoutRouting is
+// given, reads and stats of a cluster's blobs go straight to the node that
+// serves them (see routing.go); everything else goes to endpoint.
+func Dial(endpoint string, opts ...Option) (*Client, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
 	}
-	return &Client{conn: conn, api: tyrpb.NewTyrClient(conn)}, nil
+	var r *router
+	dial := func(addr string) (*grpc.ClientConn, error) {
+		dialOpts := []grpc.DialOption{
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(limits.MessageBytesMax),
+				grpc.MaxCallSendMsgSize(limits.MessageBytesMax)),
+		}
+		if r != nil {
+			dialOpts = append(dialOpts, grpc.WithUnaryInterceptor(r.intercept))
+		}
+		conn, err := grpc.NewClient(addr, dialOpts...)
+		if err != nil {
+			return nil, fmt.Errorf("tyr: dial %s: %w", addr, err)
+		}
+		return conn, nil
+	}
+	if !o.noRouting {
+		r = newRouter(dial)
+	}
+	conn, err := dial(endpoint)
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{conn: conn, api: tyrpb.NewTyrClient(conn), router: r}
+	if r != nil {
+		r.endpoint = c.api
+	}
+	return c, nil
 }
 
-// Close closes the connection. Calls in flight fail.
-func (c *Client) Close() error { return c.conn.Close() }
+// Close closes the connections. Calls in flight fail.
+func (c *Client) Close() error {
+	err := c.conn.Close()
+	if c.router != nil {
+		c.router.close()
+	}
+	return err
+}
 
 // KeyspaceConfig is a keyspace's configuration, fixed at creation. Zero
 // ChunkSize and Replication mean the server's defaults (64 MiB, 1).

@@ -64,7 +64,7 @@ func (tx *Tx) view(ctx context.Context, key string, off uint64, n int, upto int)
 			Message: fmt.Sprintf("transaction reads more than %d blobs", ReadChecksMax)}
 	}
 	if !pinned || (r.version != 0 && off < r.size && n > 0) {
-		resp, err := tx.c.api.Read(ctx, &tyrpb.ReadRequest{Keyspace: []byte(tx.ks), Key: []byte(key),
+		resp, err := tx.c.readRPC(ctx, &tyrpb.ReadRequest{Keyspace: []byte(tx.ks), Key: []byte(key),
 			Offset: off, Length: uint64(n), Version: r.version})
 		err = fromStatus(err)
 		switch {

@@ -1867,6 +1867,286 @@ func (x *ClusterStatusResponse) GetKeyspaces() []*KeyspaceInfo {
 	return nil
 }
 
+type RingRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RingRequest) Reset() {
+	*x = RingRequest{}
+	mi := &file_api_tyrpb_tyr_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RingRequest) ProtoMessage() {}
+
+func (x *RingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tyrpb_tyr_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RingRequest.ProtoReflect.Descriptor instead.
+func (*RingRequest) Descriptor() ([]byte, []int) {
+	return file_api_tyrpb_tyr_proto_rawDescGZIP(), []int{29}
+}
+
+type RingMember struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Where the member serves this API.
+	RpcAddr string `protobuf:"bytes,2,opt,name=rpc_addr,json=rpcAddr,proto3" json:"rpc_addr,omitempty"`
+	// Capacity in the ring: its share of tokens.
+	Weight uint32 `protobuf:"varint,3,opt,name=weight,proto3" json:"weight,omitempty"`
+	// "alive", "suspect", "dead" or "left", as the answering node sees it.
+	State string `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"`
+	// The member may have missed commits and serves no reads until it has
+	// caught up.
+	CatchingUp    bool `protobuf:"varint,5,opt,name=catching_up,json=catchingUp,proto3" json:"catching_up,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RingMember) Reset() {
+	*x = RingMember{}
+	mi := &file_api_tyrpb_tyr_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RingMember) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RingMember) ProtoMessage() {}
+
+func (x *RingMember) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tyrpb_tyr_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RingMember.ProtoReflect.Descriptor instead.
+func (*RingMember) Descriptor() ([]byte, []int) {
+	return file_api_tyrpb_tyr_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *RingMember) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *RingMember) GetRpcAddr() string {
+	if x != nil {
+		return x.RpcAddr
+	}
+	return ""
+}
+
+func (x *RingMember) GetWeight() uint32 {
+	if x != nil {
+		return x.Weight
+	}
+	return 0
+}
+
+func (x *RingMember) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *RingMember) GetCatchingUp() bool {
+	if x != nil {
+		return x.CatchingUp
+	}
+	return false
+}
+
+type RingKeyspace struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Version managers per blob (the keyspace's replication).
+	Replication   uint32 `protobuf:"varint,2,opt,name=replication,proto3" json:"replication,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RingKeyspace) Reset() {
+	*x = RingKeyspace{}
+	mi := &file_api_tyrpb_tyr_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RingKeyspace) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RingKeyspace) ProtoMessage() {}
+
+func (x *RingKeyspace) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tyrpb_tyr_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RingKeyspace.ProtoReflect.Descriptor instead.
+func (*RingKeyspace) Descriptor() ([]byte, []int) {
+	return file_api_tyrpb_tyr_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *RingKeyspace) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RingKeyspace) GetReplication() uint32 {
+	if x != nil {
+		return x.Replication
+	}
+	return 0
+}
+
+type RingResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The answering node.
+	Self string `protobuf:"bytes,1,opt,name=self,proto3" json:"self,omitempty"`
+	// Identifies the ring's members and weights (the ring's epoch); 0 when
+	// there is no ring.
+	RingId uint64 `protobuf:"varint,2,opt,name=ring_id,json=ringId,proto3" json:"ring_id,omitempty"`
+	// Identifies every ring member's address and whether it serves reads;
+	// it changes when a member dies, comes back or starts or ends catching
+	// up, which ring_id does not.
+	MembersId uint64 `protobuf:"varint,3,opt,name=members_id,json=membersId,proto3" json:"members_id,omitempty"`
+	// Sorted by id, left members included (they are not in the ring).
+	Members []*RingMember `protobuf:"bytes,4,rep,name=members,proto3" json:"members,omitempty"`
+	// The ring's config: tokens per unit of weight, the bound on tokens and
+	// the placement hash version.
+	VirtualNodesPerWeight uint32 `protobuf:"varint,5,opt,name=virtual_nodes_per_weight,json=virtualNodesPerWeight,proto3" json:"virtual_nodes_per_weight,omitempty"`
+	TokensMax             uint32 `protobuf:"varint,6,opt,name=tokens_max,json=tokensMax,proto3" json:"tokens_max,omitempty"`
+	HashVersion           uint32 `protobuf:"varint,7,opt,name=hash_version,json=hashVersion,proto3" json:"hash_version,omitempty"`
+	// Live keyspaces in the catalog, sorted by name.
+	Keyspaces     []*RingKeyspace `protobuf:"bytes,8,rep,name=keyspaces,proto3" json:"keyspaces,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RingResponse) Reset() {
+	*x = RingResponse{}
+	mi := &file_api_tyrpb_tyr_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RingResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RingResponse) ProtoMessage() {}
+
+func (x *RingResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tyrpb_tyr_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RingResponse.ProtoReflect.Descriptor instead.
+func (*RingResponse) Descriptor() ([]byte, []int) {
+	return file_api_tyrpb_tyr_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *RingResponse) GetSelf() string {
+	if x != nil {
+		return x.Self
+	}
+	return ""
+}
+
+func (x *RingResponse) GetRingId() uint64 {
+	if x != nil {
+		return x.RingId
+	}
+	return 0
+}
+
+func (x *RingResponse) GetMembersId() uint64 {
+	if x != nil {
+		return x.MembersId
+	}
+	return 0
+}
+
+func (x *RingResponse) GetMembers() []*RingMember {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *RingResponse) GetVirtualNodesPerWeight() uint32 {
+	if x != nil {
+		return x.VirtualNodesPerWeight
+	}
+	return 0
+}
+
+func (x *RingResponse) GetTokensMax() uint32 {
+	if x != nil {
+		return x.TokensMax
+	}
+	return 0
+}
+
+func (x *RingResponse) GetHashVersion() uint32 {
+	if x != nil {
+		return x.HashVersion
+	}
+	return 0
+}
+
+func (x *RingResponse) GetKeyspaces() []*RingKeyspace {
+	if x != nil {
+		return x.Keyspaces
+	}
+	return nil
+}
+
 var File_api_tyrpb_tyr_proto protoreflect.FileDescriptor
 
 const file_api_tyrpb_tyr_proto_rawDesc = "" +
@@ -1986,7 +2266,30 @@ const file_api_tyrpb_tyr_proto_rawDesc = "" +
 	"\x04self\x18\x01 \x01(\tR\x04self\x12\x17\n" +
 	"\aring_id\x18\x02 \x01(\tR\x06ringId\x12/\n" +
 	"\amembers\x18\x03 \x03(\v2\x15.tyr.v1.ClusterMemberR\amembers\x122\n" +
-	"\tkeyspaces\x18\x04 \x03(\v2\x14.tyr.v1.KeyspaceInfoR\tkeyspaces*\xaf\x02\n" +
+	"\tkeyspaces\x18\x04 \x03(\v2\x14.tyr.v1.KeyspaceInfoR\tkeyspaces\"\r\n" +
+	"\vRingRequest\"\x86\x01\n" +
+	"\n" +
+	"RingMember\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x19\n" +
+	"\brpc_addr\x18\x02 \x01(\tR\arpcAddr\x12\x16\n" +
+	"\x06weight\x18\x03 \x01(\rR\x06weight\x12\x14\n" +
+	"\x05state\x18\x04 \x01(\tR\x05state\x12\x1f\n" +
+	"\vcatching_up\x18\x05 \x01(\bR\n" +
+	"catchingUp\"D\n" +
+	"\fRingKeyspace\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
+	"\vreplication\x18\x02 \x01(\rR\vreplication\"\xb7\x02\n" +
+	"\fRingResponse\x12\x12\n" +
+	"\x04self\x18\x01 \x01(\tR\x04self\x12\x17\n" +
+	"\aring_id\x18\x02 \x01(\x04R\x06ringId\x12\x1d\n" +
+	"\n" +
+	"members_id\x18\x03 \x01(\x04R\tmembersId\x12,\n" +
+	"\amembers\x18\x04 \x03(\v2\x12.tyr.v1.RingMemberR\amembers\x127\n" +
+	"\x18virtual_nodes_per_weight\x18\x05 \x01(\rR\x15virtualNodesPerWeight\x12\x1d\n" +
+	"\n" +
+	"tokens_max\x18\x06 \x01(\rR\ttokensMax\x12!\n" +
+	"\fhash_version\x18\a \x01(\rR\vhashVersion\x122\n" +
+	"\tkeyspaces\x18\b \x03(\v2\x14.tyr.v1.RingKeyspaceR\tkeyspaces*\xaf\x02\n" +
 	"\n" +
 	"AtomicFunc\x12\x1b\n" +
 	"\x17ATOMIC_FUNC_UNSPECIFIED\x10\x00\x12\x13\n" +
@@ -2001,7 +2304,7 @@ const file_api_tyrpb_tyr_proto_rawDesc = "" +
 	"\x18ATOMIC_FUNC_MIN_UNSIGNED\x10\t\x12\x1c\n" +
 	"\x18ATOMIC_FUNC_MAX_UNSIGNED\x10\n" +
 	"\x12\x13\n" +
-	"\x0fATOMIC_FUNC_SET\x10\v2\xc2\x04\n" +
+	"\x0fATOMIC_FUNC_SET\x10\v2\xf5\x04\n" +
 	"\x03Tyr\x12E\n" +
 	"\x0eCreateKeyspace\x12\x1d.tyr.v1.CreateKeyspaceRequest\x1a\x14.tyr.v1.KeyspaceInfo\x12I\n" +
 	"\fDropKeyspace\x12\x1b.tyr.v1.DropKeyspaceRequest\x1a\x1c.tyr.v1.DropKeyspaceResponse\x12L\n" +
@@ -2011,7 +2314,8 @@ const file_api_tyrpb_tyr_proto_rawDesc = "" +
 	"\x04Read\x12\x13.tyr.v1.ReadRequest\x1a\x14.tyr.v1.ReadResponse\x12-\n" +
 	"\x04Stat\x12\x13.tyr.v1.StatRequest\x1a\x10.tyr.v1.BlobInfo\x121\n" +
 	"\x04List\x12\x13.tyr.v1.ListRequest\x1a\x14.tyr.v1.ListResponse\x12L\n" +
-	"\rClusterStatus\x12\x1c.tyr.v1.ClusterStatusRequest\x1a\x1d.tyr.v1.ClusterStatusResponseB#Z!github.com/tyrstore/tyr/api/tyrpbb\x06proto3"
+	"\rClusterStatus\x12\x1c.tyr.v1.ClusterStatusRequest\x1a\x1d.tyr.v1.ClusterStatusResponse\x121\n" +
+	"\x04Ring\x12\x13.tyr.v1.RingRequest\x1a\x14.tyr.v1.RingResponseB#Z!github.com/tyrstore/tyr/api/tyrpbb\x06proto3"
 
 var (
 	file_api_tyrpb_tyr_proto_rawDescOnce sync.Once
@@ -2026,7 +2330,7 @@ func file_api_tyrpb_tyr_proto_rawDescGZIP() []byte {
 }
 
 var file_api_tyrpb_tyr_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_api_tyrpb_tyr_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_api_tyrpb_tyr_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_api_tyrpb_tyr_proto_goTypes = []any{
 	(AtomicFunc)(0),               // 0: tyr.v1.AtomicFunc
 	(*KeyspaceConfig)(nil),        // 1: tyr.v1.KeyspaceConfig
@@ -2058,6 +2362,10 @@ var file_api_tyrpb_tyr_proto_goTypes = []any{
 	(*ClusterStatusRequest)(nil),  // 27: tyr.v1.ClusterStatusRequest
 	(*ClusterMember)(nil),         // 28: tyr.v1.ClusterMember
 	(*ClusterStatusResponse)(nil), // 29: tyr.v1.ClusterStatusResponse
+	(*RingRequest)(nil),           // 30: tyr.v1.RingRequest
+	(*RingMember)(nil),            // 31: tyr.v1.RingMember
+	(*RingKeyspace)(nil),          // 32: tyr.v1.RingKeyspace
+	(*RingResponse)(nil),          // 33: tyr.v1.RingResponse
 }
 var file_api_tyrpb_tyr_proto_depIdxs = []int32{
 	1,  // 0: tyr.v1.CreateKeyspaceRequest.config:type_name -> tyr.v1.KeyspaceConfig
@@ -2077,29 +2385,33 @@ var file_api_tyrpb_tyr_proto_depIdxs = []int32{
 	24, // 14: tyr.v1.ListResponse.blobs:type_name -> tyr.v1.BlobInfo
 	28, // 15: tyr.v1.ClusterStatusResponse.members:type_name -> tyr.v1.ClusterMember
 	3,  // 16: tyr.v1.ClusterStatusResponse.keyspaces:type_name -> tyr.v1.KeyspaceInfo
-	2,  // 17: tyr.v1.Tyr.CreateKeyspace:input_type -> tyr.v1.CreateKeyspaceRequest
-	4,  // 18: tyr.v1.Tyr.DropKeyspace:input_type -> tyr.v1.DropKeyspaceRequest
-	6,  // 19: tyr.v1.Tyr.ListKeyspaces:input_type -> tyr.v1.ListKeyspacesRequest
-	8,  // 20: tyr.v1.Tyr.GetKeyspace:input_type -> tyr.v1.GetKeyspaceRequest
-	18, // 21: tyr.v1.Tyr.Commit:input_type -> tyr.v1.CommitRequest
-	21, // 22: tyr.v1.Tyr.Read:input_type -> tyr.v1.ReadRequest
-	23, // 23: tyr.v1.Tyr.Stat:input_type -> tyr.v1.StatRequest
-	25, // 24: tyr.v1.Tyr.List:input_type -> tyr.v1.ListRequest
-	27, // 25: tyr.v1.Tyr.ClusterStatus:input_type -> tyr.v1.ClusterStatusRequest
-	3,  // 26: tyr.v1.Tyr.CreateKeyspace:output_type -> tyr.v1.KeyspaceInfo
-	5,  // 27: tyr.v1.Tyr.DropKeyspace:output_type -> tyr.v1.DropKeyspaceResponse
-	7,  // 28: tyr.v1.Tyr.ListKeyspaces:output_type -> tyr.v1.ListKeyspacesResponse
-	3,  // 29: tyr.v1.Tyr.GetKeyspace:output_type -> tyr.v1.KeyspaceInfo
-	20, // 30: tyr.v1.Tyr.Commit:output_type -> tyr.v1.CommitResponse
-	22, // 31: tyr.v1.Tyr.Read:output_type -> tyr.v1.ReadResponse
-	24, // 32: tyr.v1.Tyr.Stat:output_type -> tyr.v1.BlobInfo
-	26, // 33: tyr.v1.Tyr.List:output_type -> tyr.v1.ListResponse
-	29, // 34: tyr.v1.Tyr.ClusterStatus:output_type -> tyr.v1.ClusterStatusResponse
-	26, // [26:35] is the sub-list for method output_type
-	17, // [17:26] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	31, // 17: tyr.v1.RingResponse.members:type_name -> tyr.v1.RingMember
+	32, // 18: tyr.v1.RingResponse.keyspaces:type_name -> tyr.v1.RingKeyspace
+	2,  // 19: tyr.v1.Tyr.CreateKeyspace:input_type -> tyr.v1.CreateKeyspaceRequest
+	4,  // 20: tyr.v1.Tyr.DropKeyspace:input_type -> tyr.v1.DropKeyspaceRequest
+	6,  // 21: tyr.v1.Tyr.ListKeyspaces:input_type -> tyr.v1.ListKeyspacesRequest
+	8,  // 22: tyr.v1.Tyr.GetKeyspace:input_type -> tyr.v1.GetKeyspaceRequest
+	18, // 23: tyr.v1.Tyr.Commit:input_type -> tyr.v1.CommitRequest
+	21, // 24: tyr.v1.Tyr.Read:input_type -> tyr.v1.ReadRequest
+	23, // 25: tyr.v1.Tyr.Stat:input_type -> tyr.v1.StatRequest
+	25, // 26: tyr.v1.Tyr.List:input_type -> tyr.v1.ListRequest
+	27, // 27: tyr.v1.Tyr.ClusterStatus:input_type -> tyr.v1.ClusterStatusRequest
+	30, // 28: tyr.v1.Tyr.Ring:input_type -> tyr.v1.RingRequest
+	3,  // 29: tyr.v1.Tyr.CreateKeyspace:output_type -> tyr.v1.KeyspaceInfo
+	5,  // 30: tyr.v1.Tyr.DropKeyspace:output_type -> tyr.v1.DropKeyspaceResponse
+	7,  // 31: tyr.v1.Tyr.ListKeyspaces:output_type -> tyr.v1.ListKeyspacesResponse
+	3,  // 32: tyr.v1.Tyr.GetKeyspace:output_type -> tyr.v1.KeyspaceInfo
+	20, // 33: tyr.v1.Tyr.Commit:output_type -> tyr.v1.CommitResponse
+	22, // 34: tyr.v1.Tyr.Read:output_type -> tyr.v1.ReadResponse
+	24, // 35: tyr.v1.Tyr.Stat:output_type -> tyr.v1.BlobInfo
+	26, // 36: tyr.v1.Tyr.List:output_type -> tyr.v1.ListResponse
+	29, // 37: tyr.v1.Tyr.ClusterStatus:output_type -> tyr.v1.ClusterStatusResponse
+	33, // 38: tyr.v1.Tyr.Ring:output_type -> tyr.v1.RingResponse
+	29, // [29:39] is the sub-list for method output_type
+	19, // [19:29] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_api_tyrpb_tyr_proto_init() }
@@ -2122,7 +2434,7 @@ func file_api_tyrpb_tyr_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_tyrpb_tyr_proto_rawDesc), len(file_api_tyrpb_tyr_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   29,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

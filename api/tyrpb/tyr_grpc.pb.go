@@ -33,6 +33,7 @@ const (
 	Tyr_Stat_FullMethodName           = "/tyr.v1.Tyr/Stat"
 	Tyr_List_FullMethodName           = "/tyr.v1.Tyr/List"
 	Tyr_ClusterStatus_FullMethodName  = "/tyr.v1.Tyr/ClusterStatus"
+	Tyr_Ring_FullMethodName           = "/tyr.v1.Tyr/Ring"
 )
 
 // TyrClient is the client API for Tyr service.
@@ -60,6 +61,13 @@ type TyrClient interface {
 	// members, their states and ring shares, and the keyspace catalog. Views
 	// converge by gossip, so two nodes may briefly answer differently.
 	ClusterStatus(ctx context.Context, in *ClusterStatusRequest, opts ...grpc.CallOption) (*ClusterStatusResponse, error)
+	// Ring returns what a client needs to send a read straight to the node
+	// that serves it: the placement ring's members and config, which members
+	// serve reads, and the replication of every keyspace. Servers put
+	// "tyr-ring" (ring_id) and "tyr-members" (members_id), in hexadecimal,
+	// in the header of every reply, so a client notices when its copy is
+	// out of date. Without cluster membership it answers UNAVAILABLE.
+	Ring(ctx context.Context, in *RingRequest, opts ...grpc.CallOption) (*RingResponse, error)
 }
 
 type tyrClient struct {
@@ -160,6 +168,16 @@ func (c *tyrClient) ClusterStatus(ctx context.Context, in *ClusterStatusRequest,
 	return out, nil
 }
 
+func (c *tyrClient) Ring(ctx context.Context, in *RingRequest, opts ...grpc.CallOption) (*RingResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RingResponse)
+	err := c.cc.Invoke(ctx, Tyr_Ring_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TyrServer is the server API for Tyr service.
 // All implementations must embed UnimplementedTyrServer
 // for forward compatibility.
@@ -185,6 +203,13 @@ type TyrServer interface {
 	// members, their states and ring shares, and the keyspace catalog. Views
 	// converge by gossip, so two nodes may briefly answer differently.
 	ClusterStatus(context.Context, *ClusterStatusRequest) (*ClusterStatusResponse, error)
+	// Ring returns what a client needs to send a read straight to the node
+	// that serves it: the placement ring's members and config, which members
+	// serve reads, and the replication of every keyspace. Servers put
+	// "tyr-ring" (ring_id) and "tyr-members" (members_id), in hexadecimal,
+	// in the header of every reply, so a client notices when its copy is
+	// out of date. Without cluster membership it answers UNAVAILABLE.
+	Ring(context.Context, *RingRequest) (*RingResponse, error)
 	mustEmbedUnimplementedTyrServer()
 }
 
@@ -221,6 +246,9 @@ func (UnimplementedTyrServer) List(context.Context, *ListRequest) (*ListResponse
 }
 func (UnimplementedTyrServer) ClusterStatus(context.Context, *ClusterStatusRequest) (*ClusterStatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ClusterStatus not implemented")
+}
+func (UnimplementedTyrServer) Ring(context.Context, *RingRequest) (*RingResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Ring not implemented")
 }
 func (UnimplementedTyrServer) mustEmbedUnimplementedTyrServer() {}
 func (UnimplementedTyrServer) testEmbeddedByValue()             {}
@@ -405,6 +433,24 @@ func _Tyr_ClusterStatus_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Tyr_Ring_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RingRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TyrServer).Ring(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Tyr_Ring_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TyrServer).Ring(ctx, req.(*RingRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Tyr_ServiceDesc is the grpc.ServiceDesc for Tyr service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -447,6 +493,10 @@ var Tyr_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ClusterStatus",
 			Handler:    _Tyr_ClusterStatus_Handler,
+		},
+		{
+			MethodName: "Ring",
+			Handler:    _Tyr_Ring_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

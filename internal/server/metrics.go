@@ -22,11 +22,12 @@ type Metrics struct {
 	ops      *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
 	bytes    *prometheus.CounterVec
+	reads    *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics: tyr_ops_total{op,code},
-// tyr_op_duration_seconds{op}, tyr_bytes_total{direction} and the Go
-// runtime and process collectors.
+// tyr_op_duration_seconds{op}, tyr_bytes_total{direction},
+// tyr_reads_total{path} and the Go runtime and process collectors.
 func NewMetrics() *Metrics {
 	m := &Metrics{
 		Registry: prometheus.NewRegistry(),
@@ -40,10 +41,31 @@ func NewMetrics() *Metrics {
 		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tyr_bytes_total", Help: "Blob payload bytes, by direction (written, read).",
 		}, []string{"direction"}),
+		reads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tyr_reads_total",
+			Help: "Reads and stats of blobs, by path: local (served by this node's store) or forwarded_out (sent to the node that serves them).",
+		}, []string{"path"}),
 	}
-	m.Registry.MustRegister(m.ops, m.latency, m.bytes,
+	// Both paths are exported from the start, at zero.
+	m.reads.WithLabelValues(readLocal)
+	m.reads.WithLabelValues(readForwarded)
+	m.Registry.MustRegister(m.ops, m.latency, m.bytes, m.reads,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// The paths of tyr_reads_total.
+const (
+	readLocal     = "local"
+	readForwarded = "forwarded_out"
+)
+
+// countRead counts one read or stat on path; m may be nil (a Service that
+// was not registered).
+func (m *Metrics) countRead(path string) {
+	if m != nil {
+		m.reads.WithLabelValues(path).Inc()
+	}
 }
 
 // Handler serves the metrics in the Prometheus text format.

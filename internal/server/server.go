@@ -33,6 +33,8 @@ type Service struct {
 	cluster *Cluster
 	// node, when set, replicates commits and routes reads (replicate.go).
 	node *node.Node
+	// metrics, set by Register, counts where reads are served.
+	metrics *Metrics
 }
 
 // NewService returns a Service over engine.
@@ -43,13 +45,14 @@ func NewService(engine *storage.Engine, log *slog.Logger) *Service {
 // Register creates a gRPC server with tyr's limits and interceptors and
 // registers s on it.
 func (s *Service) Register(m *Metrics) *grpc.Server {
+	s.metrics = m
 	g := grpc.NewServer(
 		// Long-lived workers keep their grown stacks; a fresh goroutine per
 		// request would grow its stack again inside Pebble on every call.
 		grpc.NumStreamWorkers(uint32(4*runtime.GOMAXPROCS(0))),
 		grpc.MaxRecvMsgSize(limits.MessageBytesMax),
 		grpc.MaxSendMsgSize(limits.MessageBytesMax),
-		grpc.ChainUnaryInterceptor(m.interceptor(s.log)),
+		grpc.ChainUnaryInterceptor(m.interceptor(s.log), s.routingHeaders()),
 	)
 	tyrpb.RegisterTyrServer(g, s)
 	if s.node != nil {
@@ -238,8 +241,10 @@ func (s *Service) Read(ctx context.Context, req *tyrpb.ReadRequest) (*tyrpb.Read
 	if target, err := s.readTarget(ctx, ks, string(req.GetKey())); err != nil {
 		return nil, toStatus(err)
 	} else if target != nil {
+		s.metrics.countRead(readForwarded)
 		return target.Read(markForwarded(ctx), req)
 	}
+	s.metrics.countRead(readLocal)
 	data, info, err := ks.Store.ReadAt(string(req.GetKey()), req.GetOffset(), req.GetLength(), req.GetVersion())
 	if err != nil {
 		return nil, toStatus(err)
@@ -265,8 +270,10 @@ func (s *Service) Stat(ctx context.Context, req *tyrpb.StatRequest) (*tyrpb.Blob
 	if target, err := s.readTarget(ctx, ks, string(req.GetKey())); err != nil {
 		return nil, toStatus(err)
 	} else if target != nil {
+		s.metrics.countRead(readForwarded)
 		return target.Stat(markForwarded(ctx), req)
 	}
+	s.metrics.countRead(readLocal)
 	info, err := ks.Store.Stat(string(req.GetKey()))
 	if err != nil {
 		return nil, toStatus(err)

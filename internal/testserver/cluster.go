@@ -2,6 +2,7 @@ package testserver
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -123,6 +124,26 @@ func (c *LocalCluster) GossipAddr(k int) string {
 		c.t.Fatal(err)
 	}
 	return strings.TrimSpace(string(b))
+}
+
+// MetricsAddr returns nodek's metrics address (tyr cluster up --metrics)
+// from its node.json.
+func (c *LocalCluster) MetricsAddr(k int) string {
+	c.t.Helper()
+	b, err := os.ReadFile(c.NodeFile(k, "node.json"))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	var n struct {
+		Metrics string `json:"metrics"`
+	}
+	if err := json.Unmarshal(b, &n); err != nil {
+		c.t.Fatal(err)
+	}
+	if n.Metrics == "" {
+		c.t.Fatalf("node%d serves no metrics: start the cluster with --metrics", k)
+	}
+	return n.Metrics
 }
 
 // PIDs returns the PIDs in the nodes' pid files, in node order, skipping
