@@ -148,6 +148,13 @@ func runServer(ctx context.Context, e *env, f serverFlags) error {
 			return err
 		}
 	}
+	// A node may have missed commits while it was down: it reports ready
+	// once it has caught up, when its own reads are current.
+	waitCtx, cancel := context.WithTimeout(ctx, caughtUpWait)
+	if err := chainNode.WaitCaughtUp(waitCtx); err != nil && ctx.Err() == nil {
+		log.Warn("not caught up yet; reporting ready, reads go to up-to-date replicas meanwhile", "waited", caughtUpWait)
+	}
+	cancel()
 	if f.readyFile != "" {
 		if err := writeFileAtomic(f.readyFile, lis.Addr().String()); err != nil {
 			grpcServer.Stop()
@@ -174,6 +181,10 @@ func runServer(ctx context.Context, e *env, f serverFlags) error {
 	}
 	return nil
 }
+
+// caughtUpWait bounds how long a starting server waits for its first
+// catch-up before it reports ready.
+const caughtUpWait = time.Minute
 
 func writeFileAtomic(path, content string) error {
 	tmp := path + ".tmp"

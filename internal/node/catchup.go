@@ -91,6 +91,7 @@ type catchUp struct {
 	active atomic.Bool
 	wake   chan struct{} // capacity 1: a catch-up was asked for
 	done   chan struct{} // closed when the catch-up goroutine ends
+	first  chan struct{} // closed when the node first caught up
 
 	mu    sync.Mutex
 	dirty map[blobRef]uint64 // blobs commits passed through: the newest version; guarded by mu
@@ -99,6 +100,7 @@ type catchUp struct {
 func (c *catchUp) init() {
 	c.wake = make(chan struct{}, 1)
 	c.done = make(chan struct{})
+	c.first = make(chan struct{})
 	c.dirty = map[blobRef]uint64{}
 	c.active.Store(true) // a node starts catching up
 	c.wake <- struct{}{}
@@ -209,6 +211,22 @@ func (n *Node) catchUpLoop() {
 			n.cfg.Log.Warn("advertising the end of catch-up", "err", err)
 		}
 		n.cfg.Log.Info("caught up", "took", time.Since(began).Round(time.Millisecond))
+		select {
+		case <-n.catch.first:
+		default:
+			close(n.catch.first)
+		}
+	}
+}
+
+// WaitCaughtUp waits until the node has caught up once since it started,
+// or ctx ends.
+func (n *Node) WaitCaughtUp(ctx context.Context) error {
+	select {
+	case <-n.catch.first:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
