@@ -117,6 +117,13 @@ func TestCatchUp(t *testing.T) {
 				}()
 			}
 			wg.Wait()
+			if restart {
+				wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+				if err := tc.nodes[2].WaitCaughtUp(wctx); err != nil {
+					t.Fatalf("WaitCaughtUp after the restart: %v", err)
+				}
+				wcancel()
+			}
 			if !restart {
 				// n3's copy of k was behind: the appends showed it.
 				tc.waitCaughtUp(t, 10*time.Second)
