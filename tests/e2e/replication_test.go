@@ -91,6 +91,12 @@ func TestReplicatedModel(t *testing.T) {
 // kill9 kills nodek of lc with SIGKILL, by the PID in its pid file.
 func kill9(t *testing.T, lc *testserver.LocalCluster, k int) {
 	t.Helper()
+	signalNode(t, lc, k, syscall.SIGKILL)
+}
+
+// signalNode sends sig to nodek of lc, by the PID in its pid file.
+func signalNode(t *testing.T, lc *testserver.LocalCluster, k int, sig syscall.Signal) {
+	t.Helper()
 	b, err := os.ReadFile(lc.NodeFile(k, "pid"))
 	if err != nil {
 		t.Fatal(err)
@@ -99,7 +105,7 @@ func kill9(t *testing.T, lc *testserver.LocalCluster, k int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+	if err := syscall.Kill(pid, sig); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -121,8 +127,9 @@ func waitLogLine(t *testing.T, lc *testserver.LocalCluster, k int, line string, 
 }
 
 // Appenders write through node2 while node3 is killed with SIGKILL,
-// restarted, and, once it has caught up, node1 is killed: commits and
-// reads continue through every phase, no read misses an append
+// restarted, and, once it has caught up, node1 is stopped (SIGSTOP) until
+// the others declare it dead, continued, and, once it has caught up,
+// killed: commits and reads continue through every phase, no read misses an append
 // acknowledged before it began (no stale read, also from the restarted
 // node), every acknowledged append is in the final blobs exactly once (one
 // of unknown outcome at most once), and the two survivors hold the same
@@ -198,6 +205,16 @@ func TestReplicatedKillRestartKill(t *testing.T) {
 	waitLogLine(t, lc, 3, "caught up", caughtUp, 30*time.Second)
 	time.Sleep(time.Second)
 
+	caughtUp1 := waitLogLine(t, lc, 1, "caught up", 0, time.Second)
+	signalNode(t, lc, 1, syscall.SIGSTOP)
+	setPhase("node1 stopped")
+	waitDead(1, clients[1])
+	signalNode(t, lc, 1, syscall.SIGCONT)
+	setPhase("node1 continued")
+	waitLogLine(t, lc, 1, "the node was stopped for", 0, 10*time.Second)
+	waitLogLine(t, lc, 1, "caught up", caughtUp1, 30*time.Second)
+	time.Sleep(time.Second)
+
 	kill9(t, lc, 1)
 	setPhase("node1 killed")
 	waitDead(1, clients[1])
@@ -207,7 +224,7 @@ func TestReplicatedKillRestartKill(t *testing.T) {
 
 	mu.Lock()
 	defer mu.Unlock()
-	for _, p := range []string{"node3 killed", "node3 restarted", "node1 killed"} {
+	for _, p := range []string{"node3 killed", "node3 restarted", "node1 continued", "node1 killed"} {
 		if acks[p] == 0 || reads[p] == 0 {
 			t.Errorf("%s: %d appends and %d reads succeeded; want both to continue", p, acks[p], reads[p])
 		}
