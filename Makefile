@@ -4,7 +4,7 @@ BIN         := bin/tyr
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.7.0
 FUZZTIME    ?= 10s
 
-.PHONY: build run test unit lint fuzz fuzz-long crash-long sim torture bench proto clean
+.PHONY: build run test unit lint fuzz fuzz-long crash-long sim torture bench bench-cluster proto clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/tyr
@@ -57,6 +57,12 @@ endif
 
 bench: build
 	scripts/bench-single.sh
+
+# A 3-node cluster (replication 3) against one node, one after the other:
+# 4 KiB writes and direct reads at 1, 16 and 64 clients, and peer messages
+# per write. Writes bench/results/cluster-<date>.md.
+bench-cluster: build
+	scripts/bench-cluster.sh
 
 proto:
 	protoc --go_out=. --go_opt=paths=source_relative \

@@ -139,13 +139,7 @@ func (t *routeTable) target(ks, key string) (id ring.NodeID, ok bool) {
 	if err != nil {
 		return "", false
 	}
-	slices.Sort(vms)
-	for _, id := range vms {
-		if t.members[id].reads {
-			return id, true
-		}
-	}
-	return "", false
+	return ring.ReadTarget(vms, func(id ring.NodeID) bool { return t.members[id].reads })
 }
 
 // router keeps the client's copy of the ring and one connection per

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bufio"
 	"bytes"
 	"math"
 	"math/rand/v2"
@@ -153,7 +154,7 @@ func TestReportRatios(t *testing.T) {
 		t.Fatalf("JSON lines do not round-trip: %v %+v", err, back)
 	}
 	var md strings.Builder
-	if err := WriteReport(&md, back); err != nil {
+	if err := WriteReport(&md, back, BaseSystem); err != nil {
 		t.Fatal(err)
 	}
 	for _, row := range []string{
@@ -182,6 +183,50 @@ func TestParseSize(t *testing.T) {
 	for _, n := range []int64{0, 1, 4096, 4097, 1 << 30, 3 << 20} {
 		if got, err := ParseSize(FormatSize(n)); err != nil || got != n {
 			t.Errorf("ParseSize(FormatSize(%d)) = %d, %v", n, got, err)
+		}
+	}
+}
+
+func TestParseCounts(t *testing.T) {
+	text := `# HELP tyr_peer_messages_sent_total Chain messages.
+# TYPE tyr_peer_messages_sent_total counter
+tyr_peer_messages_sent_total 1234
+tyr_peer_deliver_calls_total 56
+tyr_ops_total{code="OK",op="Commit"} 100
+tyr_ops_total{code="Unavailable",op="Commit"} 2
+tyr_ops_total{code="OK",op="Read"} 7
+tyr_ops_total{code="OK",op="Deliver"} 999
+tyr_peer_messages_sent_total_other 5
+`
+	c, seen, err := parseCounts(bufio.NewScanner(strings.NewReader(text)))
+	if err != nil || !seen {
+		t.Fatalf("parseCounts: %v, seen %v", err, seen)
+	}
+	if want := (clusterCounts{peerMessages: 1234, peerCalls: 56, served: 109}); c != want {
+		t.Errorf("parseCounts = %+v, want %+v", c, want)
+	}
+	if _, seen, _ := parseCounts(bufio.NewScanner(strings.NewReader("tyr_ops_total{op=\"Read\"} 1\n"))); seen {
+		t.Error("a server without peer counters was taken for one with them")
+	}
+}
+
+func TestReportCounts(t *testing.T) {
+	results := []Result{
+		{Workload: "write", System: "tyr-3", Clients: 1, OpsPerS: 50, Ops: 100, MetricsNodes: 3,
+			PeerMessages: 400, PeerDeliverCalls: 250, ServedRequests: 100},
+		{Workload: "write", System: "tyr-1", Clients: 1, OpsPerS: 200, Ops: 400, MetricsNodes: 1, ServedRequests: 400},
+	}
+	var md strings.Builder
+	if err := WriteReport(&md, results, "tyr-3"); err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range []string{
+		"| write | 1 | 50 | 200 | 0.25 |",
+		"| write | tyr-3 | 1 | 50.0 | 0.00 | 0.0 | 0.0 | 0 | 3 | 4.00 | 2.50 | 1.00 |",
+		"| write | tyr-1 | 1 | 200.0 | 0.00 | 0.0 | 0.0 | 0 | 1 | 0.00 | 0.00 | 1.00 |",
+	} {
+		if !strings.Contains(md.String(), row) {
+			t.Errorf("report lacks %q:\n%s", row, md.String())
 		}
 	}
 }

@@ -39,6 +39,15 @@ type Result struct {
 	Seconds  float64 `json:"seconds"`
 	InFlight int     `json:"in_flight,omitempty"`
 	Note     string  `json:"note,omitempty"`
+
+	// With --metrics-addr, what the MetricsNodes nodes counted during the
+	// measurement, summed over them: chain messages and Deliver calls
+	// between nodes, and client requests served (Commit and Read calls; a
+	// forwarded read counts twice).
+	MetricsNodes     int    `json:"metrics_nodes,omitempty"`
+	PeerMessages     uint64 `json:"peer_messages,omitempty"`
+	PeerDeliverCalls uint64 `json:"peer_deliver_calls,omitempty"`
+	ServedRequests   uint64 `json:"served_requests,omitempty"`
 }
 
 // summarize turns raw counts into a Result. Only successful operations count
@@ -100,15 +109,18 @@ func ReadJSONL(r io.Reader) ([]Result, error) {
 	return out, sc.Err()
 }
 
-// BaseSystem is the system the others are compared with in a report.
+// BaseSystem is the name of tyr's results unless --system says otherwise,
+// and the system the others are compared with unless a report says
+// otherwise.
 const BaseSystem = "tyr"
 
 // comparison groups results by workload and client count, keeping each
 // system's last measurement, as it is the most recent.
 type comparison struct {
+	base  string
 	cells []cell
 	by    map[cell]map[string]Result
-	peers []string // every system but BaseSystem, in order of appearance
+	peers []string // every system but base, in order of appearance
 }
 
 type cell struct {
@@ -116,8 +128,8 @@ type cell struct {
 	clients  int
 }
 
-func compare(results []Result) comparison {
-	c := comparison{by: map[cell]map[string]Result{}}
+func compare(results []Result, base string) comparison {
+	c := comparison{base: base, by: map[cell]map[string]Result{}}
 	for _, r := range results {
 		k := cell{r.Workload, r.Clients}
 		if c.by[k] == nil {
@@ -125,17 +137,17 @@ func compare(results []Result) comparison {
 			c.cells = append(c.cells, k)
 		}
 		c.by[k][r.System] = r
-		if r.System != BaseSystem && !slices.Contains(c.peers, r.System) {
+		if r.System != base && !slices.Contains(c.peers, r.System) {
 			c.peers = append(c.peers, r.System)
 		}
 	}
 	return c
 }
 
-// ratio returns BaseSystem's operations per second over peer's for k, and
-// false when either is missing or the peer did nothing.
+// ratio returns the base system's operations per second over peer's for
+// k, and false when either is missing or the peer did nothing.
 func (c comparison) ratio(k cell, peer string) (float64, bool) {
-	base, ok := c.by[k][BaseSystem]
+	base, ok := c.by[k][c.base]
 	p, pok := c.by[k][peer]
 	if !ok || !pok || p.OpsPerS == 0 {
 		return 0, false
@@ -151,17 +163,17 @@ func (c comparison) ratioCell(k cell, peer string) string {
 	return fmt.Sprintf("%.2f", v)
 }
 
-// WriteRatios writes, for people, the ratio of BaseSystem's operations per
-// second to each peer's; it writes nothing when there is no peer.
-func WriteRatios(w io.Writer, results []Result) error {
-	c := compare(results)
+// WriteRatios writes, for people, the ratio of base's operations per
+// second to each other system's; it writes nothing when there is none.
+func WriteRatios(w io.Writer, results []Result, base string) error {
+	c := compare(results, base)
 	if len(c.peers) == 0 {
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprint(tw, "workload\tclients\t")
 	for _, p := range c.peers {
-		fmt.Fprintf(tw, "%s/%s ops/s\t", BaseSystem, p)
+		fmt.Fprintf(tw, "%s/%s ops/s\t", base, p)
 	}
 	fmt.Fprintln(tw)
 	for _, k := range c.cells {
@@ -174,23 +186,23 @@ func WriteRatios(w io.Writer, results []Result) error {
 	return tw.Flush()
 }
 
-// WriteReport writes Markdown: a table of the ratio of BaseSystem's
-// operations per second to every other system's, for each workload and
-// client count, then every measurement and the notes on how workloads map
-// onto the peers.
-func WriteReport(w io.Writer, results []Result) error {
-	c := compare(results)
+// WriteReport writes Markdown: a table of the ratio of base's operations
+// per second to every other system's, for each workload and client count,
+// then every measurement (with what the nodes counted, for results that
+// carry it) and the notes on how workloads map onto the systems.
+func WriteReport(w io.Writer, results []Result, base string) error {
+	c := compare(results, base)
 	var b strings.Builder
-	b.WriteString("| workload | clients | " + BaseSystem + " ops/s |")
+	b.WriteString("| workload | clients | " + base + " ops/s |")
 	sep := "|---|---:|---:|"
 	for _, p := range c.peers {
-		fmt.Fprintf(&b, " %s ops/s | %s/%s |", p, BaseSystem, p)
+		fmt.Fprintf(&b, " %s ops/s | %s/%s |", p, base, p)
 		sep += "---:|---:|"
 	}
 	b.WriteString("\n" + sep + "\n")
 	for _, k := range c.cells {
-		base, ok := c.by[k][BaseSystem]
-		fmt.Fprintf(&b, "| %s | %d | %s |", k.workload, k.clients, opsCell(base, ok))
+		r, ok := c.by[k][base]
+		fmt.Fprintf(&b, "| %s | %d | %s |", k.workload, k.clients, opsCell(r, ok))
 		for _, p := range c.peers {
 			peer, pok := c.by[k][p]
 			fmt.Fprintf(&b, " %s | %s |", opsCell(peer, pok), c.ratioCell(k, p))
@@ -198,12 +210,24 @@ func WriteReport(w io.Writer, results []Result) error {
 		b.WriteString("\n")
 	}
 
+	counted := slices.ContainsFunc(results, func(r Result) bool { return r.MetricsNodes > 0 })
 	b.WriteString("\nAll measurements:\n\n")
-	b.WriteString("| workload | system | clients | ops/s | MB/s | p50 µs | p99 µs | errors |\n")
-	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| workload | system | clients | ops/s | MB/s | p50 µs | p99 µs | errors |")
+	if counted {
+		b.WriteString(" nodes | peer messages/op | Deliver calls/op | requests served/op |")
+	}
+	b.WriteString("\n|---|---|---:|---:|---:|---:|---:|---:|")
+	if counted {
+		b.WriteString("---:|---:|---:|---:|")
+	}
+	b.WriteString("\n")
 	for _, r := range results {
-		fmt.Fprintf(&b, "| %s | %s | %d | %.1f | %.2f | %.1f | %.1f | %d |\n",
+		fmt.Fprintf(&b, "| %s | %s | %d | %.1f | %.2f | %.1f | %.1f | %d |",
 			r.Workload, r.System, r.Clients, r.OpsPerS, r.MBPerS, r.P50us, r.P99us, r.Errors)
+		if counted {
+			b.WriteString(countCells(r))
+		}
+		b.WriteString("\n")
 	}
 	if notes := Notes(results); len(notes) > 0 {
 		b.WriteString("\n")
@@ -225,6 +249,16 @@ func Notes(results []Result) []string {
 		}
 	}
 	return notes
+}
+
+// countCells formats what the nodes counted during r, per operation.
+func countCells(r Result) string {
+	if r.MetricsNodes == 0 || r.Ops == 0 {
+		return " – | – | – | – |"
+	}
+	per := func(v uint64) float64 { return float64(v) / float64(r.Ops) }
+	return fmt.Sprintf(" %d | %.2f | %.2f | %.2f |", r.MetricsNodes, per(r.PeerMessages), per(r.PeerDeliverCalls),
+		per(r.ServedRequests))
 }
 
 func opsCell(r Result, ok bool) string {

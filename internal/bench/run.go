@@ -35,6 +35,21 @@ type Config struct {
 	ValueSize int
 	Seed      uint64
 
+	// System names tyr's results ("tyr" by default), so that runs against
+	// different deployments can be reported side by side.
+	System string
+	// Replication is the replication factor of the bench keyspace.
+	Replication int
+	// Direct sends each read and write to the node that serves its blob
+	// (its first live replica in node-ID order, by the ring of the
+	// endpoint's cluster status) instead of to Endpoint.
+	Direct bool
+	// MetricsAddrs are the Prometheus endpoints (host:port) of every node
+	// of the cluster; when set, each tyr result carries the peer messages,
+	// Deliver calls and served requests the nodes counted during its
+	// measurement.
+	MetricsAddrs []string
+
 	// Peer is "" or "redis"; PeerAddrs lists the servers of the peer, each
 	// measured as a system of its own.
 	Peer      string
@@ -65,6 +80,8 @@ func DefaultConfig() Config {
 		Clients:        []int{1},
 		Duration:       10 * time.Second,
 		ValueSize:      4096,
+		System:         BaseSystem,
+		Replication:    1,
 		KeysPerClient:  1000,
 		ReadKeys:       10000,
 		StreamSize:     1 << 30,
@@ -93,6 +110,12 @@ func (c *Config) validate() error {
 	if c.ValueSize < 1 || c.ValueSize > maxValueBytes {
 		problems = append(problems, fmt.Errorf("--value-size %d: must be in [1, %d], what one request carries",
 			c.ValueSize, maxValueBytes))
+	}
+	if c.System == "" {
+		problems = append(problems, errors.New("--system: must not be empty"))
+	}
+	if c.Replication < 1 || c.Replication > limits.ReplicationMax {
+		problems = append(problems, fmt.Errorf("--replication %d: must be in [1, %d]", c.Replication, limits.ReplicationMax))
 	}
 	if c.Peer != "" && c.Peer != "redis" {
 		problems = append(problems, fmt.Errorf("--peer %q: only redis is supported", c.Peer))
@@ -185,7 +208,7 @@ func Run(ctx context.Context, cfg Config, emit func(Result) error) (err error) {
 	}()
 	openCtx, cancel := context.WithTimeout(ctx, cfg.OpTimeout)
 	defer cancel()
-	t, err := newTyrSystem(cfg.Endpoint)
+	t, err := newTyrSystem(&cfg)
 	if err != nil {
 		return err
 	}
@@ -319,6 +342,12 @@ func timed(ctx context.Context, cfg *Config, s system, n int, op opFunc) (Result
 		firstErr atomic.Pointer[error]
 		bytes    atomic.Uint64
 	)
+	obs, observed := s.(observer)
+	if observed {
+		if err := obs.begin(ctx); err != nil {
+			return Result{}, err
+		}
+	}
 	hists := make([]Histogram, n)
 	start := time.Now()
 	end := start.Add(cfg.Duration)
@@ -360,7 +389,13 @@ func timed(ctx context.Context, cfg *Config, s system, n int, op opFunc) (Result
 	if e := firstErr.Load(); e != nil {
 		cfg.progress("%s: %d errors, the first: %v", s.Name(), errCount.Load(), *e)
 	}
-	return summarize(cfg.Workload, s.Name(), n, &all, bytes.Load(), cfg.ValueSize, errCount.Load(), elapsed), nil
+	r := summarize(cfg.Workload, s.Name(), n, &all, bytes.Load(), cfg.ValueSize, errCount.Load(), elapsed)
+	if observed {
+		if err := obs.end(ctx, &r); err != nil {
+			return Result{}, err
+		}
+	}
+	return r, nil
 }
 
 // runStream puts one large value in parts with a few in flight, then gets

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"time"
 
 	"github.com/tyrstore/tyr/client"
 	"github.com/tyrstore/tyr/internal/limits"
@@ -14,32 +15,88 @@ import (
 // that it drops at the end so that repeated runs leave nothing behind.
 type tyrSystem struct {
 	endpoint string
+	name     string
+	rf       int
+	direct   bool
 	admin    *client.Client
 	keyspace string
 	created  bool
+	// routes, with --direct, maps each blob to the node serving it.
+	routes *routes
+
+	metrics []string      // the nodes' metrics endpoints
+	before  clusterCounts // their counters when the measurement began
 }
 
-func newTyrSystem(endpoint string) (*tyrSystem, error) {
-	admin, err := client.Dial(endpoint)
+func newTyrSystem(cfg *Config) (*tyrSystem, error) {
+	admin, err := client.Dial(cfg.Endpoint)
 	if err != nil {
 		return nil, err
 	}
-	return &tyrSystem{endpoint: endpoint, admin: admin, keyspace: fmt.Sprintf("bench-%08x", rand.Uint32())}, nil
+	return &tyrSystem{endpoint: cfg.Endpoint, name: cfg.System, rf: cfg.Replication, direct: cfg.Direct,
+		admin: admin, keyspace: fmt.Sprintf("bench-%08x", rand.Uint32()), metrics: cfg.MetricsAddrs}, nil
 }
 
-func (s *tyrSystem) Name() string { return "tyr" }
+func (s *tyrSystem) Name() string { return s.name }
 
-func (s *tyrSystem) Note(string) string { return "" }
+func (s *tyrSystem) Note(string) string {
+	if s.routes == nil {
+		return ""
+	}
+	return fmt.Sprintf("%s: replication %d; each read and write sent to the blob's first live replica in node-ID order",
+		s.name, s.rf)
+}
 
 // Open creates the keyspace with the default configuration (64 MiB chunks,
-// sync on, MVCC on), which is what an application gets unless it asks for
-// less durability.
+// sync on, MVCC on) and the run's replication factor, which is what an
+// application gets unless it asks for less durability.
 func (s *tyrSystem) Open(ctx context.Context) error {
-	if _, err := s.admin.CreateKeyspace(ctx, s.keyspace, client.DefaultKeyspaceConfig()); err != nil {
+	cfg := client.DefaultKeyspaceConfig()
+	cfg.Replication = uint32(s.rf)
+	if _, err := s.admin.CreateKeyspace(ctx, s.keyspace, cfg); err != nil {
 		return fmt.Errorf("create keyspace %s: %w", s.keyspace, err)
 	}
 	s.created = true
+	if s.direct {
+		st, err := s.admin.ClusterStatus(ctx)
+		if err != nil {
+			return fmt.Errorf("cluster status: %w", err)
+		}
+		if s.routes, err = newRoutes(st, s.keyspace, s.rf); err != nil {
+			return err
+		}
+		for _, addr := range s.routes.addrs {
+			if err := waitKeyspace(ctx, addr, s.keyspace); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
+}
+
+// waitKeyspace waits until the node at addr has keyspace ks: the other
+// nodes learn of a new keyspace by gossip, and refuse commits to it until
+// then.
+func waitKeyspace(ctx context.Context, addr, ks string) error {
+	c, err := client.Dial(addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	for {
+		_, err := c.Keyspace(ctx, ks)
+		if !errors.Is(err, client.ErrNotFound) {
+			if err != nil {
+				return fmt.Errorf("keyspace %s on %s: %w", ks, addr, err)
+			}
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("keyspace %s not on %s: %w", ks, addr, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 func (s *tyrSystem) Close(ctx context.Context) error {
@@ -80,22 +137,42 @@ func (s *tyrSystem) Preload(ctx context.Context, keys []string, value []byte) er
 }
 
 // Conns opens one connection per client, so that clients do not share one
-// HTTP/2 connection and its flow control.
+// HTTP/2 connection and its flow control; with --direct, one per client
+// and node.
 func (s *tyrSystem) Conns(_ context.Context, n int) ([]conn, func() error, error) {
-	conns := make([]conn, 0, n)
+	var all []*client.Client
 	closeAll := func() error {
 		var err error
-		for _, c := range conns {
-			err = errors.Join(err, c.(*tyrConn).c.Close())
+		for _, c := range all {
+			err = errors.Join(err, c.Close())
 		}
 		return err
 	}
+	dial := func(addr string) (*client.Client, error) {
+		c, err := client.Dial(addr)
+		if err == nil {
+			all = append(all, c)
+		}
+		return c, err
+	}
+	conns := make([]conn, 0, n)
 	for range n {
-		c, err := client.Dial(s.endpoint)
+		c, err := dial(s.endpoint)
 		if err != nil {
 			return nil, nil, errors.Join(err, closeAll())
 		}
-		conns = append(conns, &tyrConn{c: c, ks: s.keyspace})
+		tc := &tyrConn{c: c, ks: s.keyspace}
+		if s.routes != nil {
+			tc.routes = s.routes
+			for _, addr := range s.routes.addrs {
+				nc, err := dial(addr)
+				if err != nil {
+					return nil, nil, errors.Join(err, closeAll())
+				}
+				tc.nodes = append(tc.nodes, nc)
+			}
+		}
+		conns = append(conns, tc)
 	}
 	return conns, closeAll, nil
 }
@@ -103,22 +180,38 @@ func (s *tyrSystem) Conns(_ context.Context, n int) ([]conn, func() error, error
 type tyrConn struct {
 	c  *client.Client
 	ks string
+	// With --direct: a connection to each node of routes.addrs.
+	routes *routes
+	nodes  []*client.Client
 }
 
-// Ping asks for the keyspace, which opens the connection without touching
-// any blob.
+// to returns the connection for key: the node serving it with --direct,
+// the endpoint otherwise.
+func (c *tyrConn) to(key string) *client.Client {
+	if c.routes == nil {
+		return c.c
+	}
+	return c.nodes[c.routes.target(key)]
+}
+
+// Ping asks for the keyspace on every connection, which opens them without
+// touching any blob.
 func (c *tyrConn) Ping(ctx context.Context) error {
-	_, err := c.c.Keyspace(ctx, c.ks)
-	return err
+	for _, cl := range append([]*client.Client{c.c}, c.nodes...) {
+		if _, err := cl.Keyspace(ctx, c.ks); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (c *tyrConn) Put(ctx context.Context, key string, value []byte) error {
-	_, err := c.c.Write(ctx, c.ks, key, 0, value)
+	_, err := c.to(key).Write(ctx, c.ks, key, 0, value)
 	return err
 }
 
 func (c *tyrConn) Get(ctx context.Context, key string, n int) ([]byte, error) {
-	data, _, err := c.c.ReadPart(ctx, c.ks, key, 0, uint64(n))
+	data, _, err := c.to(key).ReadPart(ctx, c.ks, key, 0, uint64(n))
 	return data, err
 }
 

@@ -36,10 +36,15 @@ Workloads:
           reported separately
 
 tyr runs in a keyspace of its own (bench-<random>: 64 MiB chunks, sync on,
-MVCC on) that is dropped at the end. With --peer redis, the same workload
+MVCC on, --replication copies) that is dropped at the end. With --peer redis, the same workload
 runs against each --peer-addr: a write is SET, a read is GET, and a stream is
 one key per 4 MiB part; bench keys are deleted at the end. Each client is one
 goroutine with its own connection.
+
+Against a cluster, --direct sends each operation to the node that serves
+its blob rather than to --endpoint, and --metrics-addr (every node's) adds
+to each result the chain messages and Deliver calls between the nodes, and
+the Commit and Read requests they served, during the measurement.
 
 Results give, for each workload, system and client count: operations and
 MB (10^6 bytes) per second, p50 and p99 latency of successful operations in
@@ -130,6 +135,15 @@ func newBenchWorkloadCommand(e *env, workload string) *cobra.Command {
 		f.Var(sizeFlag{&cfg.StreamSize}, "stream-size", "size of the value put and got")
 		f.IntVar(&cfg.StreamInFlight, "stream-in-flight", cfg.StreamInFlight, "parts in flight at once")
 	}
+	f.StringVar(&cfg.System, "system", cfg.System, "name of tyr in the results, e.g. to tell deployments apart in one report")
+	f.IntVar(&cfg.Replication, "replication", cfg.Replication, "replication factor of the bench keyspace")
+	if workload != "stream" {
+		f.BoolVar(&cfg.Direct, "direct", false,
+			"send each read and write to the node that serves its blob, found from the endpoint's cluster status")
+		f.StringSliceVar(&cfg.MetricsAddrs, "metrics-addr", nil,
+			"metrics address (host:port) of every node of the cluster; each result then carries the peer messages, "+
+				"Deliver calls and requests the nodes counted during it")
+	}
 	f.Uint64Var(&cfg.Seed, "seed", 0, "seed for keys and values; 0 picks one, printed so a run can be repeated")
 	f.BoolVar(&asJSON, "json", false, "write one JSON object per result line instead of a table")
 	f.StringVar(&cfg.Peer, "peer", "", "also measure this system under the same workload: redis")
@@ -176,7 +190,7 @@ func writeBenchSummary(w io.Writer, cfg bench.Config, results []bench.Result) {
 	}
 	_ = bench.WriteTable(w, results)
 	var ratios strings.Builder
-	if err := bench.WriteRatios(&ratios, results); err == nil && ratios.Len() > 0 {
+	if err := bench.WriteRatios(&ratios, results, cfg.System); err == nil && ratios.Len() > 0 {
 		fmt.Fprintf(w, "\n%s", ratios.String())
 	}
 	for _, n := range bench.Notes(results) {
@@ -186,13 +200,15 @@ func writeBenchSummary(w io.Writer, cfg bench.Config, results []bench.Result) {
 }
 
 func newBenchReportCommand(e *env) *cobra.Command {
-	return &cobra.Command{
+	base := bench.BaseSystem
+	cmd := &cobra.Command{
 		Use:   "report [FILE...]",
 		Short: "Turn --json results into Markdown tables of tyr/peer ratios",
 		Long: `Read results written by "tyr bench WORKLOAD --json" from the files, or from
 standard input when none is given or a file is "-", and write Markdown: the
 ratio of tyr's operations per second to each peer's for every workload and
-client count, then every measurement.`,
+client count, then every measurement. --base names the system the others are
+compared with.`,
 		RunE: func(_ *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				args = []string{"-"}
@@ -208,9 +224,11 @@ client count, then every measurement.`,
 			if len(all) == 0 {
 				return errors.New("no results to report")
 			}
-			return bench.WriteReport(e.stdout, all)
+			return bench.WriteReport(e.stdout, all, base)
 		},
 	}
+	cmd.Flags().StringVar(&base, "base", base, "system whose operations per second the ratios divide")
+	return cmd
 }
 
 func readResults(e *env, name string) ([]bench.Result, error) {

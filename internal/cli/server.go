@@ -121,6 +121,7 @@ func runServer(ctx context.Context, e *env, f serverFlags) error {
 		return err
 	}
 	defer chainNode.Close()
+	metrics.RegisterNode(chainNode)
 	grpcServer := server.NewService(engine, log).WithCluster(cluster).WithNode(chainNode).Register(metrics)
 	if f.metricsListen != "" {
 		mlis, err := net.Listen("tcp", f.metricsListen)

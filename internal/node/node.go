@@ -146,6 +146,7 @@ type Node struct {
 
 	catch    catchUp
 	inflight tracker
+	stats    counters
 	lastTick atomic.Int64 // unix nanoseconds of the loop's last tick
 
 	// Owned by the loop goroutine.
@@ -328,12 +329,8 @@ func (n *Node) ReadTarget(keyspace string, rf int, key string) (ring.NodeID, err
 	if err != nil {
 		return "", err
 	}
-	vms = slices.Clone(vms)
-	slices.Sort(vms)
-	for _, id := range vms {
-		if n.cfg.Cluster.Alive(id) && !n.catchingUp(id) {
-			return id, nil
-		}
+	if id, ok := ring.ReadTarget(vms, func(id ring.NodeID) bool { return n.cfg.Cluster.Alive(id) && !n.catchingUp(id) }); ok {
+		return id, nil
 	}
 	return "", fmt.Errorf("%w: no live replica of blob %q that is up to date (replicas %v)", errs.ErrUnavailable, key, vms)
 }
@@ -430,6 +427,7 @@ func (n *Node) run(ctx context.Context, keyspace string, ops []txn.Op, members [
 // Deliver implements peerpb.PeerServer: it queues the messages for the
 // loop. Malformed messages are dropped.
 func (n *Node) Deliver(ctx context.Context, req *peerpb.DeliverRequest) (*peerpb.DeliverResponse, error) {
+	n.stats.received.Add(uint64(len(req.GetMessages())))
 	for _, m := range req.GetMessages() {
 		env, err := decodeEnvelope(m)
 		if err != nil {

@@ -21,6 +21,7 @@ type peer struct {
 	client peerpb.PeerClient
 	queue  chan *peerpb.Message
 	quit   chan struct{}
+	stats  *counters // the sending node's
 }
 
 func (p *peer) run(n *Node) {
@@ -44,7 +45,10 @@ func (p *peer) run(n *Node) {
 		ctx, cancel := context.WithTimeout(context.Background(), deliverTimeout)
 		_, err := p.client.Deliver(ctx, &peerpb.DeliverRequest{Messages: batch})
 		cancel()
+		p.stats.calls.Add(1)
+		p.stats.sent.Add(uint64(len(batch)))
 		if err != nil {
+			p.stats.failures.Add(1)
 			n.cfg.Log.Debug("peer delivery failed", "addr", p.addr, "messages", len(batch), "err", err)
 		}
 	}
@@ -56,17 +60,20 @@ func (n *Node) send(env envelope) {
 	to := env.msg.To
 	addr, ok := n.cfg.Cluster.RPCAddr(to)
 	if !ok {
+		n.counters().dropped.Add(1)
 		n.cfg.Log.Debug("no address for a chain member", "member", to)
 		return
 	}
 	p, err := n.peer(to, addr)
 	if err != nil {
+		n.counters().dropped.Add(1)
 		n.cfg.Log.Warn("cannot reach a chain member", "member", to, "addr", addr, "err", err)
 		return
 	}
 	select {
 	case p.queue <- encodeEnvelope(env):
 	default:
+		p.stats.dropped.Add(1)
 		n.cfg.Log.Debug("peer queue full; message dropped", "member", to)
 	}
 }
@@ -83,7 +90,7 @@ func (n *Node) peer(id ring.NodeID, addr string) (*peer, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &peer{addr: addr, conn: conn, client: peerpb.NewPeerClient(conn), queue: make(chan *peerpb.Message, peerQueueMax), quit: make(chan struct{})}
+	p := &peer{addr: addr, conn: conn, client: peerpb.NewPeerClient(conn), queue: make(chan *peerpb.Message, peerQueueMax), quit: make(chan struct{}), stats: n.counters()}
 	n.peers[id] = p
 	go p.run(n)
 	return p, nil

@@ -347,6 +347,20 @@ func (r *Ring) VersionManagers(seed uint64, key string, rf int) ([]NodeID, error
 	return r.Replicas(seed, key, 0, rf)
 }
 
+// ReadTarget returns the member that serves reads of a blob whose version
+// managers are vms: the first of them in node-ID order (the protocol's
+// global order: every commit of the blob reaches it first and commits on
+// it last) for which serves holds. ok is false if it holds for none. vms is
+// not changed.
+func ReadTarget(vms []NodeID, serves func(NodeID) bool) (id NodeID, ok bool) {
+	for _, m := range vms {
+		if serves(m) && (!ok || m < id) {
+			id, ok = m, true
+		}
+	}
+	return id, ok
+}
+
 // checkReplication reports whether rf replicas can be placed on r.
 func (r *Ring) checkReplication(rf int) error {
 	if rf < 1 {

@@ -733,3 +733,20 @@ func TestCompareIdentityAndEmpty(t *testing.T) {
 		t.Fatalf("Compare on an empty sample = %+v, %v; want zero fractions", m, err)
 	}
 }
+
+func TestReadTarget(t *testing.T) {
+	vms := []NodeID{"c", "a", "b"}
+	for _, tc := range []struct {
+		serving string
+		want    NodeID
+		ok      bool
+	}{{"abc", "a", true}, {"bc", "b", true}, {"c", "c", true}, {"", "", false}} {
+		got, ok := ReadTarget(vms, func(id NodeID) bool { return strings.Contains(tc.serving, string(id)) })
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("serving %q: ReadTarget = %q, %v; want %q, %v", tc.serving, got, ok, tc.want, tc.ok)
+		}
+	}
+	if vms[0] != "c" || vms[1] != "a" {
+		t.Errorf("ReadTarget reordered its argument: %v", vms)
+	}
+}

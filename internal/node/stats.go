@@ -1,0 +1,51 @@
+package node
+
+import (
+	"sync/atomic"
+)
+
+// Stats counts a node's chain traffic with the other nodes since it
+// started. Messages from a node to itself never leave its loop and are not
+// counted.
+type Stats struct {
+	// MessagesSent is the chain messages this node put into Deliver calls
+	// to other nodes, retransmissions included, whether or not the call
+	// succeeded.
+	MessagesSent uint64
+	// DeliverCalls is the Deliver calls this node made; one call carries a
+	// batch of up to 256 messages for one peer.
+	DeliverCalls uint64
+	// DeliverFailures is the Deliver calls that returned an error. Their
+	// messages may or may not have arrived.
+	DeliverFailures uint64
+	// MessagesDropped is the messages this node gave up on before any
+	// call: the recipient had no address or could not be dialled, or its
+	// queue was full. Messages still queued when a node closes are not
+	// counted.
+	MessagesDropped uint64
+	// MessagesReceived is the chain messages other nodes delivered to this
+	// node.
+	MessagesReceived uint64
+}
+
+// counters are the live counts behind Stats.
+type counters struct {
+	sent, calls, failures, dropped, received atomic.Uint64
+}
+
+// counters returns n's counters.
+func (n *Node) counters() *counters { return &n.stats }
+
+// Stats returns n's counts so far. Each count only grows; the counts are
+// read one by one, so a snapshot taken while messages flow may be off by
+// the calls in progress.
+func (n *Node) Stats() Stats {
+	c := n.counters()
+	return Stats{
+		MessagesSent:     c.sent.Load(),
+		DeliverCalls:     c.calls.Load(),
+		DeliverFailures:  c.failures.Load(),
+		MessagesDropped:  c.dropped.Load(),
+		MessagesReceived: c.received.Load(),
+	}
+}

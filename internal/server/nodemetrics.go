@@ -1,0 +1,54 @@
+package server
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tyrstore/tyr/internal/node"
+)
+
+// RegisterNode adds n's peer traffic counts to m:
+// tyr_peer_messages_sent_total, tyr_peer_deliver_calls_total,
+// tyr_peer_deliver_failures_total, tyr_peer_messages_dropped_total and
+// tyr_peer_messages_received_total, read from n.Stats at each scrape.
+func (m *Metrics) RegisterNode(n *node.Node) {
+	m.Registry.MustRegister(nodeCollector{n: n})
+}
+
+var (
+	peerMessagesSentDesc = prometheus.NewDesc("tyr_peer_messages_sent_total",
+		"Chain messages this node sent to other nodes in Deliver calls, retransmissions included.", nil, nil)
+	peerDeliverCallsDesc = prometheus.NewDesc("tyr_peer_deliver_calls_total",
+		"Deliver calls this node made to other nodes; each carries a batch of messages for one node.", nil, nil)
+	peerDeliverFailuresDesc = prometheus.NewDesc("tyr_peer_deliver_failures_total",
+		"Deliver calls this node made that returned an error.", nil, nil)
+	peerMessagesDroppedDesc = prometheus.NewDesc("tyr_peer_messages_dropped_total",
+		"Chain messages this node dropped before sending: no address, no connection or a full queue.", nil, nil)
+	peerMessagesReceivedDesc = prometheus.NewDesc("tyr_peer_messages_received_total",
+		"Chain messages other nodes delivered to this node.", nil, nil)
+)
+
+// nodeCollector reads a node's counts when metrics are scraped.
+type nodeCollector struct{ n *node.Node }
+
+func (nodeCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{peerMessagesSentDesc, peerDeliverCallsDesc, peerDeliverFailuresDesc,
+		peerMessagesDroppedDesc, peerMessagesReceivedDesc} {
+		ch <- d
+	}
+}
+
+func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.n.Stats()
+	for _, v := range []struct {
+		d *prometheus.Desc
+		n uint64
+	}{
+		{peerMessagesSentDesc, st.MessagesSent},
+		{peerDeliverCallsDesc, st.DeliverCalls},
+		{peerDeliverFailuresDesc, st.DeliverFailures},
+		{peerMessagesDroppedDesc, st.MessagesDropped},
+		{peerMessagesReceivedDesc, st.MessagesReceived},
+	} {
+		ch <- prometheus.MustNewConstMetric(v.d, prometheus.CounterValue, float64(v.n))
+	}
+}

@@ -1,0 +1,185 @@
+#!/usr/bin/env bash
+# Measures a 3-node local cluster with a replication-3 keyspace against a
+# single node, one after the other in one run (never both at once): 4 KiB
+# writes and 4 KiB direct reads (each sent to the node that serves the
+# blob) at 1, 16 and 64 clients, and the chain messages between the nodes
+# per acknowledged write, read from the nodes' metrics around each
+# measurement. Keyspaces are sync on. Every server listens on 127.0.0.1
+# only, keeps its data in a temporary directory, and is stopped by its PID
+# (the cluster with tyr cluster down) when the script exits, however it
+# exits.
+#
+# Environment:
+#   BENCH_DURATION  time per workload, deployment and client count (10s)
+#   BENCH_CLIENTS   client counts (1,16,64)
+#
+# Output: bench/out/cluster/results.jsonl (one JSON object per
+# measurement), bench/out/cluster/env.txt, and the report
+# bench/results/cluster-<UTC date>.md, which is also printed.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+
+BIN=bin/tyr
+OUT=bench/out/cluster
+DURATION=${BENCH_DURATION:-10s}
+CLIENTS=${BENCH_CLIENTS:-1,16,64}
+VALUE_SIZE=4096
+NODES=3
+ONE=tyr-1node
+MANY=tyr-${NODES}node
+
+SERVER_PID=
+CLUSTER_DIR=
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/tyr-bench-cluster.XXXXXX")
+
+log() { echo "bench-cluster: $*" >&2; }
+
+stop_server() {
+	if [[ -n $SERVER_PID ]]; then
+		kill "$SERVER_PID" 2>/dev/null || true
+		wait "$SERVER_PID" 2>/dev/null || true
+		SERVER_PID=
+	fi
+}
+
+stop_cluster() {
+	if [[ -n $CLUSTER_DIR ]]; then
+		"$BIN" cluster down --dir "$CLUSTER_DIR" >&2 || true
+		CLUSTER_DIR=
+	fi
+}
+
+cleanup() {
+	local status=$?
+	stop_server
+	stop_cluster
+	rm -rf "$TMP"
+	exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+log "building $BIN"
+go build -o "$BIN" ./cmd/tyr
+
+# free_port prints a port on 127.0.0.1 that nothing listens on now.
+free_port() {
+	local port
+	for _ in $(seq 1 200); do
+		port=$((20000 + RANDOM % 40000))
+		if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+			echo "$port"
+			return 0
+		fi
+	done
+	log "no free port found"
+	return 1
+}
+
+# peer_messages ADDR... prints the sum of tyr_peer_messages_sent_total
+# over the nodes' metrics endpoints.
+peer_messages() {
+	local addr sum=0 v
+	for addr in "$@"; do
+		v=$(curl -fsS "http://$addr/metrics" | awk '$1 == "tyr_peer_messages_sent_total" {print $2}')
+		sum=$(awk -v a="$sum" -v b="${v:-0}" 'BEGIN {printf "%.0f", a + b}')
+	done
+	echo "$sum"
+}
+
+# measure SYSTEM REPLICATION ENDPOINT METRICS runs the write and read
+# workloads against one deployment. METRICS is a comma-separated list of
+# its nodes' metrics addresses.
+measure() {
+	local system=$1 rf=$2 endpoint=$3 metrics=$4 before after workload
+	local -a addrs
+	IFS=, read -r -a addrs <<<"$metrics"
+	for workload in write read; do
+		before=$(peer_messages "${addrs[@]}")
+		"$BIN" bench "$workload" --endpoint "$endpoint" --system "$system" --replication "$rf" --direct \
+			--metrics-addr "$metrics" --clients "$CLIENTS" --value-size "$VALUE_SIZE" --duration "$DURATION" \
+			--json | tee -a "$OUT/results.jsonl"
+		after=$(peer_messages "${addrs[@]}")
+		echo "$system: peer messages during the whole $workload command (setup and cleanup included): $((after - before))" \
+			>>"$OUT/env.txt"
+	done
+}
+
+mkdir -p "$OUT" bench/results
+: >"$OUT/results.jsonl"
+START=$(date -u +%s)
+{
+	echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+	echo "tyr: commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' with uncommitted changes'), $("$BIN" --help | sed -n 1p)"
+	echo "nproc: $(nproc); memory: $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo)"
+	echo "uptime before: $(uptime)"
+	echo "settings: duration $DURATION, clients $CLIENTS, value size $VALUE_SIZE, keyspaces sync on, MVCC on, 64 MiB chunks"
+} >"$OUT/env.txt"
+
+# One node.
+dir=$TMP/single
+mkdir -p "$dir"
+metrics=127.0.0.1:$(free_port)
+"$BIN" server --data "$dir/data" --listen 127.0.0.1:0 --ready-file "$dir/addr" --metrics-listen "$metrics" \
+	--log-level warn 2>"$dir/server.log" &
+SERVER_PID=$!
+for _ in $(seq 1 300); do
+	[[ -s $dir/addr ]] && break
+	if ! kill -0 "$SERVER_PID" 2>/dev/null; then
+		break
+	fi
+	sleep 0.1
+done
+if [[ ! -s $dir/addr ]]; then
+	log "tyr server did not start"
+	cat "$dir/server.log" >&2 || true
+	exit 1
+fi
+log "$ONE: tyr server on $(<"$dir/addr") (pid $SERVER_PID), metrics on $metrics"
+measure "$ONE" 1 "$(<"$dir/addr")" "$metrics"
+stop_server
+
+# The cluster, once the single node is gone.
+CLUSTER_DIR=$TMP/cluster
+log "$MANY: starting with tyr cluster up"
+"$BIN" cluster up --nodes "$NODES" --dir "$CLUSTER_DIR" --base-port 0 --sync --metrics >"$TMP/endpoints"
+mapfile -t endpoints <"$TMP/endpoints"
+metrics=
+for k in $(seq 1 "$NODES"); do
+	m=$(sed -n 's/.*"metrics": *"\([^"]*\)".*/\1/p' "$CLUSTER_DIR/node$k/node.json")
+	if [[ -z $m ]]; then
+		log "node$k has no metrics address in its node.json"
+		exit 1
+	fi
+	metrics+=${metrics:+,}$m
+done
+log "$MANY: endpoints ${endpoints[*]}, metrics $metrics"
+"$BIN" cluster status --dir "$CLUSTER_DIR" >&2
+measure "$MANY" "$NODES" "${endpoints[0]}" "$metrics"
+stop_cluster
+
+{
+	echo "uptime after: $(uptime)"
+	echo "run time: $(($(date -u +%s) - START)) s"
+} >>"$OUT/env.txt"
+
+REPORT=bench/results/cluster-$(date -u +%Y-%m-%d).md
+{
+	echo "# ${NODES}-node cluster (replication ${NODES}) vs one node, one run"
+	echo
+	echo "Produced by \`make bench-cluster\` (scripts/bench-cluster.sh): the single node first, then the ${NODES}-node"
+	echo "cluster from \`tyr cluster up --sync --metrics\`, never both at once, every server on loopback on this machine."
+	echo "Writes are 4 KiB to pre-created blobs; reads are 4 KiB from preloaded blobs; both with \`--direct\` (each"
+	echo "request sent to the node serving its blob). Ratios are ${MANY}/${ONE}. Peer messages/op are the chain"
+	echo "messages all nodes sent each other during a measurement (tyr_peer_messages_sent_total, retransmissions"
+	echo "included) over its acknowledged operations; requests served/op is 1.00 when no request was forwarded."
+	echo
+	sed 's/^/- /' "$OUT/env.txt"
+	echo
+	"$BIN" bench report --base "$MANY" "$OUT/results.jsonl"
+} >"$REPORT"
+
+echo
+cat "$REPORT"
+log "report written to $REPORT"
