@@ -576,16 +576,13 @@ func (n *Node) Leave(timeout time.Duration) error {
 	}
 	n.lifecycle.Lock()
 	defer n.lifecycle.Unlock()
-	n.mu.Lock()
-	if n.mu.closed {
-		n.mu.Unlock()
-		return ErrClosed
+	if _, err := n.changeMeta(func(m *Meta) bool {
+		changed := !m.Leaving
+		m.Leaving = true
+		return changed
+	}); err != nil {
+		return err
 	}
-	if !n.mu.meta.Leaving {
-		n.mu.meta.Leaving = true
-		n.mu.meta.Incarnation++
-	}
-	n.mu.Unlock()
 
 	deadline := time.Now().Add(timeout)
 	updateErr := n.list.UpdateNode(timeout)
@@ -612,23 +609,37 @@ func (n *Node) SetCatchingUp(on bool, timeout time.Duration) error {
 	}
 	n.lifecycle.Lock()
 	defer n.lifecycle.Unlock()
+	changed, err := n.changeMeta(func(m *Meta) bool {
+		changed := m.CatchingUp != on
+		m.CatchingUp = on
+		return changed
+	})
+	if err != nil || !changed {
+		return err
+	}
 	n.mu.Lock()
-	if n.mu.closed {
-		n.mu.Unlock()
-		return ErrClosed
-	}
-	if n.mu.meta.CatchingUp == on {
-		n.mu.Unlock()
-		return nil
-	}
-	n.mu.meta.CatchingUp = on
-	n.mu.meta.Incarnation++
 	n.applyLocked(Event{Kind: EventUpdate, Meta: n.mu.meta, GossipAddr: n.gossipAddr})
 	n.mu.Unlock()
 	if err := n.list.UpdateNode(timeout); err != nil {
 		return fmt.Errorf("membership: node %q advertising catching-up=%v: %w", n.cfg.ID, on, err)
 	}
 	return nil
+}
+
+// changeMeta applies change to this node's own Meta and, if change reports
+// that it changed it, counts a new incarnation. The caller holds lifecycle.
+// It returns ErrClosed after Shutdown.
+func (n *Node) changeMeta(change func(*Meta) bool) (bool, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.mu.closed {
+		return false, ErrClosed
+	}
+	if !change(&n.mu.meta) {
+		return false, nil
+	}
+	n.mu.meta.Incarnation++
+	return true, nil
 }
 
 // Shutdown stops the node without leaving: the others see it stop

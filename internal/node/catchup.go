@@ -47,6 +47,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -271,10 +272,7 @@ func (n *Node) catchUpOnce(ctx context.Context) error {
 		}
 	}
 	n.catch.mu.Lock()
-	dirty := make(map[blobRef]uint64, len(n.catch.dirty))
-	for ref, v := range n.catch.dirty {
-		dirty[ref] = v
-	}
+	dirty := maps.Clone(n.catch.dirty)
 	n.catch.mu.Unlock()
 	for ref, v := range dirty {
 		ks, err := n.cfg.Engine.Acquire(ref.keyspace)

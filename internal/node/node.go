@@ -38,7 +38,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -299,16 +298,18 @@ func (n *Node) Chain(keyspace string, rf int, ops []txn.Op) ([]ring.NodeID, erro
 			return nil, fmt.Errorf("%w: no live replica of blob %q (replicas %v)", errs.ErrUnavailable, op.Key, vms)
 		}
 	}
-	slices.SortFunc(members, func(a, b ring.NodeID) int {
-		if ca, cb := n.catchingUp(a), n.catchingUp(b); ca != cb {
-			if ca {
-				return 1
-			}
-			return -1
+	slices.Sort(members)
+	members = slices.Compact(members)
+	ordered := members[:0:0]
+	var last []ring.NodeID
+	for _, id := range members {
+		if n.catchingUp(id) {
+			last = append(last, id)
+		} else {
+			ordered = append(ordered, id)
 		}
-		return strings.Compare(string(a), string(b))
-	})
-	return slices.Compact(members), nil
+	}
+	return append(ordered, last...), nil
 }
 
 // catchingUp reports whether member id is catching up, as far as this node

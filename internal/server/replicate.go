@@ -63,10 +63,22 @@ func (s *Service) commit(ctx context.Context, ks *storage.Keyspace, ops []txn.Op
 }
 
 // readTarget returns the member to forward a read of key to, or nil when
-// this node serves it. A node that is catching up serves no reads: it
-// refuses a forwarded one (the sender's view was behind) with
-// errs.ErrUnavailable.
+// this node serves it, and counts the read on its path. A node that is
+// catching up serves no reads: it refuses a forwarded one (the sender's
+// view was behind) with errs.ErrUnavailable.
 func (s *Service) readTarget(ctx context.Context, ks *storage.Keyspace, key string) (tyrpb.TyrClient, error) {
+	target, err := s.route(ctx, ks, key)
+	switch {
+	case err != nil:
+	case target != nil:
+		s.metrics.countRead(readForwarded)
+	default:
+		s.metrics.countRead(readLocal)
+	}
+	return target, err
+}
+
+func (s *Service) route(ctx context.Context, ks *storage.Keyspace, key string) (tyrpb.TyrClient, error) {
 	if s.node == nil {
 		return nil, nil
 	}

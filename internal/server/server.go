@@ -241,10 +241,8 @@ func (s *Service) Read(ctx context.Context, req *tyrpb.ReadRequest) (*tyrpb.Read
 	if target, err := s.readTarget(ctx, ks, string(req.GetKey())); err != nil {
 		return nil, toStatus(err)
 	} else if target != nil {
-		s.metrics.countRead(readForwarded)
 		return target.Read(markForwarded(ctx), req)
 	}
-	s.metrics.countRead(readLocal)
 	data, info, err := ks.Store.ReadAt(string(req.GetKey()), req.GetOffset(), req.GetLength(), req.GetVersion())
 	if err != nil {
 		return nil, toStatus(err)
@@ -270,10 +268,8 @@ func (s *Service) Stat(ctx context.Context, req *tyrpb.StatRequest) (*tyrpb.Blob
 	if target, err := s.readTarget(ctx, ks, string(req.GetKey())); err != nil {
 		return nil, toStatus(err)
 	} else if target != nil {
-		s.metrics.countRead(readForwarded)
 		return target.Stat(markForwarded(ctx), req)
 	}
-	s.metrics.countRead(readLocal)
 	info, err := ks.Store.Stat(string(req.GetKey()))
 	if err != nil {
 		return nil, toStatus(err)
