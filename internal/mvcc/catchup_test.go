@@ -22,9 +22,9 @@ func statVersion(t *testing.T, s *Store, key string) uint64 {
 	return info.Version
 }
 
-// TestTryPrepareOn: a downstream member applies a commit only on the state
+// TestTryPrepareStep: a downstream member applies a commit only on the state
 // the head had, and the head's Pending reports that state.
-func TestTryPrepareOn(t *testing.T) {
+func TestTryPrepareStep(t *testing.T) {
 	head := openStore(t, Options{MVCC: true, Now: newFakeClock().Now})
 	behind := openStore(t, Options{MVCC: true, Now: newFakeClock().Now})
 	for _, s := range []*Store{head, behind} {
@@ -45,33 +45,33 @@ func TestTryPrepareOn(t *testing.T) {
 	}
 	// behind missed version 200; the next commit's head had a at 200 and no b.
 	ops := []txn.Op{{Key: "a", Kind: txn.OpAppend, Data: []byte("!")}, writeOp("b", "new")}
-	hp, err := head.TryPrepareOn(ops, 300, nil)
+	hp, err := head.TryPrepareStep(ops, Step{Version: 300})
 	if err != nil {
 		t.Fatal(err)
 	}
 	bases := hp.Bases()
-	if bases["a"] != 200 || bases["b"] != 0 || len(bases) != 2 {
+	if bases["a"].Version != 200 || bases["b"].Version != 0 || len(bases) != 2 {
 		t.Fatalf("head's bases = %v, want a:200 b:0", bases)
 	}
 	hp.Abort()
-	_, err = behind.TryPrepareOn(ops, 300, bases)
+	_, err = behind.TryPrepareStep(ops, Step{Version: 300, Bases: bases})
 	var mismatch *BaseMismatchError
 	if !errors.As(err, &mismatch) || mismatch.Key != "a" || mismatch.Have != 100 || mismatch.Want != 200 || !errors.Is(err, errs.ErrConflict) {
-		t.Fatalf("TryPrepareOn of a replica behind: %v; want a BaseMismatchError for a (100 here, 200 on the head)", err)
+		t.Fatalf("TryPrepareStep of a replica behind: %v; want a BaseMismatchError for a (100 here, 200 on the head)", err)
 	}
 	if n := lockedKeys(behind); n != 0 {
-		t.Fatalf("a refused TryPrepareOn left %d keys locked", n)
+		t.Fatalf("a refused TryPrepareStep left %d keys locked", n)
 	}
 	if got := readString(t, behind, "a"); got != "one" {
-		t.Fatalf("a refused TryPrepareOn changed a to %q", got)
+		t.Fatalf("a refused TryPrepareStep changed a to %q", got)
 	}
 	// Up to date, the same commit applies.
 	if _, err := behind.Install("a", 200, []byte("two")); err != nil {
 		t.Fatal(err)
 	}
-	bp, err := behind.TryPrepareOn(ops, 300, bases)
+	bp, err := behind.TryPrepareStep(ops, Step{Version: 300, Bases: bases})
 	if err != nil {
-		t.Fatalf("TryPrepareOn after catching up: %v", err)
+		t.Fatalf("TryPrepareStep after catching up: %v", err)
 	}
 	if err := bp.Commit(); err != nil {
 		t.Fatal(err)

@@ -56,9 +56,10 @@ const (
 	metaBytes  = 1 + 8 + 8 + 8 + 8
 )
 
-// PageBytes is the unit in which chunk data is stored and rewritten: a write
-// of a few bytes rewrites at most two pages, not a whole chunk. Chunk sizes
-// are powers of two of at least 4 KiB, so a page never spans two chunks.
+// PageBytes is the largest unit in which chunk data is stored and
+// rewritten: a write of a few bytes rewrites at most two pages, not a whole
+// chunk. A store's pages are min(PageBytes, chunk size) long, so a page
+// never spans two chunks.
 const PageBytes = 64 << 10
 
 func metaKey(key string) []byte {

@@ -49,13 +49,22 @@ type Options struct {
 	Retention time.Duration
 	// Now is the clock, default time.Now. Versions are drawn from it.
 	Now func() time.Time
+	// ChunkBytes is the keyspace's chunk size, the unit of placement: a
+	// power of two, default ChunkBytesDefault. Pages are never larger, so
+	// a page belongs to one chunk.
+	ChunkBytes uint64
 }
+
+// ChunkBytesDefault is Options.ChunkBytes when zero (the keyspace default).
+const ChunkBytesDefault = limits.ChunkBytesDefault
 
 // Store is one keyspace's data on one node. It is safe for concurrent use.
 type Store struct {
 	db    *pebble.DB
 	opts  Options
 	locks lockTable
+	// chunkBytes and pageBytes (min(PageBytes, chunkBytes)) never change.
+	chunkBytes, pageBytes uint64
 	// syncing holds the durable commits between visible and synced; reads
 	// wait for the ones on blobs they read (see durable.go).
 	syncing syncing
@@ -79,7 +88,13 @@ func Open(db *pebble.DB, opts Options) (*Store, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	s := &Store{db: db, opts: opts}
+	if opts.ChunkBytes == 0 {
+		opts.ChunkBytes = ChunkBytesDefault
+	}
+	if opts.ChunkBytes&(opts.ChunkBytes-1) != 0 {
+		return nil, fmt.Errorf("%w: chunk size %d is not a power of two", errs.ErrInvalidArgument, opts.ChunkBytes)
+	}
+	s := &Store{db: db, opts: opts, chunkBytes: opts.ChunkBytes, pageBytes: min(PageBytes, opts.ChunkBytes)}
 	it, err := db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixGarbage}, UpperBound: []byte{prefixGarbage + 1}})
 	if err != nil {
 		return nil, err
@@ -136,13 +151,14 @@ type Pending struct {
 	batch   *pebble.Batch
 	keys    []string
 	results []txn.Result
-	bases   map[string]uint64 // each blob's version before the commit (0: absent)
+	bases   map[string]Base
 }
 
-// Bases returns the version each blob of the commit had before it, 0 for a
-// blob that did not exist: what the other members of a chain must hold for
-// the commit to apply to the same state there (see TryPrepareOn).
-func (p *Pending) Bases() map[string]uint64 { return p.bases }
+// Bases returns each blob of the commit as its version manager found it
+// before the commit (this store's own record where no earlier member gave
+// one): what the members after this one must apply the commit to (see
+// TryPrepareStep).
+func (p *Pending) Bases() map[string]Base { return p.bases }
 
 // commitKeys validates ops and returns the blobs they touch, sorted and
 // unique: the order in which a commit takes their locks.
@@ -179,9 +195,11 @@ type prepareOpts struct {
 	// version is the new version of every changed blob, or 0 to draw one
 	// from the clock (see TryPrepareAt).
 	version uint64
-	// bases, if not nil, are the versions the blobs must have before the
-	// commit (see TryPrepareOn).
-	bases map[string]uint64
+	// bases are the version managers' records of the blobs (see Base and
+	// TryPrepareStep); a blob without one is checked by no one.
+	bases map[string]Base
+	// placement says which chunks this store keeps; nil: all of them.
+	placement Placement
 	// copied marks a copy from another replica (Install): version is taken
 	// as it is, without acceptVersion's checks.
 	copied bool
@@ -190,7 +208,7 @@ type prepareOpts struct {
 // prepareLocked builds the commit of ops on keys, whose locks the caller
 // holds.
 func (s *Store) prepareLocked(ops []txn.Op, keys []string, o prepareOpts) (*Pending, error) {
-	version, bases := o.version, o.bases
+	version := o.version
 	// One snapshot gives every blob of the commit the same point in time;
 	// the locks keep the blobs themselves from changing meanwhile.
 	snap := s.db.NewSnapshot()
@@ -203,25 +221,35 @@ func (s *Store) prepareLocked(ops []txn.Op, keys []string, o prepareOpts) (*Pend
 		}
 	}()
 	results := make([]txn.Result, len(ops))
+	manages := map[string]bool{}
 	for _, key := range keys {
 		w, err := s.loadBlob(snap, key)
 		if err != nil {
 			return nil, err
 		}
 		blobs[key] = w
-	}
-	if bases != nil {
-		for _, key := range keys {
-			if have, want := blobs[key].version(), bases[key]; have != want {
-				return nil, &BaseMismatchError{Key: key, Have: have, Want: want}
+		manages[key] = true
+		if pl := o.placement; pl != nil {
+			manages[key] = pl.Manages(key)
+			w.holds = func(c uint64) bool { return pl.Holds(key, c) }
+		}
+		b, given := o.bases[key]
+		switch {
+		case given && manages[key]:
+			if have := w.version(); have != b.Version {
+				return nil, &BaseMismatchError{Key: key, Have: have, Want: b.Version}
 			}
+		case given:
+			w.adopt(b, now)
+		case !manages[key]:
+			return nil, fmt.Errorf("%w: blob %q: %w", errs.ErrConflict, key, ErrNoBase)
 		}
 	}
 	// Read checks first: the transaction's reads are still current only if
 	// no blob it read changed since, and then its ops apply as it saw them.
 	for i, op := range ops {
-		if op.Kind != txn.OpReadCheck {
-			continue
+		if op.Kind != txn.OpReadCheck || !manages[op.Key] {
+			continue // the version managers check reads
 		}
 		w := blobs[op.Key]
 		current := uint64(0)
@@ -244,6 +272,26 @@ func (s *Store) prepareLocked(ops []txn.Op, keys []string, o prepareOpts) (*Pend
 		}
 		results[i] = r
 	}
+	for _, key := range keys {
+		w := blobs[key]
+		if b, given := o.bases[key]; given && !manages[key] {
+			if err := w.checkHeld(snap, b); err != nil {
+				return nil, err
+			}
+		}
+	}
+	bases := make(map[string]Base, len(keys))
+	for _, key := range keys {
+		if b, given := o.bases[key]; given {
+			bases[key] = b
+			continue
+		}
+		b, err := blobs[key].base(snap)
+		if err != nil {
+			return nil, err
+		}
+		bases[key] = b
+	}
 	switch {
 	case o.copied:
 		s.versionMu.Lock()
@@ -263,7 +311,7 @@ func (s *Store) prepareLocked(ops []txn.Op, keys []string, o prepareOpts) (*Pend
 		case w.changed:
 			w.meta.Version = s.nextVersion(w.meta.Version)
 		}
-		if err := s.emit(batch, w, now); err != nil {
+		if err := s.emit(batch, w, now, manages[key]); err != nil {
 			_ = batch.Close()
 			return nil, err
 		}
@@ -276,11 +324,7 @@ func (s *Store) prepareLocked(ops []txn.Op, keys []string, o prepareOpts) (*Pend
 			results[i].Size, results[i].Version = 0, 0
 		}
 	}
-	before := make(map[string]uint64, len(keys))
-	for _, key := range keys {
-		before[key] = blobs[key].version()
-	}
-	return &Pending{store: s, batch: batch, keys: keys, results: results, bases: before}, nil
+	return &Pending{store: s, batch: batch, keys: keys, results: results, bases: bases}, nil
 }
 
 // Commit makes the prepared ops durable (when Sync) and visible, atomically.
@@ -379,7 +423,7 @@ func (s *Store) ReadAt(key string, offset, length, version uint64) ([]byte, Blob
 		return nil, BlobInfo{}, err
 	}
 	defer it.Close()
-	if err := readRange(it, key, m.Version, offset, buf); err != nil {
+	if err := readRange(it, key, m.Version, offset, s.pageBytes, buf); err != nil {
 		return nil, BlobInfo{}, err
 	}
 	return buf, m.info(key), nil
@@ -421,7 +465,7 @@ func (s *Store) historyAt(snap *pebble.Snapshot, key string, version uint64, ok 
 		if !bytes.Equal(it.Key(), target) {
 			continue
 		}
-		if cut != noCut && cut < (rec.Meta.Size+PageBytes-1)/PageBytes {
+		if cut != noCut && cut < (rec.Meta.Size+s.pageBytes-1)/s.pageBytes {
 			return blobMeta{}, gone("a later truncate dropped its pages")
 		}
 		return rec.Meta, nil
@@ -444,9 +488,9 @@ func newPageIter(r pebble.Reader, key string) (*pebble.Iterator, error) {
 
 // readRange fills buf with the blob's bytes at [offset, offset+len(buf)) as
 // of version. buf must be zeroed; pages not found leave zeros.
-func readRange(it *pebble.Iterator, key string, version, offset uint64, buf []byte) error {
+func readRange(it *pebble.Iterator, key string, version, offset, pageBytes uint64, buf []byte) error {
 	end := offset + uint64(len(buf))
-	for page := offset / PageBytes; page*PageBytes < end; page++ {
+	for page := offset / pageBytes; page*pageBytes < end; page++ {
 		data, _, ok, err := readPage(it, key, page, version)
 		if err != nil {
 			return err
@@ -454,7 +498,7 @@ func readRange(it *pebble.Iterator, key string, version, offset uint64, buf []by
 		if !ok {
 			continue
 		}
-		pageStart := page * PageBytes
+		pageStart := page * pageBytes
 		lo := max(offset, pageStart)
 		hi := min(end, pageStart+uint64(len(data)))
 		if lo < hi {

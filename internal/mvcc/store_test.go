@@ -35,6 +35,7 @@
 package mvcc
 
 import (
+	"encoding/binary"
 	"github.com/tyrstore/tyr/internal/testseed"
 
 	"bytes"
@@ -142,7 +143,7 @@ func readAt(t testing.TB, s *Store, key string, version, offset uint64, n int) [
 	}
 	defer it.Close()
 	buf := make([]byte, n)
-	if err := readRange(it, key, version, offset, buf); err != nil {
+	if err := readRange(it, key, version, offset, PageBytes, buf); err != nil {
 		t.Fatalf("readRange %q at %d: %v", key, version, err)
 	}
 	return buf
@@ -906,6 +907,7 @@ func checkLayout(t *testing.T, ctx string, sub *subject, blobs map[string][]byte
 	queuedBelow := map[pageID]uint64{} // versions below this are queued
 	history := map[string]bool{}       // history keys
 	histQueued := map[string]bool{}    // history keys named by collector records
+	chunkVersions := map[string][]uint64{}
 	for ok := it.First(); ok; ok = it.Next() {
 		k := slices.Clone(it.Key())
 		switch k[0] {
@@ -945,12 +947,25 @@ func checkLayout(t *testing.T, ctx string, sub *subject, blobs map[string][]byte
 			history[string(k)] = true
 		case prefixHistGC:
 			histQueued[string(k[9:])] = true
+		case prefixChunk:
+			if len(k) < 10 || k[len(k)-9] != 0 || len(it.Value()) != 8 {
+				t.Fatalf("%s: %s: malformed chunk version %x -> %x", ctx, sub.name, k, it.Value())
+			}
+			chunkVersions[string(k[1:len(k)-9])] = append(chunkVersions[string(k[1:len(k)-9])], binary.BigEndian.Uint64(it.Value()))
 		default:
 			t.Fatalf("%s: %s: unknown key %x", ctx, sub.name, k)
 		}
 	}
 	if err := it.Error(); err != nil {
 		t.Fatal(err)
+	}
+	for key, vs := range chunkVersions {
+		m, ok := metas[key]
+		for _, v := range vs {
+			if !ok || v > m.Version || v == 0 {
+				t.Fatalf("%s: %s: chunk version %d of %q, blob record %+v (exists %v)", ctx, sub.name, v, key, m, ok)
+			}
+		}
 	}
 	for hk := range history {
 		if !histQueued[hk] {

@@ -46,10 +46,10 @@ func (e *StaleVersionError) Unwrap() error { return errs.ErrConflict }
 // keys unique across a delete and re-create, see Open); otherwise the
 // commit is refused with a *StaleVersionError.
 func (s *Store) TryPrepareAt(ops []txn.Op, version uint64) (*Pending, error) {
-	return s.TryPrepareOn(ops, version, nil)
+	return s.TryPrepareStep(ops, Step{Version: version})
 }
 
-// BaseMismatchError is TryPrepareOn's refusal of a commit whose blob is not
+// BaseMismatchError is TryPrepareStep's refusal of a commit whose blob is not
 // at the version the chain's head had: the two replicas differ, and the
 // commit would not apply to the same state here. It wraps errs.ErrConflict.
 type BaseMismatchError struct {
@@ -65,12 +65,26 @@ func (e *BaseMismatchError) Error() string {
 
 func (e *BaseMismatchError) Unwrap() error { return errs.ErrConflict }
 
-// TryPrepareOn is TryPrepareAt for a member downstream of a chain's head:
-// every blob ops touch must be at the version bases gives for it (0: must
-// not exist), the version it had on the head (Pending.Bases); otherwise the
-// commit is refused with a *BaseMismatchError and nothing is held. Nil
-// bases checks nothing.
-func (s *Store) TryPrepareOn(ops []txn.Op, version uint64, bases map[string]uint64) (*Pending, error) {
+// Step is what a chain member's store is told about a commit.
+type Step struct {
+	// Version is the commit's version (see TryPrepareAt); 0 draws one.
+	Version uint64
+	// Bases are the records the chain's version managers found (see Base):
+	// a version manager of a blob checks that its record is at the Base's
+	// version, any other member applies the commit to the Base and checks
+	// its chunks against it. A blob without a Base is checked by no one,
+	// and this store's record is the Base it hands on (Pending.Bases).
+	Bases map[string]Base
+	// Placement says which chunks this store keeps; nil: all of them.
+	Placement Placement
+}
+
+// TryPrepareStep is TryPrepareAt for a member of a chain. A blob this store
+// manages that is not at the version its Base names is refused with a
+// *BaseMismatchError, a held chunk out of step with it with a
+// *ChunkMismatchError, and a blob this store does not manage and got no
+// Base for with ErrNoBase; nothing is held then.
+func (s *Store) TryPrepareStep(ops []txn.Op, st Step) (*Pending, error) {
 	keys, err := commitKeys(ops)
 	if err != nil {
 		return nil, err
@@ -78,7 +92,7 @@ func (s *Store) TryPrepareOn(ops []txn.Op, version uint64, bases map[string]uint
 	if busy, ok := s.locks.tryLock(keys); !ok {
 		return nil, fmt.Errorf("%w: %w: blob %q", errs.ErrConflict, ErrLocked, busy)
 	}
-	p, err := s.prepareLocked(ops, keys, prepareOpts{version: version, bases: bases})
+	p, err := s.prepareLocked(ops, keys, prepareOpts{version: st.Version, bases: st.Bases, placement: st.Placement})
 	if err != nil {
 		s.locks.unlock(keys)
 		return nil, err

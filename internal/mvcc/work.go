@@ -1,7 +1,6 @@
 package mvcc
 
 import (
-	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -40,6 +39,13 @@ type blobWork struct {
 	// (shrinking truncate, delete).
 	cutPage uint64
 	dirty   map[uint64][]byte
+	// pageBytes is the store's page size; chunkBytes its chunk size.
+	pageBytes, chunkBytes uint64
+	// holds reports whether this store keeps chunk c of the blob (see
+	// Placement); adopted marks a record taken from the chain's version
+	// manager (see Base) instead of this store's own.
+	holds   func(c uint64) bool
+	adopted bool
 }
 
 // version is the blob's version before the commit, 0 if it was absent.
@@ -56,7 +62,8 @@ func (s *Store) loadBlob(snap *pebble.Snapshot, key string) (*blobWork, error) {
 		return nil, err
 	}
 	return &blobWork{key: key, snap: snap, baseMeta: m, baseExists: ok, exists: ok, meta: m,
-		cutPage: noCut, dirty: map[uint64][]byte{}}, nil
+		cutPage: noCut, dirty: map[uint64][]byte{}, pageBytes: s.pageBytes, chunkBytes: s.chunkBytes,
+		holds: func(uint64) bool { return true }}, nil
 }
 
 // close releases the page iterator, if one was opened.
@@ -93,19 +100,26 @@ func (w *blobWork) apply(op txn.Op, now int64) (txn.Result, error) {
 	case txn.OpTruncate:
 		return txn.Result{}, w.truncate(op.Size)
 	case txn.OpAtomic:
+		if a, b := op.Offset/w.chunkBytes, (op.Offset+uint64(op.Width)-1)/w.chunkBytes; a != b {
+			return txn.Result{}, fmt.Errorf("%w: atomic op on %d bytes at offset %d spans chunks %d and %d (chunk size %d)",
+				errs.ErrInvalidArgument, op.Width, op.Offset, a, b, w.chunkBytes)
+		}
 		var cur [8]byte
 		if err := w.readAt(op.Offset, cur[:op.Width]); err != nil {
 			return txn.Result{}, err
 		}
 		v := op.Func.Apply(op.Width, binary.LittleEndian.Uint64(cur[:]), op.Operand)
 		binary.LittleEndian.PutUint64(cur[:], v)
-		return txn.Result{Offset: op.Offset, Value: v}, w.writeAt(op.Offset, cur[:op.Width])
+		// Only a holder of the chunk knows the value; the chain takes it
+		// from one (txn.MergeResults).
+		unheld := !w.holds(op.Offset / w.chunkBytes)
+		return txn.Result{Offset: op.Offset, Value: v, Unheld: unheld}, w.writeAt(op.Offset, cur[:op.Width])
 	case txn.OpCompareAndSwap:
 		cur := make([]byte, len(op.Expected))
 		if err := w.readAt(op.Offset, cur); err != nil {
 			return txn.Result{}, err
 		}
-		if !bytes.Equal(cur, op.Expected) {
+		if !w.equalHeld(op.Offset, cur, op.Expected) {
 			return txn.Result{}, fmt.Errorf("%w: compare-and-swap at offset %d: the current %d bytes differ from the expected ones",
 				errs.ErrConflict, op.Offset, len(cur))
 		}
@@ -148,12 +162,12 @@ func (w *blobWork) page(idx uint64) ([]byte, error) {
 func (w *blobWork) readAt(offset uint64, buf []byte) error {
 	clear(buf)
 	end := min(offset+uint64(len(buf)), w.meta.Size)
-	for idx := offset / PageBytes; idx*PageBytes < end; idx++ {
+	for idx := offset / w.pageBytes; idx*w.pageBytes < end; idx++ {
 		data, err := w.page(idx)
 		if err != nil {
 			return err
 		}
-		pageStart := idx * PageBytes
+		pageStart := idx * w.pageBytes
 		lo := max(offset, pageStart)
 		hi := min(end, pageStart+uint64(len(data)))
 		if lo < hi {
@@ -170,13 +184,13 @@ func (w *blobWork) writeAt(offset uint64, data []byte) error {
 		return nil
 	}
 	end := offset + uint64(len(data))
-	for idx := offset / PageBytes; idx*PageBytes < end; idx++ {
-		pageStart := idx * PageBytes
-		lo, hi := max(offset, pageStart)-pageStart, min(end, pageStart+PageBytes)-pageStart
+	for idx := offset / w.pageBytes; idx*w.pageBytes < end; idx++ {
+		pageStart := idx * w.pageBytes
+		lo, hi := max(offset, pageStart)-pageStart, min(end, pageStart+w.pageBytes)-pageStart
 		// The old content matters only where this write leaves bytes of it
 		// standing: before lo, or after hi up to the blob's current end.
 		var buf []byte
-		if lo > 0 || hi < min(PageBytes, w.meta.Size-min(w.meta.Size, pageStart)) {
+		if lo > 0 || hi < min(w.pageBytes, w.meta.Size-min(w.meta.Size, pageStart)) {
 			old, err := w.page(idx)
 			if err != nil {
 				return err
@@ -198,14 +212,14 @@ func (w *blobWork) truncate(size uint64) error {
 		w.meta.Size = size
 		return nil
 	}
-	cut := (size + PageBytes - 1) / PageBytes
+	cut := (size + w.pageBytes - 1) / w.pageBytes
 	for idx := range w.dirty {
 		if idx >= cut {
 			delete(w.dirty, idx)
 		}
 	}
-	if tail := size % PageBytes; tail != 0 {
-		idx := size / PageBytes
+	if tail := size % w.pageBytes; tail != 0 {
+		idx := size / w.pageBytes
 		buf, err := w.page(idx)
 		if err != nil {
 			return err
@@ -223,9 +237,24 @@ func (w *blobWork) truncate(size uint64) error {
 // page versions (later entries of a batch win over its range deletions), then
 // the blob record. With MVCC on, each page version it supersedes is queued
 // for the collector.
-func (s *Store) emit(batch *pebble.Batch, w *blobWork, now int64) error {
+func (s *Store) emit(batch *pebble.Batch, w *blobWork, now int64, manages bool) error {
 	if !w.changed {
 		return nil
+	}
+	if !w.exists {
+		if err := batch.DeleteRange(chunkPrefix(w.key), chunksEnd(w.key), nil); err != nil {
+			return err
+		}
+	} else {
+		var v [8]byte
+		binary.BigEndian.PutUint64(v[:], w.meta.Version)
+		for _, c := range w.written() {
+			if manages || w.holds(c) {
+				if err := batch.Set(chunkKey(w.key, c), v[:], nil); err != nil {
+					return err
+				}
+			}
+		}
 	}
 	if w.cutPage != noCut {
 		if err := batch.DeleteRange(pageKeyVersionless(w.key, w.cutPage), blobPagesEnd(w.key), nil); err != nil {
@@ -255,6 +284,9 @@ func (s *Store) emit(batch *pebble.Batch, w *blobWork, now int64) error {
 	}
 	slices.Sort(pages)
 	for _, idx := range pages {
+		if !w.holds(idx * w.pageBytes / w.chunkBytes) {
+			continue
+		}
 		version := uint64(0)
 		if s.opts.MVCC {
 			version = w.meta.Version
@@ -274,7 +306,7 @@ func (s *Store) emit(batch *pebble.Batch, w *blobWork, now int64) error {
 // that may have stored versions is one below the stored size and not dropped
 // by the commit.
 func (s *Store) queueSuperseded(batch *pebble.Batch, w *blobWork, idx uint64, deadline time.Time) error {
-	if idx >= w.cutPage || idx*PageBytes >= w.baseMeta.Size {
+	if idx >= w.cutPage || idx*w.pageBytes >= w.baseMeta.Size {
 		return nil // nothing stored, or the range deletion takes it all
 	}
 	return batch.Set(garbageKey(deadline, pageKey(w.key, idx, w.meta.Version)), nil, nil)

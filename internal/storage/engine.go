@@ -177,7 +177,8 @@ func (e *Engine) openKeyspace(name string, r record) (*Keyspace, error) {
 		return nil, fmt.Errorf("storage: open keyspace %q: %w", name, err)
 	}
 	ks.db = db
-	ks.Store, err = mvcc.Open(db, mvcc.Options{MVCC: r.Config.MVCC, Sync: r.Config.Sync, Retention: e.opts.Retention})
+	ks.Store, err = mvcc.Open(db, mvcc.Options{MVCC: r.Config.MVCC, Sync: r.Config.Sync, Retention: e.opts.Retention,
+		ChunkBytes: r.Config.ChunkBytes})
 	if err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("storage: open keyspace %q: %w", name, err)

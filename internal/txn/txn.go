@@ -155,6 +155,24 @@ type Result struct {
 	Size    uint64 // blob size after the commit
 	Version uint64 // blob version after the commit; 0 after OpDelete
 	Value   uint64 // OpAtomic: the new value
+	// Unheld marks a Value computed by a chain member that does not hold
+	// the op's chunk, so it is not the value (see MergeResults).
+	Unheld bool
+}
+
+// MergeResults returns a member's results with the values it could not
+// compute taken from the member after it in the chain, which passed them
+// on from a holder of the chunk.
+func MergeResults(own, downstream []Result) []Result {
+	if len(own) != len(downstream) {
+		return own
+	}
+	for i := range own {
+		if own[i].Unheld && !downstream[i].Unheld {
+			own[i] = downstream[i]
+		}
+	}
+	return own
 }
 
 // Validate checks one op against the limits that do not depend on stored

@@ -1,0 +1,273 @@
+package mvcc
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/tyrstore/tyr/internal/errs"
+	"github.com/tyrstore/tyr/internal/limits"
+)
+
+// Placement says which parts of each blob a store keeps when a cluster
+// spreads a blob's chunks over nodes. Nil (one node, tests) means the store
+// keeps everything.
+//
+// A store keeps, for each blob it has any part of:
+//
+//   - the pages of the chunks it Holds;
+//   - a record (size, version). On a version manager (Manages: a replica of
+//     chunk 0, in every chain that changes the blob) the record is the
+//     blob's; on any other node it is the record as of the last commit that
+//     changed one of its chunks or moved the blob's end through one of
+//     them, which is all a read of those chunks needs;
+//   - the chunk versions: for each chunk, the version of the last commit
+//     that wrote into it. A version manager keeps them for every chunk, so
+//     together with its version history it knows the vector of chunk
+//     versions of each blob version; a holder keeps those of its chunks.
+type Placement interface {
+	Manages(key string) bool
+	Holds(key string, chunk uint64) bool
+}
+
+// Base is a blob as the first version manager in a chain found it before a
+// commit. The members after it apply the commit to this record rather than
+// their own (a holder's may be older), and check that they are in step: a
+// version manager's record is at Version, and a holder's chunks that the
+// commit writes are at the versions in Chunks, and no chunk it holds lies
+// between its size and Size.
+type Base struct {
+	Version uint64 // 0: the blob does not exist
+	Size    uint64
+	// Chunks is the version of every chunk the commit writes into (0:
+	// never written since the blob was created).
+	Chunks map[uint64]uint64
+}
+
+// ErrNoBase is the refusal of a member that does not manage a blob and got
+// no Base for it: no version manager of the blob came before it in the
+// chain. Trying again on a chain computed anew may succeed.
+var ErrNoBase = errors.New("no version manager of the blob came first in the chain")
+
+// ChunkMismatchError is a holder's refusal of a commit whose chunk it holds
+// is not in step with the version manager's Base: this copy missed a
+// commit. It wraps errs.ErrConflict.
+type ChunkMismatchError struct {
+	Key      string
+	Chunk    uint64
+	Have     uint64
+	Want     uint64
+	SizeHere uint64 // this store's record size (extent mismatch)
+	SizeWant uint64
+	Extent   bool // the mismatch is in where the blob ends, not in a chunk's version
+}
+
+func (e *ChunkMismatchError) Error() string {
+	if e.Extent {
+		return fmt.Sprintf("%v: blob %q ends at %d here and at %d on its version manager, across chunk %d held here",
+			errs.ErrConflict, e.Key, e.SizeHere, e.SizeWant, e.Chunk)
+	}
+	return fmt.Sprintf("%v: chunk %d of blob %q is at version %d here and at version %d on its version manager",
+		errs.ErrConflict, e.Chunk, e.Key, e.Have, e.Want)
+}
+
+func (e *ChunkMismatchError) Unwrap() error { return errs.ErrConflict }
+
+// 'c' key 0x00 chunk(8) -> version(8): the chunk versions (see Placement).
+const prefixChunk = 'c'
+
+func chunkPrefix(key string) []byte {
+	k := make([]byte, 0, 2+len(key)+8)
+	k = append(k, prefixChunk)
+	k = append(k, key...)
+	return append(k, 0)
+}
+
+func chunkKey(key string, chunk uint64) []byte {
+	return binary.BigEndian.AppendUint64(chunkPrefix(key), chunk)
+}
+
+func chunksEnd(key string) []byte {
+	k := chunkPrefix(key)
+	k[len(k)-1] = 1
+	return k
+}
+
+func getChunkVersion(r pebble.Reader, key string, chunk uint64) (uint64, error) {
+	v, closer, err := r.Get(chunkKey(key, chunk))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", errs.ErrUnavailable, err)
+	}
+	defer closer.Close()
+	if len(v) != 8 {
+		return 0, fmt.Errorf("%w: chunk version of %d bytes for blob %q", errs.ErrCorruption, len(v), key)
+	}
+	return binary.BigEndian.Uint64(v), nil
+}
+
+// ChunkVersions returns the stored version of each chunk of key in chunks
+// (absent: never written here).
+func (s *Store) ChunkVersions(key string, chunks []uint64) (map[uint64]uint64, error) {
+	out := make(map[uint64]uint64, len(chunks))
+	for _, c := range chunks {
+		v, err := getChunkVersion(s.db, key, c)
+		if err != nil {
+			return nil, err
+		}
+		if v != 0 {
+			out[c] = v
+		}
+	}
+	return out, nil
+}
+
+// ChunkBytes is the store's chunk size.
+func (s *Store) ChunkBytes() uint64 { return s.chunkBytes }
+
+// written returns the chunks the commit writes into, sorted.
+func (w *blobWork) written() []uint64 {
+	set := map[uint64]bool{}
+	for idx := range w.dirty {
+		set[idx*w.pageBytes/w.chunkBytes] = true
+	}
+	return slices.Sorted(maps.Keys(set))
+}
+
+// adopt makes the version manager's record the one the commit applies to.
+func (w *blobWork) adopt(b Base, now int64) {
+	w.adopted = true
+	w.exists = b.Version != 0
+	w.meta.Size = 0
+	if w.exists {
+		w.meta.Size = b.Size
+		if !w.baseExists {
+			w.meta.Created = now
+		}
+	}
+}
+
+// base is what this version manager hands the members after it.
+func (w *blobWork) base(snap pebble.Reader) (Base, error) {
+	b := Base{Version: w.version(), Chunks: map[uint64]uint64{}}
+	if w.baseExists {
+		b.Size = w.baseMeta.Size
+	}
+	for _, c := range w.written() {
+		v, err := getChunkVersion(snap, w.key, c)
+		if err != nil {
+			return Base{}, err
+		}
+		if v != 0 {
+			b.Chunks[c] = v
+		}
+	}
+	return b, nil
+}
+
+// checkHeld compares this holder's chunks with the version manager's Base:
+// the chunks the commit writes, and where the blob ends.
+func (w *blobWork) checkHeld(snap pebble.Reader, b Base) error {
+	for _, c := range w.written() {
+		if !w.holds(c) {
+			continue
+		}
+		have, err := getChunkVersion(snap, w.key, c)
+		if err != nil {
+			return err
+		}
+		if want := b.Chunks[c]; have != want {
+			return &ChunkMismatchError{Key: w.key, Chunk: c, Have: have, Want: want}
+		}
+	}
+	here := uint64(0)
+	if w.baseExists {
+		here = w.baseMeta.Size
+	}
+	want := uint64(0)
+	if b.Version != 0 {
+		want = b.Size
+	}
+	if c, ok := w.heldBetween(here, want); ok {
+		return &ChunkMismatchError{Key: w.key, Chunk: c, SizeHere: here, SizeWant: want, Extent: true}
+	}
+	return nil
+}
+
+// heldBetween returns a held chunk whose readable part differs between a
+// blob ending at a and one ending at b, if there is one.
+func (w *blobWork) heldBetween(a, b uint64) (uint64, bool) {
+	if a == b {
+		return 0, false
+	}
+	lo, hi := min(a, b), max(a, b)
+	for c := lo / w.chunkBytes; c*w.chunkBytes < hi; c++ {
+		if w.holds(c) {
+			return c, true
+		}
+	}
+	return 0, false
+}
+
+// holdsRange reports whether this store holds every chunk of [off, off+n).
+func (w *blobWork) holdsRange(off, n uint64) bool {
+	for c := off / w.chunkBytes; c*w.chunkBytes < off+n; c++ {
+		if !w.holds(c) {
+			return false
+		}
+	}
+	return true
+}
+
+// ReadChunks returns up to length bytes of key from offset as of version
+// (0: the newest this store holds) for a blob of the given size: what a
+// version manager asks of a chunk's holder in a read that spans chunks or
+// names a version. Holes read as zeros; bytes past size are not returned.
+// The caller knows the range is within chunks this store holds.
+func (s *Store) ReadChunks(key string, offset, length, version, size uint64) ([]byte, error) {
+	if length > limits.PayloadBytesMax {
+		return nil, fmt.Errorf("%w: read of %d bytes, above the per-request limit of %d",
+			errs.ErrTooLarge, length, limits.PayloadBytesMax)
+	}
+	if offset >= size || length == 0 {
+		return []byte{}, nil
+	}
+	snap := s.db.NewSnapshot()
+	defer snap.Close()
+	s.syncing.await(key)
+	if version == 0 {
+		version = ^uint64(0) >> 1
+	}
+	buf := make([]byte, min(size, offset+length)-offset)
+	it, err := newPageIter(snap, key)
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	if err := readRange(it, key, version, offset, s.pageBytes, buf); err != nil {
+		return nil, err
+	}
+	return buf, nil
+}
+
+// equalHeld compares the bytes at off that lie in chunks this store holds;
+// the holders of the other chunks compare theirs, and any of them refusing
+// aborts the commit.
+func (w *blobWork) equalHeld(off uint64, cur, want []byte) bool {
+	for i := uint64(0); i < uint64(len(cur)); {
+		c := (off + i) / w.chunkBytes
+		end := min(uint64(len(cur)), (c+1)*w.chunkBytes-off)
+		if w.holds(c) && !bytes.Equal(cur[i:end], want[i:end]) {
+			return false
+		}
+		i = end
+	}
+	return true
+}

@@ -1,0 +1,174 @@
+package mvcc
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/tyrstore/tyr/internal/errs"
+	"github.com/tyrstore/tyr/internal/txn"
+)
+
+// chunksOf is a Placement: the store manages every blob if manages, and
+// holds the listed chunks.
+type chunksOf struct {
+	manages bool
+	held    map[uint64]bool
+}
+
+func (p chunksOf) Manages(string) bool           { return p.manages }
+func (p chunksOf) Holds(_ string, c uint64) bool { return p.held[c] }
+
+type member struct {
+	s  *Store
+	pl Placement
+}
+
+// chainCommit runs ops through members in order, as the chain does: the
+// first hands its Bases to the rest. It returns the merged results, or the
+// first refusal (everything staged is aborted then).
+func chainCommit(t *testing.T, ops []txn.Op, version uint64, members ...member) ([]txn.Result, error) {
+	t.Helper()
+	var staged []*Pending
+	var bases map[string]Base
+	for _, m := range members {
+		p, err := m.s.TryPrepareStep(ops, Step{Version: version, Bases: bases, Placement: m.pl})
+		if err != nil {
+			for _, q := range staged {
+				q.Abort()
+			}
+			return nil, err
+		}
+		staged = append(staged, p)
+		bases = p.Bases()
+	}
+	results := staged[len(staged)-1].Results()
+	for i := len(staged) - 1; i >= 0; i-- {
+		results = txn.MergeResults(staged[i].Results(), results)
+		if err := staged[i].Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return results, nil
+}
+
+func readChunks(t *testing.T, s *Store, key string, off, n uint64, size uint64) []byte {
+	t.Helper()
+	b, err := s.ReadChunks(key, off, n, 0, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestPlacementChunks: a blob spread over a version manager holding chunk 0
+// and two holders of chunks 1 and 2 (4 KiB chunks). Each keeps only its
+// chunks' pages, appends land where the version manager says, conditional
+// ops are decided by the holders of their chunk, and a holder that missed a
+// commit of its chunk, or a move of the blob's end across it, refuses.
+func TestPlacementChunks(t *testing.T) {
+	const cs = 4 << 10
+	opts := func() Options { return Options{MVCC: true, Now: newFakeClock().Now, ChunkBytes: cs} }
+	vm := member{openStore(t, opts()), chunksOf{manages: true, held: map[uint64]bool{0: true}}}
+	h1 := member{openStore(t, opts()), chunksOf{held: map[uint64]bool{1: true}}}
+	h2 := member{openStore(t, opts()), chunksOf{held: map[uint64]bool{2: true}}}
+	data := bytes.Repeat([]byte("0123456789abcdef"), 2*cs/16)
+
+	if _, err := chainCommit(t, []txn.Op{{Key: "b", Kind: txn.OpWrite, Data: data, Create: true}}, 100, vm, h1); err != nil {
+		t.Fatal(err)
+	}
+	if got := readChunks(t, vm.s, "b", 0, 2*cs, 2*cs); !bytes.Equal(got[:cs], data[:cs]) || !bytes.Equal(got[cs:], make([]byte, cs)) {
+		t.Fatalf("the version manager holds chunk 0 only; read %q...", got[cs:cs+16])
+	}
+	if got := readChunks(t, h1.s, "b", cs, cs, 2*cs); !bytes.Equal(got, data[cs:]) {
+		t.Fatalf("holder of chunk 1 read %q..., want %q...", got[:16], data[cs:cs+16])
+	}
+
+	// h2 has no record of b: it appends where the version manager says.
+	res, err := chainCommit(t, []txn.Op{{Key: "b", Kind: txn.OpAppend, Data: []byte("tail")}}, 200, vm, h2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0].Offset != 2*cs || res[0].Size != 2*cs+4 {
+		t.Fatalf("append result %+v, want offset %d size %d", res[0], 2*cs, 2*cs+4)
+	}
+	if got := readChunks(t, h2.s, "b", 2*cs, 100, 2*cs+4); string(got) != "tail" {
+		t.Fatalf("holder of chunk 2 read %q, want tail", got)
+	}
+	if v, err := vm.s.ChunkVersions("b", []uint64{0, 1, 2}); err != nil || v[0] != 100 || v[1] != 100 || v[2] != 200 {
+		t.Fatalf("version manager's chunk versions %v (%v), want 0:100 1:100 2:200", v, err)
+	}
+
+	// A compare-and-swap on chunk 1 is decided by its holder, whatever the
+	// version manager (which does not hold it) finds.
+	cas := txn.Op{Key: "b", Kind: txn.OpCompareAndSwap, Offset: cs, Expected: []byte("XXXX"), Data: []byte("YYYY")}
+	if _, err := chainCommit(t, []txn.Op{cas}, 300, vm, h1); !errors.Is(err, errs.ErrConflict) {
+		t.Fatalf("CAS with a wrong expected value: %v, want a conflict from the holder", err)
+	}
+	cas.Expected = data[cs : cs+4]
+	if _, err := chainCommit(t, []txn.Op{cas}, 300, vm, h1); err != nil {
+		t.Fatalf("CAS with the right expected value: %v", err)
+	}
+
+	// An atomic op's value comes from the holder.
+	var one [8]byte
+	binary.LittleEndian.PutUint64(one[:], 1)
+	add := txn.Op{Key: "b", Kind: txn.OpAtomic, Offset: cs + 8, Width: 8, Func: txn.FuncAdd, Operand: 5}
+	res, err = chainCommit(t, []txn.Op{add}, 400, vm, h1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := binary.LittleEndian.Uint64(data[cs+8:cs+16]) + 5; res[0].Value != want || res[0].Unheld {
+		t.Fatalf("atomic add result %+v, want value %d from the holder", res[0], want)
+	}
+	span := txn.Op{Key: "b", Kind: txn.OpAtomic, Offset: cs - 4, Width: 8, Func: txn.FuncAdd, Operand: 1}
+	if _, err := chainCommit(t, []txn.Op{span}, 500, vm, h1); !errors.Is(err, errs.ErrInvalidArgument) {
+		t.Fatalf("atomic op across chunks: %v, want invalid argument", err)
+	}
+
+	// h1 misses a write of chunk 1; the next one finds it out.
+	if _, err := chainCommit(t, []txn.Op{{Key: "b", Kind: txn.OpWrite, Offset: cs, Data: []byte("miss")}}, 600, vm); err != nil {
+		t.Fatal(err)
+	}
+	_, err = chainCommit(t, []txn.Op{{Key: "b", Kind: txn.OpWrite, Offset: cs, Data: []byte("next")}}, 700, vm, h1)
+	var cm *ChunkMismatchError
+	if !errors.As(err, &cm) || cm.Chunk != 1 || cm.Have != 400 || cm.Want != 600 || cm.Extent {
+		t.Fatalf("holder behind on chunk 1: %v, want a chunk mismatch (400 here, 600 on the version manager)", err)
+	}
+
+	// h2 misses a truncate that moves the end before its chunk.
+	if _, err := chainCommit(t, []txn.Op{{Key: "b", Kind: txn.OpTruncate, Size: 10}}, 800, vm); err != nil {
+		t.Fatal(err)
+	}
+	_, err = chainCommit(t, []txn.Op{{Key: "b", Kind: txn.OpTruncate, Size: 3 * cs}}, 900, vm, h2)
+	if !errors.As(err, &cm) || !cm.Extent || cm.Chunk != 2 || cm.SizeHere != 2*cs+4 || cm.SizeWant != 10 {
+		t.Fatalf("holder behind on the blob's end: %v, want an extent mismatch at chunk 2", err)
+	}
+
+	// A member that manages nothing and is handed no base refuses.
+	if _, err := chainCommit(t, []txn.Op{{Key: "b", Kind: txn.OpAppend, Data: []byte("x")}}, 1000, h1); !errors.Is(err, ErrNoBase) {
+		t.Fatalf("holder first in a chain: %v, want ErrNoBase", err)
+	}
+}
+
+// TestPageSizeFollowsChunks: with chunks smaller than PageBytes, pages are
+// chunk-sized, so a holder never stores bytes of another chunk.
+func TestPageSizeFollowsChunks(t *testing.T) {
+	const cs = 4 << 10
+	s := openStore(t, Options{MVCC: true, Now: newFakeClock().Now, ChunkBytes: cs})
+	if s.pageBytes != cs {
+		t.Fatalf("page size %d with %d-byte chunks", s.pageBytes, cs)
+	}
+	db, err := pebble.Open("db", &pebble.Options{FS: vfs.NewMem(), Logger: testLogger{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := Open(db, Options{ChunkBytes: 3 << 10}); !errors.Is(err, errs.ErrInvalidArgument) {
+		t.Fatalf("chunk size 3 KiB: %v, want invalid argument", err)
+	}
+}
