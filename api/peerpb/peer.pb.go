@@ -499,12 +499,11 @@ type Message struct {
 	// only); a replica drops a Forward for a commit it does not know that
 	// began too long ago (see internal/node.ForwardAgeMax).
 	BegunUnixNano int64 `protobuf:"varint,15,opt,name=begun_unix_nano,json=begunUnixNano,proto3" json:"begun_unix_nano,omitempty"`
-	// bases are the versions the chain's head found each blob of the commit
-	// at (0: absent), set on the Forwards the head and the members after it
-	// send (has_bases): a member whose blob is at another version is not in
-	// step with the head and does not apply the commit to its copy.
-	Bases         map[string]uint64 `protobuf:"bytes,16,rep,name=bases,proto3" json:"bases,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
-	HasBases      bool              `protobuf:"varint,17,opt,name=has_bases,json=hasBases,proto3" json:"has_bases,omitempty"`
+	// bases are the blobs of the commit as the first version manager of each
+	// in the chain found them (internal/mvcc.Base), on the Forwards that
+	// member and the ones after it send: the members after it apply the
+	// commit to these records and check that they are in step with them.
+	Bases         []*Base `protobuf:"bytes,18,rep,name=bases,proto3" json:"bases,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -644,18 +643,81 @@ func (x *Message) GetBegunUnixNano() int64 {
 	return 0
 }
 
-func (x *Message) GetBases() map[string]uint64 {
+func (x *Message) GetBases() []*Base {
 	if x != nil {
 		return x.Bases
 	}
 	return nil
 }
 
-func (x *Message) GetHasBases() bool {
+// Base is one internal/mvcc.Base.
+type Base struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Key     string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Version uint64                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	Size    uint64                 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	// chunk versions of the chunks the commit writes into (absent: 0)
+	Chunks        map[uint64]uint64 `protobuf:"bytes,4,rep,name=chunks,proto3" json:"chunks,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Base) Reset() {
+	*x = Base{}
+	mi := &file_api_peerpb_peer_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Base) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Base) ProtoMessage() {}
+
+func (x *Base) ProtoReflect() protoreflect.Message {
+	mi := &file_api_peerpb_peer_proto_msgTypes[10]
 	if x != nil {
-		return x.HasBases
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
 	}
-	return false
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Base.ProtoReflect.Descriptor instead.
+func (*Base) Descriptor() ([]byte, []int) {
+	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *Base) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *Base) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *Base) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *Base) GetChunks() map[uint64]uint64 {
+	if x != nil {
+		return x.Chunks
+	}
+	return nil
 }
 
 // Op is one internal/txn.Op.
@@ -678,7 +740,7 @@ type Op struct {
 
 func (x *Op) Reset() {
 	*x = Op{}
-	mi := &file_api_peerpb_peer_proto_msgTypes[10]
+	mi := &file_api_peerpb_peer_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -690,7 +752,7 @@ func (x *Op) String() string {
 func (*Op) ProtoMessage() {}
 
 func (x *Op) ProtoReflect() protoreflect.Message {
-	mi := &file_api_peerpb_peer_proto_msgTypes[10]
+	mi := &file_api_peerpb_peer_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -703,7 +765,7 @@ func (x *Op) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Op.ProtoReflect.Descriptor instead.
 func (*Op) Descriptor() ([]byte, []int) {
-	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{10}
+	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Op) GetKey() string {
@@ -785,18 +847,20 @@ func (x *Op) GetVersion() uint64 {
 
 // Result is one internal/txn.Result.
 type Result struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Offset        uint64                 `protobuf:"varint,1,opt,name=offset,proto3" json:"offset,omitempty"`
-	Size          uint64                 `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
-	Version       uint64                 `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
-	Value         uint64                 `protobuf:"varint,4,opt,name=value,proto3" json:"value,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Offset  uint64                 `protobuf:"varint,1,opt,name=offset,proto3" json:"offset,omitempty"`
+	Size    uint64                 `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	Version uint64                 `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
+	Value   uint64                 `protobuf:"varint,4,opt,name=value,proto3" json:"value,omitempty"`
+	// the value was computed by a member that does not hold its chunk
+	Unheld        bool `protobuf:"varint,5,opt,name=unheld,proto3" json:"unheld,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_api_peerpb_peer_proto_msgTypes[11]
+	mi := &file_api_peerpb_peer_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -808,7 +872,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_api_peerpb_peer_proto_msgTypes[11]
+	mi := &file_api_peerpb_peer_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -821,7 +885,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{11}
+	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Result) GetOffset() uint64 {
@@ -850,6 +914,13 @@ func (x *Result) GetValue() uint64 {
 		return x.Value
 	}
 	return 0
+}
+
+func (x *Result) GetUnheld() bool {
+	if x != nil {
+		return x.Unheld
+	}
+	return false
 }
 
 var File_api_peerpb_peer_proto protoreflect.FileDescriptor
@@ -882,7 +953,7 @@ const file_api_peerpb_peer_proto_rawDesc = "" +
 	"\x04data\x18\x04 \x01(\fR\x04data\"B\n" +
 	"\x0eDeliverRequest\x120\n" +
 	"\bmessages\x18\x01 \x03(\v2\x14.tyr.peer.v1.MessageR\bmessages\"\x11\n" +
-	"\x0fDeliverResponse\"\xc3\x04\n" +
+	"\x0fDeliverResponse\"\xea\x03\n" +
 	"\aMessage\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\rR\x04type\x12\x12\n" +
@@ -899,12 +970,15 @@ const file_api_peerpb_peer_proto_rawDesc = "" +
 	"\aresults\x18\f \x03(\v2\x13.tyr.peer.v1.ResultR\aresults\x12$\n" +
 	"\x0esent_unix_nano\x18\r \x01(\x03R\fsentUnixNano\x12\x18\n" +
 	"\aversion\x18\x0e \x01(\x04R\aversion\x12&\n" +
-	"\x0fbegun_unix_nano\x18\x0f \x01(\x03R\rbegunUnixNano\x125\n" +
-	"\x05bases\x18\x10 \x03(\v2\x1f.tyr.peer.v1.Message.BasesEntryR\x05bases\x12\x1b\n" +
-	"\thas_bases\x18\x11 \x01(\bR\bhasBases\x1a8\n" +
-	"\n" +
-	"BasesEntry\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x0fbegun_unix_nano\x18\x0f \x01(\x03R\rbegunUnixNano\x12'\n" +
+	"\x05bases\x18\x12 \x03(\v2\x11.tyr.peer.v1.BaseR\x05basesJ\x04\b\x10\x10\x11J\x04\b\x11\x10\x12\"\xb8\x01\n" +
+	"\x04Base\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x04R\x04size\x125\n" +
+	"\x06chunks\x18\x04 \x03(\v2\x1d.tyr.peer.v1.Base.ChunksEntryR\x06chunks\x1a9\n" +
+	"\vChunksEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\x04R\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\xfc\x01\n" +
 	"\x02Op\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
@@ -918,12 +992,13 @@ const file_api_peerpb_peer_proto_rawDesc = "" +
 	"\aoperand\x18\t \x01(\x04R\aoperand\x12\x1a\n" +
 	"\bexpected\x18\n" +
 	" \x01(\fR\bexpected\x12\x18\n" +
-	"\aversion\x18\v \x01(\x04R\aversion\"d\n" +
+	"\aversion\x18\v \x01(\x04R\aversion\"|\n" +
 	"\x06Result\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x04R\x06offset\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x04R\x04size\x12\x18\n" +
 	"\aversion\x18\x03 \x01(\x04R\aversion\x12\x14\n" +
-	"\x05value\x18\x04 \x01(\x04R\x05value2\x9a\x02\n" +
+	"\x05value\x18\x04 \x01(\x04R\x05value\x12\x16\n" +
+	"\x06unheld\x18\x05 \x01(\bR\x06unheld2\x9a\x02\n" +
 	"\x04Peer\x12D\n" +
 	"\aDeliver\x12\x1b.tyr.peer.v1.DeliverRequest\x1a\x1c.tyr.peer.v1.DeliverResponse\x12D\n" +
 	"\aBarrier\x12\x1b.tyr.peer.v1.BarrierRequest\x1a\x1c.tyr.peer.v1.BarrierResponse\x12G\n" +
@@ -942,7 +1017,7 @@ func file_api_peerpb_peer_proto_rawDescGZIP() []byte {
 	return file_api_peerpb_peer_proto_rawDescData
 }
 
-var file_api_peerpb_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_api_peerpb_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_api_peerpb_peer_proto_goTypes = []any{
 	(*BarrierRequest)(nil),   // 0: tyr.peer.v1.BarrierRequest
 	(*BarrierResponse)(nil),  // 1: tyr.peer.v1.BarrierResponse
@@ -954,29 +1029,31 @@ var file_api_peerpb_peer_proto_goTypes = []any{
 	(*DeliverRequest)(nil),   // 7: tyr.peer.v1.DeliverRequest
 	(*DeliverResponse)(nil),  // 8: tyr.peer.v1.DeliverResponse
 	(*Message)(nil),          // 9: tyr.peer.v1.Message
-	(*Op)(nil),               // 10: tyr.peer.v1.Op
-	(*Result)(nil),           // 11: tyr.peer.v1.Result
-	nil,                      // 12: tyr.peer.v1.Message.BasesEntry
+	(*Base)(nil),             // 10: tyr.peer.v1.Base
+	(*Op)(nil),               // 11: tyr.peer.v1.Op
+	(*Result)(nil),           // 12: tyr.peer.v1.Result
+	nil,                      // 13: tyr.peer.v1.Base.ChunksEntry
 }
 var file_api_peerpb_peer_proto_depIdxs = []int32{
 	4,  // 0: tyr.peer.v1.VersionsResponse.blobs:type_name -> tyr.peer.v1.BlobVersion
 	9,  // 1: tyr.peer.v1.DeliverRequest.messages:type_name -> tyr.peer.v1.Message
-	10, // 2: tyr.peer.v1.Message.ops:type_name -> tyr.peer.v1.Op
-	11, // 3: tyr.peer.v1.Message.results:type_name -> tyr.peer.v1.Result
-	12, // 4: tyr.peer.v1.Message.bases:type_name -> tyr.peer.v1.Message.BasesEntry
-	7,  // 5: tyr.peer.v1.Peer.Deliver:input_type -> tyr.peer.v1.DeliverRequest
-	0,  // 6: tyr.peer.v1.Peer.Barrier:input_type -> tyr.peer.v1.BarrierRequest
-	2,  // 7: tyr.peer.v1.Peer.Versions:input_type -> tyr.peer.v1.VersionsRequest
-	5,  // 8: tyr.peer.v1.Peer.Fetch:input_type -> tyr.peer.v1.FetchRequest
-	8,  // 9: tyr.peer.v1.Peer.Deliver:output_type -> tyr.peer.v1.DeliverResponse
-	1,  // 10: tyr.peer.v1.Peer.Barrier:output_type -> tyr.peer.v1.BarrierResponse
-	3,  // 11: tyr.peer.v1.Peer.Versions:output_type -> tyr.peer.v1.VersionsResponse
-	6,  // 12: tyr.peer.v1.Peer.Fetch:output_type -> tyr.peer.v1.FetchChunk
-	9,  // [9:13] is the sub-list for method output_type
-	5,  // [5:9] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	11, // 2: tyr.peer.v1.Message.ops:type_name -> tyr.peer.v1.Op
+	12, // 3: tyr.peer.v1.Message.results:type_name -> tyr.peer.v1.Result
+	10, // 4: tyr.peer.v1.Message.bases:type_name -> tyr.peer.v1.Base
+	13, // 5: tyr.peer.v1.Base.chunks:type_name -> tyr.peer.v1.Base.ChunksEntry
+	7,  // 6: tyr.peer.v1.Peer.Deliver:input_type -> tyr.peer.v1.DeliverRequest
+	0,  // 7: tyr.peer.v1.Peer.Barrier:input_type -> tyr.peer.v1.BarrierRequest
+	2,  // 8: tyr.peer.v1.Peer.Versions:input_type -> tyr.peer.v1.VersionsRequest
+	5,  // 9: tyr.peer.v1.Peer.Fetch:input_type -> tyr.peer.v1.FetchRequest
+	8,  // 10: tyr.peer.v1.Peer.Deliver:output_type -> tyr.peer.v1.DeliverResponse
+	1,  // 11: tyr.peer.v1.Peer.Barrier:output_type -> tyr.peer.v1.BarrierResponse
+	3,  // 12: tyr.peer.v1.Peer.Versions:output_type -> tyr.peer.v1.VersionsResponse
+	6,  // 13: tyr.peer.v1.Peer.Fetch:output_type -> tyr.peer.v1.FetchChunk
+	10, // [10:14] is the sub-list for method output_type
+	6,  // [6:10] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_api_peerpb_peer_proto_init() }
@@ -990,7 +1067,7 @@ func file_api_peerpb_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_peerpb_peer_proto_rawDesc), len(file_api_peerpb_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

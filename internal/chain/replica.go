@@ -495,7 +495,7 @@ func (r *Replica) stepBackward(m Message) error {
 	// The tail committed, so the transaction is committed whatever happens
 	// here: a local storage failure is reported to the caller for repair,
 	// and the commit still travels upstream.
-	results := staged.Results()
+	results := txn.MergeResults(staged.Results(), m.Results)
 	commitErr := staged.Commit()
 	r.decide(m.Txn, rec, true, "", results, commitErr)
 	r.send(ack)

@@ -271,3 +271,35 @@ func (w *blobWork) equalHeld(off uint64, cur, want []byte) bool {
 	}
 	return true
 }
+
+// Touched is what a commit changes in a blob: the chunks it writes into,
+// and the range [Lo, Hi) of offsets where the blob's end moved (a chunk in
+// it changes where its readable part ends, or loses pages).
+type Touched struct {
+	Written []uint64
+	Lo, Hi  uint64
+}
+
+func (w *blobWork) touched() Touched {
+	end := uint64(0)
+	if w.exists {
+		end = w.meta.Size
+	}
+	t := Touched{Written: w.written(), Lo: min(w.low, end), Hi: max(w.start, end)}
+	if t.Lo == t.Hi {
+		t.Lo, t.Hi = 0, 0
+	}
+	return t
+}
+
+// Sizes returns each blob's size before the commit, as the chain's version
+// managers know it (0: absent): what a coordinator plans a chain from.
+func (p *Pending) Sizes() map[string]uint64 {
+	out := make(map[string]uint64, len(p.bases))
+	for key, b := range p.bases {
+		if b.Version != 0 {
+			out[key] = b.Size
+		}
+	}
+	return out
+}

@@ -152,7 +152,12 @@ type Pending struct {
 	keys    []string
 	results []txn.Result
 	bases   map[string]Base
+	touched map[string]Touched
 }
+
+// Touched returns, for each blob the commit changes, the parts of it the
+// commit changes: whose holders must all be in its chain.
+func (p *Pending) Touched() map[string]Touched { return p.touched }
 
 // Bases returns each blob of the commit as its version manager found it
 // before the commit (this store's own record where no earlier member gave
@@ -245,6 +250,12 @@ func (s *Store) prepareLocked(ops []txn.Op, keys []string, o prepareOpts) (*Pend
 			return nil, fmt.Errorf("%w: blob %q: %w", errs.ErrConflict, key, ErrNoBase)
 		}
 	}
+	for _, w := range blobs {
+		if w.exists {
+			w.start = w.meta.Size
+		}
+		w.low = w.start
+	}
 	// Read checks first: the transaction's reads are still current only if
 	// no blob it read changed since, and then its ops apply as it saw them.
 	for i, op := range ops {
@@ -324,7 +335,13 @@ func (s *Store) prepareLocked(ops []txn.Op, keys []string, o prepareOpts) (*Pend
 			results[i].Size, results[i].Version = 0, 0
 		}
 	}
-	return &Pending{store: s, batch: batch, keys: keys, results: results, bases: bases}, nil
+	touched := make(map[string]Touched, len(keys))
+	for _, key := range keys {
+		if w := blobs[key]; w.changed {
+			touched[key] = w.touched()
+		}
+	}
+	return &Pending{store: s, batch: batch, keys: keys, results: results, bases: bases, touched: touched}, nil
 }
 
 // Commit makes the prepared ops durable (when Sync) and visible, atomically.

@@ -46,6 +46,9 @@ type blobWork struct {
 	// manager (see Base) instead of this store's own.
 	holds   func(c uint64) bool
 	adopted bool
+	// start is the size the commit starts from, low the smallest size it
+	// passed through (a truncate or delete drops the pages past it).
+	start, low uint64
 }
 
 // version is the blob's version before the commit, 0 if it was absent.
@@ -125,6 +128,7 @@ func (w *blobWork) apply(op txn.Op, now int64) (txn.Result, error) {
 		}
 		return txn.Result{Offset: op.Offset}, w.writeAt(op.Offset, op.Data)
 	case txn.OpDelete:
+		w.low = 0
 		w.exists = false
 		w.meta.Size = 0
 		w.cutPage = 0
@@ -208,6 +212,7 @@ func (w *blobWork) writeAt(offset uint64, data []byte) error {
 }
 
 func (w *blobWork) truncate(size uint64) error {
+	w.low = min(w.low, size)
 	if size >= w.meta.Size {
 		w.meta.Size = size
 		return nil

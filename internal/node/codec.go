@@ -24,11 +24,14 @@ type envelope struct {
 	begun    int64 // Forward: unix nanoseconds when the coordinator began the commit
 	msg      chain.Message
 	sent     int64 // unix nanoseconds when the sender queued it
-	// bases: Forward from the head or after it: the head's version of each
-	// blob before the commit (see mvcc.Pending.Bases).
-	bases    map[string]uint64
-	hasBases bool
+	// bases: Forward: the blobs as the first version manager of each in
+	// the chain found them (see mvcc.Base), for the members after it.
+	bases map[string]mvcc.Base
 }
+
+// basesChunksMax bounds the chunk versions a Forward may carry per blob:
+// more than a commit's data can write into.
+const basesChunksMax = 1 << 16
 
 func encodeEnvelope(e envelope) *peerpb.Message {
 	m := e.msg
@@ -36,7 +39,10 @@ func encodeEnvelope(e envelope) *peerpb.Message {
 		Keyspace: e.keyspace, Type: uint32(m.Type), From: string(m.From), To: string(m.To),
 		TxnCoordinator: string(m.Txn.Coordinator), TxnSeq: m.Txn.Seq, Index: uint32(m.Index),
 		Committed: m.Committed, Err: m.Err, SentUnixNano: e.sent, Version: e.version,
-		BegunUnixNano: e.begun, Bases: e.bases, HasBases: e.hasBases,
+		BegunUnixNano: e.begun,
+	}
+	for key, b := range e.bases {
+		out.Bases = append(out.Bases, &peerpb.Base{Key: key, Version: b.Version, Size: b.Size, Chunks: b.Chunks})
 	}
 	for _, id := range m.Chain {
 		out.Chain = append(out.Chain, string(id))
@@ -49,7 +55,7 @@ func encodeEnvelope(e envelope) *peerpb.Message {
 		})
 	}
 	for _, r := range m.Results {
-		out.Results = append(out.Results, &peerpb.Result{Offset: r.Offset, Size: r.Size, Version: r.Version, Value: r.Value})
+		out.Results = append(out.Results, &peerpb.Result{Offset: r.Offset, Size: r.Size, Version: r.Version, Value: r.Value, Unheld: r.Unheld})
 	}
 	return out
 }
@@ -83,13 +89,24 @@ func decodeEnvelope(in *peerpb.Message) (envelope, error) {
 		})
 	}
 	for _, r := range in.GetResults() {
-		m.Results = append(m.Results, txn.Result{Offset: r.GetOffset(), Size: r.GetSize(), Version: r.GetVersion(), Value: r.GetValue()})
+		m.Results = append(m.Results, txn.Result{Offset: r.GetOffset(), Size: r.GetSize(), Version: r.GetVersion(),
+			Value: r.GetValue(), Unheld: r.GetUnheld()})
 	}
 	if len(in.GetBases()) > len(m.Ops) {
-		return envelope{}, fmt.Errorf("%w: %d base versions for %d ops", errs.ErrInvalidArgument, len(in.GetBases()), len(m.Ops))
+		return envelope{}, fmt.Errorf("%w: %d bases for %d ops", errs.ErrInvalidArgument, len(in.GetBases()), len(m.Ops))
+	}
+	var bases map[string]mvcc.Base
+	for _, b := range in.GetBases() {
+		if len(b.GetChunks()) > basesChunksMax {
+			return envelope{}, fmt.Errorf("%w: base of blob %q with %d chunk versions", errs.ErrInvalidArgument, b.GetKey(), len(b.GetChunks()))
+		}
+		if bases == nil {
+			bases = map[string]mvcc.Base{}
+		}
+		bases[b.GetKey()] = mvcc.Base{Version: b.GetVersion(), Size: b.GetSize(), Chunks: b.GetChunks()}
 	}
 	return envelope{keyspace: in.GetKeyspace(), version: in.GetVersion(), begun: in.GetBegunUnixNano(),
-		msg: m, sent: in.GetSentUnixNano(), bases: in.GetBases(), hasBases: in.GetHasBases()}, nil
+		msg: m, sent: in.GetSentUnixNano(), bases: bases}, nil
 }
 
 // A refusal travels up the chain as text (chain.Message.Err). So that the
@@ -121,7 +138,7 @@ func (e taggedError) Error() string {
 		return fmt.Sprintf("%s%d: %v", tagStale, stale.Floor, e.err)
 	case errors.Is(e.err, mvcc.ErrLocked):
 		return tagLocked + e.err.Error()
-	case errors.Is(e.err, errCatchingUp):
+	case errors.Is(e.err, errCatchingUp), errors.Is(e.err, mvcc.ErrNoBase):
 		return tagRetry + e.err.Error()
 	}
 	code, _ := errs.Code(e.err)

@@ -142,6 +142,8 @@ type Node struct {
 
 	clockMu sync.Mutex
 	last    uint64 // newest commit version chosen; guarded by clockMu
+	// hints are the sizes of blobs seen last, to plan chains (see plan).
+	hints sizeHints
 
 	catch    catchUp
 	inflight tracker
@@ -172,10 +174,11 @@ type versionEntry struct {
 	version uint64
 	begun   int64 // unix nanoseconds
 	at      time.Time
-	// bases: the head's version of each blob before the commit, known once
-	// the head staged it (hasBases); see mvcc.Pending.Bases.
-	bases    map[string]uint64
-	hasBases bool
+	// bases: what the Forward brought, then once staged here what this
+	// member hands on (see mvcc.Pending.Bases).
+	bases map[string]mvcc.Base
+	// chain is the chain the Forward named.
+	chain []ring.NodeID
 }
 
 type beginReq struct {
@@ -270,46 +273,73 @@ func (n *Node) replicas(keyspace string, rf int, key string) ([]ring.NodeID, err
 	return vms, nil
 }
 
-// Chain returns the live members a commit of ops must run through: the
-// version managers of every blob it touches, without the members that are
-// not alive, sorted by node ID (the protocol's global order), those that
-// are catching up last, so that the head holds every commit of its blobs.
-// It fails with errs.ErrUnavailable when a blob has no live replica.
-func (n *Node) Chain(keyspace string, rf int, ops []txn.Op) ([]ring.NodeID, error) {
-	var members []ring.NodeID
+// Chain returns the live members a commit of ops must run through if each
+// blob is sizes[key] bytes long (see placement.go): the live version
+// managers of every blob it touches, then the live holders of the chunks it
+// changes, each group sorted by node ID (the protocol's global order), and
+// last the members that are catching up, so that the first version manager
+// of each blob holds every commit of it. It fails with errs.ErrUnavailable
+// when a blob has no live version manager.
+func (n *Node) Chain(keyspace string, rf int, ops []txn.Op, sizes map[string]uint64) ([]ring.NodeID, error) {
+	pl, err := n.placementFor(keyspace, rf)
+	if err != nil {
+		return nil, err
+	}
+	ks, err := n.cfg.Engine.Acquire(keyspace)
+	if err != nil {
+		return nil, err
+	}
+	cs := ks.Store.ChunkBytes()
+	ks.Release()
+	vms := map[ring.NodeID]bool{}
 	seen := map[string]bool{}
 	for _, op := range ops {
 		if seen[op.Key] {
 			continue
 		}
 		seen[op.Key] = true
-		vms, err := n.replicas(keyspace, rf, op.Key)
+		ids, err := pl.r.VersionManagers(pl.seed, op.Key, rf)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%w: %w", errs.ErrUnavailable, err)
 		}
 		live := 0
-		for _, id := range vms {
+		for _, id := range ids {
 			if n.cfg.Cluster.Alive(id) {
-				members = append(members, id)
+				vms[id] = true
 				live++
 			}
 		}
 		if live == 0 {
-			return nil, fmt.Errorf("%w: no live replica of blob %q (replicas %v)", errs.ErrUnavailable, op.Key, vms)
+			return nil, fmt.Errorf("%w: no live replica of blob %q (replicas %v)", errs.ErrUnavailable, op.Key, ids)
 		}
 	}
-	slices.Sort(members)
-	members = slices.Compact(members)
-	ordered := members[:0:0]
-	var last []ring.NodeID
-	for _, id := range members {
+	holders := map[ring.NodeID]bool{}
+	for key, t := range plan(ops, sizes, cs) {
+		if err := pl.holders(holders, key, cs, t); err != nil {
+			return nil, err
+		}
+	}
+	var first, then, last []ring.NodeID
+	for id := range vms {
 		if n.catchingUp(id) {
 			last = append(last, id)
 		} else {
-			ordered = append(ordered, id)
+			first = append(first, id)
 		}
 	}
-	return append(ordered, last...), nil
+	for id := range holders {
+		switch {
+		case vms[id] || !n.cfg.Cluster.Alive(id):
+		case n.catchingUp(id):
+			last = append(last, id)
+		default:
+			then = append(then, id)
+		}
+	}
+	slices.Sort(first)
+	slices.Sort(then)
+	slices.Sort(last)
+	return append(append(first, then...), last...), nil
 }
 
 // catchingUp reports whether member id is catching up, as far as this node
@@ -362,7 +392,12 @@ func (n *Node) Commit(ctx context.Context, keyspace string, rf int, ops []txn.Op
 			return nil, err
 		}
 		if o.Committed {
+			n.hints.learn(keyspace, ops, o.Results)
 			return o.Results, nil
+		}
+		if sizes, ok := decodeReplan(o.Err); ok && time.Now().Before(deadline) {
+			n.hints.set(keyspace, sizes)
+			continue
 		}
 		r := decodeRefusal(o.Err)
 		if (!r.locked && r.floor == 0) || time.Now().After(deadline) {
@@ -383,11 +418,15 @@ func (n *Node) Commit(ctx context.Context, keyspace string, rf int, ops []txn.Op
 // computed until it ends (see Barrier).
 func (n *Node) attempt(ctx context.Context, keyspace string, rf int, ops []txn.Op, version uint64) (chain.Outcome, error) {
 	defer n.Track()()
-	members, err := n.Chain(keyspace, rf, ops)
+	members, err := n.Chain(keyspace, rf, ops, n.hints.get(keyspace, ops))
 	if err != nil {
 		return chain.Outcome{}, err
 	}
-	if len(members) > 1 || members[0] != n.self {
+	if r, err := n.currentRing(); err != nil {
+		return chain.Outcome{}, err
+	} else if r.Len() > 1 {
+		// Even a chain of this node alone checks that it holds every chunk
+		// the commit changes (see checkCovered).
 		return n.run(ctx, keyspace, ops, members, version)
 	}
 	if n.CatchingUp() {
@@ -545,9 +584,10 @@ func (n *Node) step(env envelope) {
 		if !ok {
 			e = versionEntry{version: env.version, begun: env.begun, at: time.Now()}
 		}
-		if env.hasBases && !e.hasBases {
-			e.bases, e.hasBases = env.bases, true
+		if e.bases == nil {
+			e.bases = env.bases
 		}
+		e.chain = env.msg.Chain
 		n.versions[key] = e
 	}
 	if env.msg.Type == chain.MsgReply {
@@ -602,7 +642,7 @@ func (n *Node) emit(keyspace string, msgs []chain.Message) {
 		env := envelope{keyspace: keyspace, msg: m, sent: now}
 		if m.Type == chain.MsgForward {
 			v := n.versions[waiterKey{keyspace, m.Txn}]
-			env.version, env.begun, env.bases, env.hasBases = v.version, v.begun, v.bases, v.hasBases
+			env.version, env.begun, env.bases = v.version, v.begun, v.bases
 		}
 		if m.To == n.self {
 			n.local = append(n.local, env)
@@ -633,40 +673,52 @@ type stager struct {
 func (s stager) Prepare(id chain.TxnID, ops []txn.Op) (chain.Staged, error) {
 	key := waiterKey{s.keyspace, id}
 	e := s.n.versions[key]
-	if !e.hasBases && s.n.CatchingUp() {
-		// The head's state is what the others check theirs against.
-		return nil, taggedError{fmt.Errorf("node %s is the head of the chain: %w", s.n.self, errCatchingUp)}
-	}
 	ks, err := s.n.cfg.Engine.Acquire(s.keyspace)
 	if err != nil {
 		return nil, taggedError{err}
 	}
-	var p *mvcc.Pending
-	if e.hasBases {
-		p, err = ks.Store.TryPrepareOn(ops, e.version, e.bases)
-	} else {
-		p, err = ks.Store.TryPrepareAt(ops, e.version)
-	}
-	var mismatch *mvcc.BaseMismatchError
-	if errors.As(err, &mismatch) && (mismatch.Have < mismatch.Want || s.n.CatchingUp()) {
-		// This copy is behind the head's: the commit passes through, and
-		// catch-up copies its blobs once the head has committed it.
+	pl, err := s.n.placementFor(s.keyspace, int(ks.Config.Replication))
+	if err != nil {
 		ks.Release()
-		s.n.startCatchUp(fmt.Sprintf("blob %q of keyspace %q is behind the head's (%v)", mismatch.Key, s.keyspace, mismatch))
+		return nil, taggedError{err}
+	}
+	if s.n.CatchingUp() {
+		for _, op := range ops {
+			if _, given := e.bases[op.Key]; !given && pl.Manages(op.Key) {
+				// The first version manager's state is what the others
+				// check theirs against.
+				ks.Release()
+				return nil, taggedError{fmt.Errorf("node %s is the first version manager of blob %q in the chain: %w", s.n.self, op.Key, errCatchingUp)}
+			}
+		}
+	}
+	p, err := ks.Store.TryPrepareStep(ops, mvcc.Step{Version: e.version, Bases: e.bases, Placement: pl})
+	var mismatch *mvcc.BaseMismatchError
+	var chunkMismatch *mvcc.ChunkMismatchError
+	behind := errors.As(err, &chunkMismatch) ||
+		(errors.As(err, &mismatch) && (mismatch.Have < mismatch.Want || s.n.CatchingUp()))
+	if behind {
+		// This copy is behind the version manager's: the commit passes
+		// through, and catch-up copies its blobs once it is committed.
+		ks.Release()
+		s.n.startCatchUp(fmt.Sprintf("keyspace %q: %v", s.keyspace, err))
 		return passThrough{n: s.n, keyspace: s.keyspace, ops: ops, version: e.version}, nil
 	}
 	if err != nil {
 		ks.Release()
 		if mismatch != nil {
-			s.n.cfg.Log.Error("this replica is ahead of the chain's head; refusing the commit",
+			s.n.cfg.Log.Error("this replica is ahead of the chain's version manager; refusing the commit",
 				"keyspace", s.keyspace, "txn", id.String(), "err", err)
 		}
 		return nil, taggedError{err}
 	}
-	if !e.hasBases {
-		e.bases, e.hasBases = p.Bases(), true
-		s.n.versions[key] = e
+	if err := s.n.checkCovered(pl, ks.Store.ChunkBytes(), p, e.bases, e.chain); err != nil {
+		p.Abort()
+		ks.Release()
+		return nil, err
 	}
+	e.bases = p.Bases()
+	s.n.versions[key] = e
 	return staged{p: p, release: ks.Release}, nil
 }
 

@@ -1,0 +1,239 @@
+package node
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/tyrstore/tyr/internal/errs"
+	"github.com/tyrstore/tyr/internal/mvcc"
+	"github.com/tyrstore/tyr/internal/ring"
+	"github.com/tyrstore/tyr/internal/txn"
+)
+
+// Placement of chunks (see mvcc.Placement). Chunk c of a blob lives on the
+// ring's replicas of (key, c); the version managers are those of chunk 0.
+// A commit's chain is every live version manager of the blobs it touches,
+// then every live holder of a chunk it writes into or whose readable part
+// it changes (the blob's end moves through it). Which chunks an append or a
+// truncate changes depends on the blob's size, which only the version
+// managers know: the coordinator plans the chain from the sizes it last
+// saw, and the first version manager of each blob in the chain checks,
+// once it staged the commit, that the chain holds every live holder of
+// what the commit changes. If not, it refuses with the sizes it found and
+// the coordinator plans again.
+
+// placement is a keyspace's mvcc.Placement on one node under one ring.
+type placement struct {
+	r    *ring.Ring
+	seed uint64
+	rf   int
+	self ring.NodeID
+}
+
+func (p placement) Manages(key string) bool { return p.holds(key, 0) }
+
+func (p placement) Holds(key string, c uint64) bool { return p.holds(key, c) }
+
+func (p placement) holds(key string, c uint64) bool {
+	reps, err := p.r.Replicas(p.seed, key, c, p.rf)
+	return err == nil && slices.Contains(reps, p.self)
+}
+
+// placementFor returns this node's placement in keyspace under the current
+// ring.
+func (n *Node) placementFor(keyspace string, rf int) (placement, error) {
+	r, err := n.currentRing()
+	if err != nil {
+		return placement{}, err
+	}
+	if rf > r.Len() {
+		return placement{}, fmt.Errorf("%w: keyspace %q keeps %d replicas, but the cluster has %d nodes",
+			errs.ErrUnavailable, keyspace, rf, r.Len())
+	}
+	return placement{r: r, seed: ring.KeyspaceSeed(keyspace), rf: rf, self: n.self}, nil
+}
+
+// holders adds to set the replicas of every chunk of key in t (chunk size
+// cs). A long range of moved ends stops once every ring member is in.
+func (p placement) holders(set map[ring.NodeID]bool, key string, cs uint64, t mvcc.Touched) error {
+	add := func(c uint64) error {
+		reps, err := p.r.Replicas(p.seed, key, c, p.rf)
+		if err != nil {
+			return fmt.Errorf("%w: %w", errs.ErrUnavailable, err)
+		}
+		for _, id := range reps {
+			set[id] = true
+		}
+		return nil
+	}
+	for _, c := range t.Written {
+		if err := add(c); err != nil {
+			return err
+		}
+	}
+	for c := t.Lo / cs; c*cs < t.Hi && len(set) < p.r.Len(); c++ {
+		if err := add(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// plan returns, for each blob ops change, what they change if each blob is
+// sizes[key] bytes long now (a guess; absent: empty).
+func plan(ops []txn.Op, sizes map[string]uint64, cs uint64) map[string]mvcc.Touched {
+	type state struct {
+		size, start, low uint64
+		written          map[uint64]bool
+		changed          bool
+	}
+	blobs := map[string]*state{}
+	for _, op := range ops {
+		b := blobs[op.Key]
+		if b == nil {
+			s := sizes[op.Key]
+			b = &state{size: s, start: s, low: s, written: map[uint64]bool{}}
+			blobs[op.Key] = b
+		}
+		write := func(off, n uint64) {
+			for c := off / cs; n > 0 && c*cs < off+n; c++ {
+				b.written[c] = true
+			}
+			b.size = max(b.size, off+n)
+			b.changed = true
+		}
+		switch op.Kind {
+		case txn.OpWrite:
+			write(op.Offset, uint64(len(op.Data)))
+		case txn.OpAppend:
+			write(b.size, uint64(len(op.Data)))
+		case txn.OpAtomic:
+			write(op.Offset, uint64(op.Width))
+		case txn.OpCompareAndSwap:
+			write(op.Offset, uint64(len(op.Data)))
+		case txn.OpTruncate:
+			b.low = min(b.low, op.Size)
+			b.size = op.Size
+			b.changed = true
+		case txn.OpDelete:
+			b.low, b.size, b.changed = 0, 0, true
+		case txn.OpCreate:
+			b.changed = true
+		}
+	}
+	out := map[string]mvcc.Touched{}
+	for key, b := range blobs {
+		if !b.changed {
+			continue
+		}
+		t := mvcc.Touched{Written: slices.Sorted(maps.Keys(b.written)), Lo: min(b.low, b.size), Hi: max(b.start, b.size)}
+		if t.Lo == t.Hi {
+			t.Lo, t.Hi = 0, 0
+		}
+		out[key] = t
+	}
+	return out
+}
+
+// replanError is the refusal of a first version manager whose chain lacks
+// a holder of what the commit changes: Sizes are the sizes it found.
+type replanError struct {
+	Sizes map[string]uint64
+	why   string
+}
+
+func (e *replanError) Error() string {
+	b, _ := json.Marshal(e.Sizes)
+	return fmt.Sprintf("%s%s: %s", tagReplan, b, e.why)
+}
+
+// tagReplan starts a replanError's text.
+const tagReplan = "replan "
+
+func decodeReplan(text string) (map[string]uint64, bool) {
+	rest, ok := strings.CutPrefix(text, tagReplan)
+	if !ok {
+		return nil, false
+	}
+	dec := json.NewDecoder(strings.NewReader(rest))
+	var sizes map[string]uint64
+	if err := dec.Decode(&sizes); err != nil {
+		return nil, false
+	}
+	return sizes, true
+}
+
+// checkCovered is the first version managers' check (see above): every
+// live holder of what p changes in the blobs this member gave the base of
+// is in members.
+func (n *Node) checkCovered(pl placement, cs uint64, p *mvcc.Pending, given map[string]mvcc.Base, members []ring.NodeID) error {
+	need := map[ring.NodeID]bool{}
+	for key, t := range p.Touched() {
+		if _, ok := given[key]; ok {
+			continue
+		}
+		if err := pl.holders(need, key, cs, t); err != nil {
+			return err
+		}
+	}
+	var missing []ring.NodeID
+	for id := range need {
+		if !slices.Contains(members, id) && n.cfg.Cluster.Alive(id) {
+			missing = append(missing, id)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	slices.Sort(missing)
+	return &replanError{Sizes: p.Sizes(), why: fmt.Sprintf("the chain %v lacks holders %v of the chunks the commit changes", members, missing)}
+}
+
+// sizeHints remembers the last size seen of blobs this node coordinated
+// commits of, to plan chains (see plan). It is bounded: when full, it
+// starts over.
+type sizeHints struct {
+	mu sync.Mutex
+	m  map[string]uint64 // keyspace NUL key -> size
+}
+
+const sizeHintsMax = 1 << 16
+
+func (h *sizeHints) get(keyspace string, ops []txn.Op) map[string]uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := map[string]uint64{}
+	for _, op := range ops {
+		if s, ok := h.m[keyspace+"\x00"+op.Key]; ok {
+			out[op.Key] = s
+		}
+	}
+	return out
+}
+
+func (h *sizeHints) set(keyspace string, sizes map[string]uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.m == nil || len(h.m)+len(sizes) > sizeHintsMax {
+		h.m = map[string]uint64{}
+	}
+	for key, s := range sizes {
+		h.m[keyspace+"\x00"+key] = s
+	}
+}
+
+// learn records the sizes a commit's results report.
+func (h *sizeHints) learn(keyspace string, ops []txn.Op, results []txn.Result) {
+	sizes := map[string]uint64{}
+	for i, op := range ops {
+		if i < len(results) {
+			sizes[op.Key] = results[i].Size
+		}
+	}
+	h.set(keyspace, sizes)
+}
+
