@@ -234,10 +234,12 @@ func (c *Client) Read(ctx context.Context, ks, key string, offset, length uint64
 
 // readPinned reads length bytes from offset in parts at one version.
 func (c *Client) readPinned(ctx context.Context, ks, key string, offset, length uint64) ([]byte, error) {
-	data, info, err := c.ReadPart(ctx, ks, key, offset, min(length, PayloadBytesMax))
+	first, err := c.readRPC(ctx, &tyrpb.ReadRequest{Keyspace: []byte(ks), Key: []byte(key), Offset: offset,
+		Length: min(length, PayloadBytesMax), Consistent: true})
 	if err != nil {
-		return nil, err
+		return nil, fromStatus(err)
 	}
+	data, info := first.GetData(), BlobInfo{Version: first.GetVersion()}
 	out := data
 	for uint64(len(data)) == PayloadBytesMax && uint64(len(out)) < length {
 		off := offset + uint64(len(out))

@@ -91,6 +91,7 @@ type routeTable struct {
 	ring        *ring.Ring
 	members     map[ring.NodeID]routeMember
 	replication map[string]int
+	chunkSize   map[string]uint64 // keyspace -> chunk size
 }
 
 // newRouteTable builds the ring of resp: every member not left, with its
@@ -98,7 +99,7 @@ type routeTable struct {
 func newRouteTable(resp *tyrpb.RingResponse) (*routeTable, error) {
 	t := &routeTable{
 		ringID: resp.GetRingId(), membersID: resp.GetMembersId(), self: ring.NodeID(resp.GetSelf()),
-		members: make(map[ring.NodeID]routeMember, len(resp.GetMembers())), replication: map[string]int{},
+		members: make(map[ring.NodeID]routeMember, len(resp.GetMembers())), replication: map[string]int{}, chunkSize: map[string]uint64{},
 	}
 	var nodes []ring.Node
 	for _, m := range resp.GetMembers() {
@@ -112,6 +113,7 @@ func newRouteTable(resp *tyrpb.RingResponse) (*routeTable, error) {
 	}
 	for _, k := range resp.GetKeyspaces() {
 		t.replication[k.GetName()] = int(k.GetReplication())
+		t.chunkSize[k.GetName()] = k.GetChunkSize()
 	}
 	if len(nodes) < 2 {
 		return t, nil
@@ -126,20 +128,33 @@ func newRouteTable(resp *tyrpb.RingResponse) (*routeTable, error) {
 	return t, nil
 }
 
-// target returns the member that serves reads of key in keyspace ks: its
-// first version manager in node-ID order that serves reads. ok is false
-// when the table cannot tell (no ring, an unknown keyspace, a replication
-// above the ring's size, no version manager that serves reads).
-func (t *routeTable) target(ks, key string) (id ring.NodeID, ok bool) {
+// target returns the member that serves a read of key in keyspace ks: for
+// a direct read of [off, off+n) within one chunk, the chunk's first replica
+// in node-ID order that serves reads; for any other, the blob's first such
+// version manager (the replicas of chunk 0). ok is false when the table
+// cannot tell (no ring, an unknown keyspace, a replication above the
+// ring's size, no replica that serves reads).
+func (t *routeTable) target(ks, key string, rd readShape) (id ring.NodeID, ok bool) {
 	rf, known := t.replication[ks]
 	if t.ring == nil || !known || rf < 1 || rf > t.ring.Len() {
 		return "", false
 	}
-	vms, err := t.ring.VersionManagers(ring.KeyspaceSeed(ks), key, rf)
+	chunk := uint64(0)
+	if cs := t.chunkSize[ks]; rd.direct && cs != 0 && (rd.n == 0 || rd.off/cs == (rd.off+rd.n-1)/cs) {
+		chunk = rd.off / cs
+	}
+	reps, err := t.ring.Replicas(ring.KeyspaceSeed(ks), key, chunk, rf)
 	if err != nil {
 		return "", false
 	}
-	return ring.ReadTarget(vms, func(id ring.NodeID) bool { return t.members[id].reads })
+	return ring.ReadTarget(reps, func(id ring.NodeID) bool { return t.members[id].reads })
+}
+
+// readShape is what routing needs of a request: a direct read's range, or
+// nothing (direct false) for requests a version manager serves.
+type readShape struct {
+	direct bool
+	off, n uint64
 }
 
 // router keeps the client's copy of the ring and one connection per
@@ -321,7 +336,7 @@ func (r *router) conn(addr string) (*grpc.ClientConn, error) {
 
 // pick returns the client for the node that serves reads of key, or nil
 // to send the request to the endpoint.
-func (r *router) pick(ctx context.Context, ks, key string) tyrpb.TyrClient {
+func (r *router) pick(ctx context.Context, ks, key string, rd readShape) tyrpb.TyrClient {
 	if r == nil {
 		return nil
 	}
@@ -335,7 +350,7 @@ func (r *router) pick(ctx context.Context, ks, key string) tyrpb.TyrClient {
 	if _, known := t.replication[ks]; !known && t.ring != nil {
 		r.refresh() // a keyspace created since the fetch
 	}
-	id, ok := t.target(ks, key)
+	id, ok := t.target(ks, key, rd)
 	if !ok || id == t.self {
 		return nil
 	}
@@ -380,9 +395,9 @@ func retryable(ctx context.Context, err error) bool {
 // routed calls rpc on the node that serves reads of key, or on the
 // endpoint; a target that is unreachable gets one more try through the
 // endpoint, which forwards.
-func routed[Req, Resp any](ctx context.Context, c *Client, ks, key string, req Req,
+func routed[Req, Resp any](ctx context.Context, c *Client, ks, key string, rd readShape, req Req,
 	rpc func(tyrpb.TyrClient, context.Context, Req, ...grpc.CallOption) (Resp, error)) (Resp, error) {
-	if target := c.router.pick(ctx, ks, key); target != nil {
+	if target := c.router.pick(ctx, ks, key, rd); target != nil {
 		resp, err := rpc(target, ctx, req)
 		if !retryable(ctx, err) {
 			return resp, err
@@ -393,9 +408,10 @@ func routed[Req, Resp any](ctx context.Context, c *Client, ks, key string, req R
 }
 
 func (c *Client) readRPC(ctx context.Context, req *tyrpb.ReadRequest) (*tyrpb.ReadResponse, error) {
-	return routed(ctx, c, string(req.GetKeyspace()), string(req.GetKey()), req, tyrpb.TyrClient.Read)
+	rd := readShape{direct: req.GetVersion() == 0 && !req.GetConsistent(), off: req.GetOffset(), n: req.GetLength()}
+	return routed(ctx, c, string(req.GetKeyspace()), string(req.GetKey()), rd, req, tyrpb.TyrClient.Read)
 }
 
 func (c *Client) statRPC(ctx context.Context, req *tyrpb.StatRequest) (*tyrpb.BlobInfo, error) {
-	return routed(ctx, c, string(req.GetKeyspace()), string(req.GetKey()), req, tyrpb.TyrClient.Stat)
+	return routed(ctx, c, string(req.GetKeyspace()), string(req.GetKey()), readShape{}, req, tyrpb.TyrClient.Stat)
 }

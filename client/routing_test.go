@@ -128,7 +128,7 @@ func TestRouteTargetMatchesServer(t *testing.T) {
 				for i := range 2000 {
 					key := fmt.Sprintf("blob/%d", i)
 					want, vms, wantOK := serverReadTarget(t, v, serverRing, ks, int(rf), key)
-					got, gotOK := table.target(ks, key)
+					got, gotOK := table.target(ks, key, readShape{})
 					if got != want || gotOK != wantOK {
 						t.Fatalf("%s/%s: client target %q (%v), server %q (%v); version managers %v",
 							ks, key, got, gotOK, want, wantOK, vms)
@@ -167,7 +167,7 @@ func TestRouteTargetFallsBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if id, ok := table.target("ks", "k"); ok {
+	if id, ok := table.target("ks", "k", readShape{}); ok {
 		t.Errorf("one-member ring routes to %q; want the endpoint", id)
 	}
 	pair := routingView(t, []testMember{{"a", 1, alive, false}, {"b", 1, alive, false}})
@@ -175,13 +175,13 @@ func TestRouteTargetFallsBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := table.target("ks", "k"); !ok {
+	if _, ok := table.target("ks", "k", readShape{}); !ok {
 		t.Errorf("a known keyspace on a two-member ring is not routed")
 	}
-	if id, ok := table.target("other", "k"); ok {
+	if id, ok := table.target("other", "k", readShape{}); ok {
 		t.Errorf("unknown keyspace routed to %q", id)
 	}
-	if id, ok := table.target("wide", "k"); ok {
+	if id, ok := table.target("wide", "k", readShape{}); ok {
 		t.Errorf("replication above the ring's size routed to %q", id)
 	}
 	bad := ringOf(pair, "a", nil)

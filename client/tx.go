@@ -65,7 +65,7 @@ func (tx *Tx) view(ctx context.Context, key string, off uint64, n int, upto int)
 	}
 	if !pinned || (r.version != 0 && off < r.size && n > 0) {
 		resp, err := tx.c.readRPC(ctx, &tyrpb.ReadRequest{Keyspace: []byte(tx.ks), Key: []byte(key),
-			Offset: off, Length: uint64(n), Version: r.version})
+			Offset: off, Length: uint64(n), Version: r.version, Consistent: !pinned})
 		err = fromStatus(err)
 		switch {
 		case !pinned && errors.Is(err, ErrNotFound):

@@ -28,6 +28,134 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type ReadChunksRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keyspace      string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Offset        uint64                 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
+	Length        uint64                 `protobuf:"varint,4,opt,name=length,proto3" json:"length,omitempty"`
+	Version       uint64                 `protobuf:"varint,5,opt,name=version,proto3" json:"version,omitempty"`
+	Size          uint64                 `protobuf:"varint,6,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadChunksRequest) Reset() {
+	*x = ReadChunksRequest{}
+	mi := &file_api_peerpb_peer_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadChunksRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadChunksRequest) ProtoMessage() {}
+
+func (x *ReadChunksRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_peerpb_peer_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadChunksRequest.ProtoReflect.Descriptor instead.
+func (*ReadChunksRequest) Descriptor() ([]byte, []int) {
+	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ReadChunksRequest) GetKeyspace() string {
+	if x != nil {
+		return x.Keyspace
+	}
+	return ""
+}
+
+func (x *ReadChunksRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ReadChunksRequest) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *ReadChunksRequest) GetLength() uint64 {
+	if x != nil {
+		return x.Length
+	}
+	return 0
+}
+
+func (x *ReadChunksRequest) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *ReadChunksRequest) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+type ReadChunksResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadChunksResponse) Reset() {
+	*x = ReadChunksResponse{}
+	mi := &file_api_peerpb_peer_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadChunksResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadChunksResponse) ProtoMessage() {}
+
+func (x *ReadChunksResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_peerpb_peer_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadChunksResponse.ProtoReflect.Descriptor instead.
+func (*ReadChunksResponse) Descriptor() ([]byte, []int) {
+	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ReadChunksResponse) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
 type BarrierRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
@@ -37,7 +165,7 @@ type BarrierRequest struct {
 
 func (x *BarrierRequest) Reset() {
 	*x = BarrierRequest{}
-	mi := &file_api_peerpb_peer_proto_msgTypes[0]
+	mi := &file_api_peerpb_peer_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -49,7 +177,7 @@ func (x *BarrierRequest) String() string {
 func (*BarrierRequest) ProtoMessage() {}
 
 func (x *BarrierRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_peerpb_peer_proto_msgTypes[0]
+	mi := &file_api_peerpb_peer_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -62,7 +190,7 @@ func (x *BarrierRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BarrierRequest.ProtoReflect.Descriptor instead.
 func (*BarrierRequest) Descriptor() ([]byte, []int) {
-	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{0}
+	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *BarrierRequest) GetNode() string {
@@ -80,7 +208,7 @@ type BarrierResponse struct {
 
 func (x *BarrierResponse) Reset() {
 	*x = BarrierResponse{}
-	mi := &file_api_peerpb_peer_proto_msgTypes[1]
+	mi := &file_api_peerpb_peer_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -92,7 +220,7 @@ func (x *BarrierResponse) String() string {
 func (*BarrierResponse) ProtoMessage() {}
 
 func (x *BarrierResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_peerpb_peer_proto_msgTypes[1]
+	mi := &file_api_peerpb_peer_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -105,7 +233,7 @@ func (x *BarrierResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BarrierResponse.ProtoReflect.Descriptor instead.
 func (*BarrierResponse) Descriptor() ([]byte, []int) {
-	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{1}
+	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{3}
 }
 
 type VersionsRequest struct {
@@ -119,7 +247,7 @@ type VersionsRequest struct {
 
 func (x *VersionsRequest) Reset() {
 	*x = VersionsRequest{}
-	mi := &file_api_peerpb_peer_proto_msgTypes[2]
+	mi := &file_api_peerpb_peer_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -131,7 +259,7 @@ func (x *VersionsRequest) String() string {
 func (*VersionsRequest) ProtoMessage() {}
 
 func (x *VersionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_peerpb_peer_proto_msgTypes[2]
+	mi := &file_api_peerpb_peer_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -144,7 +272,7 @@ func (x *VersionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VersionsRequest.ProtoReflect.Descriptor instead.
 func (*VersionsRequest) Descriptor() ([]byte, []int) {
-	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{2}
+	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *VersionsRequest) GetKeyspace() string {
@@ -178,7 +306,7 @@ type VersionsResponse struct {
 
 func (x *VersionsResponse) Reset() {
 	*x = VersionsResponse{}
-	mi := &file_api_peerpb_peer_proto_msgTypes[3]
+	mi := &file_api_peerpb_peer_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -190,7 +318,7 @@ func (x *VersionsResponse) String() string {
 func (*VersionsResponse) ProtoMessage() {}
 
 func (x *VersionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_peerpb_peer_proto_msgTypes[3]
+	mi := &file_api_peerpb_peer_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -203,7 +331,7 @@ func (x *VersionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VersionsResponse.ProtoReflect.Descriptor instead.
 func (*VersionsResponse) Descriptor() ([]byte, []int) {
-	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{3}
+	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *VersionsResponse) GetBlobs() []*BlobVersion {
@@ -230,7 +358,7 @@ type BlobVersion struct {
 
 func (x *BlobVersion) Reset() {
 	*x = BlobVersion{}
-	mi := &file_api_peerpb_peer_proto_msgTypes[4]
+	mi := &file_api_peerpb_peer_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -242,7 +370,7 @@ func (x *BlobVersion) String() string {
 func (*BlobVersion) ProtoMessage() {}
 
 func (x *BlobVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_api_peerpb_peer_proto_msgTypes[4]
+	mi := &file_api_peerpb_peer_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -255,7 +383,7 @@ func (x *BlobVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlobVersion.ProtoReflect.Descriptor instead.
 func (*BlobVersion) Descriptor() ([]byte, []int) {
-	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{4}
+	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *BlobVersion) GetKey() string {
@@ -282,7 +410,7 @@ type FetchRequest struct {
 
 func (x *FetchRequest) Reset() {
 	*x = FetchRequest{}
-	mi := &file_api_peerpb_peer_proto_msgTypes[5]
+	mi := &file_api_peerpb_peer_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -294,7 +422,7 @@ func (x *FetchRequest) String() string {
 func (*FetchRequest) ProtoMessage() {}
 
 func (x *FetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_peerpb_peer_proto_msgTypes[5]
+	mi := &file_api_peerpb_peer_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -307,7 +435,7 @@ func (x *FetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
 func (*FetchRequest) Descriptor() ([]byte, []int) {
-	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{5}
+	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *FetchRequest) GetKeyspace() string {
@@ -338,7 +466,7 @@ type FetchChunk struct {
 
 func (x *FetchChunk) Reset() {
 	*x = FetchChunk{}
-	mi := &file_api_peerpb_peer_proto_msgTypes[6]
+	mi := &file_api_peerpb_peer_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -350,7 +478,7 @@ func (x *FetchChunk) String() string {
 func (*FetchChunk) ProtoMessage() {}
 
 func (x *FetchChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_api_peerpb_peer_proto_msgTypes[6]
+	mi := &file_api_peerpb_peer_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -363,7 +491,7 @@ func (x *FetchChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchChunk.ProtoReflect.Descriptor instead.
 func (*FetchChunk) Descriptor() ([]byte, []int) {
-	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{6}
+	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *FetchChunk) GetExists() bool {
@@ -403,7 +531,7 @@ type DeliverRequest struct {
 
 func (x *DeliverRequest) Reset() {
 	*x = DeliverRequest{}
-	mi := &file_api_peerpb_peer_proto_msgTypes[7]
+	mi := &file_api_peerpb_peer_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -415,7 +543,7 @@ func (x *DeliverRequest) String() string {
 func (*DeliverRequest) ProtoMessage() {}
 
 func (x *DeliverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_peerpb_peer_proto_msgTypes[7]
+	mi := &file_api_peerpb_peer_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -428,7 +556,7 @@ func (x *DeliverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeliverRequest.ProtoReflect.Descriptor instead.
 func (*DeliverRequest) Descriptor() ([]byte, []int) {
-	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{7}
+	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *DeliverRequest) GetMessages() []*Message {
@@ -446,7 +574,7 @@ type DeliverResponse struct {
 
 func (x *DeliverResponse) Reset() {
 	*x = DeliverResponse{}
-	mi := &file_api_peerpb_peer_proto_msgTypes[8]
+	mi := &file_api_peerpb_peer_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -458,7 +586,7 @@ func (x *DeliverResponse) String() string {
 func (*DeliverResponse) ProtoMessage() {}
 
 func (x *DeliverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_peerpb_peer_proto_msgTypes[8]
+	mi := &file_api_peerpb_peer_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -471,7 +599,7 @@ func (x *DeliverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeliverResponse.ProtoReflect.Descriptor instead.
 func (*DeliverResponse) Descriptor() ([]byte, []int) {
-	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{8}
+	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{10}
 }
 
 // Message is one internal/chain.Message, tagged with its keyspace.
@@ -510,7 +638,7 @@ type Message struct {
 
 func (x *Message) Reset() {
 	*x = Message{}
-	mi := &file_api_peerpb_peer_proto_msgTypes[9]
+	mi := &file_api_peerpb_peer_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -522,7 +650,7 @@ func (x *Message) String() string {
 func (*Message) ProtoMessage() {}
 
 func (x *Message) ProtoReflect() protoreflect.Message {
-	mi := &file_api_peerpb_peer_proto_msgTypes[9]
+	mi := &file_api_peerpb_peer_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -535,7 +663,7 @@ func (x *Message) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Message.ProtoReflect.Descriptor instead.
 func (*Message) Descriptor() ([]byte, []int) {
-	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{9}
+	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Message) GetKeyspace() string {
@@ -664,7 +792,7 @@ type Base struct {
 
 func (x *Base) Reset() {
 	*x = Base{}
-	mi := &file_api_peerpb_peer_proto_msgTypes[10]
+	mi := &file_api_peerpb_peer_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -676,7 +804,7 @@ func (x *Base) String() string {
 func (*Base) ProtoMessage() {}
 
 func (x *Base) ProtoReflect() protoreflect.Message {
-	mi := &file_api_peerpb_peer_proto_msgTypes[10]
+	mi := &file_api_peerpb_peer_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -689,7 +817,7 @@ func (x *Base) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Base.ProtoReflect.Descriptor instead.
 func (*Base) Descriptor() ([]byte, []int) {
-	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{10}
+	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Base) GetKey() string {
@@ -740,7 +868,7 @@ type Op struct {
 
 func (x *Op) Reset() {
 	*x = Op{}
-	mi := &file_api_peerpb_peer_proto_msgTypes[11]
+	mi := &file_api_peerpb_peer_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -752,7 +880,7 @@ func (x *Op) String() string {
 func (*Op) ProtoMessage() {}
 
 func (x *Op) ProtoReflect() protoreflect.Message {
-	mi := &file_api_peerpb_peer_proto_msgTypes[11]
+	mi := &file_api_peerpb_peer_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -765,7 +893,7 @@ func (x *Op) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Op.ProtoReflect.Descriptor instead.
 func (*Op) Descriptor() ([]byte, []int) {
-	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{11}
+	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Op) GetKey() string {
@@ -860,7 +988,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_api_peerpb_peer_proto_msgTypes[12]
+	mi := &file_api_peerpb_peer_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -872,7 +1000,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_api_peerpb_peer_proto_msgTypes[12]
+	mi := &file_api_peerpb_peer_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -885,7 +1013,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{12}
+	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Result) GetOffset() uint64 {
@@ -927,7 +1055,16 @@ var File_api_peerpb_peer_proto protoreflect.FileDescriptor
 
 const file_api_peerpb_peer_proto_rawDesc = "" +
 	"\n" +
-	"\x15api/peerpb/peer.proto\x12\vtyr.peer.v1\"$\n" +
+	"\x15api/peerpb/peer.proto\x12\vtyr.peer.v1\"\x9f\x01\n" +
+	"\x11ReadChunksRequest\x12\x1a\n" +
+	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x16\n" +
+	"\x06offset\x18\x03 \x01(\x04R\x06offset\x12\x16\n" +
+	"\x06length\x18\x04 \x01(\x04R\x06length\x12\x18\n" +
+	"\aversion\x18\x05 \x01(\x04R\aversion\x12\x12\n" +
+	"\x04size\x18\x06 \x01(\x04R\x04size\"(\n" +
+	"\x12ReadChunksResponse\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"$\n" +
 	"\x0eBarrierRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\"\x11\n" +
 	"\x0fBarrierResponse\"d\n" +
@@ -998,12 +1135,14 @@ const file_api_peerpb_peer_proto_rawDesc = "" +
 	"\x04size\x18\x02 \x01(\x04R\x04size\x12\x18\n" +
 	"\aversion\x18\x03 \x01(\x04R\aversion\x12\x14\n" +
 	"\x05value\x18\x04 \x01(\x04R\x05value\x12\x16\n" +
-	"\x06unheld\x18\x05 \x01(\bR\x06unheld2\x9a\x02\n" +
+	"\x06unheld\x18\x05 \x01(\bR\x06unheld2\xe9\x02\n" +
 	"\x04Peer\x12D\n" +
 	"\aDeliver\x12\x1b.tyr.peer.v1.DeliverRequest\x1a\x1c.tyr.peer.v1.DeliverResponse\x12D\n" +
 	"\aBarrier\x12\x1b.tyr.peer.v1.BarrierRequest\x1a\x1c.tyr.peer.v1.BarrierResponse\x12G\n" +
 	"\bVersions\x12\x1c.tyr.peer.v1.VersionsRequest\x1a\x1d.tyr.peer.v1.VersionsResponse\x12=\n" +
-	"\x05Fetch\x12\x19.tyr.peer.v1.FetchRequest\x1a\x17.tyr.peer.v1.FetchChunk0\x01B$Z\"github.com/tyrstore/tyr/api/peerpbb\x06proto3"
+	"\x05Fetch\x12\x19.tyr.peer.v1.FetchRequest\x1a\x17.tyr.peer.v1.FetchChunk0\x01\x12M\n" +
+	"\n" +
+	"ReadChunks\x12\x1e.tyr.peer.v1.ReadChunksRequest\x1a\x1f.tyr.peer.v1.ReadChunksResponseB$Z\"github.com/tyrstore/tyr/api/peerpbb\x06proto3"
 
 var (
 	file_api_peerpb_peer_proto_rawDescOnce sync.Once
@@ -1017,40 +1156,44 @@ func file_api_peerpb_peer_proto_rawDescGZIP() []byte {
 	return file_api_peerpb_peer_proto_rawDescData
 }
 
-var file_api_peerpb_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_api_peerpb_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_api_peerpb_peer_proto_goTypes = []any{
-	(*BarrierRequest)(nil),   // 0: tyr.peer.v1.BarrierRequest
-	(*BarrierResponse)(nil),  // 1: tyr.peer.v1.BarrierResponse
-	(*VersionsRequest)(nil),  // 2: tyr.peer.v1.VersionsRequest
-	(*VersionsResponse)(nil), // 3: tyr.peer.v1.VersionsResponse
-	(*BlobVersion)(nil),      // 4: tyr.peer.v1.BlobVersion
-	(*FetchRequest)(nil),     // 5: tyr.peer.v1.FetchRequest
-	(*FetchChunk)(nil),       // 6: tyr.peer.v1.FetchChunk
-	(*DeliverRequest)(nil),   // 7: tyr.peer.v1.DeliverRequest
-	(*DeliverResponse)(nil),  // 8: tyr.peer.v1.DeliverResponse
-	(*Message)(nil),          // 9: tyr.peer.v1.Message
-	(*Base)(nil),             // 10: tyr.peer.v1.Base
-	(*Op)(nil),               // 11: tyr.peer.v1.Op
-	(*Result)(nil),           // 12: tyr.peer.v1.Result
-	nil,                      // 13: tyr.peer.v1.Base.ChunksEntry
+	(*ReadChunksRequest)(nil),  // 0: tyr.peer.v1.ReadChunksRequest
+	(*ReadChunksResponse)(nil), // 1: tyr.peer.v1.ReadChunksResponse
+	(*BarrierRequest)(nil),     // 2: tyr.peer.v1.BarrierRequest
+	(*BarrierResponse)(nil),    // 3: tyr.peer.v1.BarrierResponse
+	(*VersionsRequest)(nil),    // 4: tyr.peer.v1.VersionsRequest
+	(*VersionsResponse)(nil),   // 5: tyr.peer.v1.VersionsResponse
+	(*BlobVersion)(nil),        // 6: tyr.peer.v1.BlobVersion
+	(*FetchRequest)(nil),       // 7: tyr.peer.v1.FetchRequest
+	(*FetchChunk)(nil),         // 8: tyr.peer.v1.FetchChunk
+	(*DeliverRequest)(nil),     // 9: tyr.peer.v1.DeliverRequest
+	(*DeliverResponse)(nil),    // 10: tyr.peer.v1.DeliverResponse
+	(*Message)(nil),            // 11: tyr.peer.v1.Message
+	(*Base)(nil),               // 12: tyr.peer.v1.Base
+	(*Op)(nil),                 // 13: tyr.peer.v1.Op
+	(*Result)(nil),             // 14: tyr.peer.v1.Result
+	nil,                        // 15: tyr.peer.v1.Base.ChunksEntry
 }
 var file_api_peerpb_peer_proto_depIdxs = []int32{
-	4,  // 0: tyr.peer.v1.VersionsResponse.blobs:type_name -> tyr.peer.v1.BlobVersion
-	9,  // 1: tyr.peer.v1.DeliverRequest.messages:type_name -> tyr.peer.v1.Message
-	11, // 2: tyr.peer.v1.Message.ops:type_name -> tyr.peer.v1.Op
-	12, // 3: tyr.peer.v1.Message.results:type_name -> tyr.peer.v1.Result
-	10, // 4: tyr.peer.v1.Message.bases:type_name -> tyr.peer.v1.Base
-	13, // 5: tyr.peer.v1.Base.chunks:type_name -> tyr.peer.v1.Base.ChunksEntry
-	7,  // 6: tyr.peer.v1.Peer.Deliver:input_type -> tyr.peer.v1.DeliverRequest
-	0,  // 7: tyr.peer.v1.Peer.Barrier:input_type -> tyr.peer.v1.BarrierRequest
-	2,  // 8: tyr.peer.v1.Peer.Versions:input_type -> tyr.peer.v1.VersionsRequest
-	5,  // 9: tyr.peer.v1.Peer.Fetch:input_type -> tyr.peer.v1.FetchRequest
-	8,  // 10: tyr.peer.v1.Peer.Deliver:output_type -> tyr.peer.v1.DeliverResponse
-	1,  // 11: tyr.peer.v1.Peer.Barrier:output_type -> tyr.peer.v1.BarrierResponse
-	3,  // 12: tyr.peer.v1.Peer.Versions:output_type -> tyr.peer.v1.VersionsResponse
-	6,  // 13: tyr.peer.v1.Peer.Fetch:output_type -> tyr.peer.v1.FetchChunk
-	10, // [10:14] is the sub-list for method output_type
-	6,  // [6:10] is the sub-list for method input_type
+	6,  // 0: tyr.peer.v1.VersionsResponse.blobs:type_name -> tyr.peer.v1.BlobVersion
+	11, // 1: tyr.peer.v1.DeliverRequest.messages:type_name -> tyr.peer.v1.Message
+	13, // 2: tyr.peer.v1.Message.ops:type_name -> tyr.peer.v1.Op
+	14, // 3: tyr.peer.v1.Message.results:type_name -> tyr.peer.v1.Result
+	12, // 4: tyr.peer.v1.Message.bases:type_name -> tyr.peer.v1.Base
+	15, // 5: tyr.peer.v1.Base.chunks:type_name -> tyr.peer.v1.Base.ChunksEntry
+	9,  // 6: tyr.peer.v1.Peer.Deliver:input_type -> tyr.peer.v1.DeliverRequest
+	2,  // 7: tyr.peer.v1.Peer.Barrier:input_type -> tyr.peer.v1.BarrierRequest
+	4,  // 8: tyr.peer.v1.Peer.Versions:input_type -> tyr.peer.v1.VersionsRequest
+	7,  // 9: tyr.peer.v1.Peer.Fetch:input_type -> tyr.peer.v1.FetchRequest
+	0,  // 10: tyr.peer.v1.Peer.ReadChunks:input_type -> tyr.peer.v1.ReadChunksRequest
+	10, // 11: tyr.peer.v1.Peer.Deliver:output_type -> tyr.peer.v1.DeliverResponse
+	3,  // 12: tyr.peer.v1.Peer.Barrier:output_type -> tyr.peer.v1.BarrierResponse
+	5,  // 13: tyr.peer.v1.Peer.Versions:output_type -> tyr.peer.v1.VersionsResponse
+	8,  // 14: tyr.peer.v1.Peer.Fetch:output_type -> tyr.peer.v1.FetchChunk
+	1,  // 15: tyr.peer.v1.Peer.ReadChunks:output_type -> tyr.peer.v1.ReadChunksResponse
+	11, // [11:16] is the sub-list for method output_type
+	6,  // [6:11] is the sub-list for method input_type
 	6,  // [6:6] is the sub-list for extension type_name
 	6,  // [6:6] is the sub-list for extension extendee
 	0,  // [0:6] is the sub-list for field type_name
@@ -1067,7 +1210,7 @@ func file_api_peerpb_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_peerpb_peer_proto_rawDesc), len(file_api_peerpb_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -26,10 +26,11 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Peer_Deliver_FullMethodName  = "/tyr.peer.v1.Peer/Deliver"
-	Peer_Barrier_FullMethodName  = "/tyr.peer.v1.Peer/Barrier"
-	Peer_Versions_FullMethodName = "/tyr.peer.v1.Peer/Versions"
-	Peer_Fetch_FullMethodName    = "/tyr.peer.v1.Peer/Fetch"
+	Peer_Deliver_FullMethodName    = "/tyr.peer.v1.Peer/Deliver"
+	Peer_Barrier_FullMethodName    = "/tyr.peer.v1.Peer/Barrier"
+	Peer_Versions_FullMethodName   = "/tyr.peer.v1.Peer/Versions"
+	Peer_Fetch_FullMethodName      = "/tyr.peer.v1.Peer/Fetch"
+	Peer_ReadChunks_FullMethodName = "/tyr.peer.v1.Peer/ReadChunks"
 )
 
 // PeerClient is the client API for Peer service.
@@ -53,6 +54,10 @@ type PeerClient interface {
 	// Fetch streams one blob as the receiver holds it once no commit of it
 	// is in progress there: first its version and size, then its bytes.
 	Fetch(ctx context.Context, in *FetchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[FetchChunk], error)
+	// ReadChunks reads a range within chunks the receiver holds, as of a
+	// blob version, for a version manager serving a read that spans chunks
+	// or names a version (the version manager gives the version and size).
+	ReadChunks(ctx context.Context, in *ReadChunksRequest, opts ...grpc.CallOption) (*ReadChunksResponse, error)
 }
 
 type peerClient struct {
@@ -112,6 +117,16 @@ func (c *peerClient) Fetch(ctx context.Context, in *FetchRequest, opts ...grpc.C
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Peer_FetchClient = grpc.ServerStreamingClient[FetchChunk]
 
+func (c *peerClient) ReadChunks(ctx context.Context, in *ReadChunksRequest, opts ...grpc.CallOption) (*ReadChunksResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReadChunksResponse)
+	err := c.cc.Invoke(ctx, Peer_ReadChunks_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PeerServer is the server API for Peer service.
 // All implementations must embed UnimplementedPeerServer
 // for forward compatibility.
@@ -133,6 +148,10 @@ type PeerServer interface {
 	// Fetch streams one blob as the receiver holds it once no commit of it
 	// is in progress there: first its version and size, then its bytes.
 	Fetch(*FetchRequest, grpc.ServerStreamingServer[FetchChunk]) error
+	// ReadChunks reads a range within chunks the receiver holds, as of a
+	// blob version, for a version manager serving a read that spans chunks
+	// or names a version (the version manager gives the version and size).
+	ReadChunks(context.Context, *ReadChunksRequest) (*ReadChunksResponse, error)
 	mustEmbedUnimplementedPeerServer()
 }
 
@@ -154,6 +173,9 @@ func (UnimplementedPeerServer) Versions(context.Context, *VersionsRequest) (*Ver
 }
 func (UnimplementedPeerServer) Fetch(*FetchRequest, grpc.ServerStreamingServer[FetchChunk]) error {
 	return status.Error(codes.Unimplemented, "method Fetch not implemented")
+}
+func (UnimplementedPeerServer) ReadChunks(context.Context, *ReadChunksRequest) (*ReadChunksResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReadChunks not implemented")
 }
 func (UnimplementedPeerServer) mustEmbedUnimplementedPeerServer() {}
 func (UnimplementedPeerServer) testEmbeddedByValue()              {}
@@ -241,6 +263,24 @@ func _Peer_Fetch_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Peer_FetchServer = grpc.ServerStreamingServer[FetchChunk]
 
+func _Peer_ReadChunks_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReadChunksRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PeerServer).ReadChunks(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Peer_ReadChunks_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerServer).ReadChunks(ctx, req.(*ReadChunksRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Peer_ServiceDesc is the grpc.ServiceDesc for Peer service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -259,6 +299,10 @@ var Peer_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Versions",
 			Handler:    _Peer_Versions_Handler,
+		},
+		{
+			MethodName: "ReadChunks",
+			Handler:    _Peer_ReadChunks_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

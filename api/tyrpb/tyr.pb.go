@@ -1282,7 +1282,15 @@ type ReadRequest struct {
 	// When non-zero, read the blob as of this version (a version a previous
 	// read or commit returned), if the server still retains it; otherwise
 	// ABORTED. The response's size and version are that version's.
-	Version       uint64 `protobuf:"varint,5,opt,name=version,proto3" json:"version,omitempty"`
+	Version uint64 `protobuf:"varint,5,opt,name=version,proto3" json:"version,omitempty"`
+	// In a cluster, a read within one chunk is served by a replica of that
+	// chunk, and its response's size and version are that replica's record:
+	// exact within the chunk, but the blob may have changed elsewhere since
+	// (version is then an older version of the blob). consistent asks a
+	// version manager instead, so that size and version are the blob's
+	// latest (a transaction's first read). Reads that span chunks or name a
+	// version always go through a version manager.
+	Consistent    bool `protobuf:"varint,6,opt,name=consistent,proto3" json:"consistent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1350,6 +1358,13 @@ func (x *ReadRequest) GetVersion() uint64 {
 		return x.Version
 	}
 	return 0
+}
+
+func (x *ReadRequest) GetConsistent() bool {
+	if x != nil {
+		return x.Consistent
+	}
+	return false
 }
 
 type ReadResponse struct {
@@ -1988,7 +2003,9 @@ type RingKeyspace struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// Version managers per blob (the keyspace's replication).
-	Replication   uint32 `protobuf:"varint,2,opt,name=replication,proto3" json:"replication,omitempty"`
+	Replication uint32 `protobuf:"varint,2,opt,name=replication,proto3" json:"replication,omitempty"`
+	// Chunk size: direct reads of chunk n go to its replicas.
+	ChunkSize     uint64 `protobuf:"varint,3,opt,name=chunk_size,json=chunkSize,proto3" json:"chunk_size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2033,6 +2050,13 @@ func (x *RingKeyspace) GetName() string {
 func (x *RingKeyspace) GetReplication() uint32 {
 	if x != nil {
 		return x.Replication
+	}
+	return 0
+}
+
+func (x *RingKeyspace) GetChunkSize() uint64 {
+	if x != nil {
+		return x.ChunkSize
 	}
 	return 0
 }
@@ -2222,13 +2246,16 @@ const file_api_tyrpb_tyr_proto_rawDesc = "" +
 	"\aversion\x18\x03 \x01(\x04R\aversion\x12\x14\n" +
 	"\x05value\x18\x04 \x01(\x04R\x05value\"<\n" +
 	"\x0eCommitResponse\x12*\n" +
-	"\aresults\x18\x01 \x03(\v2\x10.tyr.v1.OpResultR\aresults\"\x85\x01\n" +
+	"\aresults\x18\x01 \x03(\v2\x10.tyr.v1.OpResultR\aresults\"\xa5\x01\n" +
 	"\vReadRequest\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\fR\bkeyspace\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x16\n" +
 	"\x06offset\x18\x03 \x01(\x04R\x06offset\x12\x16\n" +
 	"\x06length\x18\x04 \x01(\x04R\x06length\x12\x18\n" +
-	"\aversion\x18\x05 \x01(\x04R\aversion\"P\n" +
+	"\aversion\x18\x05 \x01(\x04R\aversion\x12\x1e\n" +
+	"\n" +
+	"consistent\x18\x06 \x01(\bR\n" +
+	"consistent\"P\n" +
 	"\fReadResponse\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x04R\x04size\x12\x18\n" +
@@ -2275,10 +2302,12 @@ const file_api_tyrpb_tyr_proto_rawDesc = "" +
 	"\x06weight\x18\x03 \x01(\rR\x06weight\x12\x14\n" +
 	"\x05state\x18\x04 \x01(\tR\x05state\x12\x1f\n" +
 	"\vcatching_up\x18\x05 \x01(\bR\n" +
-	"catchingUp\"D\n" +
+	"catchingUp\"c\n" +
 	"\fRingKeyspace\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
-	"\vreplication\x18\x02 \x01(\rR\vreplication\"\xb7\x02\n" +
+	"\vreplication\x18\x02 \x01(\rR\vreplication\x12\x1d\n" +
+	"\n" +
+	"chunk_size\x18\x03 \x01(\x04R\tchunkSize\"\xb7\x02\n" +
 	"\fRingResponse\x12\x12\n" +
 	"\x04self\x18\x01 \x01(\tR\x04self\x12\x17\n" +
 	"\aring_id\x18\x02 \x01(\x04R\x06ringId\x12\x1d\n" +

@@ -303,3 +303,35 @@ func (p *Pending) Sizes() map[string]uint64 {
 	}
 	return out
 }
+
+// Pin returns blob key's record as of version (0: the latest) once no
+// commit of it is in progress on this store, for a version manager serving
+// a read from the chunks' holders: every holder committed that version
+// before this store did. With MVCC on, holders keep the pages of that
+// version, and release does nothing; with MVCC off they keep only the
+// newest, so Pin holds the blob's lock until release and no commit of the
+// blob can pass this store meanwhile: such reads and commits of one blob
+// wait for each other.
+func (s *Store) Pin(key string, version uint64) (BlobInfo, func(), error) {
+	keys := []string{key}
+	s.locks.lock(keys)
+	release := func() { s.locks.unlock(keys) }
+	snap := s.db.NewSnapshot()
+	defer snap.Close()
+	m, ok, err := getMeta(snap, key)
+	if err == nil && !ok && version == 0 {
+		err = fmt.Errorf("blob %q: %w", key, errs.ErrNotFound)
+	}
+	if err == nil && version != 0 && (!ok || m.Version != version) {
+		m, err = s.historyAt(snap, key, version, ok, m)
+	}
+	if err != nil {
+		release()
+		return BlobInfo{}, func() {}, err
+	}
+	if s.opts.MVCC {
+		release()
+		release = func() {}
+	}
+	return m.info(key), release, nil
+}

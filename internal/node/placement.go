@@ -236,4 +236,3 @@ func (h *sizeHints) learn(keyspace string, ops []txn.Op, results []txn.Result) {
 	}
 	h.set(keyspace, sizes)
 }
-

@@ -3,6 +3,7 @@ package server
 import (
 	"cmp"
 	"context"
+	"errors"
 	"slices"
 	"strings"
 
@@ -12,6 +13,7 @@ import (
 
 	"github.com/tyrstore/tyr/api/tyrpb"
 	"github.com/tyrstore/tyr/internal/chain"
+	"github.com/tyrstore/tyr/internal/errs"
 	"github.com/tyrstore/tyr/internal/limits"
 	"github.com/tyrstore/tyr/internal/membership"
 	"github.com/tyrstore/tyr/internal/mvcc"
@@ -51,6 +53,81 @@ func forwarded(ctx context.Context) bool {
 
 func markForwarded(ctx context.Context) context.Context {
 	return metadata.AppendToOutgoingContext(ctx, forwardedKey, "1")
+}
+
+// forwardedThrough marks a read forwarded to a version manager to be served
+// there through the chunks' holders (see clusterRead).
+const forwardedThrough = "through"
+
+func markThrough(ctx context.Context) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, forwardedKey, forwardedThrough)
+}
+
+func through(ctx context.Context) bool {
+	md, _ := metadata.FromIncomingContext(ctx)
+	v := md.Get(forwardedKey)
+	return len(v) > 0 && v[0] == forwardedThrough
+}
+
+// clusterRead serves a read in a cluster. A read within one chunk that
+// names no version (and does not ask to be consistent) is direct: the
+// chunk's read target serves it from its own store, one hop. Any other
+// read, and a direct read of a blob the chunk's replica has no record of
+// (it never held a byte of that chunk), goes through a version manager
+// (node.ReadThrough). A read is forwarded at most twice: to a chunk's
+// replica, then to a version manager.
+func (s *Service) clusterRead(ctx context.Context, ks *storage.Keyspace, req *tyrpb.ReadRequest) (*tyrpb.ReadResponse, error) {
+	if forwarded(ctx) && s.node.CatchingUp() {
+		return nil, toStatus(s.node.ErrCatchingUp())
+	}
+	key, off, n := string(req.GetKey()), req.GetOffset(), req.GetLength()
+	rf := int(ks.Config.Replication)
+	cs := ks.Store.ChunkBytes()
+	c := off / cs
+	direct := req.GetVersion() == 0 && !req.GetConsistent() && !through(ctx) && (n == 0 || (off+n-1)/cs == c)
+	if direct {
+		if !forwarded(ctx) {
+			target, err := s.node.ChunkTarget(ks.Name, rf, key, c)
+			if err != nil {
+				return nil, toStatus(err)
+			}
+			if target != s.node.Self() {
+				return s.forwardRead(markForwarded(ctx), target, req)
+			}
+		}
+		if s.node.Holds(ks.Name, rf, key, c) {
+			data, info, err := ks.Store.Read(key, off, n)
+			if err == nil || !errors.Is(err, errs.ErrNotFound) || s.node.Manages(ks.Name, rf, key) {
+				if err != nil {
+					return nil, toStatus(err)
+				}
+				s.metrics.countRead(readLocal)
+				return &tyrpb.ReadResponse{Data: data, Size: info.Size, Version: info.Version}, nil
+			}
+		}
+	}
+	if !through(ctx) && !s.node.Manages(ks.Name, rf, key) {
+		target, err := s.node.ReadTarget(ks.Name, rf, key)
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		return s.forwardRead(markThrough(ctx), target, req)
+	}
+	data, info, err := s.node.ReadThrough(ctx, ks, key, off, n, req.GetVersion())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	s.metrics.countRead(readLocal)
+	return &tyrpb.ReadResponse{Data: data, Size: info.Size, Version: info.Version}, nil
+}
+
+func (s *Service) forwardRead(ctx context.Context, target ring.NodeID, req *tyrpb.ReadRequest) (*tyrpb.ReadResponse, error) {
+	conn, err := s.node.Conn(target)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	s.metrics.countRead(readForwarded)
+	return tyrpb.NewTyrClient(conn).Read(ctx, req)
 }
 
 // commit runs ops on ks: through the chain of their replicas (which may

@@ -83,6 +83,7 @@ func formatRoutingID(id uint64) string { return fmt.Sprintf("%016x", id) }
 type ringKeyspace struct {
 	name        string
 	replication uint32
+	chunkSize   uint64
 }
 
 // ringResponse answers Ring from view, as node self sees it, with the live
@@ -101,7 +102,7 @@ func ringResponse(view *membership.View, self ring.NodeID, keyspaces []ringKeysp
 		})
 	}
 	for _, k := range keyspaces {
-		resp.Keyspaces = append(resp.Keyspaces, &tyrpb.RingKeyspace{Name: k.name, Replication: k.replication})
+		resp.Keyspaces = append(resp.Keyspaces, &tyrpb.RingKeyspace{Name: k.name, Replication: k.replication, ChunkSize: k.chunkSize})
 	}
 	return resp
 }
@@ -119,7 +120,7 @@ func (s *Service) Ring(context.Context, *tyrpb.RingRequest) (*tyrpb.RingResponse
 		if err != nil {
 			return nil, toStatus(err)
 		}
-		keyspaces = append(keyspaces, ringKeyspace{name: e.Name, replication: cfg.WithDefaults().Replication})
+		keyspaces = append(keyspaces, ringKeyspace{name: e.Name, replication: cfg.WithDefaults().Replication, chunkSize: cfg.WithDefaults().ChunkBytes})
 	}
 	return ringResponse(view, s.cluster.Self(), keyspaces), nil
 }

@@ -27,7 +27,7 @@ func TestRingResponse(t *testing.T) {
 	apply(t, &v, membership.Event{Kind: membership.EventJoin, Meta: routingMeta("b", 3, 1, true)})
 	apply(t, &v, membership.Event{Kind: membership.EventJoin, Meta: routingMeta("c", 2, 1, false)})
 	apply(t, &v, membership.Event{Kind: membership.EventDead, Meta: membership.Meta{ID: "c"}})
-	resp := ringResponse(&v, "a", []ringKeyspace{{"ks", 2}})
+	resp := ringResponse(&v, "a", []ringKeyspace{{"ks", 2, 4096}})
 	if resp.GetSelf() != "a" || resp.GetRingId() != uint64(v.RingID()) || resp.GetMembersId() != membersID(&v) {
 		t.Errorf("self %q ring %x members %x; want a, %s, %x", resp.GetSelf(), resp.GetRingId(), resp.GetMembersId(),
 			v.RingID(), membersID(&v))

@@ -238,10 +238,8 @@ func (s *Service) Read(ctx context.Context, req *tyrpb.ReadRequest) (*tyrpb.Read
 		return nil, toStatus(err)
 	}
 	defer ks.Release()
-	if target, err := s.readTarget(ctx, ks, string(req.GetKey())); err != nil {
-		return nil, toStatus(err)
-	} else if target != nil {
-		return target.Read(markForwarded(ctx), req)
+	if s.node != nil {
+		return s.clusterRead(ctx, ks, req)
 	}
 	data, info, err := ks.Store.ReadAt(string(req.GetKey()), req.GetOffset(), req.GetLength(), req.GetVersion())
 	if err != nil {

@@ -1,0 +1,114 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/tyrstore/tyr/api/peerpb"
+	"github.com/tyrstore/tyr/internal/errs"
+	"github.com/tyrstore/tyr/internal/mvcc"
+	"github.com/tyrstore/tyr/internal/storage"
+)
+
+// ReadThrough serves a read at a version manager of key (see placement.go):
+// it pins the blob's record at version (0: the latest committed here) and
+// reads each chunk of the range at that version, from the local store
+// where this node holds the chunk and from the chunk's read target
+// otherwise, in parallel. Every holder committed the version before this
+// version manager did, so the bytes are those of one blob version: a read
+// that spans chunks never mixes two commits.
+func (n *Node) ReadThrough(ctx context.Context, ks *storage.Keyspace, key string, off, length, version uint64) ([]byte, mvcc.BlobInfo, error) {
+	info, release, err := ks.Store.Pin(key, version)
+	if err != nil {
+		return nil, mvcc.BlobInfo{}, err
+	}
+	defer release()
+	if off >= info.Size || length == 0 {
+		return []byte{}, info, nil
+	}
+	end := min(info.Size, off+length)
+	rf := int(ks.Config.Replication)
+	cs := ks.Store.ChunkBytes()
+	buf := make([]byte, end-off)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	for c := off / cs; c*cs < end; c++ {
+		lo, hi := max(off, c*cs), min(end, (c+1)*cs)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			data, err := n.readChunks(ctx, ks, rf, key, c, lo, hi-lo, info)
+			if err == nil && uint64(len(data)) != hi-lo {
+				err = fmt.Errorf("%w: chunk %d of blob %q: %d bytes read, want %d", errs.ErrUnavailable, c, key, len(data), hi-lo)
+			}
+			if err != nil {
+				mu.Lock()
+				first = cmpErr(first, err)
+				mu.Unlock()
+				return
+			}
+			copy(buf[lo-off:], data)
+		}()
+	}
+	wg.Wait()
+	if first != nil {
+		return nil, mvcc.BlobInfo{}, first
+	}
+	return buf, info, nil
+}
+
+func cmpErr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// readChunks reads [off, off+n) of chunk c of key at info's version.
+func (n *Node) readChunks(ctx context.Context, ks *storage.Keyspace, rf int, key string, c, off, length uint64, info mvcc.BlobInfo) ([]byte, error) {
+	if n.Holds(ks.Name, rf, key, c) && !n.CatchingUp() {
+		return ks.Store.ReadChunks(key, off, length, info.Version, info.Size)
+	}
+	target, err := n.ChunkTarget(ks.Name, rf, key, c)
+	if err != nil {
+		return nil, err
+	}
+	pc, err := n.peerClient(target)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := pc.ReadChunks(ctx, &peerpb.ReadChunksRequest{Keyspace: ks.Name, Key: key, Offset: off, Length: length,
+		Version: info.Version, Size: info.Size})
+	if err != nil {
+		return nil, fmt.Errorf("%w: chunk %d of blob %q from %s: %w", errs.ErrUnavailable, c, key, target, err)
+	}
+	return resp.GetData(), nil
+}
+
+// ReadChunks implements peerpb.PeerServer: a version manager's read of
+// chunks this node holds (see ReadThrough).
+func (n *Node) ReadChunks(_ context.Context, req *peerpb.ReadChunksRequest) (*peerpb.ReadChunksResponse, error) {
+	if n.CatchingUp() {
+		return nil, statusOf(n.ErrCatchingUp())
+	}
+	ks, err := n.cfg.Engine.Acquire(req.GetKeyspace())
+	if err != nil {
+		return nil, statusOf(err)
+	}
+	defer ks.Release()
+	cs := ks.Store.ChunkBytes()
+	off, length := req.GetOffset(), req.GetLength()
+	if length == 0 || off+length < off || off/cs != (off+length-1)/cs {
+		return nil, statusOf(fmt.Errorf("%w: read of %d bytes at %d is not within one chunk", errs.ErrInvalidArgument, length, off))
+	}
+	if !n.Holds(ks.Name, int(ks.Config.Replication), req.GetKey(), off/cs) {
+		return nil, statusOf(fmt.Errorf("%w: node %s does not hold chunk %d of blob %q", errs.ErrUnavailable, n.self, off/cs, req.GetKey()))
+	}
+	data, err := ks.Store.ReadChunks(req.GetKey(), off, length, req.GetVersion(), req.GetSize())
+	if err != nil {
+		return nil, statusOf(err)
+	}
+	return &peerpb.ReadChunksResponse{Data: data}, nil
+}
