@@ -283,7 +283,10 @@ func (n *Node) catchUpOnce(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		err = n.fetch(ctx, ks, ref.key, v)
+		err = n.wholeBlobs(ks)
+		if err == nil {
+			err = n.fetch(ctx, ks, ref.key, v)
+		}
 		ks.Release()
 		if err != nil {
 			return err
@@ -305,6 +308,9 @@ func (n *Node) clearDirty(ref blobRef, version uint64) {
 // version differs from the up-to-date replicas'.
 func (n *Node) catchUpKeyspace(ctx context.Context, ks *storage.Keyspace, peers []ring.NodeID) error {
 	rf := int(ks.Config.Replication)
+	if err := n.wholeBlobs(ks); err != nil {
+		return err
+	}
 	seen := map[string]*remoteVersions{}
 	for _, id := range peers {
 		ready := !n.cfg.Cluster.CatchingUp(id)
@@ -630,4 +636,22 @@ func (t *tracker) wait(ctx context.Context) error {
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
+}
+
+// wholeBlobs checks that every node of the ring holds every chunk of ks's
+// blobs, which catch-up needs: it copies whole blobs from one replica.
+// Where nodes hold only some chunks of a blob, each with chunk versions of
+// its own, such a copy would be wrong; until catch-up goes chunk by chunk,
+// the node stays catching up (it serves no reads and is no chain's first
+// version manager), so it never serves a stale read.
+func (n *Node) wholeBlobs(ks *storage.Keyspace) error {
+	r, err := n.currentRing()
+	if err != nil {
+		return err
+	}
+	if rf := int(ks.Config.Replication); rf < r.Len() {
+		return fmt.Errorf("%w: keyspace %q keeps %d replicas on %d nodes, and catch-up of chunks spread over nodes is not built",
+			errs.ErrUnavailable, ks.Name, rf, r.Len())
+	}
+	return nil
 }
