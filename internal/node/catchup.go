@@ -638,8 +638,10 @@ func (t *tracker) wait(ctx context.Context) error {
 	}
 }
 
-// wholeBlobs checks that every node of the ring holds every chunk of ks's
-// blobs, which catch-up needs: it copies whole blobs from one replica.
+// wholeBlobs checks that catch-up can handle ks: either every node of the
+// ring holds every chunk of its blobs (catch-up copies whole blobs from one
+// replica), or each chunk has one replica (there is no other copy to catch
+// up from: a commit that changes a chunk whose replica is down fails).
 // Where nodes hold only some chunks of a blob, each with chunk versions of
 // its own, such a copy would be wrong; until catch-up goes chunk by chunk,
 // the node stays catching up (it serves no reads and is no chain's first
@@ -649,7 +651,7 @@ func (n *Node) wholeBlobs(ks *storage.Keyspace) error {
 	if err != nil {
 		return err
 	}
-	if rf := int(ks.Config.Replication); rf < r.Len() {
+	if rf := int(ks.Config.Replication); rf > 1 && rf < r.Len() {
 		return fmt.Errorf("%w: keyspace %q keeps %d replicas on %d nodes, and catch-up of chunks spread over nodes is not built",
 			errs.ErrUnavailable, ks.Name, rf, r.Len())
 	}

@@ -315,7 +315,7 @@ func (n *Node) Chain(keyspace string, rf int, ops []txn.Op, sizes map[string]uin
 	}
 	holders := map[ring.NodeID]bool{}
 	for key, t := range plan(ops, sizes, cs) {
-		if err := pl.holders(holders, key, cs, t); err != nil {
+		if err := pl.holders(holders, key, cs, t, n.cfg.Cluster.Alive); err != nil {
 			return nil, err
 		}
 	}

@@ -58,12 +58,17 @@ func (n *Node) placementFor(keyspace string, rf int) (placement, error) {
 }
 
 // holders adds to set the replicas of every chunk of key in t (chunk size
-// cs). A long range of moved ends stops once every ring member is in.
-func (p placement) holders(set map[ring.NodeID]bool, key string, cs uint64, t mvcc.Touched) error {
+// cs), and fails with errs.ErrUnavailable if a chunk has no replica alive
+// says is alive: the commit would change it where no one could keep it. A
+// long range of moved ends stops once every ring member is in.
+func (p placement) holders(set map[ring.NodeID]bool, key string, cs uint64, t mvcc.Touched, alive func(ring.NodeID) bool) error {
 	add := func(c uint64) error {
 		reps, err := p.r.Replicas(p.seed, key, c, p.rf)
 		if err != nil {
 			return fmt.Errorf("%w: %w", errs.ErrUnavailable, err)
+		}
+		if !slices.ContainsFunc(reps, alive) {
+			return fmt.Errorf("%w: no live replica of chunk %d of blob %q (replicas %v)", errs.ErrUnavailable, c, key, reps)
 		}
 		for _, id := range reps {
 			set[id] = true
@@ -176,7 +181,7 @@ func (n *Node) checkCovered(pl placement, cs uint64, p *mvcc.Pending, given map[
 		if _, ok := given[key]; ok {
 			continue
 		}
-		if err := pl.holders(need, key, cs, t); err != nil {
+		if err := pl.holders(need, key, cs, t, n.cfg.Cluster.Alive); err != nil {
 			return err
 		}
 	}
