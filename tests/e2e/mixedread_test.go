@@ -17,12 +17,14 @@ import (
 // (and, for the large range, more than one read request) with a pattern
 // naming the write, each range in one commit; concurrent readers read each
 // range whole and must find exactly one write's pattern in it, never parts
-// of two.
+// of two. Four nodes keep two replicas of each chunk, so the chunks of a
+// range are spread over every node and reads go through version managers
+// that fetch the chunks they do not hold from other nodes.
 func TestMixedReads(t *testing.T) {
-	lc := testserver.UpCluster(t, 3)
+	lc := testserver.UpCluster(t, 4)
 	clients := dialAll(t, lc)
 	const ks = "mixed-reads"
-	replicatedKeyspace(t, clients, ks, client.KeyspaceConfig{Replication: 3, MVCC: true, Sync: true, ChunkSize: 64 << 10})
+	replicatedKeyspace(t, clients, ks, client.KeyspaceConfig{Replication: 2, MVCC: true, Sync: true, ChunkSize: 64 << 10})
 
 	// A range of 256 KiB spans 4 chunks; one of 6 MiB spans 96 chunks and
 	// two read requests.
