@@ -216,16 +216,6 @@ func (w *blobWork) heldBetween(a, b uint64) (uint64, bool) {
 	return 0, false
 }
 
-// holdsRange reports whether this store holds every chunk of [off, off+n).
-func (w *blobWork) holdsRange(off, n uint64) bool {
-	for c := off / w.chunkBytes; c*w.chunkBytes < off+n; c++ {
-		if !w.holds(c) {
-			return false
-		}
-	}
-	return true
-}
-
 // ReadChunks returns up to length bytes of key from offset as of version
 // (0: the newest this store holds) for a blob of the given size: what a
 // version manager asks of a chunk's holder in a read that spans chunks or
