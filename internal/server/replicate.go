@@ -176,6 +176,36 @@ func (s *Service) route(ctx context.Context, ks *storage.Keyspace, key string) (
 	return tyrpb.NewTyrClient(conn), nil
 }
 
+// listOwn lists up to limit of this node's blobs. In a cluster these are
+// the blobs it is a version manager of: other holders' records of a blob
+// can be older, or outlive it.
+func (s *Service) listOwn(ks *storage.Keyspace, prefix, startAfter string, limit int) ([]mvcc.BlobInfo, bool, error) {
+	if s.node == nil {
+		return ks.Store.List(prefix, startAfter, limit)
+	}
+	rf := int(ks.Config.Replication)
+	var out []mvcc.BlobInfo
+	for {
+		page, more, err := ks.Store.List(prefix, startAfter, limit)
+		if err != nil {
+			return nil, false, err
+		}
+		for i, b := range page {
+			if !s.node.Manages(ks.Name, rf, b.Key) {
+				continue
+			}
+			out = append(out, b)
+			if len(out) == limit {
+				return out, more || i < len(page)-1, nil
+			}
+		}
+		if !more || len(page) == 0 {
+			return out, false, nil
+		}
+		startAfter = page[len(page)-1].Key
+	}
+}
+
 // listMembers returns the other live members whose blobs a listing must
 // merge, or nil when this node's own listing is complete: when it is not
 // clustered, when the request was forwarded, or when every node of the

@@ -298,7 +298,7 @@ func (s *Service) List(ctx context.Context, req *tyrpb.ListRequest) (*tyrpb.List
 		return nil, toStatus(err)
 	}
 	defer ks.Release()
-	blobs, more, err := ks.Store.List(prefix, startAfter, limit)
+	blobs, more, err := s.listOwn(ks, prefix, startAfter, limit)
 	if err != nil {
 		return nil, toStatus(err)
 	}
