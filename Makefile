@@ -4,7 +4,7 @@ BIN         := bin/tyr
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.7.0
 FUZZTIME    ?= 10s
 
-.PHONY: build run test unit lint fuzz fuzz-long crash-long sim torture bench bench-cluster proto clean
+.PHONY: build run test unit lint fuzz fuzz-long crash-long sim torture bench bench-peers bench-cluster proto clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/tyr
@@ -57,6 +57,13 @@ endif
 
 bench: build
 	scripts/bench-single.sh
+
+# One node against PostgreSQL, etcd, durable Redis and ZooKeeper-locked
+# Redis (installed from apt if missing): counter and MonALISA at 1, 8 and 32
+# clients, reads against etcd, and the machine's limits, in one run.
+# Writes bench/results/peers-<date>.md and its PNG plots.
+bench-peers: build
+	scripts/bench-peers.sh
 
 # A 3-node cluster (replication 3) against one node, one after the other:
 # 4 KiB writes and direct reads at 1, 16 and 64 clients, and peer messages

@@ -154,7 +154,7 @@ func TestReportRatios(t *testing.T) {
 		t.Fatalf("JSON lines do not round-trip: %v %+v", err, back)
 	}
 	var md strings.Builder
-	if err := WriteReport(&md, back, BaseSystem); err != nil {
+	if err := WriteReport(&md, back, BaseSystem, nil); err != nil {
 		t.Fatal(err)
 	}
 	for _, row := range []string{
@@ -217,7 +217,7 @@ func TestReportCounts(t *testing.T) {
 		{Workload: "write", System: "tyr-1", Clients: 1, OpsPerS: 200, Ops: 400, MetricsNodes: 1, ServedRequests: 400},
 	}
 	var md strings.Builder
-	if err := WriteReport(&md, results, "tyr-3"); err != nil {
+	if err := WriteReport(&md, results, "tyr-3", nil); err != nil {
 		t.Fatal(err)
 	}
 	for _, row := range []string{

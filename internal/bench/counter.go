@@ -14,28 +14,37 @@ import (
 // increments: the hot spot of the seeds' aggregation workloads.
 const counterKey = "counter"
 
-// runCounter has every client add 1 to one shared counter. tyr runs it twice:
-// with an atomic add (one round trip, applied on the server) and as a
+// counterSystem runs the counter workload: CreateCounter stores the counter
+// at zero, and its conns are counterConns.
+type counterSystem interface {
+	system
+	CreateCounter(ctx context.Context) error
+}
+
+type counterConn interface {
+	// Add adds delta to the counter.
+	Add(ctx context.Context, delta uint64) error
+}
+
+// runCounter has every client add 1 to one shared counter. tyr runs it with
+// an atomic add (one round trip, applied on the server) and as a
 // transactional read-modify-write (read, write back, commit; retried on
-// conflict), which is what an application without atomic ops must do. Redis
-// runs INCRBY. After the phases the counter must equal the number of
-// increments acknowledged, checked on tyr.
+// conflict), which is what an application without atomic ops must do; each
+// peer runs its own best equivalent (see its file). After the phases the
+// counter must equal the number of increments acknowledged, checked on tyr.
 func runCounter(ctx context.Context, cfg *Config, systems []system, emit func(Result) error) error {
 	for _, s := range systems {
-		zero := make([]byte, 8) // tyr: a little-endian uint64
-		if _, ok := s.(*redisSystem); ok {
-			zero = []byte("0") // Redis counts in decimal strings
-		}
-		if err := s.Preload(ctx, []string{counterKey}, zero); err != nil {
+		if err := s.(counterSystem).CreateCounter(ctx); err != nil {
 			return fmt.Errorf("%s: creating the counter: %w", s.Name(), err)
 		}
 	}
 	op := func(ctx context.Context, c conn, _ int, _ *rand.Rand, _ []byte) (int, error) {
-		return 8, c.Add(ctx, counterKey, 1)
+		return 8, c.(counterConn).Add(ctx, 1)
 	}
+	t := tyrOf(systems)
 	var acked uint64
 	counting := func(r Result) error {
-		if r.System == "tyr" || r.System == "tyr-rmw" {
+		if isTyr(systems, r.System) {
 			acked += r.Ops
 		}
 		return emit(r)
@@ -43,7 +52,7 @@ func runCounter(ctx context.Context, cfg *Config, systems []system, emit func(Re
 	if err := forEachPhase(ctx, cfg, systems, counting, op); err != nil {
 		return err
 	}
-	got, err := systems[0].(*tyrSystem).counter(ctx)
+	got, err := t.counter(ctx)
 	if err != nil {
 		return err
 	}
@@ -54,6 +63,38 @@ func runCounter(ctx context.Context, cfg *Config, systems []system, emit func(Re
 	}
 	cfg.progress("tyr counter %d after %d acknowledged increments", got, acked)
 	return nil
+}
+
+// tyrOf returns the tyr system among systems: the one measured with atomic
+// ops, or the one the read-modify-write system shares.
+func tyrOf(systems []system) *tyrSystem {
+	for _, s := range systems {
+		switch t := s.(type) {
+		case *tyrSystem:
+			return t
+		case *tyrRMWSystem:
+			return t.tyrSystem
+		}
+	}
+	panic("bench: no tyr system among the systems measured")
+}
+
+// isTyr reports whether name is one of the tyr systems among systems.
+func isTyr(systems []system, name string) bool {
+	for _, s := range systems {
+		switch s.(type) {
+		case *tyrSystem, *tyrRMWSystem:
+			if s.Name() == name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// CreateCounter stores a zero little-endian uint64.
+func (s *tyrSystem) CreateCounter(ctx context.Context) error {
+	return s.Preload(ctx, []string{counterKey}, make([]byte, 8))
 }
 
 func (s *tyrSystem) counter(ctx context.Context) (uint64, error) {
@@ -68,8 +109,8 @@ func (s *tyrSystem) counter(ctx context.Context) (uint64, error) {
 }
 
 // Add is an atomic add applied on the server.
-func (c *tyrConn) Add(ctx context.Context, key string, delta uint64) error {
-	_, err := c.c.Atomic(ctx, c.ks, key, 0, 8, client.FuncAdd, delta)
+func (c *tyrConn) Add(ctx context.Context, delta uint64) error {
+	_, err := c.c.Atomic(ctx, c.ks, counterKey, 0, 8, client.FuncAdd, delta)
 	return err
 }
 
@@ -78,27 +119,43 @@ func (c *tyrConn) Add(ctx context.Context, key string, delta uint64) error {
 type tyrRMWSystem struct {
 	*tyrSystem
 	attempts, commits atomic.Uint64
+	clients           int // of the phase being measured
 }
 
-func (s *tyrRMWSystem) Name() string { return "tyr-rmw" }
+func (s *tyrRMWSystem) Name() string { return s.tyrSystem.Name() + "-rmw" }
 
 // Note reports the abort rate of the phase just measured.
-func (s *tyrRMWSystem) Note(string) string {
-	attempts, commits := s.attempts.Swap(0), s.commits.Swap(0)
-	if commits == 0 {
-		return "transactional read-modify-write: nothing committed"
+func (s *tyrRMWSystem) Note(workload string) string {
+	what := s.Name() + " counter: RunTx reading the counter and writing it back"
+	if workload == "monalisa" {
+		what = s.Name() + " monalisa: RunTx reading the event's 4 aggregate slots, writing them back and " +
+			"appending the event"
 	}
-	return fmt.Sprintf("transactional read-modify-write: %.2f aborts per commit", float64(attempts-commits)/float64(commits))
+	return abortNote(what, s.clients, &s.attempts, &s.commits)
+}
+
+// abortNote describes the aborts of optimistic transactions since the last
+// call, made by the clients of one phase, and starts counting afresh.
+func abortNote(what string, clients int, attempts, commits *atomic.Uint64) string {
+	a, c := attempts.Swap(0), commits.Swap(0)
+	if c == 0 {
+		return fmt.Sprintf("%s: nothing committed with %d clients", what, clients)
+	}
+	return fmt.Sprintf("%s: %.2f aborts per commit with %d clients", what, float64(a-c)/float64(c), clients)
 }
 
 // Open and Close do nothing: the tyr system owns the keyspace.
 func (s *tyrRMWSystem) Open(context.Context) error  { return nil }
 func (s *tyrRMWSystem) Close(context.Context) error { return nil }
 
-// Preload does nothing: the tyr system already created the counter.
-func (s *tyrRMWSystem) Preload(context.Context, []string, []byte) error { return nil }
+// CreateCounter stores the counter at zero. When tyr with atomic ops runs
+// too, both write the zero before the first phase: they count in one blob.
+func (s *tyrRMWSystem) CreateCounter(ctx context.Context) error {
+	return s.tyrSystem.CreateCounter(ctx)
+}
 
 func (s *tyrRMWSystem) Conns(ctx context.Context, n int) ([]conn, func() error, error) {
+	s.clients = n
 	conns, closeAll, err := s.tyrSystem.Conns(ctx, n)
 	if err != nil {
 		return nil, nil, err
@@ -115,28 +172,37 @@ type tyrRMWConn struct {
 	s *tyrRMWSystem
 }
 
+// rmwOptions let a hot transaction retry long enough to commit under any
+// client count of the run, rather than fail as an error.
+var rmwOptions = &client.TxOptions{MaxRetries: 1000}
+
 // Add reads the counter, adds delta and writes it back in a transaction,
 // retried on conflict with RunTx's backoff.
-func (c *tyrRMWConn) Add(ctx context.Context, key string, delta uint64) error {
+func (c *tyrRMWConn) Add(ctx context.Context, delta uint64) error {
 	err := c.c.RunTx(ctx, c.ks, func(tx *client.Tx) error {
 		c.s.attempts.Add(1)
-		b, err := tx.Read(ctx, key, 0, 8)
+		b, err := tx.Read(ctx, counterKey, 0, 8)
 		if err != nil {
 			return err
 		}
 		if len(b) != 8 {
 			return fmt.Errorf("counter of %d bytes", len(b))
 		}
-		tx.Write(key, 0, binary.LittleEndian.AppendUint64(nil, binary.LittleEndian.Uint64(b)+delta))
+		tx.Write(counterKey, 0, binary.LittleEndian.AppendUint64(nil, binary.LittleEndian.Uint64(b)+delta))
 		return nil
-	}, &client.TxOptions{MaxRetries: 1000})
+	}, rmwOptions)
 	if err == nil {
 		c.s.commits.Add(1)
 	}
 	return err
 }
 
+// CreateCounter stores "0": Redis counts in decimal strings.
+func (s *redisSystem) CreateCounter(ctx context.Context) error {
+	return s.Preload(ctx, []string{counterKey}, []byte("0"))
+}
+
 // Add is INCRBY on a counter stored as a decimal string, Redis's own form.
-func (c *redisConn) Add(ctx context.Context, key string, delta uint64) error {
-	return c.c.IncrBy(ctx, c.s.key(key), int64(delta)).Err()
+func (c *redisConn) Add(ctx context.Context, delta uint64) error {
+	return c.c.IncrBy(ctx, c.s.key(counterKey), int64(delta)).Err()
 }

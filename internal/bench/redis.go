@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
@@ -20,6 +21,7 @@ type redisSystem struct {
 	name   string
 	prefix string
 	admin  *redis.Client
+	info   SystemInfo
 	// keys remembers what was written so Close deletes exactly that.
 	keys []string
 }
@@ -51,9 +53,31 @@ func newRedisSystem(ctx context.Context, addr string) (*redisSystem, error) {
 		_ = admin.Close()
 		return nil, fmt.Errorf("redis at %s: %w", addr, err)
 	}
-	return &redisSystem{addr: addr, admin: admin, name: redisName(ctx, admin),
+	return &redisSystem{addr: addr, admin: admin, name: redisName(ctx, admin), info: redisInfo(ctx, admin),
 		prefix: fmt.Sprintf("bench-%08x:", rand.Uint32())}, nil
 }
+
+// redisInfo reads the server's version and persistence settings.
+func redisInfo(ctx context.Context, c *redis.Client) SystemInfo {
+	var info SystemInfo
+	if text, err := c.Info(ctx, "server").Result(); err == nil {
+		for _, line := range strings.Split(text, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
+				info.Version = "redis " + v
+			}
+		}
+	}
+	var settings []string
+	for _, p := range []string{"appendonly", "appendfsync", "save"} {
+		if m, err := c.ConfigGet(ctx, p).Result(); err == nil {
+			settings = append(settings, fmt.Sprintf("%s %q", p, m[p]))
+		}
+	}
+	info.Settings = strings.Join(settings, ", ")
+	return info
+}
+
+func (s *redisSystem) Info() SystemInfo { return s.info }
 
 // redisName labels the server by its durability, read from its own
 // configuration, because the same numbers mean very different things for a

@@ -39,6 +39,10 @@ type Result struct {
 	Seconds  float64 `json:"seconds"`
 	InFlight int     `json:"in_flight,omitempty"`
 	Note     string  `json:"note,omitempty"`
+	// Version and Settings describe the server as it reported itself:
+	// its version and the settings its numbers depend on (durability).
+	Version  string `json:"version,omitempty"`
+	Settings string `json:"settings,omitempty"`
 
 	// With --metrics-addr, what the MetricsNodes nodes counted during the
 	// measurement, summed over them: chain messages and Deliver calls
@@ -115,12 +119,17 @@ func ReadJSONL(r io.Reader) ([]Result, error) {
 const BaseSystem = "tyr"
 
 // comparison groups results by workload and client count, keeping each
-// system's last measurement, as it is the most recent.
+// system's last measurement, as it is the most recent. The machine's limits
+// are kept apart: they are what the systems are read against.
 type comparison struct {
-	base  string
-	cells []cell
-	by    map[cell]map[string]Result
-	peers []string // every system but base, in order of appearance
+	base      string
+	workloads []string
+	cells     []cell
+	by        map[cell]map[string]Result
+	peers     []string            // every system but base, in order of appearance
+	peersOf   map[string][]string // the same, per workload
+	limits    map[cell]Result     // the machine's, by limit and client count
+	limitRows []Result
 }
 
 type cell struct {
@@ -128,17 +137,37 @@ type cell struct {
 	clients  int
 }
 
+func isLimit(r Result) bool {
+	return r.System == MachineSystem && slices.Contains(LimitWorkloads, r.Workload)
+}
+
 func compare(results []Result, base string) comparison {
-	c := comparison{base: base, by: map[cell]map[string]Result{}}
+	c := comparison{base: base, by: map[cell]map[string]Result{}, peersOf: map[string][]string{},
+		limits: map[cell]Result{}}
 	for _, r := range results {
 		k := cell{r.Workload, r.Clients}
+		if isLimit(r) {
+			if _, seen := c.limits[k]; !seen {
+				c.limitRows = append(c.limitRows, r)
+			}
+			c.limits[k] = r
+			continue
+		}
 		if c.by[k] == nil {
 			c.by[k] = map[string]Result{}
 			c.cells = append(c.cells, k)
 		}
+		if !slices.Contains(c.workloads, r.Workload) {
+			c.workloads = append(c.workloads, r.Workload)
+		}
 		c.by[k][r.System] = r
-		if r.System != base && !slices.Contains(c.peers, r.System) {
-			c.peers = append(c.peers, r.System)
+		if r.System != base {
+			if !slices.Contains(c.peers, r.System) {
+				c.peers = append(c.peers, r.System)
+			}
+			if !slices.Contains(c.peersOf[r.Workload], r.System) {
+				c.peersOf[r.Workload] = append(c.peersOf[r.Workload], r.System)
+			}
 		}
 	}
 	return c
@@ -186,48 +215,65 @@ func WriteRatios(w io.Writer, results []Result, base string) error {
 	return tw.Flush()
 }
 
-// WriteReport writes Markdown: a table of the ratio of base's operations
-// per second to every other system's, for each workload and client count,
-// then every measurement (with what the nodes counted, for results that
-// carry it) and the notes on how workloads map onto the systems.
-func WriteReport(w io.Writer, results []Result, base string) error {
+// WriteReport writes Markdown: for each workload, a table of the ratio of
+// base's operations per second to every other system's measured under it,
+// at each client count (preceded by the workload's plot when plots names
+// one); the machine's limits; every measurement (with what the nodes
+// counted, for results that carry it, and as a fraction of the machine's
+// limits when they were measured); the systems' versions and settings; and
+// the notes on how workloads map onto the systems.
+func WriteReport(w io.Writer, results []Result, base string, plots map[string]string) error {
 	c := compare(results, base)
 	var b strings.Builder
-	b.WriteString("| workload | clients | " + base + " ops/s |")
-	sep := "|---|---:|---:|"
-	for _, p := range c.peers {
-		fmt.Fprintf(&b, " %s ops/s | %s/%s |", p, base, p)
-		sep += "---:|---:|"
-	}
-	b.WriteString("\n" + sep + "\n")
-	for _, k := range c.cells {
-		r, ok := c.by[k][base]
-		fmt.Fprintf(&b, "| %s | %d | %s |", k.workload, k.clients, opsCell(r, ok))
-		for _, p := range c.peers {
-			peer, pok := c.by[k][p]
-			fmt.Fprintf(&b, " %s | %s |", opsCell(peer, pok), c.ratioCell(k, p))
+	for i, wl := range c.workloads {
+		if i > 0 {
+			b.WriteString("\n")
 		}
-		b.WriteString("\n")
+		writeRatioTable(&b, c, wl, plots[wl])
+	}
+	if len(c.limitRows) > 0 {
+		b.WriteString("\nMachine limits, measured in the same run:\n\n")
+		b.WriteString("| limit | clients | ops/s | MB/s | p50 µs | p99 µs | errors |\n|---|---:|---:|---:|---:|---:|---:|\n")
+		for _, r := range c.limitRows {
+			r = c.limits[cell{r.Workload, r.Clients}]
+			fmt.Fprintf(&b, "| %s | %d | %.1f | %.2f | %.1f | %.1f | %d |\n",
+				r.Workload, r.Clients, r.OpsPerS, r.MBPerS, r.P50us, r.P99us, r.Errors)
+		}
 	}
 
 	counted := slices.ContainsFunc(results, func(r Result) bool { return r.MetricsNodes > 0 })
+	limited := len(c.limits) > 0
 	b.WriteString("\nAll measurements:\n\n")
 	b.WriteString("| workload | system | clients | ops/s | MB/s | p50 µs | p99 µs | errors |")
+	sep := "|---|---|---:|---:|---:|---:|---:|---:|"
 	if counted {
 		b.WriteString(" nodes | peer messages/op | Deliver calls/op | requests served/op |")
+		sep += "---:|---:|---:|---:|"
 	}
-	b.WriteString("\n|---|---|---:|---:|---:|---:|---:|---:|")
-	if counted {
-		b.WriteString("---:|---:|---:|---:|")
+	if limited {
+		b.WriteString(" of round-trip limit | of fsync limit | of stream limit |")
+		sep += "---:|---:|---:|"
 	}
-	b.WriteString("\n")
+	b.WriteString("\n" + sep + "\n")
 	for _, r := range results {
+		if isLimit(r) {
+			continue
+		}
 		fmt.Fprintf(&b, "| %s | %s | %d | %.1f | %.2f | %.1f | %.1f | %d |",
 			r.Workload, r.System, r.Clients, r.OpsPerS, r.MBPerS, r.P50us, r.P99us, r.Errors)
 		if counted {
 			b.WriteString(countCells(r))
 		}
+		if limited {
+			b.WriteString(c.limitCells(r))
+		}
 		b.WriteString("\n")
+	}
+	if infos := systemInfos(results); len(infos) > 0 {
+		b.WriteString("\nSystems, as they reported themselves:\n\n")
+		for _, line := range infos {
+			b.WriteString("- " + line + "\n")
+		}
 	}
 	if notes := Notes(results); len(notes) > 0 {
 		b.WriteString("\n")
@@ -238,6 +284,77 @@ func WriteReport(w io.Writer, results []Result, base string) error {
 	fmt.Fprintf(&b, "\n%s.\n", NoisyMachineNote)
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeRatioTable writes workload wl's table: base's and each peer's
+// operations per second, and their ratio, for every client count.
+func writeRatioTable(b *strings.Builder, c comparison, wl, plot string) {
+	peers := c.peersOf[wl]
+	fmt.Fprintf(b, "**%s**\n\n", wl)
+	if plot != "" {
+		fmt.Fprintf(b, "![%s: operations per second by clients](%s)\n\n", wl, plot)
+	}
+	b.WriteString("| workload | clients | " + c.base + " ops/s |")
+	sep := "|---|---:|---:|"
+	for _, p := range peers {
+		fmt.Fprintf(b, " %s ops/s | %s/%s |", p, c.base, p)
+		sep += "---:|---:|"
+	}
+	b.WriteString("\n" + sep + "\n")
+	for _, k := range c.cells {
+		if k.workload != wl {
+			continue
+		}
+		r, ok := c.by[k][c.base]
+		fmt.Fprintf(b, "| %s | %d | %s |", k.workload, k.clients, opsCell(r, ok))
+		for _, p := range peers {
+			peer, pok := c.by[k][p]
+			fmt.Fprintf(b, " %s | %s |", opsCell(peer, pok), c.ratioCell(k, p))
+		}
+		b.WriteString("\n")
+	}
+}
+
+// limitCells gives r as a fraction of the machine's limits at the same
+// client count: operations against round trips and fsyncs, and the stream
+// workloads' bytes against the stream limit.
+func (c comparison) limitCells(r Result) string {
+	frac := func(limit string, v func(Result) float64) string {
+		l, ok := c.limits[cell{limit, r.Clients}]
+		if !ok || v(l) == 0 {
+			return "–"
+		}
+		return fmt.Sprintf("%.2f", v(r)/v(l))
+	}
+	ops := func(x Result) float64 { return x.OpsPerS }
+	mb := func(x Result) float64 { return x.MBPerS }
+	if strings.HasPrefix(r.Workload, "stream") {
+		return fmt.Sprintf(" – | – | %s |", frac("limit-stream", mb))
+	}
+	return fmt.Sprintf(" %s | %s | – |", frac("limit-roundtrip", ops), frac("limit-fsync", ops))
+}
+
+// systemInfos returns one line per system that described itself, with its
+// last description.
+func systemInfos(results []Result) []string {
+	var order []string
+	last := map[string]Result{}
+	for _, r := range results {
+		if r.Version == "" && r.Settings == "" {
+			continue
+		}
+		if _, seen := last[r.System]; !seen {
+			order = append(order, r.System)
+		}
+		last[r.System] = r
+	}
+	lines := make([]string, len(order))
+	for i, sys := range order {
+		r := last[sys]
+		lines[i] = sys + ": " + strings.Join(slices.DeleteFunc([]string{r.Version, r.Settings},
+			func(s string) bool { return s == "" }), "; ")
+	}
+	return lines
 }
 
 // Notes returns the distinct notes of results, in order.

@@ -1,7 +1,9 @@
-// Package bench measures tyr under simple workloads and, for comparison, a
-// peer system (Redis) under the same logical workloads in the same run. Only
-// ratios between systems measured side by side are meaningful: absolute
-// numbers depend on the machine and on whatever else runs on it.
+// Package bench measures tyr under simple workloads and, for comparison,
+// peer systems (Redis, PostgreSQL, etcd, Redis locked by ZooKeeper) under
+// the same logical workloads in the same run, and the limits of the machine
+// they run on. Only ratios between systems measured side by side are
+// meaningful: absolute numbers depend on the machine and on whatever else
+// runs on it.
 package bench
 
 import (
@@ -11,7 +13,9 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,7 +28,11 @@ import (
 const maxValueBytes = limits.PayloadBytesMax
 
 // Workloads is every workload Run knows, in the order help lists them.
-var Workloads = []string{"write", "read", "stream", "counter"}
+var Workloads = []string{"write", "read", "stream", "counter", "monalisa", "limits"}
+
+// AggModes are the ways tyr updates counters and aggregates: atomic ops
+// applied on the server, or transactional read-modify-write.
+var AggModes = []string{"atomic", "rmw"}
 
 // Config describes one run.
 type Config struct {
@@ -54,6 +62,26 @@ type Config struct {
 	// measured as a system of its own.
 	Peer      string
 	PeerAddrs []string
+	// Postgres is the connection URL of a PostgreSQL server, Etcd the
+	// client address of an etcd member, and ZooKeeper with ZKRedis the
+	// addresses of a ZooKeeper server and of the Redis it locks; each one
+	// set is measured as a peer.
+	Postgres  string
+	Etcd      string
+	ZooKeeper string
+	ZKRedis   string
+
+	// Agg lists how tyr updates counters and aggregates (AggModes), each
+	// measured as a system of its own: "tyr" and "tyr-rmw".
+	Agg []string
+	// Generators, ReadRatio: the monalisa workload's event generators and
+	// the fraction of its operations that read aggregates.
+	Generators int
+	ReadRatio  float64
+
+	// Dir is where the limits workload measures the fsync rate: a
+	// directory on the disk the systems under test keep their data on.
+	Dir string
 
 	// KeysPerClient is how many blobs each write client spreads its writes
 	// over; ReadKeys is how many keys the read workload preloads.
@@ -84,6 +112,10 @@ func DefaultConfig() Config {
 		Replication:    1,
 		KeysPerClient:  1000,
 		ReadKeys:       10000,
+		Agg:            slices.Clone(AggModes),
+		Generators:     1000,
+		ReadRatio:      0.65,
+		Dir:            os.TempDir(),
 		StreamSize:     1 << 30,
 		StreamInFlight: 4,
 		MaxErrors:      100,
@@ -123,6 +155,27 @@ func (c *Config) validate() error {
 	if c.Peer != "" && len(c.PeerAddrs) == 0 {
 		problems = append(problems, errors.New("--peer-addr: need an address for the peer"))
 	}
+	if (c.ZooKeeper == "") != (c.ZKRedis == "") {
+		problems = append(problems, errors.New("--zookeeper and --zk-redis: give both or neither: "+
+			"the locked peer takes its locks in ZooKeeper and keeps its data in Redis"))
+	}
+	if len(c.Agg) == 0 {
+		problems = append(problems, fmt.Errorf("--agg: need at least one of %v", AggModes))
+	}
+	for _, a := range c.Agg {
+		if !slices.Contains(AggModes, a) {
+			problems = append(problems, fmt.Errorf("--agg %q: want one of %v", a, AggModes))
+		}
+	}
+	if c.Generators < 1 || c.Generators > generatorsMax {
+		problems = append(problems, fmt.Errorf("--generators %d: must be in [1, %d]", c.Generators, generatorsMax))
+	}
+	if !(c.ReadRatio >= 0 && c.ReadRatio <= 1) {
+		problems = append(problems, fmt.Errorf("--read-ratio %v: must be in [0, 1]", c.ReadRatio))
+	}
+	if c.Workload == "limits" && c.Dir == "" {
+		problems = append(problems, errors.New("--dir: need a directory for the fsync limit"))
+	}
 	if c.KeysPerClient < 1 || c.ReadKeys < 1 {
 		problems = append(problems, errors.New("key counts must be positive"))
 	}
@@ -147,32 +200,64 @@ func (c *Config) progress(format string, args ...any) {
 	}
 }
 
-// system is one store under test, set up for one run.
+// system is one store under test, set up for one run. What else it can do
+// decides the workloads it runs: writeSystem, readSystem, streamSystem,
+// counterSystem and monalisaSystem.
 type system interface {
 	Name() string
 	// Note says how the workload maps onto the system when that is not
 	// obvious, for the output.
 	Note(workload string) string
+	// Info is the server's version and the settings that decide what its
+	// numbers mean (durability above all), as the server reports them.
+	Info() SystemInfo
 	Open(ctx context.Context) error
 	// Close removes everything the run stored.
 	Close(ctx context.Context) error
-	// Create makes empty values under keys; Preload stores value under keys.
-	Create(ctx context.Context, keys []string) error
-	Preload(ctx context.Context, keys []string, value []byte) error
 	// Conns opens n connections, one per client, and a function closing
 	// them all.
 	Conns(ctx context.Context, n int) ([]conn, func() error, error)
-	PartBytes() int
-	StreamOpen(ctx context.Context, parts, inFlight int) (streamConn, error)
 }
 
-// conn is one client's connection.
+// SystemInfo describes the server behind a system's results.
+type SystemInfo struct {
+	Version  string
+	Settings string
+}
+
+// conn is one client's connection; the workloads' own operations are in
+// putConn, getConn, counterConn and monalisaConn.
 type conn interface {
 	Ping(ctx context.Context) error
+}
+
+// writeSystem runs the write workload: Create makes empty values under
+// keys, and its conns are putConns.
+type writeSystem interface {
+	system
+	Create(ctx context.Context, keys []string) error
+}
+
+type putConn interface {
 	Put(ctx context.Context, key string, value []byte) error
+}
+
+// readSystem runs the read workload: Preload stores value under keys, and
+// its conns are getConns.
+type readSystem interface {
+	system
+	Preload(ctx context.Context, keys []string, value []byte) error
+}
+
+type getConn interface {
 	Get(ctx context.Context, key string, n int) ([]byte, error)
-	// Add adds delta to the 8-byte counter under key.
-	Add(ctx context.Context, key string, delta uint64) error
+}
+
+// streamSystem runs the stream workload.
+type streamSystem interface {
+	system
+	PartBytes() int
+	StreamOpen(ctx context.Context, parts, inFlight int) (streamConn, error)
 }
 
 // streamConn moves the parts of one large value.
@@ -182,9 +267,39 @@ type streamConn interface {
 	Close() error
 }
 
+// runs reports whether s runs workload.
+func runs(s system, workload string) bool {
+	var ok bool
+	switch workload {
+	case "write":
+		_, ok = s.(writeSystem)
+	case "read":
+		_, ok = s.(readSystem)
+	case "stream":
+		_, ok = s.(streamSystem)
+	case "counter":
+		_, ok = s.(counterSystem)
+	case "monalisa":
+		_, ok = s.(monalisaSystem)
+	}
+	return ok
+}
+
+// workloadsOf lists the workloads s runs, for error messages.
+func workloadsOf(s system) []string {
+	var out []string
+	for _, w := range Workloads {
+		if runs(s, w) {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
 // Run measures cfg.Workload on tyr and on each peer server and calls emit
 // with each result as soon as it is measured. Whatever it stored is removed
-// before it returns, even when ctx is cancelled.
+// before it returns, even when ctx is cancelled. The limits workload
+// measures the machine instead and needs no server.
 func Run(ctx context.Context, cfg Config, emit func(Result) error) (err error) {
 	if err := cfg.validate(); err != nil {
 		return err
@@ -192,14 +307,20 @@ func Run(ctx context.Context, cfg Config, emit func(Result) error) (err error) {
 	if cfg.Seed == 0 {
 		cfg.Seed = rand.Uint64()
 	}
+	if cfg.Workload == "limits" {
+		cfg.progress("machine limits, fsync in %s", cfg.Dir)
+		return runLimits(ctx, &cfg, emit)
+	}
 	cfg.progress("workload %s, seed %d", cfg.Workload, cfg.Seed)
-	var systems []system
+	// opened holds every system set up, measured or not, so that all are
+	// cleaned up.
+	var opened []system
 	defer func() {
 		// Cleanup gets a context of its own so an interrupted run still
 		// drops its keyspace and deletes its keys.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 		defer cancel()
-		for _, s := range systems {
+		for _, s := range opened {
 			cfg.progress("%s: removing bench data", s.Name())
 			if cerr := s.Close(cctx); cerr != nil {
 				err = errors.Join(err, fmt.Errorf("%s: %w", s.Name(), cerr))
@@ -212,23 +333,33 @@ func Run(ctx context.Context, cfg Config, emit func(Result) error) (err error) {
 	if err != nil {
 		return err
 	}
-	systems = append(systems, t)
+	opened = append(opened, t)
 	if err := t.Open(openCtx); err != nil {
 		return fmt.Errorf("tyr at %s: %w", cfg.Endpoint, err)
 	}
-	if cfg.Workload == "counter" {
-		systems = append(systems, &tyrRMWSystem{tyrSystem: t})
-	}
-	if cfg.Peer == "redis" {
-		for _, addr := range cfg.PeerAddrs {
-			r, err := newRedisSystem(openCtx, addr)
-			if err != nil {
-				return err
-			}
-			systems = append(systems, r)
-			cfg.progress("peer %s at %s", r.Name(), addr)
+	var systems []system
+	if cfg.Workload == "counter" || cfg.Workload == "monalisa" {
+		if slices.Contains(cfg.Agg, "atomic") {
+			systems = append(systems, t)
 		}
+		if slices.Contains(cfg.Agg, "rmw") {
+			systems = append(systems, &tyrRMWSystem{tyrSystem: t})
+		}
+	} else {
+		systems = append(systems, t)
 	}
+	peers, err := openPeers(openCtx, &cfg, func(s system) { opened = append(opened, s) })
+	if err != nil {
+		return err
+	}
+	for _, p := range peers {
+		if !runs(p, cfg.Workload) {
+			return fmt.Errorf("%s does not run the %s workload; it runs %s",
+				p.Name(), cfg.Workload, strings.Join(workloadsOf(p), ", "))
+		}
+		cfg.progress("peer %s", p.Name())
+	}
+	systems = append(systems, peers...)
 	switch cfg.Workload {
 	case "write":
 		return runWrite(ctx, &cfg, systems, emit)
@@ -236,9 +367,51 @@ func Run(ctx context.Context, cfg Config, emit func(Result) error) (err error) {
 		return runRead(ctx, &cfg, systems, emit)
 	case "counter":
 		return runCounter(ctx, &cfg, systems, emit)
+	case "monalisa":
+		return runMonalisa(ctx, &cfg, systems, emit)
 	default:
 		return runStream(ctx, &cfg, systems, emit)
 	}
+}
+
+// openPeers connects to every peer cfg names, calling opened with each as
+// soon as it holds anything to clean up.
+func openPeers(ctx context.Context, cfg *Config, opened func(system)) ([]system, error) {
+	var peers []system
+	add := func(s system, err error) error {
+		if err != nil {
+			return err
+		}
+		opened(s)
+		if err := s.Open(ctx); err != nil {
+			return fmt.Errorf("%s: %w", s.Name(), err)
+		}
+		peers = append(peers, s)
+		return nil
+	}
+	if cfg.Peer == "redis" {
+		for _, addr := range cfg.PeerAddrs {
+			if err := add(newRedisSystem(ctx, addr)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if cfg.Postgres != "" {
+		if err := add(newPostgresSystem(ctx, cfg.Postgres)); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Etcd != "" {
+		if err := add(newEtcdSystem(ctx, cfg.Etcd)); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.ZooKeeper != "" {
+		if err := add(newZKRedisSystem(ctx, cfg.ZooKeeper, cfg.ZKRedis)); err != nil {
+			return nil, err
+		}
+	}
+	return peers, nil
 }
 
 func writeKey(client, i int) string { return fmt.Sprintf("c%d/k%d", client, i) }
@@ -254,12 +427,12 @@ func runWrite(ctx context.Context, cfg *Config, systems []system, emit func(Resu
 	}
 	for _, s := range systems {
 		cfg.progress("%s: preparing %d keys", s.Name(), len(keys))
-		if err := s.Create(ctx, keys); err != nil {
+		if err := s.(writeSystem).Create(ctx, keys); err != nil {
 			return fmt.Errorf("%s: creating keys: %w", s.Name(), err)
 		}
 	}
 	op := func(ctx context.Context, c conn, client int, rng *rand.Rand, value []byte) (int, error) {
-		return len(value), c.Put(ctx, writeKey(client, rng.IntN(cfg.KeysPerClient)), value)
+		return len(value), c.(putConn).Put(ctx, writeKey(client, rng.IntN(cfg.KeysPerClient)), value)
 	}
 	return forEachPhase(ctx, cfg, systems, emit, op)
 }
@@ -273,12 +446,12 @@ func runRead(ctx context.Context, cfg *Config, systems []system, emit func(Resul
 	fillRandom(rand.New(rand.NewPCG(cfg.Seed, 0)), value)
 	for _, s := range systems {
 		cfg.progress("%s: preloading %d keys of %d bytes", s.Name(), len(keys), cfg.ValueSize)
-		if err := s.Preload(ctx, keys, value); err != nil {
+		if err := s.(readSystem).Preload(ctx, keys, value); err != nil {
 			return fmt.Errorf("%s: preloading: %w", s.Name(), err)
 		}
 	}
 	op := func(ctx context.Context, c conn, _ int, rng *rand.Rand, _ []byte) (int, error) {
-		data, err := c.Get(ctx, readKey(rng.IntN(cfg.ReadKeys)), cfg.ValueSize)
+		data, err := c.(getConn).Get(ctx, readKey(rng.IntN(cfg.ReadKeys)), cfg.ValueSize)
 		if err != nil {
 			return 0, err
 		}
@@ -305,6 +478,8 @@ func forEachPhase(ctx context.Context, cfg *Config, systems []system, emit func(
 				return fmt.Errorf("%s: %w", s.Name(), err)
 			}
 			r.Note = s.Note(cfg.Workload)
+			info := s.Info()
+			r.Version, r.Settings = info.Version, info.Settings
 			if err := emit(r); err != nil {
 				return err
 			}
@@ -401,7 +576,8 @@ func timed(ctx context.Context, cfg *Config, s system, n int, op opFunc) (Result
 // runStream puts one large value in parts with a few in flight, then gets
 // it back, verifying each part, on each system in turn.
 func runStream(ctx context.Context, cfg *Config, systems []system, emit func(Result) error) error {
-	for _, s := range systems {
+	for _, sys := range systems {
+		s := sys.(streamSystem)
 		part := s.PartBytes()
 		parts := int((cfg.StreamSize + int64(part) - 1) / int64(part))
 		sc, err := s.StreamOpen(ctx, parts, cfg.StreamInFlight)
@@ -418,6 +594,8 @@ func runStream(ctx context.Context, cfg *Config, systems []system, emit func(Res
 			}
 			r.System = s.Name()
 			r.Note = s.Note("stream")
+			info := s.Info()
+			r.Version, r.Settings = info.Version, info.Settings
 			if err := emit(r); err != nil {
 				_ = sc.Close()
 				return err

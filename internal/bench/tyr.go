@@ -26,6 +26,7 @@ type tyrSystem struct {
 
 	metrics []string      // the nodes' metrics endpoints
 	before  clusterCounts // their counters when the measurement began
+	info    SystemInfo
 }
 
 func newTyrSystem(cfg *Config) (*tyrSystem, error) {
@@ -39,12 +40,27 @@ func newTyrSystem(cfg *Config) (*tyrSystem, error) {
 
 func (s *tyrSystem) Name() string { return s.name }
 
-func (s *tyrSystem) Note(string) string {
-	if s.routes == nil {
-		return ""
+func (s *tyrSystem) Note(workload string) string {
+	if s.routes != nil {
+		return fmt.Sprintf("%s: replication %d; each read and write sent to the blob's first live replica in node-ID order",
+			s.name, s.rf)
 	}
-	return fmt.Sprintf("%s: replication %d; each read and write sent to the blob's first live replica in node-ID order",
-		s.name, s.rf)
+	switch workload {
+	case "counter":
+		return s.name + " counter: an atomic add applied on the server, one round trip"
+	case "monalisa":
+		return s.name + " monalisa: one commit of the event's append and two atomic adds (sum, count) per " +
+			"aggregate; a read is one ReadPart of 800 bytes"
+	}
+	return ""
+}
+
+func (s *tyrSystem) Info() SystemInfo { return s.info }
+
+func keyspaceSettings(c client.KeyspaceConfig) string {
+	onOff := map[bool]string{true: "on", false: "off"}
+	return fmt.Sprintf("keyspace sync %s, MVCC %s, %s chunks, replication %d",
+		onOff[c.Sync], onOff[c.MVCC], FormatSize(int64(c.ChunkSize)), c.Replication)
 }
 
 // Open creates the keyspace with the default configuration (64 MiB chunks,
@@ -57,6 +73,13 @@ func (s *tyrSystem) Open(ctx context.Context) error {
 		return fmt.Errorf("create keyspace %s: %w", s.keyspace, err)
 	}
 	s.created = true
+	// The settings are read back rather than assumed, so the output says
+	// what the server actually applied.
+	ki, err := s.admin.Keyspace(ctx, s.keyspace)
+	if err != nil {
+		return fmt.Errorf("keyspace %s: %w", s.keyspace, err)
+	}
+	s.info.Settings = keyspaceSettings(ki.Config)
 	if s.direct {
 		st, err := s.admin.ClusterStatus(ctx)
 		if err != nil {

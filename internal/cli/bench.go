@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -24,22 +25,43 @@ func init() {
 }
 
 const benchLong = `Measure a tyr server under a simple workload, optionally side by side with
-Redis under the same logical workload.
+peer systems under the same logical workload, and the machine's own limits.
 
 Workloads:
-  write   each client writes --value-size bytes to blobs of its own, chosen at
-          random among --keys-per-client blobs created beforehand
-  read    --read-keys values of --value-size bytes are stored, then each
-          client reads random ones
-  stream  one value of --stream-size is put in parts of the most one request
-          carries (4 MiB), a few in flight, then read back; put and get are
-          reported separately
+  write     each client writes --value-size bytes to blobs of its own, chosen
+            at random among --keys-per-client blobs created beforehand
+  read      --read-keys values of --value-size bytes are stored, then each
+            client reads random ones
+  stream    one value of --stream-size is put in parts of the most one
+            request carries (4 MiB), a few in flight, then read back; put and
+            get are reported separately
+  counter   every client adds 1 to one shared 8-byte counter
+  monalisa  the seeds' MonALISA layout: --generators append 16-byte events
+            to logs of their own, each added in the same transaction to
+            per-minute aggregates (sum, count) of its machine, cluster, site
+            and to one global aggregate, the hot spot; --read-ratio of the
+            operations read 800 bytes of an aggregate chosen by a power law
+  limits    no server: loopback TCP round trips, loopback stream MB/s and
+            small appends with fsync in --dir, the limits the other results
+            can be read against
+
+For counter and monalisa, --agg says how tyr updates: with atomic ops in the
+commit ("tyr") and/or as transactional read-modify-write ("tyr-rmw").
 
 tyr runs in a keyspace of its own (bench-<random>: 64 MiB chunks, sync on,
-MVCC on, --replication copies) that is dropped at the end. With --peer redis, the same workload
-runs against each --peer-addr: a write is SET, a read is GET, and a stream is
-one key per 4 MiB part; bench keys are deleted at the end. Each client is one
-goroutine with its own connection.
+MVCC on, --replication copies) that is dropped at the end. Peers, each
+measured as a system of its own, with their data removed at the end:
+  --peer redis --peer-addr ADDR  write (SET), read (GET), stream (a key per
+                                 4 MiB part), counter (INCRBY)
+  --postgres URL                 counter (UPDATE ... RETURNING), monalisa (an
+                                 INSERT and 4 UPDATEs in one transaction)
+  --etcd ADDR                    counter (Get, then Txn on ModRevision, with
+                                 retry), read (Get)
+  --zookeeper ADDR --zk-redis ADDR
+                                 counter and monalisa as read-modify-write in
+                                 Redis under ZooKeeper locks, one per
+                                 aggregate slot
+Each client is one goroutine with its own connection.
 
 Against a cluster, --direct sends each operation to the node that serves
 its blob rather than to --endpoint, and --metrics-addr (every node's) adds
@@ -48,13 +70,14 @@ the Commit and Read requests they served, during the measurement.
 
 Results give, for each workload, system and client count: operations and
 MB (10^6 bytes) per second, p50 and p99 latency of successful operations in
-microseconds, and failed operations. --json writes one JSON object per line
-instead of a table; "tyr bench report FILE" turns such lines into Markdown.`
+microseconds, failed operations, and the server's version and durability
+settings. --json writes one JSON object per line instead of a table;
+"tyr bench report FILE" turns such lines into Markdown and plots.`
 
 func newBenchCommand(e *env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench WORKLOAD [flags]",
-		Short: "Measure tyr, optionally side by side with Redis",
+		Short: "Measure tyr, optionally side by side with peer systems",
 		Long:  benchLong,
 		Args:  cobra.ArbitraryArgs,
 		// Without this, an unknown workload would print help and succeed.
@@ -98,7 +121,10 @@ var workloadShort = map[string]string{
 	"write":   "Random writes of --value-size bytes to pre-created blobs",
 	"read":    "Random reads of --value-size bytes from preloaded blobs",
 	"stream":  "Put then get one large value in parts",
-	"counter": "Every client adds 1 to one shared 8-byte counter: atomic add vs transactional read-modify-write (and Redis INCRBY)",
+	"counter": "Every client adds 1 to one shared 8-byte counter: atomic add vs transactional read-modify-write (and peers)",
+	"monalisa": "MonALISA events appended with per-minute aggregates updated in the same transaction, " +
+		"and power-law aggregate reads",
+	"limits": "The machine's loopback round trips, loopback stream and fsync rate, for reading the other results",
 }
 
 func newBenchWorkloadCommand(e *env, workload string) *cobra.Command {
@@ -124,7 +150,6 @@ func newBenchWorkloadCommand(e *env, workload string) *cobra.Command {
 	if workload != "stream" {
 		f.IntSliceVar(&cfg.Clients, "clients", cfg.Clients, "client counts to measure, each in turn: N[,N,...]")
 		f.DurationVar(&cfg.Duration, "duration", cfg.Duration, "how long each client count runs on each system")
-		f.Var(sizeFlag{&valueSize}, "value-size", "bytes per write or read, at most 4MiB")
 	}
 	switch workload {
 	case "write":
@@ -134,6 +159,25 @@ func newBenchWorkloadCommand(e *env, workload string) *cobra.Command {
 	case "stream":
 		f.Var(sizeFlag{&cfg.StreamSize}, "stream-size", "size of the value put and got")
 		f.IntVar(&cfg.StreamInFlight, "stream-in-flight", cfg.StreamInFlight, "parts in flight at once")
+	case "monalisa":
+		f.IntVar(&cfg.Generators, "generators", cfg.Generators, "event generators, each appending to a log of its own")
+		f.Float64Var(&cfg.ReadRatio, "read-ratio", cfg.ReadRatio, "fraction of operations that read aggregates, in [0, 1]")
+	case "limits":
+		f.StringVar(&cfg.Dir, "dir", cfg.Dir, "directory to measure the fsync rate in: one on the disk the servers use")
+	}
+	if workload == "write" || workload == "read" || workload == "counter" {
+		f.Var(sizeFlag{&valueSize}, "value-size", "bytes per write or read, at most 4MiB")
+	}
+	if workload == "counter" || workload == "monalisa" {
+		f.StringSliceVar(&cfg.Agg, "agg", cfg.Agg,
+			"how tyr updates the counter or aggregates, each measured: atomic (ops in the commit), rmw (transaction)")
+	}
+	f.Uint64Var(&cfg.Seed, "seed", 0, "seed for keys and values; 0 picks one, printed so a run can be repeated")
+	f.BoolVar(&asJSON, "json", false, "write one JSON object per result line instead of a table")
+	f.IntVar(&cfg.MaxErrors, "max-errors", cfg.MaxErrors, "stop a measurement after this many failed operations")
+	f.DurationVar(&cfg.OpTimeout, "op-timeout", cfg.OpTimeout, "deadline of each operation")
+	if workload == "limits" {
+		return cmd
 	}
 	f.StringVar(&cfg.System, "system", cfg.System, "name of tyr in the results, e.g. to tell deployments apart in one report")
 	f.IntVar(&cfg.Replication, "replication", cfg.Replication, "replication factor of the bench keyspace")
@@ -144,13 +188,13 @@ func newBenchWorkloadCommand(e *env, workload string) *cobra.Command {
 			"metrics address (host:port) of every node of the cluster; each result then carries the peer messages, "+
 				"Deliver calls and requests the nodes counted during it")
 	}
-	f.Uint64Var(&cfg.Seed, "seed", 0, "seed for keys and values; 0 picks one, printed so a run can be repeated")
-	f.BoolVar(&asJSON, "json", false, "write one JSON object per result line instead of a table")
 	f.StringVar(&cfg.Peer, "peer", "", "also measure this system under the same workload: redis")
 	f.StringSliceVar(&cfg.PeerAddrs, "peer-addr", []string{"127.0.0.1:6379"},
 		"address of the peer; repeat or separate with commas to measure several servers")
-	f.IntVar(&cfg.MaxErrors, "max-errors", cfg.MaxErrors, "stop a measurement after this many failed operations")
-	f.DurationVar(&cfg.OpTimeout, "op-timeout", cfg.OpTimeout, "deadline of each operation")
+	f.StringVar(&cfg.Postgres, "postgres", "", "also measure the PostgreSQL server at this URL (postgres://user@host:port/db)")
+	f.StringVar(&cfg.Etcd, "etcd", "", "also measure the etcd member with this client address (host:port)")
+	f.StringVar(&cfg.ZooKeeper, "zookeeper", "", "also measure Redis (--zk-redis) locked by the ZooKeeper server at host:port")
+	f.StringVar(&cfg.ZKRedis, "zk-redis", "", "the Redis server (host:port) the ZooKeeper-locked peer keeps its data in")
 	return cmd
 }
 
@@ -181,10 +225,16 @@ func runBench(ctx context.Context, e *env, cfg bench.Config, asJSON bool) error 
 }
 
 func writeBenchSummary(w io.Writer, cfg bench.Config, results []bench.Result) {
-	if cfg.Workload == "stream" {
+	switch cfg.Workload {
+	case "stream":
 		fmt.Fprintf(w, "stream: %s in parts, %d in flight, seed %d, tyr at %s\n\n",
 			bench.FormatSize(cfg.StreamSize), cfg.StreamInFlight, cfg.Seed, cfg.Endpoint)
-	} else {
+	case "monalisa":
+		fmt.Fprintf(w, "monalisa: %d generators, %.0f%% reads, %s per measurement, seed %d, tyr at %s\n\n",
+			cfg.Generators, 100*cfg.ReadRatio, cfg.Duration, cfg.Seed, cfg.Endpoint)
+	case "limits":
+		fmt.Fprintf(w, "limits: %s per measurement, fsync in %s\n\n", cfg.Duration, cfg.Dir)
+	default:
 		fmt.Fprintf(w, "%s: values of %d bytes, %s per measurement, seed %d, tyr at %s\n\n",
 			cfg.Workload, cfg.ValueSize, cfg.Duration, cfg.Seed, cfg.Endpoint)
 	}
@@ -201,14 +251,19 @@ func writeBenchSummary(w io.Writer, cfg bench.Config, results []bench.Result) {
 
 func newBenchReportCommand(e *env) *cobra.Command {
 	base := bench.BaseSystem
+	var plots string
 	cmd := &cobra.Command{
 		Use:   "report [FILE...]",
-		Short: "Turn --json results into Markdown tables of tyr/peer ratios",
+		Short: "Turn --json results into Markdown tables of tyr/peer ratios, and plots",
 		Long: `Read results written by "tyr bench WORKLOAD --json" from the files, or from
-standard input when none is given or a file is "-", and write Markdown: the
-ratio of tyr's operations per second to each peer's for every workload and
-client count, then every measurement. --base names the system the others are
-compared with.`,
+standard input when none is given or a file is "-", and write Markdown: for
+each workload, the ratio of tyr's operations per second to each peer's at
+every client count; the machine's limits, if measured; then every
+measurement, as a fraction of those limits. --base names the system the
+others are compared with. --plots PREFIX also draws each workload's
+operations per second by clients, every system on one chart, into
+PREFIX-<workload>.png, linked from the Markdown by file name (for a report
+saved next to the plots).`,
 		RunE: func(_ *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				args = []string{"-"}
@@ -224,10 +279,22 @@ compared with.`,
 			if len(all) == 0 {
 				return errors.New("no results to report")
 			}
-			return bench.WriteReport(e.stdout, all, base)
+			var links map[string]string
+			if plots != "" {
+				files, err := bench.WritePlots(plots, all)
+				if err != nil {
+					return err
+				}
+				links = map[string]string{}
+				for wl, f := range files {
+					links[wl] = filepath.Base(f)
+				}
+			}
+			return bench.WriteReport(e.stdout, all, base, links)
 		},
 	}
 	cmd.Flags().StringVar(&base, "base", base, "system whose operations per second the ratios divide")
+	cmd.Flags().StringVar(&plots, "plots", "", "also write a PNG plot per workload to PREFIX-<workload>.png")
 	return cmd
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -126,7 +127,7 @@ func TestPlacementChunks(t *testing.T) {
 		t.Fatalf("atomic add result %+v, want value %d from the holder", res[0], want)
 	}
 	span := txn.Op{Key: "b", Kind: txn.OpAtomic, Offset: cs - 4, Width: 8, Func: txn.FuncAdd, Operand: 1}
-	if _, err := chainCommit(t, []txn.Op{span}, 500, vm, h1); !errors.Is(err, errs.ErrInvalidArgument) {
+	if _, err := chainCommit(t, []txn.Op{span}, 500, vm, h1); !errors.Is(err, errs.ErrInvalidArgument) || !strings.Contains(err.Error(), "different nodes") {
 		t.Fatalf("atomic op across chunks: %v, want invalid argument", err)
 	}
 

@@ -103,8 +103,8 @@ func (w *blobWork) apply(op txn.Op, now int64) (txn.Result, error) {
 	case txn.OpTruncate:
 		return txn.Result{}, w.truncate(op.Size)
 	case txn.OpAtomic:
-		if a, b := op.Offset/w.chunkBytes, (op.Offset+uint64(op.Width)-1)/w.chunkBytes; a != b {
-			return txn.Result{}, fmt.Errorf("%w: atomic op on %d bytes at offset %d spans chunks %d and %d (chunk size %d)",
+		if a, b := op.Offset/w.chunkBytes, (op.Offset+uint64(op.Width)-1)/w.chunkBytes; a != b && w.holds(a) != w.holds(b) {
+			return txn.Result{}, fmt.Errorf("%w: atomic op on %d bytes at offset %d spans chunks %d and %d (chunk size %d), which are on different nodes",
 				errs.ErrInvalidArgument, op.Width, op.Offset, a, b, w.chunkBytes)
 		}
 		var cur [8]byte

@@ -7,6 +7,7 @@ import (
 
 	"github.com/tyrstore/tyr/api/peerpb"
 	"github.com/tyrstore/tyr/internal/errs"
+	"github.com/tyrstore/tyr/internal/limits"
 	"github.com/tyrstore/tyr/internal/mvcc"
 	"github.com/tyrstore/tyr/internal/storage"
 )
@@ -18,7 +19,19 @@ import (
 // otherwise, in parallel. Every holder committed the version before this
 // version manager did, so the bytes are those of one blob version: a read
 // that spans chunks never mixes two commits.
+//
+// Where this node holds every chunk of the range, it reads from one
+// snapshot of its store instead (mvcc.Store.ReadAt): a shrinking truncate
+// drops the older versions of the pages it cuts at once, so reads of
+// chunks at a version from separate snapshots could miss them.
 func (n *Node) ReadThrough(ctx context.Context, ks *storage.Keyspace, key string, off, length, version uint64) ([]byte, mvcc.BlobInfo, error) {
+	if length > limits.PayloadBytesMax {
+		return nil, mvcc.BlobInfo{}, fmt.Errorf("%w: read of %d bytes, above the per-request limit of %d",
+			errs.ErrTooLarge, length, limits.PayloadBytesMax)
+	}
+	if n.holdsRange(ks, key, off, length) {
+		return ks.Store.ReadAt(key, off, length, version)
+	}
 	info, release, err := ks.Store.Pin(key, version)
 	if err != nil {
 		return nil, mvcc.BlobInfo{}, err
@@ -57,6 +70,22 @@ func (n *Node) ReadThrough(ctx context.Context, ks *storage.Keyspace, key string
 		return nil, mvcc.BlobInfo{}, first
 	}
 	return buf, info, nil
+}
+
+// holdsRange reports whether this node holds every chunk of [off, off+n)
+// of key and is not catching up.
+func (n *Node) holdsRange(ks *storage.Keyspace, key string, off, length uint64) bool {
+	if n.CatchingUp() {
+		return false
+	}
+	cs := ks.Store.ChunkBytes()
+	rf := int(ks.Config.Replication)
+	for c := off / cs; c*cs < off+length || c == off/cs; c++ {
+		if !n.Holds(ks.Name, rf, key, c) {
+			return false
+		}
+	}
+	return true
 }
 
 func cmpErr(a, b error) error {

@@ -1,0 +1,282 @@
+#!/usr/bin/env bash
+# Measures one tyr node against real peers on this machine, side by side in
+# one run, under the seeds' workloads: the hot counter and MonALISA (events
+# appended with per-minute aggregates updated in the same transaction), and
+# 4 KiB reads against etcd; with the machine's own limits (loopback round
+# trips and stream, fsync rate) measured in the same run. The peers, all
+# durable:
+#
+#   PostgreSQL 15   fsync=on, synchronous_commit=on
+#   etcd            defaults (WAL fsynced per raft entry)
+#   Redis           appendonly yes, appendfsync always (INCRBY on the counter)
+#   ZooKeeper+Redis the seeds' lock-based baseline: read-modify-write in the
+#                   durable Redis under ZooKeeper locks (defaults: transaction
+#                   log fsynced)
+#
+# Missing peers are installed from apt (etcd-server, zookeeper, redis-server,
+# postgresql-15). Every server listens on 127.0.0.1 only, keeps its data in a
+# temporary directory, and is stopped by its PID when the script exits,
+# however it exits.
+#
+# Environment:
+#   BENCH_DURATION         time per workload, system and client count (10s)
+#   BENCH_LIMITS_DURATION  time per machine limit and client count (3s)
+#   BENCH_CLIENTS          client counts (1,8,32)
+#
+# Output: bench/out/peers/results.jsonl (one JSON object per measurement),
+# bench/out/peers/env.txt, and the report bench/results/peers-<UTC date>.md
+# with its plots bench/results/peers-<UTC date>-<workload>.png; the report is
+# also printed.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+
+BIN=bin/tyr
+OUT=bench/out/peers
+DURATION=${BENCH_DURATION:-10s}
+LIMITS_DURATION=${BENCH_LIMITS_DURATION:-3s}
+CLIENTS=${BENCH_CLIENTS:-1,8,32}
+PG_BIN=/usr/lib/postgresql/15/bin
+
+PIDS=()
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/tyr-bench-peers.XXXXXX")
+
+log() { echo "bench-peers: $*" >&2; }
+
+# stop_pid PID stops one server this script started and waits until it is
+# gone: not every server is a child of this shell (PostgreSQL runs under
+# its own user), so wait alone cannot tell.
+stop_pid() {
+	local pid=$1
+	kill "$pid" 2>/dev/null || return 0
+	for _ in $(seq 1 100); do
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	wait "$pid" 2>/dev/null || true
+}
+
+cleanup() {
+	local status=$?
+	for pid in "${PIDS[@]}"; do
+		stop_pid "$pid"
+	done
+	rm -rf "$TMP"
+	exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+log "building $BIN"
+go build -o "$BIN" ./cmd/tyr
+
+SUDO=()
+if [[ $(id -u) -ne 0 ]]; then SUDO=(sudo); fi
+missing=()
+command -v etcd >/dev/null || missing+=(etcd-server)
+[[ -x /usr/share/zookeeper/bin/zkServer.sh ]] || missing+=(zookeeper)
+command -v redis-server >/dev/null || missing+=(redis-server)
+[[ -x $PG_BIN/postgres ]] || missing+=(postgresql-15)
+if ((${#missing[@]} > 0)); then
+	log "installing ${missing[*]}"
+	"${SUDO[@]}" apt-get update -qq
+	"${SUDO[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# free_port prints a port on 127.0.0.1 that nothing listens on now. Another
+# process may take it before the server binds it; the server then fails to
+# start and the script stops with its log.
+free_port() {
+	local port
+	for _ in $(seq 1 200); do
+		port=$((20000 + RANDOM % 40000))
+		if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+			echo "$port"
+			return 0
+		fi
+	done
+	log "no free port found"
+	return 1
+}
+
+# wait_for NAME PID LOG CHECK... runs CHECK until it succeeds, for up to 30
+# s, and fails with the server's log if it does not or the server exits.
+wait_for() {
+	local name=$1 pid=$2 logfile=$3
+	shift 3
+	for _ in $(seq 1 300); do
+		if "$@" 2>/dev/null; then
+			log "$name up (pid $pid)"
+			return 0
+		fi
+		if ! kill -0 "$pid" 2>/dev/null; then
+			break
+		fi
+		sleep 0.1
+	done
+	log "$name did not start"
+	tail -n 30 "$logfile" >&2 || true
+	return 1
+}
+
+listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1"); }
+
+start_tyr() {
+	local dir=$TMP/tyr
+	mkdir -p "$dir"
+	"$BIN" server --data "$dir/data" --listen 127.0.0.1:0 --ready-file "$dir/addr" \
+		--log-level warn 2>"$dir/server.log" &
+	local pid=$!
+	PIDS+=("$pid")
+	wait_for "tyr" "$pid" "$dir/server.log" test -s "$dir/addr"
+	TYR_ADDR=$(<"$dir/addr")
+}
+
+redis_ping() {
+	(
+		exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 1
+		printf 'PING\r\n' >&3
+		read -r -t 2 line <&3 || exit 1
+		[[ $line == +PONG* ]]
+	)
+}
+
+start_redis() {
+	local dir=$TMP/redis
+	mkdir -p "$dir"
+	REDIS_PORT=$(free_port)
+	redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --protected-mode yes --daemonize no \
+		--dir "$dir" --logfile "$dir/redis.log" --save '' --appendonly yes --appendfsync always &
+	local pid=$!
+	PIDS+=("$pid")
+	wait_for "redis on 127.0.0.1:$REDIS_PORT" "$pid" "$dir/redis.log" redis_ping "$REDIS_PORT"
+}
+
+# PostgreSQL refuses to run as root, so as root its directory belongs to
+# the postgres user and it runs as that user (setpriv execs, so the PID is
+# the server's own).
+start_postgres() {
+	local dir=$TMP/pg
+	local -a as=()
+	mkdir -p "$dir"
+	if [[ $(id -u) -eq 0 ]]; then
+		chmod 711 "$TMP"
+		chown postgres: "$dir"
+		as=(setpriv --reuid=postgres --regid=postgres --init-groups --)
+	fi
+	PG_PORT=$(free_port)
+	"${as[@]}" "$PG_BIN/initdb" -D "$dir/data" -U bench --auth=trust --no-sync >"$dir/initdb.log" 2>&1 ||
+		{
+			cat "$dir/initdb.log" >&2
+			return 1
+		}
+	"${as[@]}" "$PG_BIN/postgres" -D "$dir/data" -p "$PG_PORT" -c listen_addresses=127.0.0.1 \
+		-c unix_socket_directories="$dir" -c fsync=on -c synchronous_commit=on -c max_connections=200 \
+		>"$dir/postgres.log" 2>&1 &
+	local pid=$!
+	PIDS+=("$pid")
+	wait_for "postgres on 127.0.0.1:$PG_PORT" "$pid" "$dir/postgres.log" \
+		"$PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT"
+	PG_URL="postgres://bench@127.0.0.1:$PG_PORT/postgres?sslmode=disable"
+}
+
+start_etcd() {
+	local dir=$TMP/etcd
+	mkdir -p "$dir"
+	ETCD_PORT=$(free_port)
+	local peer_port
+	peer_port=$(free_port)
+	etcd --name bench --data-dir "$dir/data" \
+		--listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+		--listen-peer-urls "http://127.0.0.1:$peer_port" --initial-advertise-peer-urls "http://127.0.0.1:$peer_port" \
+		--initial-cluster "bench=http://127.0.0.1:$peer_port" --logger zap --log-level warn \
+		>"$dir/etcd.log" 2>&1 &
+	local pid=$!
+	PIDS+=("$pid")
+	wait_for "etcd on 127.0.0.1:$ETCD_PORT" "$pid" "$dir/etcd.log" \
+		curl -fsS -o /dev/null "http://127.0.0.1:$ETCD_PORT/health"
+}
+
+# ZooKeeper runs standalone with its defaults but for where it listens: the
+# client port on 127.0.0.1, no admin server and no JMX (both would listen on
+# every interface), and srvr allowed so the bench can ask its version.
+# zkServer.sh execs java, so the PID is the server's own.
+start_zookeeper() {
+	local dir=$TMP/zookeeper
+	mkdir -p "$dir/data"
+	ZK_PORT=$(free_port)
+	cat >"$dir/zoo.cfg" <<-EOF
+		tickTime=2000
+		dataDir=$dir/data
+		clientPort=$ZK_PORT
+		clientPortAddress=127.0.0.1
+		admin.enableServer=false
+		4lw.commands.whitelist=srvr
+	EOF
+	JMXDISABLE=true JVMFLAGS="-Xmx512m" /usr/share/zookeeper/bin/zkServer.sh start-foreground "$dir/zoo.cfg" \
+		>"$dir/zookeeper.log" 2>&1 &
+	local pid=$!
+	PIDS+=("$pid")
+	wait_for "zookeeper on 127.0.0.1:$ZK_PORT" "$pid" "$dir/zookeeper.log" listening "$ZK_PORT"
+}
+
+mkdir -p "$OUT" bench/results
+: >"$OUT/results.jsonl"
+START=$(date -u +%s)
+
+start_tyr
+start_redis
+start_postgres
+start_etcd
+start_zookeeper
+
+{
+	echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+	echo "tyr: commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' with uncommitted changes')"
+	echo "postgres: $("$PG_BIN/postgres" --version)"
+	echo "etcd: $(etcd --version | head -n 1)"
+	echo "redis: $(redis-server --version)"
+	echo "zookeeper: $(dpkg-query -W -f '${Version}' zookeeper 2>/dev/null || echo unknown), java $(java -version 2>&1 | head -n 1)"
+	echo "nproc: $(nproc); memory: $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo)"
+	echo "data directories: $(df -T "$TMP" | awk 'NR == 2 {print $2 " on " $1}') (all servers and the fsync limit)"
+	echo "uptime before: $(uptime)"
+	echo "settings: duration $DURATION per point (limits $LIMITS_DURATION), clients $CLIENTS; tyr keyspace sync on, MVCC on"
+} >"$OUT/env.txt"
+
+bench() {
+	"$BIN" bench "$@" --clients "$CLIENTS" --json | tee -a "$OUT/results.jsonl"
+}
+
+bench limits --duration "$LIMITS_DURATION" --dir "$TMP"
+bench counter --endpoint "$TYR_ADDR" --duration "$DURATION" \
+	--postgres "$PG_URL" --etcd "127.0.0.1:$ETCD_PORT" \
+	--zookeeper "127.0.0.1:$ZK_PORT" --zk-redis "127.0.0.1:$REDIS_PORT" \
+	--peer redis --peer-addr "127.0.0.1:$REDIS_PORT"
+bench monalisa --endpoint "$TYR_ADDR" --duration "$DURATION" \
+	--postgres "$PG_URL" --zookeeper "127.0.0.1:$ZK_PORT" --zk-redis "127.0.0.1:$REDIS_PORT"
+bench read --endpoint "$TYR_ADDR" --duration "$DURATION" --value-size 4096 --etcd "127.0.0.1:$ETCD_PORT"
+
+{
+	echo "uptime after: $(uptime)"
+	echo "run time: $(($(date -u +%s) - START)) s"
+} >>"$OUT/env.txt"
+
+NAME=peers-$(date -u +%Y-%m-%d)
+REPORT=bench/results/$NAME.md
+{
+	echo "# One tyr node against PostgreSQL, etcd, Redis and ZooKeeper-locked Redis, one run"
+	echo
+	echo "Produced by \`make bench-peers\` (scripts/bench-peers.sh): every server on loopback on this machine, one"
+	echo "after the other within each client count, each client with its own connection, every system durable"
+	echo "(an acknowledged write is on disk). tyr is measured with atomic ops in the commit (\`tyr\`) and with"
+	echo "transactional read-modify-write (\`tyr-rmw\`); ratios are tyr/peer. How each workload maps onto each"
+	echo "peer is in the notes at the end and in bench/results/README.md."
+	echo
+	sed 's/^/- /' "$OUT/env.txt"
+	echo
+	"$BIN" bench report --plots "bench/results/$NAME" "$OUT/results.jsonl"
+} >"$REPORT"
+
+echo
+cat "$REPORT"
+log "report written to $REPORT"
