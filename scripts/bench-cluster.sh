@@ -63,19 +63,7 @@ trap 'exit 130' INT TERM
 log "building $BIN"
 go build -o "$BIN" ./cmd/tyr
 
-# free_port prints a port on 127.0.0.1 that nothing listens on now.
-free_port() {
-	local port
-	for _ in $(seq 1 200); do
-		port=$((20000 + RANDOM % 40000))
-		if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-			echo "$port"
-			return 0
-		fi
-	done
-	log "no free port found"
-	return 1
-}
+. scripts/bench-lib.sh
 
 # peer_messages ADDR... prints the sum of tyr_peer_messages_sent_total
 # over the nodes' metrics endpoints.

@@ -83,74 +83,9 @@ if ((${#missing[@]} > 0)); then
 	"${SUDO[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-# free_port prints a port on 127.0.0.1 that nothing listens on now. Another
-# process may take it before the server binds it; the server then fails to
-# start and the script stops with its log.
-free_port() {
-	local port
-	for _ in $(seq 1 200); do
-		port=$((20000 + RANDOM % 40000))
-		if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-			echo "$port"
-			return 0
-		fi
-	done
-	log "no free port found"
-	return 1
-}
-
-# wait_for NAME PID LOG CHECK... runs CHECK until it succeeds, for up to 30
-# s, and fails with the server's log if it does not or the server exits.
-wait_for() {
-	local name=$1 pid=$2 logfile=$3
-	shift 3
-	for _ in $(seq 1 300); do
-		if "$@" 2>/dev/null; then
-			log "$name up (pid $pid)"
-			return 0
-		fi
-		if ! kill -0 "$pid" 2>/dev/null; then
-			break
-		fi
-		sleep 0.1
-	done
-	log "$name did not start"
-	tail -n 30 "$logfile" >&2 || true
-	return 1
-}
+. scripts/bench-lib.sh
 
 listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1"); }
-
-start_tyr() {
-	local dir=$TMP/tyr
-	mkdir -p "$dir"
-	"$BIN" server --data "$dir/data" --listen 127.0.0.1:0 --ready-file "$dir/addr" \
-		--log-level warn 2>"$dir/server.log" &
-	local pid=$!
-	PIDS+=("$pid")
-	wait_for "tyr" "$pid" "$dir/server.log" test -s "$dir/addr"
-	TYR_ADDR=$(<"$dir/addr")
-}
-
-redis_ping() {
-	(
-		exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 1
-		printf 'PING\r\n' >&3
-		read -r -t 2 line <&3 || exit 1
-		[[ $line == +PONG* ]]
-	)
-}
-
-start_redis() {
-	local dir=$TMP/redis
-	mkdir -p "$dir"
-	REDIS_PORT=$(free_port)
-	redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --protected-mode yes --daemonize no \
-		--dir "$dir" --logfile "$dir/redis.log" --save '' --appendonly yes --appendfsync always &
-	local pid=$!
-	PIDS+=("$pid")
-	wait_for "redis on 127.0.0.1:$REDIS_PORT" "$pid" "$dir/redis.log" redis_ping "$REDIS_PORT"
-}
 
 # PostgreSQL refuses to run as root, so as root its directory belongs to
 # the postgres user and it runs as that user (setpriv execs, so the PID is
@@ -225,7 +160,7 @@ mkdir -p "$OUT" bench/results
 START=$(date -u +%s)
 
 start_tyr
-start_redis
+start_redis redis --save '' --appendonly yes --appendfsync always
 start_postgres
 start_etcd
 start_zookeeper

@@ -58,78 +58,7 @@ if ! command -v redis-server >/dev/null; then
 	"${SUDO[@]}" apt-get install -y -qq redis-server >/dev/null
 fi
 
-# free_port prints a port on 127.0.0.1 that nothing listens on now. Another
-# process may take it before the server binds it; the server then fails to
-# start and the script stops with its log.
-free_port() {
-	local port
-	for _ in $(seq 1 200); do
-		port=$((20000 + RANDOM % 40000))
-		if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-			echo "$port"
-			return 0
-		fi
-	done
-	log "no free port found"
-	return 1
-}
-
-redis_ping() {
-	(
-		exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 1
-		printf 'PING\r\n' >&3
-		read -r -t 2 line <&3 || exit 1
-		[[ $line == +PONG* ]]
-	) 2>/dev/null
-}
-
-# start_redis NAME ARGS... starts a Redis server and sets REDIS_PORT. It runs
-# in the script's own shell, not in a command substitution, so the server's
-# PID is recorded for cleanup.
-start_redis() {
-	local name=$1
-	shift
-	local dir=$TMP/$name
-	mkdir -p "$dir"
-	REDIS_PORT=$(free_port)
-	redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --protected-mode yes \
-		--daemonize no --dir "$dir" --logfile "$dir/redis.log" "$@" &
-	local pid=$!
-	PIDS+=("$pid")
-	for _ in $(seq 1 100); do
-		if redis_ping "$REDIS_PORT"; then
-			log "$name: redis-server on 127.0.0.1:$REDIS_PORT (pid $pid)"
-			return 0
-		fi
-		sleep 0.1
-	done
-	log "$name: redis-server did not start"
-	cat "$dir/redis.log" >&2 || true
-	return 1
-}
-
-start_tyr() {
-	local dir=$TMP/tyr
-	mkdir -p "$dir"
-	"$BIN" server --data "$dir/data" --listen 127.0.0.1:0 --ready-file "$dir/addr" \
-		--log-level warn 2>"$dir/server.log" &
-	local pid=$!
-	PIDS+=("$pid")
-	for _ in $(seq 1 300); do
-		if [[ -s $dir/addr ]]; then
-			TYR_ADDR=$(<"$dir/addr")
-			log "tyr server on $TYR_ADDR (pid $pid)"
-			return 0
-		fi
-		if ! kill -0 "$pid" 2>/dev/null; then
-			break
-		fi
-		sleep 0.1
-	done
-	log "tyr server did not start"
-	cat "$dir/server.log" >&2 || true
-	return 1
-}
+. scripts/bench-lib.sh
 
 mkdir -p "$OUT"
 : >"$OUT/results.jsonl"
