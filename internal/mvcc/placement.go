@@ -113,22 +113,6 @@ func getChunkVersion(r pebble.Reader, key string, chunk uint64) (uint64, error) 
 	return binary.BigEndian.Uint64(v), nil
 }
 
-// ChunkVersions returns the stored version of each chunk of key in chunks
-// (absent: never written here).
-func (s *Store) ChunkVersions(key string, chunks []uint64) (map[uint64]uint64, error) {
-	out := make(map[uint64]uint64, len(chunks))
-	for _, c := range chunks {
-		v, err := getChunkVersion(s.db, key, c)
-		if err != nil {
-			return nil, err
-		}
-		if v != 0 {
-			out[c] = v
-		}
-	}
-	return out, nil
-}
-
 // ChunkBytes is the store's chunk size.
 func (s *Store) ChunkBytes() uint64 { return s.chunkBytes }
 
@@ -143,7 +127,6 @@ func (w *blobWork) written() []uint64 {
 
 // adopt makes the version manager's record the one the commit applies to.
 func (w *blobWork) adopt(b Base, now int64) {
-	w.adopted = true
 	w.exists = b.Version != 0
 	w.meta.Size = 0
 	if w.exists {

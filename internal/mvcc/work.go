@@ -42,10 +42,8 @@ type blobWork struct {
 	// pageBytes is the store's page size; chunkBytes its chunk size.
 	pageBytes, chunkBytes uint64
 	// holds reports whether this store keeps chunk c of the blob (see
-	// Placement); adopted marks a record taken from the chain's version
-	// manager (see Base) instead of this store's own.
-	holds   func(c uint64) bool
-	adopted bool
+	// Placement).
+	holds func(c uint64) bool
 	// start is the size the commit starts from, low the smallest size it
 	// passed through (a truncate or delete drops the pages past it).
 	start, low uint64

@@ -281,7 +281,7 @@ func (n *Node) replicas(keyspace string, rf int, key string) ([]ring.NodeID, err
 // of each blob holds every commit of it. It fails with errs.ErrUnavailable
 // when a blob has no live version manager.
 func (n *Node) Chain(keyspace string, rf int, ops []txn.Op, sizes map[string]uint64) ([]ring.NodeID, error) {
-	pl, err := n.placementFor(keyspace, rf)
+	pl, err := n.Placement(keyspace, rf)
 	if err != nil {
 		return nil, err
 	}
@@ -351,43 +351,14 @@ func (n *Node) catchingUp(id ring.NodeID) bool {
 	return n.cfg.Cluster.CatchingUp(id)
 }
 
-// ReadTarget returns the node that serves reads of key's record: its
-// first live version manager in the protocol's order that is not catching
-// up, the member every commit of the key reaches first and commits last,
-// so it holds every acknowledged commit.
+// ReadTarget returns the node that serves reads of key's record (see
+// Placement.Target).
 func (n *Node) ReadTarget(keyspace string, rf int, key string) (ring.NodeID, error) {
-	return n.ChunkTarget(keyspace, rf, key, 0)
-}
-
-// ChunkTarget returns the node that serves direct reads of chunk c of key:
-// its first live replica that is not catching up. Version managers come
-// first in every chain and so commit last: a replica commits no later than
-// they do.
-func (n *Node) ChunkTarget(keyspace string, rf int, key string, c uint64) (ring.NodeID, error) {
-	pl, err := n.placementFor(keyspace, rf)
+	pl, err := n.Placement(keyspace, rf)
 	if err != nil {
 		return "", err
 	}
-	reps, err := pl.r.Replicas(pl.seed, key, c, rf)
-	if err != nil {
-		return "", fmt.Errorf("%w: %w", errs.ErrUnavailable, err)
-	}
-	if id, ok := ring.ReadTarget(reps, func(id ring.NodeID) bool { return n.cfg.Cluster.Alive(id) && !n.catchingUp(id) }); ok {
-		return id, nil
-	}
-	return "", fmt.Errorf("%w: no live replica of chunk %d of blob %q that is up to date (replicas %v)", errs.ErrUnavailable, c, key, reps)
-}
-
-// Manages reports whether this node is a version manager of key.
-func (n *Node) Manages(keyspace string, rf int, key string) bool {
-	pl, err := n.placementFor(keyspace, rf)
-	return err == nil && pl.Manages(key)
-}
-
-// Holds reports whether this node holds chunk c of key.
-func (n *Node) Holds(keyspace string, rf int, key string, c uint64) bool {
-	pl, err := n.placementFor(keyspace, rf)
-	return err == nil && pl.Holds(key, c)
+	return pl.Target(key, 0)
 }
 
 // nextVersion returns a commit version from the clock, above every one this
@@ -701,7 +672,7 @@ func (s stager) Prepare(id chain.TxnID, ops []txn.Op) (chain.Staged, error) {
 	if err != nil {
 		return nil, taggedError{err}
 	}
-	pl, err := s.n.placementFor(s.keyspace, int(ks.Config.Replication))
+	pl, err := s.n.Placement(s.keyspace, int(ks.Config.Replication))
 	if err != nil {
 		ks.Release()
 		return nil, taggedError{err}

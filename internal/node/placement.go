@@ -26,42 +26,59 @@ import (
 // what the commit changes. If not, it refuses with the sizes it found and
 // the coordinator plans again.
 
-// placement is a keyspace's mvcc.Placement on one node under one ring.
-type placement struct {
-	r    *ring.Ring
-	seed uint64
-	rf   int
-	self ring.NodeID
+// Placement is a keyspace's placement as this node sees it under one ring:
+// the mvcc.Placement of its store, and where reads go. Take one per
+// request (Node.Placement) and ask it as often as needed.
+type Placement struct {
+	n        *Node
+	keyspace string
+	r        *ring.Ring
+	seed     uint64
+	rf       int
 }
 
-func (p placement) Manages(key string) bool { return p.holds(key, 0) }
+// Manages reports whether this node is a version manager of key.
+func (p Placement) Manages(key string) bool { return p.Holds(key, 0) }
 
-func (p placement) Holds(key string, c uint64) bool { return p.holds(key, c) }
-
-func (p placement) holds(key string, c uint64) bool {
+// Holds reports whether this node holds chunk c of key.
+func (p Placement) Holds(key string, c uint64) bool {
 	reps, err := p.r.Replicas(p.seed, key, c, p.rf)
-	return err == nil && slices.Contains(reps, p.self)
+	return err == nil && slices.Contains(reps, p.n.self)
 }
 
-// placementFor returns this node's placement in keyspace under the current
-// ring.
-func (n *Node) placementFor(keyspace string, rf int) (placement, error) {
+// Target returns the node that serves direct reads of chunk c of key: its
+// first live replica that is not catching up. Version managers come first
+// in every chain and so commit last: a replica commits no later than they
+// do. Target(key, 0) serves the blob's record.
+func (p Placement) Target(key string, c uint64) (ring.NodeID, error) {
+	reps, err := p.r.Replicas(p.seed, key, c, p.rf)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", errs.ErrUnavailable, err)
+	}
+	if id, ok := ring.ReadTarget(reps, func(id ring.NodeID) bool { return p.n.cfg.Cluster.Alive(id) && !p.n.catchingUp(id) }); ok {
+		return id, nil
+	}
+	return "", fmt.Errorf("%w: no live replica of chunk %d of blob %q that is up to date (replicas %v)", errs.ErrUnavailable, c, key, reps)
+}
+
+// Placement returns keyspace's placement under the current ring.
+func (n *Node) Placement(keyspace string, rf int) (Placement, error) {
 	r, err := n.currentRing()
 	if err != nil {
-		return placement{}, err
+		return Placement{}, err
 	}
 	if rf > r.Len() {
-		return placement{}, fmt.Errorf("%w: keyspace %q keeps %d replicas, but the cluster has %d nodes",
+		return Placement{}, fmt.Errorf("%w: keyspace %q keeps %d replicas, but the cluster has %d nodes",
 			errs.ErrUnavailable, keyspace, rf, r.Len())
 	}
-	return placement{r: r, seed: ring.KeyspaceSeed(keyspace), rf: rf, self: n.self}, nil
+	return Placement{n: n, keyspace: keyspace, r: r, seed: ring.KeyspaceSeed(keyspace), rf: rf}, nil
 }
 
 // holders adds to set the replicas of every chunk of key in t (chunk size
 // cs), and fails with errs.ErrUnavailable if a chunk has no replica alive
 // says is alive: the commit would change it where no one could keep it. A
 // long range of moved ends stops once every ring member is in.
-func (p placement) holders(set map[ring.NodeID]bool, key string, cs uint64, t mvcc.Touched, alive func(ring.NodeID) bool) error {
+func (p Placement) holders(set map[ring.NodeID]bool, key string, cs uint64, t mvcc.Touched, alive func(ring.NodeID) bool) error {
 	add := func(c uint64) error {
 		reps, err := p.r.Replicas(p.seed, key, c, p.rf)
 		if err != nil {
@@ -175,7 +192,7 @@ func decodeReplan(text string) (map[string]uint64, bool) {
 // checkCovered is the first version managers' check (see above): every
 // live holder of what p changes in the blobs this member gave the base of
 // is in members.
-func (n *Node) checkCovered(pl placement, cs uint64, p *mvcc.Pending, given map[string]mvcc.Base, members []ring.NodeID) error {
+func (n *Node) checkCovered(pl Placement, cs uint64, p *mvcc.Pending, given map[string]mvcc.Base, members []ring.NodeID) error {
 	need := map[ring.NodeID]bool{}
 	for key, t := range p.Touched() {
 		if _, ok := given[key]; ok {

@@ -24,12 +24,17 @@ import (
 // snapshot of its store instead (mvcc.Store.ReadAt): a shrinking truncate
 // drops the older versions of the pages it cuts at once, so reads of
 // chunks at a version from separate snapshots could miss them.
-func (n *Node) ReadThrough(ctx context.Context, ks *storage.Keyspace, key string, off, length, version uint64) ([]byte, mvcc.BlobInfo, error) {
+func (n *Node) ReadThrough(ctx context.Context, ks *storage.Keyspace, pl Placement, key string, off, length, version uint64) ([]byte, mvcc.BlobInfo, error) {
 	if length > limits.PayloadBytesMax {
 		return nil, mvcc.BlobInfo{}, fmt.Errorf("%w: read of %d bytes, above the per-request limit of %d",
 			errs.ErrTooLarge, length, limits.PayloadBytesMax)
 	}
-	if n.holdsRange(ks, key, off, length) {
+	cs := ks.Store.ChunkBytes()
+	local := !n.CatchingUp()
+	for c := off / cs; local && (c*cs < off+length || c == off/cs); c++ {
+		local = pl.Holds(key, c)
+	}
+	if local {
 		return ks.Store.ReadAt(key, off, length, version)
 	}
 	info, release, err := ks.Store.Pin(key, version)
@@ -41,8 +46,6 @@ func (n *Node) ReadThrough(ctx context.Context, ks *storage.Keyspace, key string
 		return []byte{}, info, nil
 	}
 	end := min(info.Size, off+length)
-	rf := int(ks.Config.Replication)
-	cs := ks.Store.ChunkBytes()
 	buf := make([]byte, end-off)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -52,13 +55,15 @@ func (n *Node) ReadThrough(ctx context.Context, ks *storage.Keyspace, key string
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			data, err := n.readChunks(ctx, ks, rf, key, c, lo, hi-lo, info)
+			data, err := n.readChunk(ctx, ks, pl, key, c, lo, hi-lo, info)
 			if err == nil && uint64(len(data)) != hi-lo {
 				err = fmt.Errorf("%w: chunk %d of blob %q: %d bytes read, want %d", errs.ErrUnavailable, c, key, len(data), hi-lo)
 			}
 			if err != nil {
 				mu.Lock()
-				first = cmpErr(first, err)
+				if first == nil {
+					first = err
+				}
 				mu.Unlock()
 				return
 			}
@@ -72,35 +77,12 @@ func (n *Node) ReadThrough(ctx context.Context, ks *storage.Keyspace, key string
 	return buf, info, nil
 }
 
-// holdsRange reports whether this node holds every chunk of [off, off+n)
-// of key and is not catching up.
-func (n *Node) holdsRange(ks *storage.Keyspace, key string, off, length uint64) bool {
-	if n.CatchingUp() {
-		return false
-	}
-	cs := ks.Store.ChunkBytes()
-	rf := int(ks.Config.Replication)
-	for c := off / cs; c*cs < off+length || c == off/cs; c++ {
-		if !n.Holds(ks.Name, rf, key, c) {
-			return false
-		}
-	}
-	return true
-}
-
-func cmpErr(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
-}
-
-// readChunks reads [off, off+n) of chunk c of key at info's version.
-func (n *Node) readChunks(ctx context.Context, ks *storage.Keyspace, rf int, key string, c, off, length uint64, info mvcc.BlobInfo) ([]byte, error) {
-	if n.Holds(ks.Name, rf, key, c) && !n.CatchingUp() {
+// readChunk reads [off, off+length) of chunk c of key at info's version.
+func (n *Node) readChunk(ctx context.Context, ks *storage.Keyspace, pl Placement, key string, c, off, length uint64, info mvcc.BlobInfo) ([]byte, error) {
+	if pl.Holds(key, c) && !n.CatchingUp() {
 		return ks.Store.ReadChunks(key, off, length, info.Version, info.Size)
 	}
-	target, err := n.ChunkTarget(ks.Name, rf, key, c)
+	target, err := pl.Target(key, c)
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +114,11 @@ func (n *Node) ReadChunks(_ context.Context, req *peerpb.ReadChunksRequest) (*pe
 	if length == 0 || off+length < off || off/cs != (off+length-1)/cs {
 		return nil, statusOf(fmt.Errorf("%w: read of %d bytes at %d is not within one chunk", errs.ErrInvalidArgument, length, off))
 	}
-	if !n.Holds(ks.Name, int(ks.Config.Replication), req.GetKey(), off/cs) {
+	pl, err := n.Placement(ks.Name, int(ks.Config.Replication))
+	if err != nil {
+		return nil, statusOf(err)
+	}
+	if !pl.Holds(req.GetKey(), off/cs) {
 		return nil, statusOf(fmt.Errorf("%w: node %s does not hold chunk %d of blob %q", errs.ErrUnavailable, n.self, off/cs, req.GetKey()))
 	}
 	data, err := ks.Store.ReadChunks(req.GetKey(), off, length, req.GetVersion(), req.GetSize())

@@ -81,13 +81,16 @@ func (s *Service) clusterRead(ctx context.Context, ks *storage.Keyspace, req *ty
 		return nil, toStatus(s.node.ErrCatchingUp())
 	}
 	key, off, n := string(req.GetKey()), req.GetOffset(), req.GetLength()
-	rf := int(ks.Config.Replication)
+	pl, err := s.node.Placement(ks.Name, int(ks.Config.Replication))
+	if err != nil {
+		return nil, toStatus(err)
+	}
 	cs := ks.Store.ChunkBytes()
 	c := off / cs
 	direct := req.GetVersion() == 0 && !req.GetConsistent() && !through(ctx) && (n == 0 || (off+n-1)/cs == c)
 	if direct {
 		if !forwarded(ctx) {
-			target, err := s.node.ChunkTarget(ks.Name, rf, key, c)
+			target, err := pl.Target(key, c)
 			if err != nil {
 				return nil, toStatus(err)
 			}
@@ -95,9 +98,9 @@ func (s *Service) clusterRead(ctx context.Context, ks *storage.Keyspace, req *ty
 				return s.forwardRead(markForwarded(ctx), target, req)
 			}
 		}
-		if s.node.Holds(ks.Name, rf, key, c) {
+		if pl.Holds(key, c) {
 			data, info, err := ks.Store.Read(key, off, n)
-			if err == nil || !errors.Is(err, errs.ErrNotFound) || s.node.Manages(ks.Name, rf, key) {
+			if err == nil || !errors.Is(err, errs.ErrNotFound) || pl.Manages(key) {
 				if err != nil {
 					return nil, toStatus(err)
 				}
@@ -106,14 +109,14 @@ func (s *Service) clusterRead(ctx context.Context, ks *storage.Keyspace, req *ty
 			}
 		}
 	}
-	if !through(ctx) && !s.node.Manages(ks.Name, rf, key) {
-		target, err := s.node.ReadTarget(ks.Name, rf, key)
+	if !through(ctx) && !pl.Manages(key) {
+		target, err := pl.Target(key, 0)
 		if err != nil {
 			return nil, toStatus(err)
 		}
 		return s.forwardRead(markThrough(ctx), target, req)
 	}
-	data, info, err := s.node.ReadThrough(ctx, ks, key, off, n, req.GetVersion())
+	data, info, err := s.node.ReadThrough(ctx, ks, pl, key, off, n, req.GetVersion())
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -183,7 +186,10 @@ func (s *Service) listOwn(ks *storage.Keyspace, prefix, startAfter string, limit
 	if s.node == nil {
 		return ks.Store.List(prefix, startAfter, limit)
 	}
-	rf := int(ks.Config.Replication)
+	pl, err := s.node.Placement(ks.Name, int(ks.Config.Replication))
+	if err != nil {
+		return nil, false, err
+	}
 	var out []mvcc.BlobInfo
 	for {
 		page, more, err := ks.Store.List(prefix, startAfter, limit)
@@ -191,7 +197,7 @@ func (s *Service) listOwn(ks *storage.Keyspace, prefix, startAfter string, limit
 			return nil, false, err
 		}
 		for i, b := range page {
-			if !s.node.Manages(ks.Name, rf, b.Key) {
+			if !pl.Manages(b.Key) {
 				continue
 			}
 			out = append(out, b)

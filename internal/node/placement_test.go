@@ -1,0 +1,60 @@
+package node
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/tyrstore/tyr/internal/mvcc"
+	"github.com/tyrstore/tyr/internal/txn"
+)
+
+// TestPlan: the chunks a commit changes, as a coordinator plans them from
+// the sizes it knows, for each kind of op and a sequence of them.
+func TestPlan(t *testing.T) {
+	const cs = 4096
+	data := func(n int) []byte { return make([]byte, n) }
+	for _, tc := range []struct {
+		name  string
+		ops   []txn.Op
+		sizes map[string]uint64
+		want  mvcc.Touched
+	}{
+		{"write inside", []txn.Op{{Key: "a", Kind: txn.OpWrite, Offset: 5000, Data: data(10)}}, map[string]uint64{"a": 3 * cs},
+			mvcc.Touched{Written: []uint64{1}}},
+		{"write past the end", []txn.Op{{Key: "a", Kind: txn.OpWrite, Offset: 5 * cs, Data: data(10)}}, map[string]uint64{"a": cs + 1},
+			mvcc.Touched{Written: []uint64{5}, Lo: cs + 1, Hi: 5*cs + 10}},
+		{"append across a chunk", []txn.Op{{Key: "a", Kind: txn.OpAppend, Data: data(100)}}, map[string]uint64{"a": cs - 50},
+			mvcc.Touched{Written: []uint64{0, 1}, Lo: cs - 50, Hi: cs + 50}},
+		{"shrink then regrow", []txn.Op{{Key: "a", Kind: txn.OpTruncate, Size: 0}, {Key: "a", Kind: txn.OpTruncate, Size: 2 * cs}},
+			map[string]uint64{"a": 2 * cs}, mvcc.Touched{Written: []uint64{}, Lo: 0, Hi: 2 * cs}},
+		{"delete", []txn.Op{{Key: "a", Kind: txn.OpDelete}}, map[string]uint64{"a": 3 * cs},
+			mvcc.Touched{Written: []uint64{}, Lo: 0, Hi: 3 * cs}},
+		{"unknown size: from zero", []txn.Op{{Key: "a", Kind: txn.OpAppend, Data: data(10)}}, nil,
+			mvcc.Touched{Written: []uint64{0}, Lo: 0, Hi: 10}},
+	} {
+		got := plan(tc.ops, tc.sizes, cs)["a"]
+		if !slices.Equal(got.Written, tc.want.Written) || got.Lo != tc.want.Lo || got.Hi != tc.want.Hi {
+			t.Errorf("%s: plan %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+	if got := plan([]txn.Op{{Key: "r", Kind: txn.OpReadCheck, Version: 3}}, nil, cs); len(got) != 0 {
+		t.Errorf("a read check changes nothing; plan %v", got)
+	}
+}
+
+// TestReplanRoundTrip: a first version manager's refusal carries the sizes
+// it found to the coordinator, keys of any bytes included.
+func TestReplanRoundTrip(t *testing.T) {
+	sizes := map[string]uint64{"a": 7, "x: \"y\"\n": 1 << 40}
+	text := (&replanError{Sizes: sizes, why: "short"}).Error()
+	got, ok := decodeReplan(text)
+	if !ok || len(got) != 2 || got["a"] != 7 || got["x: \"y\"\n"] != 1<<40 {
+		t.Fatalf("decodeReplan(%q) = %v, %v", text, got, ok)
+	}
+	if _, ok := decodeReplan("code 10: conflict"); ok {
+		t.Fatal("a code refusal decoded as a replan")
+	}
+	if r := decodeRefusal(text); r.locked || r.floor != 0 {
+		t.Fatalf("a replan refusal decoded as retryable as it is: %+v", r)
+	}
+}
