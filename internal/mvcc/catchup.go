@@ -1,92 +1,353 @@
 package mvcc
 
 import (
+	"bytes"
+	"encoding/binary"
+	"errors"
 	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/tyrstore/tyr/internal/errs"
 	"github.com/tyrstore/tyr/internal/limits"
-	"github.com/tyrstore/tyr/internal/txn"
 )
 
-// Catch-up: a replica that missed commits copies the blobs it is behind on
-// from another replica. A copy is conditional, so it never moves a blob
-// backwards past a commit that reached this replica meanwhile.
+// Catch-up chunk by chunk: a replica that may have missed commits makes its
+// copy of a blob match an up-to-date version manager's (the protocol around
+// it is in internal/node/catchup.go). What must match is what the store
+// keeps (see Placement): the record, the chunk versions, and the pages of
+// the chunks it holds. A chunk's version changes with every commit that
+// changes its bytes (a write into it, a shrinking truncate that cuts it,
+// see Store.emit), so two copies of a chunk at one version are the same
+// bytes, and only the chunks whose versions differ are copied.
+//
+// A copied chunk's older page versions are dropped: the store never had
+// some of the commits between them. The blob's floor ('f' key) is then the
+// copy's version, and reads of the blob at older versions are refused
+// (ReadChunks; ReadAt finds no history record before it).
 
-// Install makes blob key hold exactly data at version, as copied from
-// another replica, unless the blob is already at version or newer. It
-// reports whether it changed the blob. Versions name the same commit on
-// every replica (see TryPrepareAt), so the copy is the other replica's
-// state at that commit. The copy is one atomic batch; data is held in
-// memory whole.
-func (s *Store) Install(key string, version uint64, data []byte) (bool, error) {
-	if version == 0 {
-		return false, fmt.Errorf("%w: install of blob %q at version 0", errs.ErrInvalidArgument, key)
+// Record is a blob as one store keeps it.
+type Record struct {
+	Exists            bool
+	Version, Size     uint64
+	Created, Modified int64 // unix nanoseconds
+	// Chunks are the chunk versions the store keeps (absent: 0).
+	Chunks map[uint64]uint64
+}
+
+// Copy is a blob as a catch-up source has it: the record and chunk
+// versions the store is to keep (every chunk's on a version manager, its
+// own chunks' on another holder), and the held chunks whose bytes it
+// replaces, sorted.
+type Copy struct {
+	Record
+	Replace []uint64
+}
+
+// Source is where Refresh copies a blob from.
+type Source interface {
+	// Copy returns the blob as the source has it, given this store's
+	// record. Returning the local record with nothing to replace changes
+	// nothing.
+	Copy(local Record) (Copy, error)
+	// Read returns the length bytes at off of the copy; the range lies in
+	// one chunk of Copy.Replace and below Copy.Size.
+	Read(off, length uint64) ([]byte, error)
+}
+
+// PlanCopy returns the Copy that makes this store's record of key (local)
+// the source's (remote): the chunk versions this store keeps under pl (nil:
+// all), and the chunks it holds whose versions differ.
+func (s *Store) PlanCopy(key string, local, remote Record, pl Placement) Copy {
+	if !remote.Exists {
+		return Copy{Record: remote}
 	}
-	return s.replaceIf(key, func(cur uint64, _ bool) bool { return cur < version }, func(exists bool) []txn.Op {
-		var ops []txn.Op
-		if exists {
-			ops = append(ops, txn.Op{Key: key, Kind: txn.OpTruncate, Size: 0})
-		} else {
-			ops = append(ops, txn.Op{Key: key, Kind: txn.OpCreate})
+	n := (remote.Size + s.chunkBytes - 1) / s.chunkBytes
+	keeps := func(c uint64) bool { return pl == nil || pl.Manages(key) || pl.Holds(key, c) }
+	cp := Copy{Record: remote}
+	cp.Chunks = map[uint64]uint64{}
+	for c, v := range remote.Chunks {
+		if c < n && keeps(c) {
+			cp.Chunks[c] = v
 		}
-		for off := 0; off < len(data); off += limits.PayloadBytesMax {
-			end := min(off+limits.PayloadBytesMax, len(data))
-			ops = append(ops, txn.Op{Key: key, Kind: txn.OpWrite, Offset: uint64(off), Data: data[off:end]})
+	}
+	// Chunks at version 0 on both sides were never written: no pages.
+	differ := map[uint64]bool{}
+	for c := range remote.Chunks {
+		differ[c] = true
+	}
+	for c := range local.Chunks {
+		differ[c] = true
+	}
+	for c := range differ {
+		if c < n && (pl == nil || pl.Holds(key, c)) && remote.Chunks[c] != local.Chunks[c] {
+			cp.Replace = append(cp.Replace, c)
 		}
-		return ops
-	}, version)
+	}
+	slices.Sort(cp.Replace)
+	return cp
 }
 
-// DeleteAt deletes blob key if it is still at version: catch-up found it
-// deleted on the replicas that are up to date. It reports whether it
-// deleted the blob.
-func (s *Store) DeleteAt(key string, version uint64) (bool, error) {
-	return s.replaceIf(key, func(cur uint64, exists bool) bool { return exists && cur == version }, func(bool) []txn.Op {
-		return []txn.Op{{Key: key, Kind: txn.OpDelete}}
-	}, 0)
+// prefixFloor: 'f' key -> version(8), the oldest version of the blob
+// this store can serve reads at (see the top of this file).
+const prefixFloor = 'f'
+
+func floorKey(key string) []byte {
+	k := make([]byte, 0, 1+len(key))
+	k = append(k, prefixFloor)
+	return append(k, key...)
 }
 
-// replaceIf commits ops(exists) on key, holding its lock, if ok(current
-// version, exists) holds; version 0 draws one from the clock.
-func (s *Store) replaceIf(key string, ok func(uint64, bool) bool, ops func(bool) []txn.Op, version uint64) (bool, error) {
+func getFloor(r pebble.Reader, key string) (uint64, error) {
+	v, closer, err := r.Get(floorKey(key))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", errs.ErrUnavailable, err)
+	}
+	defer closer.Close()
+	if len(v) != 8 {
+		return 0, fmt.Errorf("%w: floor of %d bytes for blob %q", errs.ErrCorruption, len(v), key)
+	}
+	return binary.BigEndian.Uint64(v), nil
+}
+
+// Record returns blob key as this store keeps it, once no commit of it is
+// in progress here (it waits for the blob's lock) and the last one is
+// durable.
+func (s *Store) Record(key string) (Record, error) {
 	keys := []string{key}
 	s.locks.lock(keys)
-	m, exists, err := getMeta(s.db, key)
+	snap := s.db.NewSnapshot()
+	s.locks.unlock(keys)
+	defer snap.Close()
+	s.syncing.await(key)
+	return readRecord(snap, key)
+}
+
+func readRecord(r pebble.Reader, key string) (Record, error) {
+	m, ok, err := getMeta(r, key)
+	if err != nil || !ok {
+		return Record{Chunks: map[uint64]uint64{}}, err
+	}
+	rec := Record{Exists: true, Version: m.Version, Size: m.Size, Created: m.Created, Modified: m.Modified, Chunks: map[uint64]uint64{}}
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: chunkPrefix(key), UpperBound: chunksEnd(key)})
 	if err != nil {
-		s.locks.unlock(keys)
+		return Record{}, fmt.Errorf("%w: %w", errs.ErrUnavailable, err)
+	}
+	defer it.Close()
+	n := len(chunkPrefix(key))
+	for valid := it.First(); valid; valid = it.Next() {
+		k, v := it.Key(), it.Value()
+		if len(k) != n+8 || len(v) != 8 {
+			return Record{}, fmt.Errorf("%w: chunk version entry of blob %q", errs.ErrCorruption, key)
+		}
+		rec.Chunks[binary.BigEndian.Uint64(k[n:])] = binary.BigEndian.Uint64(v)
+	}
+	return rec, it.Error()
+}
+
+// Refresh makes this store's copy of blob key the one src gives, holding
+// the blob's lock throughout (commits of the blob here wait or, staged by
+// a chain, are refused as locked). It reports whether anything changed.
+// The record and chunk versions are written last, in one batch, after the
+// replaced chunks' pages; a crash in between leaves the old record, and
+// the next catch-up copies again.
+func (s *Store) Refresh(key string, src Source) (bool, error) {
+	keys := []string{key}
+	s.locks.lock(keys)
+	defer s.locks.unlock(keys)
+	local, err := readRecord(s.db, key)
+	if err != nil {
 		return false, err
 	}
-	cur := uint64(0)
-	if exists {
-		cur = m.Version
+	cp, err := src.Copy(local)
+	if err != nil {
+		return false, err
 	}
-	if !ok(cur, exists) {
-		s.locks.unlock(keys)
+	if !cp.Exists {
+		if !local.Exists {
+			return false, nil
+		}
+		return true, s.dropBlob(key)
+	}
+	if err := s.checkCopy(key, cp); err != nil {
+		return false, err
+	}
+	cut := local.Exists && local.Size > cp.Size
+	if len(cp.Replace) == 0 && !cut && sameRecord(local, cp.Record) {
 		return false, nil
 	}
-	p, err := s.prepareLocked(ops(exists), keys, prepareOpts{version: version, copied: version != 0})
-	if err != nil {
-		s.locks.unlock(keys)
+	pages := func(c uint64) uint64 { return c * s.chunkBytes / s.pageBytes }
+	if len(cp.Replace) > 0 || cut {
+		b := s.db.NewBatch()
+		err := b.Set(floorKey(key), binary.BigEndian.AppendUint64(nil, cp.Version), nil)
+		for _, c := range cp.Replace {
+			if err == nil {
+				err = b.DeleteRange(pageKeyVersionless(key, pages(c)), pageKeyVersionless(key, pages(c+1)), nil)
+			}
+		}
+		if err == nil {
+			err = b.DeleteRange(pageKeyVersionless(key, (cp.Size+s.pageBytes-1)/s.pageBytes), blobPagesEnd(key), nil)
+		}
+		if err := commitBatch(b, err, false); err != nil {
+			return false, err
+		}
+	}
+	for _, c := range cp.Replace {
+		if err := s.copyChunk(key, c, cp, src); err != nil {
+			return false, err
+		}
+	}
+	b := s.db.NewBatch()
+	err = b.DeleteRange(chunkPrefix(key), chunksEnd(key), nil)
+	for _, c := range slices.Sorted(maps.Keys(cp.Chunks)) {
+		if v := cp.Chunks[c]; err == nil && v != 0 {
+			err = b.Set(chunkKey(key, c), binary.BigEndian.AppendUint64(nil, v), nil)
+		}
+	}
+	if err == nil && local.Version != cp.Version {
+		// The history records describe versions this copy may not match.
+		err = b.DeleteRange(historyPrefix(key), historyEnd(key), nil)
+	}
+	if err == nil {
+		m := blobMeta{Size: cp.Size, Version: cp.Version, Created: cp.Created, Modified: cp.Modified}
+		err = b.Set(metaKey(key), m.encode(), nil)
+	}
+	if err := commitBatch(b, err, s.opts.Sync); err != nil {
 		return false, err
 	}
-	if err := p.Commit(); err != nil {
-		return false, err
-	}
+	s.versionMu.Lock()
+	s.lastVersion = max(s.lastVersion, cp.Version)
+	s.versionMu.Unlock()
 	return true, nil
 }
 
-// Settled returns blob key's current record once no commit of it is in
-// progress on this store (it waits for the blob's lock) and the last one is
-// durable: a commit that another replica staged after this one can no
-// longer be missing from it. ok is false if the blob does not exist.
-func (s *Store) Settled(key string) (info BlobInfo, ok bool, err error) {
-	keys := []string{key}
-	s.locks.lock(keys)
-	m, ok, err := getMeta(s.db, key)
-	s.locks.unlock(keys)
-	s.syncing.await(key)
-	if err != nil || !ok {
-		return BlobInfo{}, false, err
+func sameRecord(a, b Record) bool {
+	if a.Exists != b.Exists || a.Version != b.Version || a.Size != b.Size || len(a.Chunks) != len(b.Chunks) {
+		return false
 	}
-	return m.info(key), true, nil
+	for c, v := range a.Chunks {
+		if b.Chunks[c] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// checkCopy refuses a copy that does not describe a blob this store could
+// hold.
+func (s *Store) checkCopy(key string, cp Copy) error {
+	chunks := (cp.Size + s.chunkBytes - 1) / s.chunkBytes
+	switch {
+	case cp.Version == 0:
+		return fmt.Errorf("%w: copy of blob %q at version 0", errs.ErrInvalidArgument, key)
+	case cp.Size > limits.BlobBytesMax:
+		return fmt.Errorf("%w: copy of blob %q of %d bytes", errs.ErrInvalidArgument, key, cp.Size)
+	case !slices.IsSorted(cp.Replace) || len(slices.Compact(slices.Clone(cp.Replace))) != len(cp.Replace):
+		return fmt.Errorf("%w: copy of blob %q: chunks to replace %v not sorted and distinct", errs.ErrInvalidArgument, key, cp.Replace)
+	case len(cp.Replace) > 0 && cp.Replace[len(cp.Replace)-1] >= chunks:
+		return fmt.Errorf("%w: copy of blob %q: chunk %d past its %d bytes", errs.ErrInvalidArgument, key, cp.Replace[len(cp.Replace)-1], cp.Size)
+	}
+	for c, v := range cp.Chunks {
+		if c >= chunks || v > cp.Version {
+			return fmt.Errorf("%w: copy of blob %q at version %d of %d bytes: chunk %d at version %d",
+				errs.ErrInvalidArgument, key, cp.Version, cp.Size, c, v)
+		}
+	}
+	return nil
+}
+
+// copyChunk writes chunk c of the copy, read from src a request at a time.
+// Pages of zeros are not stored (holes read as zeros). With MVCC on, the
+// pages get the chunk's version, the last commit that changed them.
+func (s *Store) copyChunk(key string, c uint64, cp Copy, src Source) error {
+	version := uint64(0)
+	if s.opts.MVCC {
+		version = cp.Chunks[c]
+		if version == 0 {
+			version = cp.Version
+		}
+	}
+	end := min(cp.Size, (c+1)*s.chunkBytes)
+	for off := c * s.chunkBytes; off < end; {
+		n := min(end-off, limits.PayloadBytesMax)
+		data, err := src.Read(off, n)
+		if err != nil {
+			return err
+		}
+		if uint64(len(data)) != n {
+			return fmt.Errorf("%w: copy of blob %q: %d bytes at %d, want %d", errs.ErrUnavailable, key, len(data), off, n)
+		}
+		b := s.db.NewBatch()
+		for i := uint64(0); i < n && err == nil; i += s.pageBytes {
+			page := data[i:min(n, i+s.pageBytes)]
+			if len(bytes.TrimRight(page, "\x00")) > 0 {
+				err = b.Set(pageKey(key, (off+i)/s.pageBytes, version), page, nil)
+			}
+		}
+		if err := commitBatch(b, err, false); err != nil {
+			return err
+		}
+		off += n
+	}
+	return nil
+}
+
+// dropBlob deletes everything the store keeps of blob key; the caller
+// holds its lock.
+func (s *Store) dropBlob(key string) error {
+	b := s.db.NewBatch()
+	err := b.DeleteRange(chunkPrefix(key), chunksEnd(key), nil)
+	if err == nil {
+		err = b.DeleteRange(pagePrefix(key), blobPagesEnd(key), nil)
+	}
+	if err == nil {
+		err = b.DeleteRange(historyPrefix(key), historyEnd(key), nil)
+	}
+	if err == nil {
+		err = b.Delete(floorKey(key), nil)
+	}
+	if err == nil {
+		err = b.Delete(metaKey(key), nil)
+	}
+	return commitBatch(b, err, s.opts.Sync)
+}
+
+// commitBatch commits b unless building it failed (err), and closes it.
+func commitBatch(b *pebble.Batch, err error, sync bool) error {
+	if err == nil {
+		opt := pebble.NoSync
+		if sync {
+			opt = pebble.Sync
+		}
+		err = b.Commit(opt)
+	}
+	if closeErr := b.Close(); err == nil {
+		err = closeErr
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %w", errs.ErrUnavailable, err)
+	}
+	return nil
+}
+
+// checkFloor refuses a read at version (0: the newest) older than what
+// catch-up left this store able to serve.
+func checkFloor(r pebble.Reader, key string, version uint64) error {
+	if version == 0 {
+		return nil
+	}
+	floor, err := getFloor(r, key)
+	if err != nil {
+		return err
+	}
+	if version < floor {
+		return fmt.Errorf("%w: blob %q: version %d no longer retained here: this replica copied version %d in catch-up",
+			errs.ErrConflict, key, version, floor)
+	}
+	return nil
 }

@@ -3,6 +3,7 @@ package mvcc
 import (
 	"bytes"
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/tyrstore/tyr/internal/errs"
@@ -66,8 +67,8 @@ func TestTryPrepareStep(t *testing.T) {
 		t.Fatalf("a refused TryPrepareStep changed a to %q", got)
 	}
 	// Up to date, the same commit applies.
-	if _, err := behind.Install("a", 200, []byte("two")); err != nil {
-		t.Fatal(err)
+	if changed, err := behind.Refresh("a", &storeSource{from: head, to: behind, key: "a"}); err != nil || !changed {
+		t.Fatalf("Refresh of a replica behind = %v, %v; want a change", changed, err)
 	}
 	bp, err := behind.TryPrepareStep(ops, Step{Version: 300, Bases: bases})
 	if err != nil {
@@ -81,82 +82,157 @@ func TestTryPrepareStep(t *testing.T) {
 	}
 }
 
-// TestInstall: a copy replaces an older blob whole, never moves a blob
-// back, and creates a missing one at the copied version.
-func TestInstall(t *testing.T) {
-	s := openStore(t, Options{MVCC: true, Now: newFakeClock().Now})
-	p, err := s.TryPrepareAt([]txn.Op{writeOp("a", "a much longer old value")}, 100)
+// storeSource is a Source that copies from another store, as the version
+// managers and holders of a cluster serve catch-up.
+type storeSource struct {
+	from, to *Store
+	key      string
+	pl       Placement // the copying store's
+	cp       Copy
+	reads    int
+}
+
+func (s *storeSource) Copy(local Record) (Copy, error) {
+	remote, err := s.from.Record(s.key)
+	s.cp = s.to.PlanCopy(s.key, local, remote, s.pl)
+	return s.cp, err
+}
+
+func (s *storeSource) Read(off, n uint64) ([]byte, error) {
+	s.reads++
+	return s.from.ReadChunks(s.key, off, n, s.cp.Version, s.cp.Size, s.cp.Chunks[off/s.from.ChunkBytes()])
+}
+
+func commitAt(t *testing.T, s *Store, version uint64, ops ...txn.Op) {
+	t.Helper()
+	p, err := s.TryPrepareAt(ops, version)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := p.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	big := bytes.Repeat([]byte("0123456789abcdef"), limits.PayloadBytesMax/16+100) // more than one op's payload
-	cases := []struct {
-		key     string
-		version uint64
-		data    []byte
-		changed bool
-		want    []byte
-	}{
-		{"a", 200, []byte("short"), true, []byte("short")},
-		{"a", 150, []byte("older"), false, []byte("short")},
-		{"a", 200, []byte("same"), false, []byte("short")},
-		{"n", 50, big, true, big}, // below the store's newest version: copies keep theirs
-		{"e", 60, nil, true, nil},
-	}
-	for _, c := range cases {
-		changed, err := s.Install(c.key, c.version, c.data)
-		if err != nil || changed != c.changed {
-			t.Fatalf("Install(%s, %d) = %v, %v; want %v", c.key, c.version, changed, err, c.changed)
+}
+
+func readAll(t *testing.T, s *Store, key string) []byte {
+	t.Helper()
+	var out []byte
+	for off := uint64(0); ; {
+		part, info, err := s.Read(key, off, limits.PayloadBytesMax)
+		if err != nil {
+			t.Fatal(err)
 		}
-		var got []byte
-		var info BlobInfo
-		for off := uint64(0); ; {
-			part, i, err := s.Read(c.key, off, limits.PayloadBytesMax)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, info, off = append(got, part...), i, off+uint64(len(part))
-			if len(part) == 0 || off >= i.Size {
-				break
-			}
+		out, off = append(out, part...), off+uint64(len(part))
+		if len(part) == 0 || off >= info.Size {
+			return out
 		}
-		if !bytes.Equal(got, c.want) || info.Size != uint64(len(c.want)) {
-			t.Fatalf("after Install(%s, %d): %d bytes (size %d), want %d", c.key, c.version, len(got), info.Size, len(c.want))
-		}
-	}
-	if v := statVersion(t, s, "n"); v != 50 {
-		t.Fatalf("n is at version %d, want the copied 50", v)
-	}
-	if _, err := s.Install("z", 0, nil); !errors.Is(err, errs.ErrInvalidArgument) {
-		t.Fatalf("Install at version 0: %v, want ErrInvalidArgument", err)
-	}
-	// A new blob after the copies still gets a version above all of them.
-	p, err = s.TryPrepareAt([]txn.Op{writeOp("new", "x")}, 199)
-	var stale *StaleVersionError
-	if !errors.As(err, &stale) || stale.Floor != 200 {
-		t.Fatalf("creating a blob at 199 after a copy at 200: %v, %v; want a StaleVersionError with floor 200", p, err)
 	}
 }
 
-// TestDeleteAt: only the version catch-up saw is deleted.
-func TestDeleteAt(t *testing.T) {
-	s := openStore(t, Options{MVCC: true, Now: newFakeClock().Now})
-	if _, err := s.Install("a", 100, []byte("x")); err != nil {
+// TestRefresh: a replica that missed commits, among them a truncate that
+// cut a chunk on a page boundary, copies only the chunks that changed and
+// ends with the source's bytes, record and chunk versions, in step for the
+// next commit; reads of versions from before the copy are refused; a
+// second copy changes nothing; a deletion is copied too.
+func TestRefresh(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		const cs = 128 << 10 // two pages a chunk
+		src := openStore(t, Options{MVCC: on, Now: newFakeClock().Now, ChunkBytes: cs})
+		dst := openStore(t, Options{MVCC: on, Now: newFakeClock().Now, ChunkBytes: cs})
+		pattern := bytes.Repeat([]byte("0123456789abcdef"), 4*cs/16) // four chunks
+		for _, s := range []*Store{src, dst} {
+			commitAt(t, s, 100, txn.Op{Key: "k", Kind: txn.OpCreate}, txn.Op{Key: "k", Kind: txn.OpWrite, Data: pattern})
+		}
+		// dst misses these: a cut inside chunk 0 on a page boundary, a
+		// regrow with zeros, and a write into chunk 2.
+		commitAt(t, src, 300, txn.Op{Key: "k", Kind: txn.OpTruncate, Size: cs / 2})
+		commitAt(t, src, 400, txn.Op{Key: "k", Kind: txn.OpTruncate, Size: 4 * cs})
+		commitAt(t, src, 500, txn.Op{Key: "k", Kind: txn.OpWrite, Offset: 2*cs + 7, Data: []byte("tail")})
+		from := &storeSource{from: src, to: dst, key: "k"}
+		if changed, err := dst.Refresh("k", from); err != nil || !changed {
+			t.Fatalf("MVCC %v: Refresh = %v, %v; want a change", on, changed, err)
+		}
+		if want := []uint64{0, 1, 2, 3}; !slices.Equal(from.cp.Replace, want) {
+			t.Fatalf("MVCC %v: replaced chunks %v, want %v", on, from.cp.Replace, want)
+		}
+		if got, want := readAll(t, dst, "k"), readAll(t, src, "k"); !bytes.Equal(got, want) {
+			t.Fatalf("MVCC %v: the copy differs from the source (%d and %d bytes)", on, len(got), len(want))
+		}
+		a, _ := src.Record("k")
+		b, _ := dst.Record("k")
+		if !sameRecord(a, b) {
+			t.Fatalf("MVCC %v: records differ after the copy: source %+v, copy %+v", on, a, b)
+		}
+		var stale *StaleVersionError
+		if _, err := dst.TryPrepareAt([]txn.Op{writeOp("new", "x")}, 450); !errors.As(err, &stale) || stale.Floor != 500 {
+			t.Fatalf("MVCC %v: creating a blob at 450 after a copy at 500: %v; want a StaleVersionError with floor 500", on, err)
+		}
+		from.reads = 0
+		if changed, err := dst.Refresh("k", from); err != nil || changed || from.reads != 0 {
+			t.Fatalf("MVCC %v: second Refresh = %v, %v after %d reads; want no change and no reads", on, changed, err, from.reads)
+		}
+		if _, err := dst.ReadChunks("k", 0, 10, 100, 4*cs, 0); !errors.Is(err, errs.ErrConflict) {
+			t.Fatalf("MVCC %v: a read at version 100, before the copy at 500: %v; want ErrConflict", on, err)
+		}
+		var mismatch *ChunkMismatchError
+		if _, err := dst.ReadChunks("k", 2*cs, 10, 0, 4*cs, 600); !errors.As(err, &mismatch) {
+			t.Fatalf("MVCC %v: a catch-up read expecting chunk 2 at 600: %v; want a ChunkMismatchError", on, err)
+		}
+		if _, err := chainCommit(t, []txn.Op{{Key: "k", Kind: txn.OpAppend, Data: []byte("!")}}, 600,
+			member{s: src}, member{s: dst}); err != nil {
+			t.Fatalf("MVCC %v: a commit after the copy: %v", on, err)
+		}
+		commitAt(t, src, 700, txn.Op{Key: "k", Kind: txn.OpDelete})
+		if changed, err := dst.Refresh("k", from); err != nil || !changed {
+			t.Fatalf("MVCC %v: Refresh of a deletion = %v, %v", on, changed, err)
+		}
+		if rec, err := dst.Record("k"); err != nil || rec.Exists || len(rec.Chunks) != 0 {
+			t.Fatalf("MVCC %v: after copying the deletion: %+v, %v", on, rec, err)
+		}
+	}
+}
+
+// TestRefreshHolder: a holder of one chunk copies that chunk's pages and
+// version and nothing else.
+func TestRefreshHolder(t *testing.T) {
+	const cs = 4 << 10
+	vm := openStore(t, Options{MVCC: true, Now: newFakeClock().Now, ChunkBytes: cs})
+	holder := openStore(t, Options{MVCC: true, Now: newFakeClock().Now, ChunkBytes: cs})
+	vmPl := chunksOf{manages: true, held: map[uint64]bool{0: true, 1: true, 2: true}}
+	hPl := chunksOf{held: map[uint64]bool{1: true}}
+	data := bytes.Repeat([]byte("x"), 3*cs)
+	if _, err := chainCommit(t, []txn.Op{{Key: "k", Kind: txn.OpCreate}, {Key: "k", Kind: txn.OpWrite, Data: data}}, 100,
+		member{vm, vmPl}, member{holder, hPl}); err != nil {
 		t.Fatal(err)
 	}
-	if deleted, err := s.DeleteAt("a", 99); err != nil || deleted {
-		t.Fatalf("DeleteAt(a, 99) with a at 100 = %v, %v; want false", deleted, err)
+	// The holder misses a write into chunk 1 and one into chunk 2.
+	p, err := vm.TryPrepareStep([]txn.Op{{Key: "k", Kind: txn.OpWrite, Offset: cs + 5, Data: []byte("new")},
+		{Key: "k", Kind: txn.OpWrite, Offset: 2 * cs, Data: []byte("two")}}, Step{Version: 200, Placement: vmPl})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if deleted, err := s.DeleteAt("missing", 0); err != nil || deleted {
-		t.Fatalf("DeleteAt(missing) = %v, %v; want false", deleted, err)
+	if err := p.Commit(); err != nil {
+		t.Fatal(err)
 	}
-	if deleted, err := s.DeleteAt("a", 100); err != nil || !deleted {
-		t.Fatalf("DeleteAt(a, 100) = %v, %v; want true", deleted, err)
+	from := &storeSource{from: vm, to: holder, key: "k", pl: hPl}
+	if changed, err := holder.Refresh("k", from); err != nil || !changed {
+		t.Fatalf("Refresh = %v, %v", changed, err)
 	}
-	if v := statVersion(t, s, "a"); v != 0 {
-		t.Fatalf("a still at version %d after DeleteAt", v)
+	if !slices.Equal(from.cp.Replace, []uint64{1}) {
+		t.Fatalf("the holder replaced chunks %v, want [1]", from.cp.Replace)
+	}
+	rec, err := holder.Record("k")
+	if err != nil || rec.Version != 200 || rec.Size != 3*cs || len(rec.Chunks) != 1 || rec.Chunks[1] != 200 {
+		t.Fatalf("the holder's record after the copy: %+v, %v; want version 200, chunk 1 at 200 only", rec, err)
+	}
+	if got := readChunks(t, holder, "k", cs, cs, 3*cs); !bytes.Equal(got[5:8], []byte("new")) {
+		t.Fatalf("chunk 1 on the holder: %q..., want the missed write", got[:16])
+	}
+	if got := readChunks(t, holder, "k", 2*cs, 3, 3*cs); !bytes.Equal(got, []byte{0, 0, 0}) {
+		t.Fatalf("the holder stored chunk 2, which it does not hold: %q", got)
+	}
+	if _, err := chainCommit(t, []txn.Op{{Key: "k", Kind: txn.OpWrite, Offset: cs, Data: []byte("ok")}}, 300,
+		member{vm, vmPl}, member{holder, hPl}); err != nil {
+		t.Fatalf("a commit into chunk 1 after the copy: %v", err)
 	}
 }

@@ -203,18 +203,35 @@ func (w *blobWork) heldBetween(a, b uint64) (uint64, bool) {
 // (0: the newest this store holds) for a blob of the given size: what a
 // version manager asks of a chunk's holder in a read that spans chunks or
 // names a version. Holes read as zeros; bytes past size are not returned.
-// The caller knows the range is within chunks this store holds.
-func (s *Store) ReadChunks(key string, offset, length, version, size uint64) ([]byte, error) {
+// The caller knows the range is within one chunk this store holds. A
+// version older than the store's floor (see Refresh) is refused. If expect
+// is not 0, the chunk's version here must be expect (MVCC off) or not
+// older (MVCC on: the store keeps the pages as of version), or the read is
+// refused: a catch-up copy must come from a holder in step.
+func (s *Store) ReadChunks(key string, offset, length, version, size, expect uint64) ([]byte, error) {
 	if length > limits.PayloadBytesMax {
 		return nil, fmt.Errorf("%w: read of %d bytes, above the per-request limit of %d",
 			errs.ErrTooLarge, length, limits.PayloadBytesMax)
 	}
-	if offset >= size || length == 0 {
-		return []byte{}, nil
-	}
 	snap := s.db.NewSnapshot()
 	defer snap.Close()
 	s.syncing.await(key)
+	if err := checkFloor(snap, key, version); err != nil {
+		return nil, err
+	}
+	if expect != 0 {
+		c := offset / s.chunkBytes
+		have, err := getChunkVersion(snap, key, c)
+		if err != nil {
+			return nil, err
+		}
+		if have < expect || (have != expect && !s.opts.MVCC) {
+			return nil, &ChunkMismatchError{Key: key, Chunk: c, Have: have, Want: expect}
+		}
+	}
+	if offset >= size || length == 0 {
+		return []byte{}, nil
+	}
 	if version == 0 {
 		version = ^uint64(0) >> 1
 	}

@@ -59,7 +59,7 @@ func chainCommit(t *testing.T, ops []txn.Op, version uint64, members ...member) 
 
 func readChunks(t *testing.T, s *Store, key string, off, n uint64, size uint64) []byte {
 	t.Helper()
-	b, err := s.ReadChunks(key, off, n, 0, size)
+	b, err := s.ReadChunks(key, off, n, 0, size, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -251,7 +251,18 @@ func (s *Store) emit(batch *pebble.Batch, w *blobWork, now int64, manages bool) 
 	} else {
 		var v [8]byte
 		binary.BigEndian.PutUint64(v[:], w.meta.Version)
-		for _, c := range w.written() {
+		changed := w.written()
+		if w.low < w.start {
+			// A shrinking truncate: the chunks past the cut lose their
+			// versions with their pages, and the one it cuts into changes.
+			if err := batch.DeleteRange(chunkKey(w.key, (w.low+w.chunkBytes-1)/w.chunkBytes), chunksEnd(w.key), nil); err != nil {
+				return err
+			}
+			if w.low%w.chunkBytes != 0 {
+				changed = append(changed, w.low/w.chunkBytes)
+			}
+		}
+		for _, c := range changed {
 			if manages || w.holds(c) {
 				if err := batch.Set(chunkKey(w.key, c), v[:], nil); err != nil {
 					return err
@@ -267,6 +278,9 @@ func (s *Store) emit(batch *pebble.Batch, w *blobWork, now int64, manages bool) 
 	deadline := time.Unix(0, now).Add(s.opts.Retention)
 	if !w.exists {
 		if err := batch.DeleteRange(historyPrefix(w.key), historyEnd(w.key), nil); err != nil {
+			return err
+		}
+		if err := batch.Delete(floorKey(w.key), nil); err != nil {
 			return err
 		}
 		return batch.Delete(metaKey(w.key), nil)
