@@ -29,13 +29,16 @@ const (
 )
 
 type ReadChunksRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Keyspace      string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
-	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
-	Offset        uint64                 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
-	Length        uint64                 `protobuf:"varint,4,opt,name=length,proto3" json:"length,omitempty"`
-	Version       uint64                 `protobuf:"varint,5,opt,name=version,proto3" json:"version,omitempty"`
-	Size          uint64                 `protobuf:"varint,6,opt,name=size,proto3" json:"size,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Keyspace string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	Key      string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Offset   uint64                 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
+	Length   uint64                 `protobuf:"varint,4,opt,name=length,proto3" json:"length,omitempty"`
+	Version  uint64                 `protobuf:"varint,5,opt,name=version,proto3" json:"version,omitempty"`
+	Size     uint64                 `protobuf:"varint,6,opt,name=size,proto3" json:"size,omitempty"`
+	// expect, if not 0: the chunk's version the caller copies; a receiver
+	// whose chunk is not in step refuses (catch-up, see Chunks).
+	Expect        uint64 `protobuf:"varint,7,opt,name=expect,proto3" json:"expect,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -108,6 +111,13 @@ func (x *ReadChunksRequest) GetVersion() uint64 {
 func (x *ReadChunksRequest) GetSize() uint64 {
 	if x != nil {
 		return x.Size
+	}
+	return 0
+}
+
+func (x *ReadChunksRequest) GetExpect() uint64 {
+	if x != nil {
+		return x.Expect
 	}
 	return 0
 }
@@ -352,6 +362,7 @@ type BlobVersion struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	Version       uint64                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	Size          uint64                 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -400,126 +411,218 @@ func (x *BlobVersion) GetVersion() uint64 {
 	return 0
 }
 
-type FetchRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Keyspace      string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
-	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *FetchRequest) Reset() {
-	*x = FetchRequest{}
-	mi := &file_api_peerpb_peer_proto_msgTypes[7]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *FetchRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*FetchRequest) ProtoMessage() {}
-
-func (x *FetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_peerpb_peer_proto_msgTypes[7]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
-func (*FetchRequest) Descriptor() ([]byte, []int) {
-	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{7}
-}
-
-func (x *FetchRequest) GetKeyspace() string {
-	if x != nil {
-		return x.Keyspace
-	}
-	return ""
-}
-
-func (x *FetchRequest) GetKey() string {
-	if x != nil {
-		return x.Key
-	}
-	return ""
-}
-
-// FetchChunk: the first carries exists, version and size; every one may
-// carry data, in order.
-type FetchChunk struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Exists        bool                   `protobuf:"varint,1,opt,name=exists,proto3" json:"exists,omitempty"`
-	Version       uint64                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
-	Size          uint64                 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
-	Data          []byte                 `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *FetchChunk) Reset() {
-	*x = FetchChunk{}
-	mi := &file_api_peerpb_peer_proto_msgTypes[8]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *FetchChunk) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*FetchChunk) ProtoMessage() {}
-
-func (x *FetchChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_api_peerpb_peer_proto_msgTypes[8]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use FetchChunk.ProtoReflect.Descriptor instead.
-func (*FetchChunk) Descriptor() ([]byte, []int) {
-	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{8}
-}
-
-func (x *FetchChunk) GetExists() bool {
-	if x != nil {
-		return x.Exists
-	}
-	return false
-}
-
-func (x *FetchChunk) GetVersion() uint64 {
-	if x != nil {
-		return x.Version
-	}
-	return 0
-}
-
-func (x *FetchChunk) GetSize() uint64 {
+func (x *BlobVersion) GetSize() uint64 {
 	if x != nil {
 		return x.Size
 	}
 	return 0
 }
 
-func (x *FetchChunk) GetData() []byte {
+type ChunksRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Keyspace string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	Key      string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// node is the caller: the response lists the chunks it keeps.
+	Node          string `protobuf:"bytes,3,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChunksRequest) Reset() {
+	*x = ChunksRequest{}
+	mi := &file_api_peerpb_peer_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChunksRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChunksRequest) ProtoMessage() {}
+
+func (x *ChunksRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_peerpb_peer_proto_msgTypes[7]
 	if x != nil {
-		return x.Data
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChunksRequest.ProtoReflect.Descriptor instead.
+func (*ChunksRequest) Descriptor() ([]byte, []int) {
+	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ChunksRequest) GetKeyspace() string {
+	if x != nil {
+		return x.Keyspace
+	}
+	return ""
+}
+
+func (x *ChunksRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ChunksRequest) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+type ChunksResponse struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Exists   bool                   `protobuf:"varint,1,opt,name=exists,proto3" json:"exists,omitempty"`
+	Version  uint64                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	Size     uint64                 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	Created  int64                  `protobuf:"varint,4,opt,name=created,proto3" json:"created,omitempty"`
+	Modified int64                  `protobuf:"varint,5,opt,name=modified,proto3" json:"modified,omitempty"`
+	Chunks   []*ChunkVersion        `protobuf:"bytes,6,rep,name=chunks,proto3" json:"chunks,omitempty"`
+	// catching_up: the receiver is catching up itself; the caller takes its
+	// copy only if it is newer than its own.
+	CatchingUp    bool `protobuf:"varint,7,opt,name=catching_up,json=catchingUp,proto3" json:"catching_up,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChunksResponse) Reset() {
+	*x = ChunksResponse{}
+	mi := &file_api_peerpb_peer_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChunksResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChunksResponse) ProtoMessage() {}
+
+func (x *ChunksResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_peerpb_peer_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChunksResponse.ProtoReflect.Descriptor instead.
+func (*ChunksResponse) Descriptor() ([]byte, []int) {
+	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ChunksResponse) GetExists() bool {
+	if x != nil {
+		return x.Exists
+	}
+	return false
+}
+
+func (x *ChunksResponse) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *ChunksResponse) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *ChunksResponse) GetCreated() int64 {
+	if x != nil {
+		return x.Created
+	}
+	return 0
+}
+
+func (x *ChunksResponse) GetModified() int64 {
+	if x != nil {
+		return x.Modified
+	}
+	return 0
+}
+
+func (x *ChunksResponse) GetChunks() []*ChunkVersion {
+	if x != nil {
+		return x.Chunks
 	}
 	return nil
+}
+
+func (x *ChunksResponse) GetCatchingUp() bool {
+	if x != nil {
+		return x.CatchingUp
+	}
+	return false
+}
+
+type ChunkVersion struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Chunk         uint64                 `protobuf:"varint,1,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	Version       uint64                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChunkVersion) Reset() {
+	*x = ChunkVersion{}
+	mi := &file_api_peerpb_peer_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChunkVersion) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChunkVersion) ProtoMessage() {}
+
+func (x *ChunkVersion) ProtoReflect() protoreflect.Message {
+	mi := &file_api_peerpb_peer_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChunkVersion.ProtoReflect.Descriptor instead.
+func (*ChunkVersion) Descriptor() ([]byte, []int) {
+	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ChunkVersion) GetChunk() uint64 {
+	if x != nil {
+		return x.Chunk
+	}
+	return 0
+}
+
+func (x *ChunkVersion) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
 }
 
 type DeliverRequest struct {
@@ -531,7 +634,7 @@ type DeliverRequest struct {
 
 func (x *DeliverRequest) Reset() {
 	*x = DeliverRequest{}
-	mi := &file_api_peerpb_peer_proto_msgTypes[9]
+	mi := &file_api_peerpb_peer_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -543,7 +646,7 @@ func (x *DeliverRequest) String() string {
 func (*DeliverRequest) ProtoMessage() {}
 
 func (x *DeliverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_peerpb_peer_proto_msgTypes[9]
+	mi := &file_api_peerpb_peer_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -556,7 +659,7 @@ func (x *DeliverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeliverRequest.ProtoReflect.Descriptor instead.
 func (*DeliverRequest) Descriptor() ([]byte, []int) {
-	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{9}
+	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DeliverRequest) GetMessages() []*Message {
@@ -574,7 +677,7 @@ type DeliverResponse struct {
 
 func (x *DeliverResponse) Reset() {
 	*x = DeliverResponse{}
-	mi := &file_api_peerpb_peer_proto_msgTypes[10]
+	mi := &file_api_peerpb_peer_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -586,7 +689,7 @@ func (x *DeliverResponse) String() string {
 func (*DeliverResponse) ProtoMessage() {}
 
 func (x *DeliverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_peerpb_peer_proto_msgTypes[10]
+	mi := &file_api_peerpb_peer_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -599,7 +702,7 @@ func (x *DeliverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeliverResponse.ProtoReflect.Descriptor instead.
 func (*DeliverResponse) Descriptor() ([]byte, []int) {
-	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{10}
+	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{11}
 }
 
 // Message is one internal/chain.Message, tagged with its keyspace.
@@ -638,7 +741,7 @@ type Message struct {
 
 func (x *Message) Reset() {
 	*x = Message{}
-	mi := &file_api_peerpb_peer_proto_msgTypes[11]
+	mi := &file_api_peerpb_peer_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -650,7 +753,7 @@ func (x *Message) String() string {
 func (*Message) ProtoMessage() {}
 
 func (x *Message) ProtoReflect() protoreflect.Message {
-	mi := &file_api_peerpb_peer_proto_msgTypes[11]
+	mi := &file_api_peerpb_peer_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -663,7 +766,7 @@ func (x *Message) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Message.ProtoReflect.Descriptor instead.
 func (*Message) Descriptor() ([]byte, []int) {
-	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{11}
+	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Message) GetKeyspace() string {
@@ -792,7 +895,7 @@ type Base struct {
 
 func (x *Base) Reset() {
 	*x = Base{}
-	mi := &file_api_peerpb_peer_proto_msgTypes[12]
+	mi := &file_api_peerpb_peer_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -804,7 +907,7 @@ func (x *Base) String() string {
 func (*Base) ProtoMessage() {}
 
 func (x *Base) ProtoReflect() protoreflect.Message {
-	mi := &file_api_peerpb_peer_proto_msgTypes[12]
+	mi := &file_api_peerpb_peer_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -817,7 +920,7 @@ func (x *Base) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Base.ProtoReflect.Descriptor instead.
 func (*Base) Descriptor() ([]byte, []int) {
-	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{12}
+	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Base) GetKey() string {
@@ -868,7 +971,7 @@ type Op struct {
 
 func (x *Op) Reset() {
 	*x = Op{}
-	mi := &file_api_peerpb_peer_proto_msgTypes[13]
+	mi := &file_api_peerpb_peer_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -880,7 +983,7 @@ func (x *Op) String() string {
 func (*Op) ProtoMessage() {}
 
 func (x *Op) ProtoReflect() protoreflect.Message {
-	mi := &file_api_peerpb_peer_proto_msgTypes[13]
+	mi := &file_api_peerpb_peer_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -893,7 +996,7 @@ func (x *Op) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Op.ProtoReflect.Descriptor instead.
 func (*Op) Descriptor() ([]byte, []int) {
-	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{13}
+	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Op) GetKey() string {
@@ -988,7 +1091,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_api_peerpb_peer_proto_msgTypes[14]
+	mi := &file_api_peerpb_peer_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1000,7 +1103,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_api_peerpb_peer_proto_msgTypes[14]
+	mi := &file_api_peerpb_peer_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1013,7 +1116,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{14}
+	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Result) GetOffset() uint64 {
@@ -1055,14 +1158,15 @@ var File_api_peerpb_peer_proto protoreflect.FileDescriptor
 
 const file_api_peerpb_peer_proto_rawDesc = "" +
 	"\n" +
-	"\x15api/peerpb/peer.proto\x12\vtyr.peer.v1\"\x9f\x01\n" +
+	"\x15api/peerpb/peer.proto\x12\vtyr.peer.v1\"\xb7\x01\n" +
 	"\x11ReadChunksRequest\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x16\n" +
 	"\x06offset\x18\x03 \x01(\x04R\x06offset\x12\x16\n" +
 	"\x06length\x18\x04 \x01(\x04R\x06length\x12\x18\n" +
 	"\aversion\x18\x05 \x01(\x04R\aversion\x12\x12\n" +
-	"\x04size\x18\x06 \x01(\x04R\x04size\"(\n" +
+	"\x04size\x18\x06 \x01(\x04R\x04size\x12\x16\n" +
+	"\x06expect\x18\a \x01(\x04R\x06expect\"(\n" +
 	"\x12ReadChunksResponse\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\"$\n" +
 	"\x0eBarrierRequest\x12\x12\n" +
@@ -1075,19 +1179,27 @@ const file_api_peerpb_peer_proto_rawDesc = "" +
 	"\x05limit\x18\x03 \x01(\rR\x05limit\"V\n" +
 	"\x10VersionsResponse\x12.\n" +
 	"\x05blobs\x18\x01 \x03(\v2\x18.tyr.peer.v1.BlobVersionR\x05blobs\x12\x12\n" +
-	"\x04more\x18\x02 \x01(\bR\x04more\"9\n" +
+	"\x04more\x18\x02 \x01(\bR\x04more\"M\n" +
 	"\vBlobVersion\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\x04R\aversion\"<\n" +
-	"\fFetchRequest\x12\x1a\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x04R\x04size\"Q\n" +
+	"\rChunksRequest\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x10\n" +
-	"\x03key\x18\x02 \x01(\tR\x03key\"f\n" +
-	"\n" +
-	"FetchChunk\x12\x16\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
+	"\x04node\x18\x03 \x01(\tR\x04node\"\xe0\x01\n" +
+	"\x0eChunksResponse\x12\x16\n" +
 	"\x06exists\x18\x01 \x01(\bR\x06exists\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x12\n" +
-	"\x04size\x18\x03 \x01(\x04R\x04size\x12\x12\n" +
-	"\x04data\x18\x04 \x01(\fR\x04data\"B\n" +
+	"\x04size\x18\x03 \x01(\x04R\x04size\x12\x18\n" +
+	"\acreated\x18\x04 \x01(\x03R\acreated\x12\x1a\n" +
+	"\bmodified\x18\x05 \x01(\x03R\bmodified\x121\n" +
+	"\x06chunks\x18\x06 \x03(\v2\x19.tyr.peer.v1.ChunkVersionR\x06chunks\x12\x1f\n" +
+	"\vcatching_up\x18\a \x01(\bR\n" +
+	"catchingUp\">\n" +
+	"\fChunkVersion\x12\x14\n" +
+	"\x05chunk\x18\x01 \x01(\x04R\x05chunk\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\"B\n" +
 	"\x0eDeliverRequest\x120\n" +
 	"\bmessages\x18\x01 \x03(\v2\x14.tyr.peer.v1.MessageR\bmessages\"\x11\n" +
 	"\x0fDeliverResponse\"\xea\x03\n" +
@@ -1135,12 +1247,12 @@ const file_api_peerpb_peer_proto_rawDesc = "" +
 	"\x04size\x18\x02 \x01(\x04R\x04size\x12\x18\n" +
 	"\aversion\x18\x03 \x01(\x04R\aversion\x12\x14\n" +
 	"\x05value\x18\x04 \x01(\x04R\x05value\x12\x16\n" +
-	"\x06unheld\x18\x05 \x01(\bR\x06unheld2\xe9\x02\n" +
+	"\x06unheld\x18\x05 \x01(\bR\x06unheld2\xed\x02\n" +
 	"\x04Peer\x12D\n" +
 	"\aDeliver\x12\x1b.tyr.peer.v1.DeliverRequest\x1a\x1c.tyr.peer.v1.DeliverResponse\x12D\n" +
 	"\aBarrier\x12\x1b.tyr.peer.v1.BarrierRequest\x1a\x1c.tyr.peer.v1.BarrierResponse\x12G\n" +
-	"\bVersions\x12\x1c.tyr.peer.v1.VersionsRequest\x1a\x1d.tyr.peer.v1.VersionsResponse\x12=\n" +
-	"\x05Fetch\x12\x19.tyr.peer.v1.FetchRequest\x1a\x17.tyr.peer.v1.FetchChunk0\x01\x12M\n" +
+	"\bVersions\x12\x1c.tyr.peer.v1.VersionsRequest\x1a\x1d.tyr.peer.v1.VersionsResponse\x12A\n" +
+	"\x06Chunks\x12\x1a.tyr.peer.v1.ChunksRequest\x1a\x1b.tyr.peer.v1.ChunksResponse\x12M\n" +
 	"\n" +
 	"ReadChunks\x12\x1e.tyr.peer.v1.ReadChunksRequest\x1a\x1f.tyr.peer.v1.ReadChunksResponseB$Z\"github.com/tyrstore/tyr/api/peerpbb\x06proto3"
 
@@ -1156,7 +1268,7 @@ func file_api_peerpb_peer_proto_rawDescGZIP() []byte {
 	return file_api_peerpb_peer_proto_rawDescData
 }
 
-var file_api_peerpb_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_api_peerpb_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_api_peerpb_peer_proto_goTypes = []any{
 	(*ReadChunksRequest)(nil),  // 0: tyr.peer.v1.ReadChunksRequest
 	(*ReadChunksResponse)(nil), // 1: tyr.peer.v1.ReadChunksResponse
@@ -1165,38 +1277,40 @@ var file_api_peerpb_peer_proto_goTypes = []any{
 	(*VersionsRequest)(nil),    // 4: tyr.peer.v1.VersionsRequest
 	(*VersionsResponse)(nil),   // 5: tyr.peer.v1.VersionsResponse
 	(*BlobVersion)(nil),        // 6: tyr.peer.v1.BlobVersion
-	(*FetchRequest)(nil),       // 7: tyr.peer.v1.FetchRequest
-	(*FetchChunk)(nil),         // 8: tyr.peer.v1.FetchChunk
-	(*DeliverRequest)(nil),     // 9: tyr.peer.v1.DeliverRequest
-	(*DeliverResponse)(nil),    // 10: tyr.peer.v1.DeliverResponse
-	(*Message)(nil),            // 11: tyr.peer.v1.Message
-	(*Base)(nil),               // 12: tyr.peer.v1.Base
-	(*Op)(nil),                 // 13: tyr.peer.v1.Op
-	(*Result)(nil),             // 14: tyr.peer.v1.Result
-	nil,                        // 15: tyr.peer.v1.Base.ChunksEntry
+	(*ChunksRequest)(nil),      // 7: tyr.peer.v1.ChunksRequest
+	(*ChunksResponse)(nil),     // 8: tyr.peer.v1.ChunksResponse
+	(*ChunkVersion)(nil),       // 9: tyr.peer.v1.ChunkVersion
+	(*DeliverRequest)(nil),     // 10: tyr.peer.v1.DeliverRequest
+	(*DeliverResponse)(nil),    // 11: tyr.peer.v1.DeliverResponse
+	(*Message)(nil),            // 12: tyr.peer.v1.Message
+	(*Base)(nil),               // 13: tyr.peer.v1.Base
+	(*Op)(nil),                 // 14: tyr.peer.v1.Op
+	(*Result)(nil),             // 15: tyr.peer.v1.Result
+	nil,                        // 16: tyr.peer.v1.Base.ChunksEntry
 }
 var file_api_peerpb_peer_proto_depIdxs = []int32{
 	6,  // 0: tyr.peer.v1.VersionsResponse.blobs:type_name -> tyr.peer.v1.BlobVersion
-	11, // 1: tyr.peer.v1.DeliverRequest.messages:type_name -> tyr.peer.v1.Message
-	13, // 2: tyr.peer.v1.Message.ops:type_name -> tyr.peer.v1.Op
-	14, // 3: tyr.peer.v1.Message.results:type_name -> tyr.peer.v1.Result
-	12, // 4: tyr.peer.v1.Message.bases:type_name -> tyr.peer.v1.Base
-	15, // 5: tyr.peer.v1.Base.chunks:type_name -> tyr.peer.v1.Base.ChunksEntry
-	9,  // 6: tyr.peer.v1.Peer.Deliver:input_type -> tyr.peer.v1.DeliverRequest
-	2,  // 7: tyr.peer.v1.Peer.Barrier:input_type -> tyr.peer.v1.BarrierRequest
-	4,  // 8: tyr.peer.v1.Peer.Versions:input_type -> tyr.peer.v1.VersionsRequest
-	7,  // 9: tyr.peer.v1.Peer.Fetch:input_type -> tyr.peer.v1.FetchRequest
-	0,  // 10: tyr.peer.v1.Peer.ReadChunks:input_type -> tyr.peer.v1.ReadChunksRequest
-	10, // 11: tyr.peer.v1.Peer.Deliver:output_type -> tyr.peer.v1.DeliverResponse
-	3,  // 12: tyr.peer.v1.Peer.Barrier:output_type -> tyr.peer.v1.BarrierResponse
-	5,  // 13: tyr.peer.v1.Peer.Versions:output_type -> tyr.peer.v1.VersionsResponse
-	8,  // 14: tyr.peer.v1.Peer.Fetch:output_type -> tyr.peer.v1.FetchChunk
-	1,  // 15: tyr.peer.v1.Peer.ReadChunks:output_type -> tyr.peer.v1.ReadChunksResponse
-	11, // [11:16] is the sub-list for method output_type
-	6,  // [6:11] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	9,  // 1: tyr.peer.v1.ChunksResponse.chunks:type_name -> tyr.peer.v1.ChunkVersion
+	12, // 2: tyr.peer.v1.DeliverRequest.messages:type_name -> tyr.peer.v1.Message
+	14, // 3: tyr.peer.v1.Message.ops:type_name -> tyr.peer.v1.Op
+	15, // 4: tyr.peer.v1.Message.results:type_name -> tyr.peer.v1.Result
+	13, // 5: tyr.peer.v1.Message.bases:type_name -> tyr.peer.v1.Base
+	16, // 6: tyr.peer.v1.Base.chunks:type_name -> tyr.peer.v1.Base.ChunksEntry
+	10, // 7: tyr.peer.v1.Peer.Deliver:input_type -> tyr.peer.v1.DeliverRequest
+	2,  // 8: tyr.peer.v1.Peer.Barrier:input_type -> tyr.peer.v1.BarrierRequest
+	4,  // 9: tyr.peer.v1.Peer.Versions:input_type -> tyr.peer.v1.VersionsRequest
+	7,  // 10: tyr.peer.v1.Peer.Chunks:input_type -> tyr.peer.v1.ChunksRequest
+	0,  // 11: tyr.peer.v1.Peer.ReadChunks:input_type -> tyr.peer.v1.ReadChunksRequest
+	11, // 12: tyr.peer.v1.Peer.Deliver:output_type -> tyr.peer.v1.DeliverResponse
+	3,  // 13: tyr.peer.v1.Peer.Barrier:output_type -> tyr.peer.v1.BarrierResponse
+	5,  // 14: tyr.peer.v1.Peer.Versions:output_type -> tyr.peer.v1.VersionsResponse
+	8,  // 15: tyr.peer.v1.Peer.Chunks:output_type -> tyr.peer.v1.ChunksResponse
+	1,  // 16: tyr.peer.v1.Peer.ReadChunks:output_type -> tyr.peer.v1.ReadChunksResponse
+	12, // [12:17] is the sub-list for method output_type
+	7,  // [7:12] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_api_peerpb_peer_proto_init() }
@@ -1210,7 +1324,7 @@ func file_api_peerpb_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_peerpb_peer_proto_rawDesc), len(file_api_peerpb_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

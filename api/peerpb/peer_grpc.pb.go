@@ -29,7 +29,7 @@ const (
 	Peer_Deliver_FullMethodName    = "/tyr.peer.v1.Peer/Deliver"
 	Peer_Barrier_FullMethodName    = "/tyr.peer.v1.Peer/Barrier"
 	Peer_Versions_FullMethodName   = "/tyr.peer.v1.Peer/Versions"
-	Peer_Fetch_FullMethodName      = "/tyr.peer.v1.Peer/Fetch"
+	Peer_Chunks_FullMethodName     = "/tyr.peer.v1.Peer/Chunks"
 	Peer_ReadChunks_FullMethodName = "/tyr.peer.v1.Peer/ReadChunks"
 )
 
@@ -51,9 +51,10 @@ type PeerClient interface {
 	// Versions lists the receiver's own blobs of a keyspace with their
 	// versions, in key order, one page at a time.
 	Versions(ctx context.Context, in *VersionsRequest, opts ...grpc.CallOption) (*VersionsResponse, error)
-	// Fetch streams one blob as the receiver holds it once no commit of it
-	// is in progress there: first its version and size, then its bytes.
-	Fetch(ctx context.Context, in *FetchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[FetchChunk], error)
+	// Chunks returns a blob's record and the versions of the chunks the
+	// caller keeps, as the receiver (a version manager of the blob) has them
+	// once no commit of it is in progress there.
+	Chunks(ctx context.Context, in *ChunksRequest, opts ...grpc.CallOption) (*ChunksResponse, error)
 	// ReadChunks reads a range within chunks the receiver holds, as of a
 	// blob version, for a version manager serving a read that spans chunks
 	// or names a version (the version manager gives the version and size).
@@ -98,24 +99,15 @@ func (c *peerClient) Versions(ctx context.Context, in *VersionsRequest, opts ...
 	return out, nil
 }
 
-func (c *peerClient) Fetch(ctx context.Context, in *FetchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[FetchChunk], error) {
+func (c *peerClient) Chunks(ctx context.Context, in *ChunksRequest, opts ...grpc.CallOption) (*ChunksResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Peer_ServiceDesc.Streams[0], Peer_Fetch_FullMethodName, cOpts...)
+	out := new(ChunksResponse)
+	err := c.cc.Invoke(ctx, Peer_Chunks_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
-	x := &grpc.GenericClientStream[FetchRequest, FetchChunk]{ClientStream: stream}
-	if err := x.ClientStream.SendMsg(in); err != nil {
-		return nil, err
-	}
-	if err := x.ClientStream.CloseSend(); err != nil {
-		return nil, err
-	}
-	return x, nil
+	return out, nil
 }
-
-// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type Peer_FetchClient = grpc.ServerStreamingClient[FetchChunk]
 
 func (c *peerClient) ReadChunks(ctx context.Context, in *ReadChunksRequest, opts ...grpc.CallOption) (*ReadChunksResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -145,9 +137,10 @@ type PeerServer interface {
 	// Versions lists the receiver's own blobs of a keyspace with their
 	// versions, in key order, one page at a time.
 	Versions(context.Context, *VersionsRequest) (*VersionsResponse, error)
-	// Fetch streams one blob as the receiver holds it once no commit of it
-	// is in progress there: first its version and size, then its bytes.
-	Fetch(*FetchRequest, grpc.ServerStreamingServer[FetchChunk]) error
+	// Chunks returns a blob's record and the versions of the chunks the
+	// caller keeps, as the receiver (a version manager of the blob) has them
+	// once no commit of it is in progress there.
+	Chunks(context.Context, *ChunksRequest) (*ChunksResponse, error)
 	// ReadChunks reads a range within chunks the receiver holds, as of a
 	// blob version, for a version manager serving a read that spans chunks
 	// or names a version (the version manager gives the version and size).
@@ -171,8 +164,8 @@ func (UnimplementedPeerServer) Barrier(context.Context, *BarrierRequest) (*Barri
 func (UnimplementedPeerServer) Versions(context.Context, *VersionsRequest) (*VersionsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Versions not implemented")
 }
-func (UnimplementedPeerServer) Fetch(*FetchRequest, grpc.ServerStreamingServer[FetchChunk]) error {
-	return status.Error(codes.Unimplemented, "method Fetch not implemented")
+func (UnimplementedPeerServer) Chunks(context.Context, *ChunksRequest) (*ChunksResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Chunks not implemented")
 }
 func (UnimplementedPeerServer) ReadChunks(context.Context, *ReadChunksRequest) (*ReadChunksResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReadChunks not implemented")
@@ -252,16 +245,23 @@ func _Peer_Versions_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
-func _Peer_Fetch_Handler(srv interface{}, stream grpc.ServerStream) error {
-	m := new(FetchRequest)
-	if err := stream.RecvMsg(m); err != nil {
-		return err
+func _Peer_Chunks_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ChunksRequest)
+	if err := dec(in); err != nil {
+		return nil, err
 	}
-	return srv.(PeerServer).Fetch(m, &grpc.GenericServerStream[FetchRequest, FetchChunk]{ServerStream: stream})
+	if interceptor == nil {
+		return srv.(PeerServer).Chunks(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Peer_Chunks_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerServer).Chunks(ctx, req.(*ChunksRequest))
+	}
+	return interceptor(ctx, in, info, handler)
 }
-
-// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type Peer_FetchServer = grpc.ServerStreamingServer[FetchChunk]
 
 func _Peer_ReadChunks_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ReadChunksRequest)
@@ -301,16 +301,14 @@ var Peer_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Peer_Versions_Handler,
 		},
 		{
+			MethodName: "Chunks",
+			Handler:    _Peer_Chunks_Handler,
+		},
+		{
 			MethodName: "ReadChunks",
 			Handler:    _Peer_ReadChunks_Handler,
 		},
 	},
-	Streams: []grpc.StreamDesc{
-		{
-			StreamName:    "Fetch",
-			Handler:       _Peer_Fetch_Handler,
-			ServerStreams: true,
-		},
-	},
+	Streams:  []grpc.StreamDesc{},
 	Metadata: "api/peerpb/peer.proto",
 }

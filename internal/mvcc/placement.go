@@ -44,8 +44,8 @@ type Placement interface {
 type Base struct {
 	Version uint64 // 0: the blob does not exist
 	Size    uint64
-	// Chunks is the version of every chunk the commit writes into (0:
-	// never written since the blob was created).
+	// Chunks is the version of every chunk the commit changes (0: never
+	// written since the blob was created; see changedChunks).
 	Chunks map[uint64]uint64
 }
 
@@ -125,6 +125,20 @@ func (w *blobWork) written() []uint64 {
 	return slices.Sorted(maps.Keys(set))
 }
 
+// changedChunks returns the chunks whose bytes the commit changes, sorted:
+// those it writes into, and the one a shrinking truncate cuts into. The
+// cut chunk counts whether or not this store holds its bytes (a truncate
+// rewrites the tail page only where the page has bytes past the cut), so
+// every member of a chain finds the same set.
+func (w *blobWork) changedChunks() []uint64 {
+	out := w.written()
+	if c := w.low / w.chunkBytes; w.low < w.start && w.low%w.chunkBytes != 0 && !slices.Contains(out, c) {
+		out = append(out, c)
+		slices.Sort(out)
+	}
+	return out
+}
+
 // adopt makes the version manager's record the one the commit applies to.
 func (w *blobWork) adopt(b Base, now int64) {
 	w.exists = b.Version != 0
@@ -143,7 +157,7 @@ func (w *blobWork) base(snap pebble.Reader) (Base, error) {
 	if w.baseExists {
 		b.Size = w.baseMeta.Size
 	}
-	for _, c := range w.written() {
+	for _, c := range w.changedChunks() {
 		v, err := getChunkVersion(snap, w.key, c)
 		if err != nil {
 			return Base{}, err
@@ -158,7 +172,7 @@ func (w *blobWork) base(snap pebble.Reader) (Base, error) {
 // checkHeld compares this holder's chunks with the version manager's Base:
 // the chunks the commit writes, and where the blob ends.
 func (w *blobWork) checkHeld(snap pebble.Reader, b Base) error {
-	for _, c := range w.written() {
+	for _, c := range w.changedChunks() {
 		if !w.holds(c) {
 			continue
 		}

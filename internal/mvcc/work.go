@@ -251,18 +251,14 @@ func (s *Store) emit(batch *pebble.Batch, w *blobWork, now int64, manages bool) 
 	} else {
 		var v [8]byte
 		binary.BigEndian.PutUint64(v[:], w.meta.Version)
-		changed := w.written()
 		if w.low < w.start {
 			// A shrinking truncate: the chunks past the cut lose their
-			// versions with their pages, and the one it cuts into changes.
+			// versions with their pages.
 			if err := batch.DeleteRange(chunkKey(w.key, (w.low+w.chunkBytes-1)/w.chunkBytes), chunksEnd(w.key), nil); err != nil {
 				return err
 			}
-			if w.low%w.chunkBytes != 0 {
-				changed = append(changed, w.low/w.chunkBytes)
-			}
 		}
-		for _, c := range changed {
+		for _, c := range w.changedChunks() {
 			if manages || w.holds(c) {
 				if err := batch.Set(chunkKey(w.key, c), v[:], nil); err != nil {
 					return err

@@ -23,20 +23,28 @@ package node
 //
 //  1. Barrier with every live peer: each answers once it sees this node
 //     alive and every commit it began before has finished. Every commit
-//     after that includes this node wherever it is a version manager.
-//  2. For each keyspace, list the blobs of the live peers (Versions) and
-//     of the local store, and fetch every blob of this node's whose version
-//     differs from the up-to-date replicas' (those not catching up, or all
-//     when none is), or that they no longer have.
-//  3. Fetch the blobs commits passed through meanwhile, until none is left.
+//     after that includes this node wherever it holds what the commit
+//     changes.
+//  2. For each keyspace, list the blobs of the live peers (Versions), and
+//     refresh every blob this node keeps a part of: a version manager's
+//     copy that is not at the version an up-to-date version manager lists,
+//     and any blob of which this node holds only some chunks (its record
+//     may lag legitimately, so only the chunk versions tell).
+//  3. Refresh the blobs commits passed through meanwhile, until none is
+//     left.
 //
-// A fetch (Fetch) reads the blob on an up-to-date replica after waiting
-// for its lock there: that replica staged every commit this node took part
-// in before this node committed it (chains run head first, commit tail
-// first), so the fetched state includes all of them. The copy is then
-// installed only if it is newer than the local blob (mvcc.Store.Install),
-// and a blob the replica no longer has is deleted only if no commit changed
-// it locally meanwhile (mvcc.Store.DeleteAt).
+// A refresh (refresh) holds the blob's lock here, so no commit of it
+// passes this node meanwhile, and asks a version manager of the blob that
+// is up to date for its record and the versions of the chunks this node
+// keeps (Chunks), once no commit of the blob is in progress there: that
+// version manager staged every commit this node took part in before this
+// node committed it (chains run head first, commit tail first), so its
+// record includes all of them. The chunks this node holds whose versions
+// differ are then read, at that record's version, from another holder
+// whose chunk is at that version (ReadChunks with expect), and installed
+// with the record (mvcc.Store.Refresh). A version manager that is catching
+// up serves when none is up to date; its copy is taken only if it is newer
+// than this node's. A blob the version managers no longer have is deleted.
 //
 // Not covered: a network partition that leaves this node running and
 // reachable by clients while the others declare it dead. Until a commit of
@@ -46,7 +54,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
+	"github.com/tyrstore/tyr/internal/mvcc"
 	"maps"
 	"slices"
 	"sync"
@@ -283,9 +291,9 @@ func (n *Node) catchUpOnce(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		err = n.wholeBlobs(ks)
+		pl, err := n.Placement(ks.Name, int(ks.Config.Replication))
 		if err == nil {
-			err = n.fetch(ctx, ks, ref.key, v)
+			err = n.refresh(ctx, ks, pl, ref.key, v)
 		}
 		ks.Release()
 		if err != nil {
@@ -304,103 +312,78 @@ func (n *Node) clearDirty(ref blobRef, version uint64) {
 	}
 }
 
-// catchUpKeyspace fetches every blob of ks this node holds a copy of whose
-// version differs from the up-to-date replicas'.
+// catchUpKeyspace refreshes every blob of ks this node keeps a part of
+// (see the top of this file).
 func (n *Node) catchUpKeyspace(ctx context.Context, ks *storage.Keyspace, peers []ring.NodeID) error {
-	rf := int(ks.Config.Replication)
-	if err := n.wholeBlobs(ks); err != nil {
+	pl, err := n.Placement(ks.Name, int(ks.Config.Replication))
+	if err != nil {
 		return err
 	}
-	seen := map[string]*remoteVersions{}
+	cs := ks.Store.ChunkBytes()
+	// What the live version managers of each blob list: an up-to-date one's
+	// entry wins over one catching up.
+	type listing struct {
+		version, size uint64
+		ready         bool
+	}
+	listed := map[string]listing{}
 	for _, id := range peers {
 		ready := !n.cfg.Cluster.CatchingUp(id)
-		err := n.peerVersions(ctx, id, ks.Name, func(key string, version uint64) error {
-			vms, err := n.replicas(ks.Name, rf, key)
-			if err != nil {
-				return err
+		err := n.peerVersions(ctx, id, ks.Name, func(b *peerpb.BlobVersion) {
+			if !pl.on(id, b.GetKey(), 0) {
+				return
 			}
-			if !slices.Contains(vms, n.self) || !slices.Contains(vms, id) {
-				return nil
+			l, ok := listed[b.GetKey()]
+			if !ok || (ready && !l.ready) || (ready == l.ready && b.GetVersion() > l.version) {
+				listed[b.GetKey()] = listing{b.GetVersion(), b.GetSize(), ready}
 			}
-			r := seen[key]
-			if r == nil {
-				r = &remoteVersions{}
-				seen[key] = r
-			}
-			r.any = max(r.any, version)
-			if ready {
-				r.ready = max(r.ready, version)
-			}
-			return nil
 		})
 		if err != nil {
 			return fmt.Errorf("versions of %s: %w", id, err)
 		}
 	}
-	// The local blobs: fetch those that differ or that no one has.
-	var stale []string
-	local := map[string]bool{}
+	local := map[string]uint64{}
 	for after := ""; ; {
 		infos, more, err := ks.Store.List("", after, versionsPage)
 		if err != nil {
 			return err
 		}
 		for _, info := range infos {
-			local[info.Key] = true
-			if n.differs(ks, info.Key, info.Version, seen[info.Key]) {
-				stale = append(stale, info.Key)
-			}
+			local[info.Key] = info.Version
 			after = info.Key
 		}
 		if !more {
 			break
 		}
 	}
-	for key := range seen {
-		if !local[key] && n.differs(ks, key, 0, seen[key]) {
-			stale = append(stale, key)
+	var todo []string
+	for key, l := range listed {
+		v, have := local[key]
+		switch {
+		case pl.Manages(key):
+			if !have || !l.ready || v != l.version {
+				todo = append(todo, key)
+			}
+		case have || pl.holdsAny(key, l.size, cs):
+			todo = append(todo, key)
 		}
 	}
-	slices.Sort(stale)
-	for _, key := range stale {
-		if err := n.fetch(ctx, ks, key, 0); err != nil {
+	for key := range local {
+		if _, ok := listed[key]; !ok {
+			todo = append(todo, key) // gone from its version managers, or they are down
+		}
+	}
+	slices.Sort(todo)
+	for _, key := range todo {
+		if err := n.refresh(ctx, ks, pl, key, 0); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// remoteVersions is the newest version of a blob on the up-to-date peers
-// (ready) and on all live peers (any).
-type remoteVersions struct{ ready, any uint64 }
-
-// differs reports whether the local copy of key (at version, 0: absent)
-// must be fetched: it is a version manager's copy and the up-to-date
-// replicas that listed key (r, nil if none did) hold another version.
-func (n *Node) differs(ks *storage.Keyspace, key string, version uint64, r *remoteVersions) bool {
-	vms, err := n.replicas(ks.Name, int(ks.Config.Replication), key)
-	if err != nil || !slices.Contains(vms, n.self) {
-		return false
-	}
-	readyPeer := false
-	for _, id := range vms {
-		if id != n.self && n.cfg.Cluster.Alive(id) && !n.cfg.Cluster.CatchingUp(id) {
-			readyPeer = true
-		}
-	}
-	switch {
-	case r == nil:
-		// No live replica has it: deleted if an up-to-date one exists.
-		return readyPeer && version != 0
-	case readyPeer:
-		return r.ready != version
-	default:
-		return r.any > version
-	}
-}
-
 // peerVersions calls each for every blob of keyspace id lists.
-func (n *Node) peerVersions(ctx context.Context, id ring.NodeID, keyspace string, each func(string, uint64) error) error {
+func (n *Node) peerVersions(ctx context.Context, id ring.NodeID, keyspace string, each func(*peerpb.BlobVersion)) error {
 	c, err := n.peerClient(id)
 	if err != nil {
 		return err
@@ -413,9 +396,7 @@ func (n *Node) peerVersions(ctx context.Context, id ring.NodeID, keyspace string
 			return err
 		}
 		for _, b := range resp.GetBlobs() {
-			if err := each(b.GetKey(), b.GetVersion()); err != nil {
-				return err
-			}
+			each(b)
 			after = b.GetKey()
 		}
 		if !resp.GetMore() || len(resp.GetBlobs()) == 0 {
@@ -424,91 +405,122 @@ func (n *Node) peerVersions(ctx context.Context, id ring.NodeID, keyspace string
 	}
 }
 
-// fetch copies blob key of ks from an up-to-date replica: the first live
-// version manager that is not catching up, or, when there is none, the
-// first live one. If want is not 0 (a commit at want passed through this
-// node), the copy must be at least that version or the blob absent.
-func (n *Node) fetch(ctx context.Context, ks *storage.Keyspace, key string, want uint64) error {
-	vms, err := n.replicas(ks.Name, int(ks.Config.Replication), key)
+// refresh brings this node's copy of blob key of ks in step with an
+// up-to-date version manager's (see the top of this file). If want is not
+// 0 (a commit at want passed through this node), the source's copy must be
+// at least that version or the blob absent.
+func (n *Node) refresh(ctx context.Context, ks *storage.Keyspace, pl Placement, key string, want uint64) error {
+	vms, err := pl.replicas(key, 0)
 	if err != nil {
 		return err
 	}
-	vms = slices.Clone(vms)
-	slices.Sort(vms)
-	var src, fallback ring.NodeID
-	for _, id := range vms {
-		if id == n.self || !n.cfg.Cluster.Alive(id) {
-			continue
-		}
-		if !n.cfg.Cluster.CatchingUp(id) {
-			src = id
-			break
-		}
-		if fallback == "" {
-			fallback = id
-		}
-	}
+	src, ready := n.source(vms)
 	if src == "" {
-		src = fallback
-	}
-	if src == "" {
-		if slices.Contains(vms, n.self) && len(vms) == 1 {
+		if len(vms) == 1 && vms[0] == n.self {
 			return nil // the only replica: nothing to copy
 		}
-		return fmt.Errorf("%w: no live replica of blob %q to copy from (replicas %v)", errs.ErrUnavailable, key, vms)
+		return fmt.Errorf("%w: no live version manager of blob %q to copy from (version managers %v)", errs.ErrUnavailable, key, vms)
 	}
-	before, err := ks.Store.Stat(key)
-	localVersion := before.Version
-	if errors.Is(err, errs.ErrNotFound) {
-		localVersion = 0
-	} else if err != nil {
-		return err
-	}
-	c, err := n.peerClient(src)
-	if err != nil {
-		return err
-	}
-	cctx, cancel := context.WithTimeout(ctx, catchUpCallTimeout)
-	defer cancel()
-	stream, err := c.Fetch(cctx, &peerpb.FetchRequest{Keyspace: ks.Name, Key: key})
-	if err != nil {
-		return fmt.Errorf("fetch %q from %s: %w", key, src, err)
-	}
-	first, err := stream.Recv()
-	if err != nil {
-		return fmt.Errorf("fetch %q from %s: %w", key, src, err)
-	}
-	if !first.GetExists() {
-		if localVersion != 0 {
-			_, err := ks.Store.DeleteAt(key, localVersion)
-			return err
+	_, err = ks.Store.Refresh(key, &chunkSource{ctx: ctx, n: n, ks: ks, pl: pl, key: key, src: src, ready: ready, want: want})
+	return err
+}
+
+// source returns the first of ids, sorted, other than this node that is
+// alive and not catching up (ready), or else the first alive.
+func (n *Node) source(ids []ring.NodeID) (id ring.NodeID, ready bool) {
+	ids = slices.Sorted(slices.Values(ids))
+	for _, id := range ids {
+		if id != n.self && n.cfg.Cluster.Alive(id) && !n.cfg.Cluster.CatchingUp(id) {
+			return id, true
 		}
-		return nil
 	}
-	if first.GetVersion() < want {
-		return fmt.Errorf("%w: blob %q is at version %d on %s, before the commit at %d that passed through this node",
-			errs.ErrUnavailable, key, first.GetVersion(), src, want)
+	for _, id := range ids {
+		if id != n.self && n.cfg.Cluster.Alive(id) {
+			return id, false
+		}
 	}
-	if first.GetSize() > limits.BlobBytesMax {
-		return fmt.Errorf("%w: blob %q of %d bytes from %s", errs.ErrInvalidArgument, key, first.GetSize(), src)
+	return "", false
+}
+
+// chunkSource is the mvcc.Source of a refresh: the record from version
+// manager src, the chunks from their holders.
+type chunkSource struct {
+	ctx   context.Context
+	n     *Node
+	ks    *storage.Keyspace
+	pl    Placement
+	key   string
+	src   ring.NodeID
+	ready bool
+	want  uint64
+	cp    mvcc.Copy
+}
+
+func (s *chunkSource) Copy(local mvcc.Record) (mvcc.Copy, error) {
+	c, err := s.n.peerClient(s.src)
+	if err != nil {
+		return mvcc.Copy{}, err
 	}
-	data := make([]byte, 0, first.GetSize())
-	data = append(data, first.GetData()...)
-	for {
-		chunk, err := stream.Recv()
-		if err == io.EOF {
+	cctx, cancel := context.WithTimeout(s.ctx, catchUpCallTimeout)
+	defer cancel()
+	resp, err := c.Chunks(cctx, &peerpb.ChunksRequest{Keyspace: s.ks.Name, Key: s.key, Node: string(s.n.self)})
+	if err != nil {
+		return mvcc.Copy{}, fmt.Errorf("%w: chunks of blob %q from %s: %w", errs.ErrUnavailable, s.key, s.src, err)
+	}
+	remote := mvcc.Record{Exists: resp.GetExists(), Version: resp.GetVersion(), Size: resp.GetSize(),
+		Created: resp.GetCreated(), Modified: resp.GetModified(), Chunks: map[uint64]uint64{}}
+	for _, cv := range resp.GetChunks() {
+		remote.Chunks[cv.GetChunk()] = cv.GetVersion()
+	}
+	if remote.Exists && remote.Version < s.want {
+		return mvcc.Copy{}, fmt.Errorf("%w: blob %q is at version %d on %s, before the commit at %d that passed through this node",
+			errs.ErrUnavailable, s.key, remote.Version, s.src, s.want)
+	}
+	// Membership may not show yet that the source is catching up; its
+	// answer does.
+	ready := s.ready && !resp.GetCatchingUp()
+	if !ready && local.Exists && (!remote.Exists || remote.Version <= local.Version) {
+		return mvcc.Copy{Record: local}, nil // a source catching up too: only a newer copy counts
+	}
+	s.cp = s.ks.Store.PlanCopy(s.key, local, remote, s.pl)
+	return s.cp, nil
+}
+
+// Read reads a range of one chunk from a holder in step with the copy:
+// those up to date first.
+func (s *chunkSource) Read(off, length uint64) ([]byte, error) {
+	chunk := off / s.ks.Store.ChunkBytes()
+	expect := s.cp.Chunks[chunk]
+	if expect == 0 {
+		return make([]byte, length), nil // never written since the blob was created
+	}
+	reps, err := s.pl.replicas(s.key, chunk)
+	if err != nil {
+		return nil, err
+	}
+	var errList []error
+	for len(reps) > 0 {
+		id, _ := s.n.source(reps)
+		if id == "" {
 			break
 		}
+		reps = slices.DeleteFunc(slices.Clone(reps), func(r ring.NodeID) bool { return r == id })
+		c, err := s.n.peerClient(id)
 		if err != nil {
-			return fmt.Errorf("fetch %q from %s: %w", key, src, err)
+			errList = append(errList, err)
+			continue
 		}
-		data = append(data, chunk.GetData()...)
+		cctx, cancel := context.WithTimeout(s.ctx, catchUpCallTimeout)
+		resp, err := c.ReadChunks(cctx, &peerpb.ReadChunksRequest{Keyspace: s.ks.Name, Key: s.key, Offset: off, Length: length,
+			Version: s.cp.Version, Size: s.cp.Size, Expect: expect})
+		cancel()
+		if err == nil {
+			return resp.GetData(), nil
+		}
+		errList = append(errList, fmt.Errorf("%s: %w", id, err))
 	}
-	if uint64(len(data)) != first.GetSize() {
-		return fmt.Errorf("fetch %q from %s: %d bytes for a blob of %d", key, src, len(data), first.GetSize())
-	}
-	_, err = ks.Store.Install(key, first.GetVersion(), data)
-	return err
+	return nil, fmt.Errorf("%w: no holder of chunk %d of blob %q at version %d to copy from: %w",
+		errs.ErrUnavailable, chunk, s.key, expect, errors.Join(errList...))
 }
 
 // Barrier implements peerpb.PeerServer (see the top of this file).
@@ -537,45 +549,38 @@ func (n *Node) Versions(_ context.Context, req *peerpb.VersionsRequest) (*peerpb
 	}
 	resp := &peerpb.VersionsResponse{More: more}
 	for _, info := range infos {
-		resp.Blobs = append(resp.Blobs, &peerpb.BlobVersion{Key: info.Key, Version: info.Version})
+		resp.Blobs = append(resp.Blobs, &peerpb.BlobVersion{Key: info.Key, Version: info.Version, Size: info.Size})
 	}
 	return resp, nil
 }
 
-// Fetch implements peerpb.PeerServer (see the top of this file).
-func (n *Node) Fetch(req *peerpb.FetchRequest, stream peerpb.Peer_FetchServer) error {
+// Chunks implements peerpb.PeerServer (see the top of this file).
+func (n *Node) Chunks(_ context.Context, req *peerpb.ChunksRequest) (*peerpb.ChunksResponse, error) {
 	ks, err := n.cfg.Engine.Acquire(req.GetKeyspace())
 	if err != nil {
-		return statusOf(err)
+		return nil, statusOf(err)
 	}
 	defer ks.Release()
-	info, ok, err := ks.Store.Settled(req.GetKey())
+	pl, err := n.Placement(ks.Name, int(ks.Config.Replication))
 	if err != nil {
-		return statusOf(err)
+		return nil, statusOf(err)
 	}
-	first := &peerpb.FetchChunk{Exists: ok, Version: info.Version, Size: info.Size}
-	for off := uint64(0); ok && off < info.Size; {
-		data, _, err := ks.Store.ReadAt(req.GetKey(), off, min(info.Size-off, limits.PayloadBytesMax), info.Version)
-		if err != nil {
-			return statusOf(err)
-		}
-		if len(data) == 0 {
-			return status.Errorf(codes.Internal, "blob %q: empty read at %d of %d", req.GetKey(), off, info.Size)
-		}
-		chunk := &peerpb.FetchChunk{Data: data}
-		if first != nil {
-			chunk, first = first, nil
-			chunk.Data = data
-		}
-		if err := stream.Send(chunk); err != nil {
-			return err
-		}
-		off += uint64(len(data))
+	if !pl.Manages(req.GetKey()) {
+		return nil, statusOf(fmt.Errorf("%w: node %s is not a version manager of blob %q", errs.ErrUnavailable, n.self, req.GetKey()))
 	}
-	if first != nil {
-		return stream.Send(first)
+	rec, err := ks.Store.Record(req.GetKey())
+	if err != nil {
+		return nil, statusOf(err)
 	}
-	return nil
+	to := ring.NodeID(req.GetNode())
+	resp := &peerpb.ChunksResponse{Exists: rec.Exists, Version: rec.Version, Size: rec.Size, Created: rec.Created, Modified: rec.Modified,
+		CatchingUp: n.CatchingUp()}
+	for _, c := range slices.Sorted(maps.Keys(rec.Chunks)) {
+		if pl.on(to, req.GetKey(), 0) || pl.on(to, req.GetKey(), c) {
+			resp.Chunks = append(resp.Chunks, &peerpb.ChunkVersion{Chunk: c, Version: rec.Chunks[c]})
+		}
+	}
+	return resp, nil
 }
 
 // statusOf is err as a gRPC status of its class.
@@ -636,24 +641,4 @@ func (t *tracker) wait(ctx context.Context) error {
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
-}
-
-// wholeBlobs checks that catch-up can handle ks: either every node of the
-// ring holds every chunk of its blobs (catch-up copies whole blobs from one
-// replica), or each chunk has one replica (there is no other copy to catch
-// up from: a commit that changes a chunk whose replica is down fails).
-// Where nodes hold only some chunks of a blob, each with chunk versions of
-// its own, such a copy would be wrong; until catch-up goes chunk by chunk,
-// the node stays catching up (it serves no reads and is no chain's first
-// version manager), so it never serves a stale read.
-func (n *Node) wholeBlobs(ks *storage.Keyspace) error {
-	r, err := n.currentRing()
-	if err != nil {
-		return err
-	}
-	if rf := int(ks.Config.Replication); rf > 1 && rf < r.Len() {
-		return fmt.Errorf("%w: keyspace %q keeps %d replicas on %d nodes, and catch-up of chunks spread over nodes is not built",
-			errs.ErrUnavailable, ks.Name, rf, r.Len())
-	}
-	return nil
 }

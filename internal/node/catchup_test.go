@@ -1,8 +1,10 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -141,6 +143,185 @@ func TestCatchUp(t *testing.T) {
 					if _, ok := want[key]; !ok {
 						t.Errorf("n%d holds %s, which n1 does not", i+1, key)
 					}
+				}
+			}
+		})
+	}
+}
+
+// blobModel is what a test's committed ops leave in each blob (nil:
+// absent).
+type blobModel struct {
+	mu    sync.Mutex
+	blobs map[string][]byte
+}
+
+func (m *blobModel) apply(op txn.Op) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b := m.blobs[op.Key]
+	switch op.Kind {
+	case txn.OpWrite:
+		if end := int(op.Offset) + len(op.Data); end > len(b) {
+			b = append(b, make([]byte, end-len(b))...)
+		}
+		copy(b[op.Offset:], op.Data)
+	case txn.OpTruncate:
+		if int(op.Size) > len(b) {
+			b = append(b, make([]byte, int(op.Size)-len(b))...)
+		}
+		b = b[:op.Size]
+	case txn.OpDelete:
+		b = nil
+	}
+	m.blobs[op.Key] = b
+}
+
+// TestCatchUpChunks: on four nodes keeping two replicas of each 4 KiB
+// chunk, a node that was down or stopped while writes, truncates and
+// deletes changed blobs of several chunks catches up chunk by chunk when it
+// restarts or resumes, while commits go on; then every node holds exactly the model's bytes in
+// the chunks it holds, every version manager of a blob is at one version,
+// and no node keeps a deleted blob.
+func TestCatchUpChunks(t *testing.T) {
+	const cs = 4 << 10
+	for _, restart := range []bool{true, false} {
+		t.Run(fmt.Sprintf("restart=%t", restart), func(t *testing.T) {
+			tc := startClusterRF(t, 4, 2, 0, 1)
+			tc.waitCaughtUp(t, 10*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			rng := rand.New(rand.NewPCG(7, 9))
+			model := &blobModel{blobs: map[string][]byte{}}
+			keys := make([]string, 12)
+			do := func(via int, op txn.Op) error {
+				if _, err := tc.commit(ctx, via, op); err != nil {
+					return fmt.Errorf("%s %q via n%d: %w", op.Kind, op.Key, via+1, err)
+				}
+				model.apply(op)
+				return nil
+			}
+			randomOp := func(key string, r *rand.Rand) txn.Op {
+				model.mu.Lock()
+				size := len(model.blobs[key])
+				model.mu.Unlock()
+				switch p := r.IntN(10); {
+				case size > 0 && p == 0:
+					return txn.Op{Key: key, Kind: txn.OpDelete}
+				case size > 0 && p < 3:
+					return txn.Op{Key: key, Kind: txn.OpTruncate, Size: uint64(r.IntN(6 * cs))}
+				default:
+					data := make([]byte, 1+r.IntN(2*cs))
+					for i := range data {
+						data[i] = byte('a' + r.IntN(26))
+					}
+					return txn.Op{Key: key, Kind: txn.OpWrite, Offset: uint64(r.IntN(6 * cs)), Data: data, Create: true}
+				}
+			}
+			for i := range keys {
+				keys[i] = fmt.Sprintf("blob%02d", i)
+				data := make([]byte, 5*cs)
+				for j := range data {
+					data[j] = byte('A' + (i+j)%26)
+				}
+				if err := do(i%4, txn.Op{Key: keys[i], Kind: txn.OpWrite, Data: data, Create: true}); err != nil {
+					t.Fatal(err)
+				}
+			}
+
+			tc.net.mu.Lock()
+			tc.net.cut["addr-n3"] = true
+			tc.net.mu.Unlock()
+			tc.dead.Store(ring.NodeID("n3"), true)
+			for range 60 {
+				if err := do(rng.IntN(2), randomOp(keys[rng.IntN(len(keys))], rng)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if restart {
+				tc.restart(t, 2)
+			} else {
+				// A stopped process's loop notices the gap when it resumes.
+				tc.nodes[2].lastTick.Store(time.Now().Add(-2 * PauseMax).UnixNano())
+			}
+			tc.net.mu.Lock()
+			tc.net.cut["addr-n3"] = false
+			tc.net.mu.Unlock()
+			tc.dead.Delete(ring.NodeID("n3"))
+
+			// Commits go on while n3 catches up; each writer has its own keys.
+			var wg sync.WaitGroup
+			for w := range 2 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					r := rand.New(rand.NewPCG(uint64(w), 3))
+					for range 30 {
+						key := keys[2*r.IntN(len(keys)/2)+w]
+						if err := do([]int{0, 3}[w], randomOp(key, r)); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			if t.Failed() {
+				return
+			}
+			tc.waitCaughtUp(t, 20*time.Second)
+
+			for i, n := range tc.nodes {
+				pl, err := n.Placement(testKeyspace, 2)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ks, err := tc.engines[i].Acquire(testKeyspace)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, key := range keys {
+					want := model.blobs[key]
+					rec, err := ks.Store.Record(key)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if want == nil {
+						if rec.Exists && (pl.Manages(key) || pl.holdsAny(key, rec.Size, cs)) {
+							t.Errorf("n%d keeps %s, which was deleted", i+1, key)
+						}
+						continue
+					}
+					if pl.Manages(key) && (!rec.Exists || rec.Size != uint64(len(want))) {
+						t.Errorf("n%d, a version manager of %s: %+v; want %d bytes", i+1, key, rec, len(want))
+						continue
+					}
+					for c := uint64(0); c*cs < uint64(len(want)); c++ {
+						if !pl.Holds(key, c) {
+							continue
+						}
+						end := min(uint64(len(want)), (c+1)*cs)
+						got, err := ks.Store.ReadChunks(key, c*cs, end-c*cs, 0, uint64(len(want)), 0)
+						if err != nil {
+							t.Fatal(err)
+						}
+						if !bytes.Equal(got, want[c*cs:end]) {
+							t.Errorf("n%d: chunk %d of %s differs from the model", i+1, c, key)
+						}
+					}
+				}
+				ks.Release()
+			}
+			for _, key := range keys {
+				versions := map[uint64]bool{}
+				for i, n := range tc.nodes {
+					if pl, _ := n.Placement(testKeyspace, 2); pl.Manages(key) {
+						_, v := tc.read(t, i, key)
+						versions[v] = true
+					}
+				}
+				if len(versions) != 1 {
+					t.Errorf("the version managers of %s are at versions %v", key, versions)
 				}
 			}
 		})

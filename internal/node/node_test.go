@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tyrstore/tyr/api/peerpb"
@@ -68,8 +67,7 @@ type network struct {
 	calls atomic.Int64
 }
 
-// netConn is a connection of the in-process network; it carries only
-// Peer.Deliver.
+// netConn is a connection of the in-process network.
 type netConn struct {
 	net  *network
 	addr string
@@ -90,6 +88,10 @@ func (c netConn) Invoke(ctx context.Context, method string, args, reply any, _ .
 		resp, err = n.Barrier(ctx, args.(*peerpb.BarrierRequest))
 	case peerpb.Peer_Versions_FullMethodName:
 		resp, err = n.Versions(ctx, args.(*peerpb.VersionsRequest))
+	case peerpb.Peer_Chunks_FullMethodName:
+		resp, err = n.Chunks(ctx, args.(*peerpb.ChunksRequest))
+	case peerpb.Peer_ReadChunks_FullMethodName:
+		resp, err = n.ReadChunks(ctx, args.(*peerpb.ReadChunksRequest))
 	default:
 		return fmt.Errorf("netConn: %s not supported", method)
 	}
@@ -111,69 +113,10 @@ func (c netConn) reach() (*Node, error) {
 	return n, nil
 }
 
-// NewStream carries Peer.Fetch: the request is sent, then the server's
-// chunks are received in order.
-func (c netConn) NewStream(ctx context.Context, _ *grpc.StreamDesc, method string, _ ...grpc.CallOption) (grpc.ClientStream, error) {
-	if method != peerpb.Peer_Fetch_FullMethodName {
-		return nil, fmt.Errorf("netConn: stream %s not supported", method)
-	}
-	n, err := c.reach()
-	if err != nil {
-		return nil, err
-	}
-	return &fetchStream{ctx: ctx, n: n, chunks: make(chan *peerpb.FetchChunk, 16), done: make(chan error, 1)}, nil
+// NewStream: the peer protocol has no streams.
+func (c netConn) NewStream(context.Context, *grpc.StreamDesc, string, ...grpc.CallOption) (grpc.ClientStream, error) {
+	return nil, errors.New("netConn: no streams")
 }
-
-// fetchStream is both ends of an in-process Peer.Fetch call.
-type fetchStream struct {
-	grpc.ClientStream // unused methods panic
-	ctx               context.Context
-	n                 *Node
-	chunks            chan *peerpb.FetchChunk
-	done              chan error
-}
-
-func (s *fetchStream) SendMsg(m any) error {
-	req := m.(*peerpb.FetchRequest)
-	go func() {
-		err := s.n.Fetch(req, fetchServer{s})
-		close(s.chunks)
-		s.done <- err
-	}()
-	return nil
-}
-
-func (s *fetchStream) CloseSend() error { return nil }
-
-func (s *fetchStream) RecvMsg(m any) error {
-	c, ok := <-s.chunks
-	if !ok {
-		if err := <-s.done; err != nil {
-			return err
-		}
-		return io.EOF
-	}
-	proto.Merge(m.(proto.Message), c)
-	return nil
-}
-
-// fetchServer is the server end of a fetchStream.
-type fetchServer struct{ s *fetchStream }
-
-func (f fetchServer) Send(c *peerpb.FetchChunk) error {
-	select {
-	case f.s.chunks <- proto.Clone(c).(*peerpb.FetchChunk):
-		return nil
-	case <-f.s.ctx.Done():
-		return f.s.ctx.Err()
-	}
-}
-func (f fetchServer) Context() context.Context   { return f.s.ctx }
-func (fetchServer) SetHeader(metadata.MD) error  { return nil }
-func (fetchServer) SendHeader(metadata.MD) error { return nil }
-func (fetchServer) SetTrailer(metadata.MD)       {}
-func (fetchServer) SendMsg(any) error            { return errors.New("fetchServer: use Send") }
-func (fetchServer) RecvMsg(any) error            { return errors.New("fetchServer: no client messages") }
 
 func (c netConn) deliver(ctx context.Context, req *peerpb.DeliverRequest) (*peerpb.DeliverResponse, error) {
 	c.net.calls.Add(1)
@@ -193,11 +136,18 @@ type testCluster struct {
 	net        *network
 	dead       *sync.Map
 	catchingUp *sync.Map
+	rf         int // replicas of each chunk
 }
 
 const testKeyspace = "nodes"
 
 func startCluster(t *testing.T, size int, loss float64, seed uint64) *testCluster {
+	t.Helper()
+	return startClusterRF(t, size, size, loss, seed)
+}
+
+// startClusterRF is startCluster with rf replicas of each chunk.
+func startClusterRF(t *testing.T, size, rf int, loss float64, seed uint64) *testCluster {
 	t.Helper()
 	view := &membership.View{}
 	for i := range size {
@@ -209,7 +159,7 @@ func startCluster(t *testing.T, size int, loss float64, seed uint64) *testCluste
 	}
 	tc := &testCluster{net: &network{nodes: map[string]*Node{}, rng: rand.New(rand.NewPCG(seed, 1)), loss: loss,
 		cut: map[string]bool{}},
-		dead: &sync.Map{}, catchingUp: &sync.Map{}}
+		dead: &sync.Map{}, catchingUp: &sync.Map{}, rf: rf}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for i := range size {
 		id := ring.NodeID(fmt.Sprintf("n%d", i+1))
@@ -217,10 +167,10 @@ func startCluster(t *testing.T, size int, loss float64, seed uint64) *testCluste
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := eng.Create(testKeyspace, keyspace.Config{ChunkBytes: 4 << 10, Replication: uint32(size), MVCC: true}); err != nil {
+		if _, err := eng.Create(testKeyspace, keyspace.Config{ChunkBytes: 4 << 10, Replication: uint32(rf), MVCC: true}); err != nil {
 			t.Fatal(err)
 		}
-		n, err := Start(Config{Cluster: fakeCluster{self: id, view: view, dead: tc.dead, catchingUp: tc.catchingUp}, Engine: eng, Log: log,
+		n, err := Start(Config{Cluster: fakeCluster{self: id, view: view, dead: tc.dead, catchingUp: tc.catchingUp}, Engine: eng, Log: log.With("node", id),
 			Dial: func(addr string) (grpc.ClientConnInterface, error) { return netConn{tc.net, addr}, nil }})
 		if err != nil {
 			t.Fatal(err)
@@ -243,7 +193,7 @@ func startCluster(t *testing.T, size int, loss float64, seed uint64) *testCluste
 }
 
 func (tc *testCluster) commit(ctx context.Context, via int, ops ...txn.Op) ([]txn.Result, error) {
-	return tc.nodes[via].Commit(ctx, testKeyspace, len(tc.nodes), ops)
+	return tc.nodes[via].Commit(ctx, testKeyspace, tc.rf, ops)
 }
 
 // read returns blob key as stored on node i, with its version.

@@ -41,9 +41,32 @@ type Placement struct {
 func (p Placement) Manages(key string) bool { return p.Holds(key, 0) }
 
 // Holds reports whether this node holds chunk c of key.
-func (p Placement) Holds(key string, c uint64) bool {
+func (p Placement) Holds(key string, c uint64) bool { return p.on(p.n.self, key, c) }
+
+// on reports whether node id holds chunk c of key.
+func (p Placement) on(id ring.NodeID, key string, c uint64) bool {
 	reps, err := p.r.Replicas(p.seed, key, c, p.rf)
-	return err == nil && slices.Contains(reps, p.n.self)
+	return err == nil && slices.Contains(reps, id)
+}
+
+// replicas returns the nodes that hold chunk c of key.
+func (p Placement) replicas(key string, c uint64) ([]ring.NodeID, error) {
+	reps, err := p.r.Replicas(p.seed, key, c, p.rf)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errs.ErrUnavailable, err)
+	}
+	return reps, nil
+}
+
+// holdsAny reports whether this node holds a chunk of a blob of size bytes
+// (chunk size cs).
+func (p Placement) holdsAny(key string, size, cs uint64) bool {
+	for c := uint64(0); c*cs < size; c++ {
+		if p.Holds(key, c) {
+			return true
+		}
+	}
+	return false
 }
 
 // Target returns the node that serves direct reads of chunk c of key: its

@@ -80,7 +80,7 @@ func (n *Node) ReadThrough(ctx context.Context, ks *storage.Keyspace, pl Placeme
 // readChunk reads [off, off+length) of chunk c of key at info's version.
 func (n *Node) readChunk(ctx context.Context, ks *storage.Keyspace, pl Placement, key string, c, off, length uint64, info mvcc.BlobInfo) ([]byte, error) {
 	if pl.Holds(key, c) && !n.CatchingUp() {
-		return ks.Store.ReadChunks(key, off, length, info.Version, info.Size)
+		return ks.Store.ReadChunks(key, off, length, info.Version, info.Size, 0)
 	}
 	target, err := pl.Target(key, c)
 	if err != nil {
@@ -101,8 +101,8 @@ func (n *Node) readChunk(ctx context.Context, ks *storage.Keyspace, pl Placement
 // ReadChunks implements peerpb.PeerServer: a version manager's read of
 // chunks this node holds (see ReadThrough).
 func (n *Node) ReadChunks(_ context.Context, req *peerpb.ReadChunksRequest) (*peerpb.ReadChunksResponse, error) {
-	if n.CatchingUp() {
-		return nil, statusOf(n.ErrCatchingUp())
+	if n.CatchingUp() && req.GetExpect() == 0 {
+		return nil, statusOf(n.ErrCatchingUp()) // a catch-up read checks the chunk's version instead
 	}
 	ks, err := n.cfg.Engine.Acquire(req.GetKeyspace())
 	if err != nil {
@@ -121,7 +121,7 @@ func (n *Node) ReadChunks(_ context.Context, req *peerpb.ReadChunksRequest) (*pe
 	if !pl.Holds(req.GetKey(), off/cs) {
 		return nil, statusOf(fmt.Errorf("%w: node %s does not hold chunk %d of blob %q", errs.ErrUnavailable, n.self, off/cs, req.GetKey()))
 	}
-	data, err := ks.Store.ReadChunks(req.GetKey(), off, length, req.GetVersion(), req.GetSize())
+	data, err := ks.Store.ReadChunks(req.GetKey(), off, length, req.GetVersion(), req.GetSize(), req.GetExpect())
 	if err != nil {
 		return nil, statusOf(err)
 	}

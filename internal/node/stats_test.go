@@ -80,7 +80,7 @@ func startTallied(t *testing.T) (*testCluster, []*tally) {
 		}
 	}
 	tc := &testCluster{net: &network{nodes: map[string]*Node{}, rng: rand.New(rand.NewPCG(1, 1)), cut: map[string]bool{}},
-		dead: &sync.Map{}, catchingUp: &sync.Map{}}
+		dead: &sync.Map{}, catchingUp: &sync.Map{}, rf: len(ids)}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var tallies []*tally
 	t.Cleanup(func() {
