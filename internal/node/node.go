@@ -694,9 +694,14 @@ func (s stager) Prepare(id chain.TxnID, ops []txn.Op) (chain.Staged, error) {
 		(errors.As(err, &mismatch) && (mismatch.Have < mismatch.Want || s.n.CatchingUp()))
 	if behind {
 		// This copy is behind the version manager's: the commit passes
-		// through, and catch-up copies its blobs once it is committed.
+		// through, and catch-up copies its blobs once it is committed,
+		// unless no other member of the chain would keep what it changes.
+		sole := s.n.soleHolder(pl, ks.Store.ChunkBytes(), ops, e)
 		ks.Release()
 		s.n.startCatchUp(fmt.Sprintf("keyspace %q: %v", s.keyspace, err))
+		if sole != nil {
+			return nil, taggedError{sole}
+		}
 		return passThrough{n: s.n, keyspace: s.keyspace, ops: ops, version: e.version}, nil
 	}
 	if err != nil {

@@ -281,3 +281,42 @@ func (h *sizeHints) learn(keyspace string, ops []txn.Op, results []txn.Result) {
 	}
 	h.set(keyspace, sizes)
 }
+
+// soleHolder returns an error if this member, about to let a commit pass
+// through without applying it, holds a chunk the commit changes that no
+// other member of its chain holds and keeps up to date (not catching up):
+// acknowledging the commit would leave the chunk's change nowhere. What
+// the commit changes is planned from the version managers' sizes.
+func (n *Node) soleHolder(pl Placement, cs uint64, ops []txn.Op, e versionEntry) error {
+	sizes := map[string]uint64{}
+	for key, b := range e.bases {
+		if b.Version != 0 {
+			sizes[key] = b.Size
+		}
+	}
+	for key, t := range plan(ops, sizes, cs) {
+		check := func(c uint64) error {
+			if !pl.Holds(key, c) {
+				return nil
+			}
+			for _, id := range e.chain {
+				if id != n.self && pl.on(id, key, c) && !n.cfg.Cluster.CatchingUp(id) {
+					return nil
+				}
+			}
+			return fmt.Errorf("node %s, behind on chunk %d of blob %q, is the only member of the chain %v that holds it: %w",
+				n.self, c, key, e.chain, errCatchingUp)
+		}
+		for _, c := range t.Written {
+			if err := check(c); err != nil {
+				return err
+			}
+		}
+		for c := t.Lo / cs; c*cs < t.Hi; c++ {
+			if err := check(c); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
