@@ -217,8 +217,9 @@ func (w *blobWork) heldBetween(a, b uint64) (uint64, bool) {
 // (0: the newest this store holds) for a blob of the given size: what a
 // version manager asks of a chunk's holder in a read that spans chunks or
 // names a version. Holes read as zeros; bytes past size are not returned.
-// The caller knows the range is within one chunk this store holds. A
-// version older than the store's floor (see Refresh) is refused. If expect
+// The caller knows the range is within one chunk this store holds. A read
+// at a version whose pages this store may no longer hold is refused (see
+// checkPinned). If expect
 // is not 0, the chunk's version here must be expect (MVCC off) or not
 // older (MVCC on: the store keeps the pages as of version), or the read is
 // refused: a catch-up copy must come from a holder in step.
@@ -230,8 +231,10 @@ func (s *Store) ReadChunks(key string, offset, length, version, size, expect uin
 	snap := s.db.NewSnapshot()
 	defer snap.Close()
 	s.syncing.await(key)
-	if err := checkFloor(snap, key, version); err != nil {
-		return nil, err
+	if offset < size && length > 0 {
+		if err := s.checkPinned(snap, key, version, offset/s.pageBytes, (min(size, offset+length)+s.pageBytes-1)/s.pageBytes); err != nil {
+			return nil, err
+		}
 	}
 	if expect != 0 {
 		c := offset / s.chunkBytes
@@ -338,4 +341,62 @@ func (s *Store) Pin(key string, version uint64) (BlobInfo, func(), error) {
 		release = func() {}
 	}
 	return m.info(key), release, nil
+}
+
+// checkPinned refuses, with errs.ErrConflict, a read at version (0: the
+// newest, always served) of pages [lo, hi) of key that this store may no
+// longer hold as they were at that version: the version is older than the
+// store's floor (see Refresh), the blob was deleted here since, a later
+// commit dropped one of those pages (a shrinking truncate: the history
+// records of the commits since version carry their cuts), or those records
+// are gone (retention passed).
+func (s *Store) checkPinned(r pebble.Reader, key string, version, lo, hi uint64) error {
+	if version == 0 {
+		return nil
+	}
+	if err := checkFloor(r, key, version); err != nil {
+		return err
+	}
+	gone := func(why string) error {
+		return fmt.Errorf("%w: blob %q: version %d no longer retained here: %s", errs.ErrConflict, key, version, why)
+	}
+	m, ok, err := getMeta(r, key)
+	switch {
+	case err != nil:
+		return err
+	case !ok:
+		return gone("the blob was deleted since")
+	case m.Version <= version:
+		return nil
+	case !s.opts.MVCC:
+		return gone("the keyspace keeps no old versions (MVCC off)")
+	}
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: historyPrefix(key), UpperBound: historyEnd(key)})
+	if err != nil {
+		return fmt.Errorf("%w: %w", errs.ErrUnavailable, err)
+	}
+	defer it.Close()
+	// Newest first: each record was superseded by the commit at sup.
+	sup := m.Version
+	for valid := it.First(); valid && sup > version; valid = it.Next() {
+		value, err := it.ValueAndErr()
+		if err != nil {
+			return err
+		}
+		rec, err := decodeHistory(value)
+		if err != nil {
+			return fmt.Errorf("blob %q: %w", key, err)
+		}
+		if rec.Cut < hi {
+			return gone("a later truncate dropped its pages")
+		}
+		sup = rec.Meta.Version
+	}
+	if err := it.Error(); err != nil {
+		return err
+	}
+	if sup > version {
+		return gone("its retention passed")
+	}
+	return nil
 }

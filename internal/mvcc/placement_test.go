@@ -175,3 +175,29 @@ func TestPageSizeFollowsChunks(t *testing.T) {
 		t.Fatalf("chunk size 3 KiB: %v, want invalid argument", err)
 	}
 }
+
+// TestReadChunksPinned: a holder serves a read at an older version only
+// while it still holds that version's pages: not once a later truncate cut
+// them, the blob was deleted, or the version is older than what it copied
+// in catch-up.
+func TestReadChunksPinned(t *testing.T) {
+	const cs = 4 << 10
+	s := openStore(t, Options{MVCC: true, Now: newFakeClock().Now, ChunkBytes: cs})
+	old := bytes.Repeat([]byte("o"), 3*cs)
+	commitAt(t, s, 100, txn.Op{Key: "k", Kind: txn.OpWrite, Data: old, Create: true})
+	commitAt(t, s, 150, txn.Op{Key: "k", Kind: txn.OpWrite, Offset: 2 * cs, Data: []byte("new")})
+	if got, err := s.ReadChunks("k", 2*cs, 3, 100, 3*cs, 0); err != nil || string(got) != "ooo" {
+		t.Fatalf("chunk 2 at version 100 after a write at 150: %q, %v; want the old bytes", got, err)
+	}
+	commitAt(t, s, 200, txn.Op{Key: "k", Kind: txn.OpTruncate, Size: cs})
+	if _, err := s.ReadChunks("k", cs, 3, 150, 3*cs, 0); !errors.Is(err, errs.ErrConflict) {
+		t.Fatalf("chunk 1 at version 150 after a truncate at 200 cut it: %v; want ErrConflict", err)
+	}
+	if got, err := s.ReadChunks("k", 0, 3, 150, 3*cs, 0); err != nil || string(got) != "ooo" {
+		t.Fatalf("chunk 0, which the truncate kept, at version 150: %q, %v", got, err)
+	}
+	commitAt(t, s, 300, txn.Op{Key: "k", Kind: txn.OpDelete})
+	if _, err := s.ReadChunks("k", 0, 3, 200, cs, 0); !errors.Is(err, errs.ErrConflict) {
+		t.Fatalf("a read at version 200 after a delete: %v; want ErrConflict", err)
+	}
+}
