@@ -315,6 +315,13 @@ func (n *Node) clearDirty(ref blobRef, version uint64) {
 // catchUpKeyspace refreshes every blob of ks this node keeps a part of
 // (see the top of this file).
 func (n *Node) catchUpKeyspace(ctx context.Context, ks *storage.Keyspace, peers []ring.NodeID) error {
+	r, err := n.currentRing()
+	if err != nil {
+		return err
+	}
+	if int(ks.Config.Replication) > r.Len() {
+		return nil // more replicas than nodes: the keyspace takes no commits
+	}
 	pl, err := n.Placement(ks.Name, int(ks.Config.Replication))
 	if err != nil {
 		return err
