@@ -11,18 +11,6 @@ import (
 	"github.com/tyrstore/tyr/internal/txn"
 )
 
-func statVersion(t *testing.T, s *Store, key string) uint64 {
-	t.Helper()
-	info, err := s.Stat(key)
-	if errors.Is(err, errs.ErrNotFound) {
-		return 0
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return info.Version
-}
-
 // TestTryPrepareStep: a downstream member applies a commit only on the state
 // the head had, and the head's Pending reports that state.
 func TestTryPrepareStep(t *testing.T) {

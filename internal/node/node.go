@@ -256,23 +256,6 @@ func (n *Node) currentRing() (*ring.Ring, error) {
 	return n.ring, nil
 }
 
-// replicas returns the version managers of key, in the ring's order.
-func (n *Node) replicas(keyspace string, rf int, key string) ([]ring.NodeID, error) {
-	r, err := n.currentRing()
-	if err != nil {
-		return nil, err
-	}
-	if rf > r.Len() {
-		return nil, fmt.Errorf("%w: keyspace %q keeps %d replicas, but the cluster has %d nodes",
-			errs.ErrUnavailable, keyspace, rf, r.Len())
-	}
-	vms, err := r.VersionManagers(ring.KeyspaceSeed(keyspace), key, rf)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", errs.ErrUnavailable, err)
-	}
-	return vms, nil
-}
-
 // Chain returns the live members a commit of ops must run through if each
 // blob is sizes[key] bytes long (see placement.go): the live version
 // managers of every blob it touches, then the live holders of the chunks it
