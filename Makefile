@@ -29,6 +29,8 @@ lint:
 fuzz:
 	$(GO) test ./internal/server -run '^$$' -fuzz '^FuzzDecodeCommit$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/server -run '^$$' -fuzz '^FuzzRequests$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/node -run '^$$' -fuzz '^FuzzPeerMessage$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/node -run '^$$' -fuzz '^FuzzPeerRequests$$' -fuzztime $(FUZZTIME)
 
 fuzz-long:
 	$(MAKE) fuzz FUZZTIME=10m

@@ -141,13 +141,13 @@ type testCluster struct {
 
 const testKeyspace = "nodes"
 
-func startCluster(t *testing.T, size int, loss float64, seed uint64) *testCluster {
+func startCluster(t testing.TB, size int, loss float64, seed uint64) *testCluster {
 	t.Helper()
 	return startClusterRF(t, size, size, loss, seed)
 }
 
 // startClusterRF is startCluster with rf replicas of each chunk.
-func startClusterRF(t *testing.T, size, rf int, loss float64, seed uint64) *testCluster {
+func startClusterRF(t testing.TB, size, rf int, loss float64, seed uint64) *testCluster {
 	t.Helper()
 	view := &membership.View{}
 	for i := range size {
