@@ -7,9 +7,9 @@ package node
 // while the others committed without it) and when its loop finds it was
 // stopped for more than PauseMax (the others may have declared it dead
 // meanwhile). From then until it has caught up it is catching up: it
-// advertises so (membership.Meta.CatchingUp), every node orders it last in
-// the chains it belongs to and sends it no reads, and it refuses to head a
-// chain.
+// advertises so (membership.Meta.CatchingUp), every node orders it after
+// the other version managers or holders in the chains it belongs to (see
+// Node.Chain) and sends it no reads, and it refuses to head a chain.
 //
 // Every Forward past the head carries the head's version of each blob
 // before the commit (mvcc.Pending.Bases). A member whose blob is at

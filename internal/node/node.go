@@ -259,10 +259,11 @@ func (n *Node) currentRing() (*ring.Ring, error) {
 // Chain returns the live members a commit of ops must run through if each
 // blob is sizes[key] bytes long (see placement.go): the live version
 // managers of every blob it touches, then the live holders of the chunks it
-// changes, each group sorted by node ID (the protocol's global order), and
-// last the members that are catching up, so that the first version manager
-// of each blob holds every commit of it. It fails with errs.ErrUnavailable
-// when a blob has no live version manager.
+// changes; in each of the two, the members catching up come after the
+// others, so that the first version manager of each blob holds every
+// commit of it; each group is sorted by node ID (the protocol's global
+// order). It fails with errs.ErrUnavailable when a blob has no live
+// version manager.
 func (n *Node) Chain(keyspace string, rf int, ops []txn.Op, sizes map[string]uint64) ([]ring.NodeID, error) {
 	pl, err := n.Placement(keyspace, rf)
 	if err != nil {
@@ -302,27 +303,34 @@ func (n *Node) Chain(keyspace string, rf int, ops []txn.Op, sizes map[string]uin
 			return nil, err
 		}
 	}
-	var first, then, last []ring.NodeID
+	// Version managers, even those catching up, come before every holder:
+	// the backward pass commits tail first, so a version manager commits
+	// only after every holder has, and a read it pins a version for finds
+	// that version on the holders.
+	var groups [4][]ring.NodeID // ready managers, managers catching up, ready holders, holders catching up
 	for id := range vms {
-		if n.catchingUp(id) {
-			last = append(last, id)
-		} else {
-			first = append(first, id)
-		}
+		g := btoi(n.catchingUp(id))
+		groups[g] = append(groups[g], id)
 	}
 	for id := range holders {
-		switch {
-		case vms[id] || !n.cfg.Cluster.Alive(id):
-		case n.catchingUp(id):
-			last = append(last, id)
-		default:
-			then = append(then, id)
+		if !vms[id] && n.cfg.Cluster.Alive(id) {
+			g := 2 + btoi(n.catchingUp(id))
+			groups[g] = append(groups[g], id)
 		}
 	}
-	slices.Sort(first)
-	slices.Sort(then)
-	slices.Sort(last)
-	return append(append(first, then...), last...), nil
+	var out []ring.NodeID
+	for _, g := range groups {
+		slices.Sort(g)
+		out = append(out, g...)
+	}
+	return out, nil
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // catchingUp reports whether member id is catching up, as far as this node

@@ -3,8 +3,10 @@ package node
 import (
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/tyrstore/tyr/internal/mvcc"
+	"github.com/tyrstore/tyr/internal/ring"
 	"github.com/tyrstore/tyr/internal/txn"
 )
 
@@ -56,5 +58,48 @@ func TestReplanRoundTrip(t *testing.T) {
 	}
 	if r := decodeRefusal(text); r.locked || r.floor != 0 {
 		t.Fatalf("a replan refusal decoded as retryable as it is: %+v", r)
+	}
+}
+
+// TestChainOrder: a commit's chain runs through the version managers
+// before any holder, even when a version manager is catching up, so the
+// backward pass commits on the holders before on any version manager.
+func TestChainOrder(t *testing.T) {
+	tc := startClusterRF(t, 4, 2, 0, 1)
+	tc.waitCaughtUp(t, 10*time.Second)
+	pl, err := tc.nodes[0].Placement(testKeyspace, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const cs = 4 << 10
+	ops := []txn.Op{{Key: "k", Kind: txn.OpWrite, Data: make([]byte, 6*cs), Create: true}}
+	vms, err := pl.replicas("k", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The coordinator: a node that manages nothing of k (its own state is
+	// not the gossiped one the test sets).
+	var n *Node
+	for _, m := range tc.nodes {
+		if !slices.Contains(vms, m.self) {
+			n = m
+		}
+	}
+	for _, slow := range []int{0, 1} {
+		tc.catchingUp.Store(vms[slow], true)
+		chain, err := n.Chain(testKeyspace, 2, ops, nil)
+		tc.catchingUp.Delete(vms[slow])
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []ring.NodeID{vms[1-slow], vms[slow]}
+		if len(chain) < 3 || !slices.Equal(chain[:2], want) {
+			t.Fatalf("chain %v with %s catching up: want the version managers %v first", chain, vms[slow], want)
+		}
+		for _, id := range chain[2:] {
+			if slices.Contains(vms, id) {
+				t.Fatalf("chain %v lists a version manager among the holders", chain)
+			}
+		}
 	}
 }

@@ -109,7 +109,8 @@ func (s *Service) clusterRead(ctx context.Context, ks *storage.Keyspace, req *ty
 			}
 		}
 	}
-	if !through(ctx) && !pl.Manages(key) {
+	if !through(ctx) && (!pl.Manages(key) || s.node.CatchingUp()) {
+		// A version manager catching up may lack commits: another serves.
 		target, err := pl.Target(key, 0)
 		if err != nil {
 			return nil, toStatus(err)

@@ -2,6 +2,7 @@ package testserver
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tyrstore/tyr/client"
 	"github.com/tyrstore/tyr/internal/proc"
 )
 
@@ -162,6 +164,62 @@ func (c *LocalCluster) PIDs() []int {
 			pids = append(pids, pid)
 		}
 	}
+}
+
+// Signal sends sig to nodek, by the PID in its pid file.
+func (c *LocalCluster) Signal(k int, sig syscall.Signal) {
+	c.t.Helper()
+	b, err := os.ReadFile(c.NodeFile(k, "pid"))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, sig); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// Start starts nodek again on its data (`tyr cluster start`).
+func (c *LocalCluster) Start(k int) {
+	c.t.Helper()
+	if r := Run(c.t, "cluster", "start", "--dir", c.Dir, "--node", strconv.Itoa(k)); r.Exit != 0 {
+		c.t.Fatalf("tyr cluster start --node %d: exit %d\n%s", k, r.Exit, r.Stderr)
+	}
+}
+
+// WaitLog waits until nodek's log has more than before lines containing
+// line, and returns the count.
+func (c *LocalCluster) WaitLog(k int, line string, before int, bound time.Duration) int {
+	c.t.Helper()
+	count := 0
+	Eventually(c.t, bound, fmt.Sprintf("node%d logging %q", k, line), func() (bool, string) {
+		b, err := os.ReadFile(c.NodeFile(k, "log"))
+		if err != nil {
+			return false, err.Error()
+		}
+		count = strings.Count(string(b), line)
+		return count > before, fmt.Sprintf("%d times", count)
+	})
+	return count
+}
+
+// MemberState returns member id's state in the view of the node behind c,
+// or why it cannot tell.
+func MemberState(c *client.Client, id string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := c.ClusterStatus(ctx)
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	m, ok := st.Member(id)
+	if !ok {
+		return "unknown"
+	}
+	return m.State
 }
 
 // Logs returns every node's log, for failure messages.

@@ -45,24 +45,9 @@ func dial(t *testing.T, endpoint string) *client.Client {
 	return c
 }
 
-func clusterStatus(t *testing.T, c *client.Client) (client.ClusterStatus, error) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	return c.ClusterStatus(ctx)
-}
-
 // memberState returns id's state in the view of the node behind c.
-func memberState(t *testing.T, c *client.Client, id string) string {
-	st, err := clusterStatus(t, c)
-	if err != nil {
-		return "error: " + err.Error()
-	}
-	m, ok := st.Member(id)
-	if !ok {
-		return "unknown"
-	}
-	return m.State
+func memberState(_ *testing.T, c *client.Client, id string) string {
+	return testserver.MemberState(c, id)
 }
 
 func hasKeyspace(t *testing.T, c *client.Client, name string) bool {
@@ -97,7 +82,7 @@ func TestClusterUpStatusDown(t *testing.T) {
 	}
 
 	for i, c := range nodes {
-		st, err := clusterStatus(t, c)
+		st, err := c.ClusterStatus(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -91,39 +89,7 @@ func TestReplicatedModel(t *testing.T) {
 // kill9 kills nodek of lc with SIGKILL, by the PID in its pid file.
 func kill9(t *testing.T, lc *testserver.LocalCluster, k int) {
 	t.Helper()
-	signalNode(t, lc, k, syscall.SIGKILL)
-}
-
-// signalNode sends sig to nodek of lc, by the PID in its pid file.
-func signalNode(t *testing.T, lc *testserver.LocalCluster, k int, sig syscall.Signal) {
-	t.Helper()
-	b, err := os.ReadFile(lc.NodeFile(k, "pid"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Kill(pid, sig); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// waitLogLine waits until nodek's log has more than before lines
-// containing line, and returns the count.
-func waitLogLine(t *testing.T, lc *testserver.LocalCluster, k int, line string, before int, bound time.Duration) int {
-	t.Helper()
-	count := 0
-	testserver.Eventually(t, bound, fmt.Sprintf("node%d logging %q", k, line), func() (bool, string) {
-		b, err := os.ReadFile(lc.NodeFile(k, "log"))
-		if err != nil {
-			return false, err.Error()
-		}
-		count = strings.Count(string(b), line)
-		return count > before, fmt.Sprintf("%d times", count)
-	})
-	return count
+	lc.Signal(k, syscall.SIGKILL)
 }
 
 // appendLoad is a set of appenders, each adding numbered records to its
@@ -270,26 +236,26 @@ func TestReplicatedKillRestartKill(t *testing.T) {
 	const writers = 4
 	load := startAppends(t, clients[1], ks, writers, 0)
 	time.Sleep(time.Second)
-	caughtUp := waitLogLine(t, lc, 3, "caught up", 0, 10*time.Second)
+	caughtUp := lc.WaitLog(3, "caught up", 0, 10*time.Second)
 
 	kill9(t, lc, 3)
 	load.setPhase("node3 killed")
 	waitDead(t, 3, clients[1])
 	time.Sleep(time.Second)
 
-	testserver.Run(t, "cluster", "start", "--dir", lc.Dir, "--node", "3")
+	lc.Start(3)
 	load.setPhase("node3 restarted")
-	waitLogLine(t, lc, 3, "caught up", caughtUp, 30*time.Second)
+	lc.WaitLog(3, "caught up", caughtUp, 30*time.Second)
 	time.Sleep(time.Second)
 
-	caughtUp1 := waitLogLine(t, lc, 1, "caught up", 0, time.Second)
-	signalNode(t, lc, 1, syscall.SIGSTOP)
+	caughtUp1 := lc.WaitLog(1, "caught up", 0, time.Second)
+	lc.Signal(1, syscall.SIGSTOP)
 	load.setPhase("node1 stopped")
 	waitDead(t, 1, clients[1])
-	signalNode(t, lc, 1, syscall.SIGCONT)
+	lc.Signal(1, syscall.SIGCONT)
 	load.setPhase("node1 continued")
-	waitLogLine(t, lc, 1, "the node was stopped for", 0, 10*time.Second)
-	waitLogLine(t, lc, 1, "caught up", caughtUp1, 30*time.Second)
+	lc.WaitLog(1, "the node was stopped for", 0, 10*time.Second)
+	lc.WaitLog(1, "caught up", caughtUp1, 30*time.Second)
 	time.Sleep(time.Second)
 
 	kill9(t, lc, 1)
@@ -325,16 +291,16 @@ func TestSpreadKillRestartKill(t *testing.T) {
 	replicatedKeyspace(t, clients, ks, client.KeyspaceConfig{ChunkSize: 4 << 10, Replication: 2, MVCC: true, Sync: true})
 	load := startAppends(t, clients[0], ks, 4, 200)
 	time.Sleep(2 * time.Second)
-	caughtUp := waitLogLine(t, lc, 3, "caught up", 0, 10*time.Second)
+	caughtUp := lc.WaitLog(3, "caught up", 0, 10*time.Second)
 
 	kill9(t, lc, 3)
 	load.setPhase("node3 killed")
 	waitDead(t, 3, clients[0])
 	time.Sleep(2 * time.Second)
 
-	testserver.Run(t, "cluster", "start", "--dir", lc.Dir, "--node", "3")
+	lc.Start(3)
 	load.setPhase("node3 restarted")
-	waitLogLine(t, lc, 3, "caught up", caughtUp, 30*time.Second)
+	lc.WaitLog(3, "caught up", caughtUp, 30*time.Second)
 	time.Sleep(time.Second)
 
 	kill9(t, lc, 2)

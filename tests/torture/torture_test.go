@@ -91,21 +91,23 @@ type fault struct {
 	at   time.Duration // planned start, from the start of the workload
 	kind string        // "kill" (SIGKILL, then restart) or "pause" (SIGSTOP, then SIGCONT)
 	down time.Duration // how long the server stays dead or frozen
+	node int           // which server, from 1
 }
 
 func (f fault) String() string {
-	return fmt.Sprintf("%8v %-5s for %v", f.at.Round(time.Millisecond), f.kind, f.down)
+	return fmt.Sprintf("%8v %-5s node%d for %v", f.at.Round(time.Millisecond), f.kind, f.node, f.down)
 }
 
-// schedule draws the faults for a run of length d from r: a healthy gap of
-// 0.5-2s, then a kill (down 0-500ms before the restart) or a pause of
-// 0.2-3s, long enough at times to outlast the clients' deadline.
-func schedule(r *rand.Rand, d time.Duration) []fault {
+// schedule draws the faults for a run of length d on nodes servers from
+// r: a healthy gap of 0.5-2s, then a kill (down 0-500ms before the
+// restart) or a pause of 0.2-3s, long enough at times to outlast the
+// clients' deadline, of a server drawn at random.
+func schedule(r *rand.Rand, d time.Duration, nodes int) []fault {
 	var out []fault
 	at := time.Duration(0)
 	for {
 		at += time.Duration(500+r.IntN(1500)) * time.Millisecond
-		f := fault{at: at}
+		f := fault{at: at, node: 1 + r.IntN(nodes)}
 		if r.IntN(2) == 0 {
 			f.kind, f.down = "kill", time.Duration(r.IntN(500))*time.Millisecond
 		} else {
@@ -132,11 +134,47 @@ func durationFromEnv(t *testing.T) time.Duration {
 	return d
 }
 
+// tortureTarget is what a torture run works against: the endpoints its
+// clients dial (client i dials endpoint i mod n), and inject, which applies
+// one fault and returns once it is over.
+type tortureTarget struct {
+	endpoints []string
+	inject    func(f fault)
+}
+
 func TestTorture(t *testing.T) {
 	seed := seedFromEnv(t)
 	duration := durationFromEnv(t)
-	rng := rand.New(rand.NewPCG(seed, 0x70e7))
-	faults := schedule(rng, duration)
+	faults := schedule(rand.New(rand.NewPCG(seed, 0x70e7)), duration, 1)
+	srv := testserver.Start(t)
+	admin := srv.Client()
+	if _, err := admin.CreateKeyspace(context.Background(), tortureKeyspace,
+		client.KeyspaceConfig{ChunkSize: 16 << 10, MVCC: true, Sync: true}); err != nil {
+		t.Fatalf("create keyspace: %v", err)
+	}
+	_ = admin.Close()
+	// Restart keeps the endpoint; read it once, before the nemesis runs.
+	runTorture(t, seed, duration, faults, tortureTarget{endpoints: []string{srv.Endpoint}, inject: func(f fault) {
+		switch f.kind {
+		case "kill":
+			srv.Kill()
+			time.Sleep(f.down)
+			srv.Restart()
+		case "pause":
+			if err := srv.Pause(); err != nil {
+				t.Fatalf("pause: %v", err)
+			}
+			time.Sleep(f.down)
+			if err := srv.Resume(); err != nil {
+				t.Fatalf("resume: %v", err)
+			}
+		}
+	}})
+}
+
+// runTorture runs the register workload against target for duration while
+// the nemesis applies faults, then checks the history.
+func runTorture(t *testing.T, seed uint64, duration time.Duration, faults []fault, target tortureTarget) {
 	var plan strings.Builder
 	for _, f := range faults {
 		fmt.Fprintf(&plan, "\n  %v", f)
@@ -153,16 +191,7 @@ func TestTorture(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("history: %s", path)
-
-	srv := testserver.Start(t)
-	endpoint := srv.Endpoint // Restart keeps the endpoint; read it once, before the nemesis runs
-	admin := srv.Client()
 	ctx := context.Background()
-	if _, err := admin.CreateKeyspace(ctx, tortureKeyspace,
-		client.KeyspaceConfig{ChunkSize: 16 << 10, MVCC: true, Sync: true}); err != nil {
-		t.Fatalf("create keyspace: %v", err)
-	}
-	_ = admin.Close()
 
 	keys := make([]string, tortureKeys)
 	for i := range keys {
@@ -171,15 +200,17 @@ func TestTorture(t *testing.T) {
 	w := &workload{rec: rec, keys: keys, clients: tortureClients, deadline: tortureDeadline, fillerMax: tortureFillerMax}
 	var mu sync.Mutex
 	var clients []*client.Client
-	dial := func() registerStore {
-		c, err := client.Dial(endpoint)
-		if err != nil {
-			panic(err) // Dial only fails on a malformed endpoint
+	dialer := func(id int) func() registerStore {
+		return func() registerStore {
+			c, err := client.Dial(target.endpoints[id%len(target.endpoints)])
+			if err != nil {
+				panic(err) // Dial only fails on a malformed endpoint
+			}
+			mu.Lock()
+			clients = append(clients, c)
+			mu.Unlock()
+			return blobStore{c}
 		}
-		mu.Lock()
-		clients = append(clients, c)
-		mu.Unlock()
-		return blobStore{c}
 	}
 	defer func() {
 		for _, c := range clients {
@@ -193,6 +224,7 @@ func TestTorture(t *testing.T) {
 	var wg sync.WaitGroup
 	for id := 0; id < tortureClients; id++ {
 		wg.Add(1)
+		dial := dialer(id)
 		store := dial()
 		go func() {
 			defer wg.Done()
@@ -200,35 +232,24 @@ func TestTorture(t *testing.T) {
 		}()
 	}
 
-	// The nemesis runs on the test goroutine, since Restart may fail the test.
-	kills, pauses := 0, 0
+	// The nemesis runs on the test goroutine, since a fault may fail the test.
+	counts := map[string]int{}
 	for _, f := range faults {
 		if wait := time.Until(start.Add(f.at)); wait > 0 {
 			time.Sleep(wait)
 		}
-		switch f.kind {
-		case "kill":
-			srv.Kill()
-			time.Sleep(f.down)
-			srv.Restart()
-			kills++
-		case "pause":
-			if err := srv.Pause(); err != nil {
-				t.Fatalf("pause: %v", err)
-			}
-			time.Sleep(f.down)
-			if err := srv.Resume(); err != nil {
-				t.Fatalf("resume: %v", err)
-			}
-			pauses++
+		if time.Since(start) > duration {
+			break
 		}
+		target.inject(f)
+		counts[f.kind]++
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
 
 	// With the faults over, every key must be readable, and its value is
 	// the last word on which acknowledged writes survived.
-	final := dial()
+	final := dialer(0)()
 	for i, key := range keys {
 		var content []byte
 		var err error
@@ -268,7 +289,7 @@ func TestTorture(t *testing.T) {
 	res := checker.CheckRegister(ops, checker.RegisterOptions{Timeout: max(5*time.Minute, duration),
 		VisualizePath: filepath.Join(dir, "linearizability.html")})
 	t.Logf("%d ops in %v (%d info, %d failed) under %d kills and %d pauses; checked in %v",
-		w.ops.Load(), elapsed.Round(time.Millisecond), w.infos.Load(), w.fails.Load(), kills, pauses,
+		w.ops.Load(), elapsed.Round(time.Millisecond), w.infos.Load(), w.fails.Load(), counts["kill"], counts["pause"],
 		time.Since(checkStart).Round(time.Millisecond))
 	t.Logf("verdict: %v", res)
 	if res.OK == 0 {

@@ -47,7 +47,15 @@ func decodeValue(content []byte) string {
 	if i > 0 && bytes.Equal(content, encodeValue(string(content[:i]), len(content)-i-1)) {
 		return string(content[:i])
 	}
-	return fmt.Sprintf("corrupt:%d:%q", len(content), content[:min(len(content), 32)])
+	bad := 0
+	if i > 0 {
+		want := encodeValue(string(content[:i]), len(content)-i-1)
+		for bad < len(content) && content[bad] == want[bad] {
+			bad++
+		}
+	}
+	return fmt.Sprintf("corrupt:%d:%q:differs at %d: %q", len(content), content[:min(len(content), 32)],
+		bad, content[bad:min(len(content), bad+24)])
 }
 
 // workload runs one client's register ops against a store and records them.
