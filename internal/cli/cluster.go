@@ -336,10 +336,10 @@ func (n *localNode) launch(join []string) (*exec.Cmd, error) {
 	return cmd, nil
 }
 
-// readyTimeout bounds how long a node may take to open its data directory
-// and join; a failed join takes at most membership.JoinAddressesMax
-// seconds.
-const readyTimeout = 30 * time.Second
+// readyTimeout bounds how long a node may take to open its data directory,
+// join (a failed join takes at most membership.JoinAddressesMax seconds)
+// and catch up (a server reports ready after caughtUpWait at the latest).
+const readyTimeout = caughtUpWait + 30*time.Second
 
 // waitReady waits for the node's ready file, or reports the server's own
 // error line if it exits first.

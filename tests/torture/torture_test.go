@@ -213,6 +213,8 @@ func runTorture(t *testing.T, seed uint64, duration time.Duration, faults []faul
 		}
 	}
 	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
 		for _, c := range clients {
 			_ = c.Close()
 		}
