@@ -113,6 +113,12 @@ func getChunkVersion(r pebble.Reader, key string, chunk uint64) (uint64, error) 
 	return binary.BigEndian.Uint64(v), nil
 }
 
+// ChunkVersion returns the version this store keeps of chunk c of key (0:
+// none; see Placement).
+func (s *Store) ChunkVersion(key string, c uint64) (uint64, error) {
+	return getChunkVersion(s.db, key, c)
+}
+
 // ChunkBytes is the store's chunk size.
 func (s *Store) ChunkBytes() uint64 { return s.chunkBytes }
 

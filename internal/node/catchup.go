@@ -176,8 +176,17 @@ type passThrough struct {
 	version  uint64
 }
 
+// passThrough marks its blobs when staged, so that a catch-up round that
+// ends meanwhile does not finish with them left out, and again with the
+// commit's version once committed, catching up anew if the round ended.
+func (n *Node) passThrough(keyspace string, ops []txn.Op, version uint64) passThrough {
+	n.catch.markDirty(keyspace, ops, 0)
+	return passThrough{n: n, keyspace: keyspace, ops: ops, version: version}
+}
+
 func (p passThrough) Commit() error {
 	p.n.catch.markDirty(p.keyspace, p.ops, p.version)
+	p.n.startCatchUp(fmt.Sprintf("a commit at version %d passed through this node", p.version))
 	return nil
 }
 

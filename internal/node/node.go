@@ -693,7 +693,7 @@ func (s stager) Prepare(id chain.TxnID, ops []txn.Op) (chain.Staged, error) {
 		if sole != nil {
 			return nil, taggedError{sole}
 		}
-		return passThrough{n: s.n, keyspace: s.keyspace, ops: ops, version: e.version}, nil
+		return s.n.passThrough(s.keyspace, ops, e.version), nil
 	}
 	if err != nil {
 		ks.Release()

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -78,9 +79,16 @@ func (n *Node) ReadThrough(ctx context.Context, ks *storage.Keyspace, pl Placeme
 }
 
 // readChunk reads [off, off+length) of chunk c of key at info's version.
+// A holder commits before every version manager, so its version of the
+// chunk is at least this one's: the read asks for that (expect), and a
+// holder that missed a commit refuses rather than serve older bytes.
 func (n *Node) readChunk(ctx context.Context, ks *storage.Keyspace, pl Placement, key string, c, off, length uint64, info mvcc.BlobInfo) ([]byte, error) {
 	if pl.Holds(key, c) && !n.CatchingUp() {
 		return ks.Store.ReadChunks(key, off, length, info.Version, info.Size, 0)
+	}
+	expect, err := ks.Store.ChunkVersion(key, c)
+	if err != nil {
+		return nil, err
 	}
 	target, err := pl.Target(key, c)
 	if err != nil {
@@ -91,7 +99,7 @@ func (n *Node) readChunk(ctx context.Context, ks *storage.Keyspace, pl Placement
 		return nil, err
 	}
 	resp, err := pc.ReadChunks(ctx, &peerpb.ReadChunksRequest{Keyspace: ks.Name, Key: key, Offset: off, Length: length,
-		Version: info.Version, Size: info.Size})
+		Version: info.Version, Size: info.Size, Expect: expect})
 	if err != nil {
 		return nil, fmt.Errorf("%w: chunk %d of blob %q from %s: %w", errs.ErrUnavailable, c, key, target, err)
 	}
@@ -122,6 +130,10 @@ func (n *Node) ReadChunks(_ context.Context, req *peerpb.ReadChunksRequest) (*pe
 		return nil, statusOf(fmt.Errorf("%w: node %s does not hold chunk %d of blob %q", errs.ErrUnavailable, n.self, off/cs, req.GetKey()))
 	}
 	data, err := ks.Store.ReadChunks(req.GetKey(), off, length, req.GetVersion(), req.GetSize(), req.GetExpect())
+	var behind *mvcc.ChunkMismatchError
+	if errors.As(err, &behind) && behind.Have < behind.Want {
+		n.startCatchUp(fmt.Sprintf("keyspace %q: a read expected %v", ks.Name, err))
+	}
 	if err != nil {
 		return nil, statusOf(err)
 	}
