@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -115,12 +116,19 @@ func getFloor(r pebble.Reader, key string) (uint64, error) {
 	return binary.BigEndian.Uint64(v), nil
 }
 
+// RecordWaitMax bounds how long Record waits for a blob's lock.
+const RecordWaitMax = time.Second
+
 // Record returns blob key as this store keeps it, once no commit of it is
 // in progress here (it waits for the blob's lock) and the last one is
-// durable.
+// durable. If the lock stays taken for RecordWaitMax (a commit waiting on
+// a slow member, or this store's own Refresh of the blob, which may be
+// waiting for the caller's), it fails with errs.ErrUnavailable.
 func (s *Store) Record(key string) (Record, error) {
 	keys := []string{key}
-	s.locks.lock(keys)
+	if !s.locks.lockWithin(keys, RecordWaitMax) {
+		return Record{}, fmt.Errorf("%w: blob %q stayed locked for %v", errs.ErrUnavailable, key, RecordWaitMax)
+	}
 	snap := s.db.NewSnapshot()
 	s.locks.unlock(keys)
 	defer snap.Close()

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"slices"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/tyrstore/tyr/internal/errs"
 	"github.com/tyrstore/tyr/internal/limits"
@@ -223,4 +225,48 @@ func TestRefreshHolder(t *testing.T) {
 		member{vm, vmPl}, member{holder, hPl}); err != nil {
 		t.Fatalf("a commit into chunk 1 after the copy: %v", err)
 	}
+}
+
+// TestRefreshFromEachOther: two stores refreshing one blob from each other
+// each hold the blob's lock while asking the other for its record; the
+// wait for the lock is bounded (RecordWaitMax), so neither waits forever:
+// at least one gives up with ErrUnavailable, and the calls end.
+func TestRefreshFromEachOther(t *testing.T) {
+	a := openStore(t, Options{MVCC: true, Now: newFakeClock().Now})
+	b := openStore(t, Options{MVCC: true, Now: newFakeClock().Now})
+	commitAt(t, a, 100, writeOp("k", "a"))
+	commitAt(t, b, 200, writeOp("k", "b"))
+	errc := make(chan error, 2)
+	var both sync.WaitGroup // both hold their lock before asking
+	both.Add(2)
+	start := time.Now()
+	for _, p := range [][2]*Store{{a, b}, {b, a}} {
+		go func() {
+			_, err := p[0].Refresh("k", barrierSource{&storeSource{from: p[1], to: p[0], key: "k"}, &both})
+			errc <- err
+		}()
+	}
+	unavailable := 0
+	for range 2 {
+		if err := <-errc; errors.Is(err, errs.ErrUnavailable) {
+			unavailable++
+		} else if err != nil {
+			t.Fatalf("Refresh: %v", err)
+		}
+	}
+	if unavailable == 0 || time.Since(start) > 3*RecordWaitMax {
+		t.Fatalf("%d of 2 refreshes gave up, after %v; want at least one, within %v", unavailable, time.Since(start), 3*RecordWaitMax)
+	}
+}
+
+// barrierSource waits until every refresh sharing its barrier asks.
+type barrierSource struct {
+	*storeSource
+	barrier *sync.WaitGroup
+}
+
+func (s barrierSource) Copy(local Record) (Copy, error) {
+	s.barrier.Done()
+	s.barrier.Wait()
+	return s.storeSource.Copy(local)
 }

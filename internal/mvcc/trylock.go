@@ -3,6 +3,7 @@ package mvcc
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/tyrstore/tyr/internal/errs"
 	"github.com/tyrstore/tyr/internal/txn"
@@ -133,4 +134,19 @@ func (t *lockTable) tryLock(sortedKeys []string) (string, bool) {
 		l.refs++
 	}
 	return "", true
+}
+
+// lockWithin locks sortedKeys, waiting at most d for them; it reports
+// whether it did (on false nothing is held).
+func (t *lockTable) lockWithin(sortedKeys []string, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for {
+		if _, ok := t.tryLock(sortedKeys); ok {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(time.Millisecond)
+	}
 }

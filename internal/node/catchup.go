@@ -56,6 +56,7 @@ import (
 	"fmt"
 	"github.com/tyrstore/tyr/internal/mvcc"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -219,10 +220,12 @@ func (n *Node) catchUpLoop() {
 			if err != nil {
 				n.cfg.Log.Info("catch-up round failed; trying again", "err", err)
 			}
+			// Jitter: two nodes refreshing one blob from each other time
+			// out (mvcc.RecordWaitMax) and must not meet again.
 			select {
 			case <-n.stop:
 				return
-			case <-time.After(catchUpRetry):
+			case <-time.After(catchUpRetry/2 + rand.N(catchUpRetry)):
 			}
 		}
 		if err := n.cfg.Cluster.SetCatchingUp(false); err != nil {
