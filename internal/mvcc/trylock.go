@@ -136,17 +136,25 @@ func (t *lockTable) tryLock(sortedKeys []string) (string, bool) {
 	return "", true
 }
 
-// lockWithin locks sortedKeys, waiting at most d for them; it reports
-// whether it did (on false nothing is held).
+// lockWithin locks sortedKeys, waiting at most d for them in turn with
+// the other waiters; it reports whether it did (on false nothing is held:
+// a lock taken after the deadline is released at once).
 func (t *lockTable) lockWithin(sortedKeys []string, d time.Duration) bool {
-	deadline := time.Now().Add(d)
-	for {
-		if _, ok := t.tryLock(sortedKeys); ok {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(time.Millisecond)
+	done := make(chan struct{})
+	go func() {
+		t.lock(sortedKeys)
+		close(done)
+	}()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-done:
+		return true
+	case <-timer.C:
+		go func() {
+			<-done
+			t.unlock(sortedKeys)
+		}()
+		return false
 	}
 }

@@ -234,6 +234,25 @@ func (c *LocalCluster) Logs() string {
 	}
 }
 
+// LogLines returns, for each node, the last n lines of its log that
+// contain substr.
+func (c *LocalCluster) LogLines(substr string, n int) string {
+	var sb strings.Builder
+	for k := 1; ; k++ {
+		b, err := os.ReadFile(c.NodeFile(k, "log"))
+		if err != nil {
+			return sb.String()
+		}
+		var lines []string
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(l, substr) {
+				lines = append(lines, l)
+			}
+		}
+		fmt.Fprintf(&sb, "--- node%d ---\n%s\n", k, strings.Join(lines[max(0, len(lines)-n):], "\n"))
+	}
+}
+
 // Eventually polls cond every 20ms until it returns true or timeout
 // passes, and returns how long it took. On timeout it fails the test with
 // cond's last explanation.

@@ -41,6 +41,11 @@ func TestTortureCluster(t *testing.T) {
 	duration := durationFromEnv(t)
 	faults := schedule(rand.New(rand.NewPCG(seed, 0xc105e7)), duration, nodes)
 	lc := testserver.UpCluster(t, nodes)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("catch-up lines of the nodes' logs:\n%s", lc.LogLines("catch", 30))
+		}
+	})
 	admins := make([]*client.Client, nodes)
 	for i, ep := range lc.Endpoints {
 		c, err := client.Dial(ep)
