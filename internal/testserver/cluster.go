@@ -86,10 +86,15 @@ type LocalCluster struct {
 
 // UpCluster runs `tyr cluster up --nodes n` on free ports. When the test
 // ends it runs `tyr cluster down` and kills, by PID, any node still
-// running.
+// running; the cluster's directory (data and logs) is removed if the test
+// passed and kept, its path logged, if it failed.
 func UpCluster(t testing.TB, n int, extra ...string) *LocalCluster {
 	t.Helper()
-	c := &LocalCluster{t: t, Dir: t.TempDir()}
+	dir, err := os.MkdirTemp("", "tyr-cluster-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &LocalCluster{t: t, Dir: dir}
 	args := append([]string{"cluster", "up", "--nodes", strconv.Itoa(n), "--dir", c.Dir, "--base-port", "0"}, extra...)
 	r := Run(t, args...)
 	t.Cleanup(c.cleanup)
@@ -111,6 +116,11 @@ func (c *LocalCluster) cleanup() {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
+	if c.t.Failed() {
+		c.t.Logf("cluster directory kept: %s", c.Dir)
+		return
+	}
+	_ = os.RemoveAll(c.Dir)
 }
 
 // NodeFile returns the path of a file in nodek's directory.
