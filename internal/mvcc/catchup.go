@@ -3,7 +3,6 @@ package mvcc
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -102,18 +101,7 @@ func floorKey(key string) []byte {
 }
 
 func getFloor(r pebble.Reader, key string) (uint64, error) {
-	v, closer, err := r.Get(floorKey(key))
-	if errors.Is(err, pebble.ErrNotFound) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("%w: %w", errs.ErrUnavailable, err)
-	}
-	defer closer.Close()
-	if len(v) != 8 {
-		return 0, fmt.Errorf("%w: floor of %d bytes for blob %q", errs.ErrCorruption, len(v), key)
-	}
-	return binary.BigEndian.Uint64(v), nil
+	return getUint64(r, floorKey(key), "floor", key)
 }
 
 // RecordWaitMax bounds how long Record waits for a blob's lock.

@@ -99,7 +99,12 @@ func chunksEnd(key string) []byte {
 }
 
 func getChunkVersion(r pebble.Reader, key string, chunk uint64) (uint64, error) {
-	v, closer, err := r.Get(chunkKey(key, chunk))
+	return getUint64(r, chunkKey(key, chunk), "chunk version", key)
+}
+
+// getUint64 reads an 8-byte value (0 if absent): what, of blob key.
+func getUint64(r pebble.Reader, k []byte, what, key string) (uint64, error) {
+	v, closer, err := r.Get(k)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return 0, nil
 	}
@@ -108,7 +113,7 @@ func getChunkVersion(r pebble.Reader, key string, chunk uint64) (uint64, error) 
 	}
 	defer closer.Close()
 	if len(v) != 8 {
-		return 0, fmt.Errorf("%w: chunk version of %d bytes for blob %q", errs.ErrCorruption, len(v), key)
+		return 0, fmt.Errorf("%w: %s of %d bytes for blob %q", errs.ErrCorruption, what, len(v), key)
 	}
 	return binary.BigEndian.Uint64(v), nil
 }

@@ -84,10 +84,7 @@ func TestCatchUp(t *testing.T) {
 			}
 			must(appendOp("k", "a"), appendOp("gone", "x"), appendOp("same", "s"))
 
-			tc.net.mu.Lock()
-			tc.net.cut["addr-n3"] = true
-			tc.net.mu.Unlock()
-			tc.dead.Store(ring.NodeID("n3"), true)
+			tc.disconnect("n3")
 			must(appendOp("k", "b"))
 			must(txn.Op{Key: "gone", Kind: txn.OpDelete})
 			for i := range 20 {
@@ -99,10 +96,7 @@ func TestCatchUp(t *testing.T) {
 					t.Fatal("a restarted node is not catching up")
 				}
 			}
-			tc.net.mu.Lock()
-			tc.net.cut["addr-n3"] = false
-			tc.net.mu.Unlock()
-			tc.dead.Delete(ring.NodeID("n3"))
+			tc.reconnect("n3")
 
 			// Appends go on while n3 catches up: some pass through it.
 			var wg sync.WaitGroup
@@ -229,10 +223,7 @@ func TestCatchUpChunks(t *testing.T) {
 				}
 			}
 
-			tc.net.mu.Lock()
-			tc.net.cut["addr-n3"] = true
-			tc.net.mu.Unlock()
-			tc.dead.Store(ring.NodeID("n3"), true)
+			tc.disconnect("n3")
 			for range 60 {
 				if err := do(rng.IntN(2), randomOp(keys[rng.IntN(len(keys))], rng)); err != nil {
 					t.Fatal(err)
@@ -244,10 +235,7 @@ func TestCatchUpChunks(t *testing.T) {
 				// A stopped process's loop notices the gap when it resumes.
 				tc.nodes[2].lastTick.Store(time.Now().Add(-2 * PauseMax).UnixNano())
 			}
-			tc.net.mu.Lock()
-			tc.net.cut["addr-n3"] = false
-			tc.net.mu.Unlock()
-			tc.dead.Delete(ring.NodeID("n3"))
+			tc.reconnect("n3")
 
 			// Commits go on while n3 catches up; each writer has its own keys.
 			var wg sync.WaitGroup
@@ -326,4 +314,20 @@ func TestCatchUpChunks(t *testing.T) {
 			}
 		})
 	}
+}
+
+// disconnect cuts node id off the network and makes the others see it
+// dead; reconnect undoes both.
+func (tc *testCluster) disconnect(id ring.NodeID) {
+	tc.net.mu.Lock()
+	tc.net.cut["addr-"+string(id)] = true
+	tc.net.mu.Unlock()
+	tc.dead.Store(id, true)
+}
+
+func (tc *testCluster) reconnect(id ring.NodeID) {
+	tc.net.mu.Lock()
+	tc.net.cut["addr-"+string(id)] = false
+	tc.net.mu.Unlock()
+	tc.dead.Delete(id)
 }
