@@ -10,69 +10,19 @@ package e2e
 // Reproduce: TYR_SEED=<seed> go test ./tests/e2e -run TestListAppendSerializable -v
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"strconv"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/tyrstore/tyr/client"
 	"github.com/tyrstore/tyr/internal/checker"
 	"github.com/tyrstore/tyr/internal/history"
+	"github.com/tyrstore/tyr/internal/listappend"
 	"github.com/tyrstore/tyr/internal/testserver"
 )
-
-// decodeList parses a blob holding "v1,v2,...," into its values.
-func decodeList(b []byte) ([]int, error) {
-	list := []int{}
-	for _, field := range bytes.Split(b, []byte{','}) {
-		if len(field) == 0 {
-			continue
-		}
-		v, err := strconv.Atoi(string(field))
-		if err != nil {
-			return nil, fmt.Errorf("list element %q: %w", field, err)
-		}
-		list = append(list, v)
-	}
-	return list, nil
-}
-
-// runListAppendTxn runs one transaction of micro-ops and fills in its reads.
-func runListAppendTxn(ctx context.Context, c *client.Client, ks string, ops []history.MicroOp) error {
-	tx := c.Begin(ks)
-	for i, op := range ops {
-		if op.F == history.FAppend {
-			tx.Append(op.Key, []byte(strconv.Itoa(op.Value)+","))
-			continue
-		}
-		size, err := tx.Size(ctx, op.Key)
-		if errors.Is(err, client.ErrNotFound) {
-			ops[i].Read = []int{}
-			continue
-		}
-		if err != nil {
-			tx.Rollback()
-			return err
-		}
-		data, err := tx.Read(ctx, op.Key, 0, size)
-		if err != nil {
-			tx.Rollback()
-			return err
-		}
-		if ops[i].Read, err = decodeList(data); err != nil {
-			tx.Rollback()
-			return err
-		}
-	}
-	return tx.Commit(ctx)
-}
 
 func TestListAppendSerializable(t *testing.T) {
 	seed := seedFromEnv(t)
@@ -120,42 +70,8 @@ func runListAppend(t *testing.T, srv *testserver.Server, seed uint64) (checker.L
 	if err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	for p := 0; p < listAppendProcesses; p++ {
-		wg.Add(1)
-		go func(p int) {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(seed, uint64(p)))
-			process := p
-			for i := 0; i < listAppendTxnsEach; i++ {
-				ops := make([]history.MicroOp, 1+rng.IntN(4))
-				for j := range ops {
-					key := "k" + strconv.Itoa(rng.IntN(listAppendKeys))
-					if rng.IntN(2) == 0 {
-						ops[j] = history.Append(key, p*1_000_000+i*10+j)
-					} else {
-						ops[j] = history.Read(key, nil)
-					}
-				}
-				op := rec.Invoke(process, history.FTxn, ops)
-				opCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				err := runListAppendTxn(opCtx, c, ks, ops)
-				cancel()
-				switch {
-				case err == nil:
-					rec.Ok(op, ops)
-				case errors.Is(err, client.ErrConflict):
-					rec.Fail(op, ops, err)
-				default:
-					// Unknown outcome: the op may still take effect, so
-					// this process number is never used again.
-					rec.Info(op, ops, err)
-					process += listAppendProcesses
-				}
-			}
-		}(p)
-	}
-	wg.Wait()
+	listappend.Run(ctx, listappend.Config{Keyspace: ks, Processes: listAppendProcesses, TxnsEach: listAppendTxnsEach,
+		Keys: listAppendKeys, Seed: seed, Deadline: 10 * time.Second}, rec, func(int) *client.Client { return c })
 	if err := rec.Close(); err != nil {
 		t.Fatal(err)
 	}
