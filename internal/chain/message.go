@@ -201,6 +201,12 @@ var (
 	// re-execution of (the known chain with members removed); the message
 	// is dropped.
 	ErrReexecution = errors.New("chain: Forward's chain is not a re-execution of the known one")
+	// ErrStageLost is the CommitErr of an Outcome a replica reports when
+	// the member after it reports a commit of a transaction this replica
+	// never forwarded: an earlier run of this member (before a restart)
+	// staged and forwarded it, and that stage was lost. This replica's
+	// copy misses the commit.
+	ErrStageLost = errors.New("chain: committed downstream of a stage this member lost in a restart")
 )
 
 // AssertionError is the value the chain core panics with when one of its

@@ -466,6 +466,17 @@ func (r *Replica) stepBackward(m Message) error {
 		return fmt.Errorf("%w: Backward for %s from %q for index %d does not fit the rerouted chain %v at index %d",
 			ErrInvalidMessage, m.Txn, m.From, m.Index, rec.chain, rec.index)
 	}
+	if !rec.forwarded && !rec.isTail() && m.From == rec.chain[rec.index+1] && m.Index == rec.index {
+		// An earlier run of this member forwarded the transaction before a
+		// restart lost its state; this run refused or never staged it.
+		// Acknowledge, so the sender stops repeating, and report a commit
+		// as one this copy misses.
+		r.send(Message{Type: MsgAck, From: r.cfg.ID, To: m.From, Txn: m.Txn, Index: rec.index + 1})
+		if m.Committed {
+			r.out.Finished = append(r.out.Finished, Outcome{Txn: m.Txn, Committed: true, CommitErr: ErrStageLost})
+		}
+		return nil
+	}
 	if !rec.forwarded || rec.isTail() {
 		r.fail(m.Txn, rec, "Backward to a member that never forwarded", &m)
 	}

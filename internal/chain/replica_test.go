@@ -177,7 +177,11 @@ func (sc scenario) run(t *testing.T) {
 			got = append(got, "send "+m.String())
 		}
 		for _, f := range o.Finished {
-			got = append(got, fmt.Sprintf("finish %s committed=%t", f.Txn, f.Committed))
+			line := fmt.Sprintf("finish %s committed=%t", f.Txn, f.Committed)
+			if f.CommitErr != nil {
+				line += fmt.Sprintf(" (%v)", f.CommitErr)
+			}
+			got = append(got, line)
 		}
 		r.Advance(o)
 		if !slices.Equal(got, st.want) {
@@ -336,12 +340,24 @@ func TestReplicaScenarios(t *testing.T) {
 			},
 		},
 		{
-			name:   "a Backward to a member that refused is an assertion",
+			// An earlier run of this member forwarded c/1 before a restart;
+			// this run refused the repeated Forward. The Backward is
+			// acknowledged, and a commit reported as missed here.
+			name:   "a Backward to a member that refused after a restart",
 			node:   1,
 			refuse: []string{"k"},
 			steps: []step{
 				deliver(fwd(1, 1), "prepare c/1 refused", refusedAbort1, finAborted),
-				{msg: ptr(back(1, 1, false)), wantPanic: "never forwarded"},
+				deliver(back(1, 1, false), ackTo3),
+				deliver(back(1, 1, true), ackTo3, "finish c/1 committed=true (chain: committed downstream of a stage this member lost in a restart)"),
+			},
+		},
+		{
+			name: "a Backward to the tail is an assertion",
+			node: 2,
+			steps: []step{
+				deliver(fwd(1, 2), "prepare c/1", "commit c/1", "send n3->n2 Backward c/1 index=1 committed", finCommitted),
+				{msg: ptr(chain.Message{Type: chain.MsgBackward, From: "n2", To: "n3", Txn: id(1), Index: 2, Committed: true}), wantPanic: "never forwarded"},
 			},
 		},
 		{

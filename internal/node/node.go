@@ -599,6 +599,7 @@ func (n *Node) flush(keyspace string, g *group) {
 				if f.CommitErr != nil {
 					n.cfg.Log.Error("local commit failed after the chain committed; this replica is behind",
 						"keyspace", keyspace, "txn", f.Txn.String(), "err", f.CommitErr)
+					n.startCatchUp(fmt.Sprintf("keyspace %q: transaction %s committed without this copy: %v", keyspace, f.Txn, f.CommitErr))
 				}
 				key := waiterKey{keyspace, f.Txn}
 				if _, coordinated := n.waiters[key]; !coordinated {
