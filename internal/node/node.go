@@ -100,6 +100,8 @@ type Cluster interface {
 	// View instead of changing the one returned.
 	View() *membership.View
 	RPCAddr(id ring.NodeID) (string, bool)
+	// Alive reports whether id is a member not declared dead (alive or
+	// suspect): chains run through it, and drop it only once it is dead.
 	Alive(id ring.NodeID) bool
 	// CatchingUp reports whether member id advertises that it is catching
 	// up (membership.Meta.CatchingUp).

@@ -125,11 +125,14 @@ func (c *Cluster) RPCAddr(id ring.NodeID) (string, bool) {
 	return m.Meta.RPCAddr, true
 }
 
-// Alive reports whether member id is known and alive in this node's view.
-// Suspect members are not alive: a request should prefer another replica.
+// Alive reports whether member id is known and not declared dead in this
+// node's view: alive or suspect. Chains keep a suspect member: it may only
+// be slow or briefly stopped, and skipping it would let it miss commits
+// without knowing (a node catches up after a stop longer than
+// node.PauseMax, well below the suspicion timeout that ends in death).
 func (c *Cluster) Alive(id ring.NodeID) bool {
 	m, ok := c.View().Member(id)
-	return ok && m.State == membership.StateAlive
+	return ok && (m.State == membership.StateAlive || m.State == membership.StateSuspect)
 }
 
 // CatchingUp reports whether member id advertises that it is catching up
