@@ -21,6 +21,15 @@ type Completed struct {
 	Error   string
 }
 
+// LoadPairs reads the history file at path and pairs its events (Pair).
+func LoadPairs(path string) ([]Completed, error) {
+	events, err := LoadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return Pair(events)
+}
+
 // Pair matches each invocation with the next completion of its process, as
 // Elle does. An invocation that never completes counts as Info. The result
 // is in invocation order.

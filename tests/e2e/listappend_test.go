@@ -75,11 +75,7 @@ func runListAppend(t *testing.T, srv *testserver.Server, seed uint64) (checker.L
 	if err := rec.Close(); err != nil {
 		t.Fatal(err)
 	}
-	events, err := history.LoadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	completed, err := history.Pair(events)
+	completed, err := history.LoadPairs(path)
 	if err != nil {
 		t.Fatal(err)
 	}

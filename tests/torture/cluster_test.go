@@ -126,11 +126,7 @@ func TestTortureCluster(t *testing.T) {
 	if err := txnRec.Close(); err != nil {
 		t.Fatal(err)
 	}
-	events, err := history.LoadFile(txnPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	completed, err := history.Pair(events)
+	completed, err := history.LoadPairs(txnPath)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -279,11 +279,7 @@ func runTorture(t *testing.T, seed uint64, duration time.Duration, faults []faul
 		t.Fatalf("history: %v", err)
 	}
 
-	events, err := history.LoadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ops, err := history.Pair(events)
+	ops, err := history.LoadPairs(path)
 	if err != nil {
 		t.Fatal(err)
 	}
