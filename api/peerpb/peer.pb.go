@@ -734,7 +734,11 @@ type Message struct {
 	// in the chain found them (internal/mvcc.Base), on the Forwards that
 	// member and the ones after it send: the members after it apply the
 	// commit to these records and check that they are in step with them.
-	Bases         []*Base `protobuf:"bytes,18,rep,name=bases,proto3" json:"bases,omitempty"`
+	Bases []*Base `protobuf:"bytes,18,rep,name=bases,proto3" json:"bases,omitempty"`
+	// fresh and probe are internal/chain.Message's Fresh and Probe (Forward
+	// only).
+	Fresh         bool `protobuf:"varint,19,opt,name=fresh,proto3" json:"fresh,omitempty"`
+	Probe         bool `protobuf:"varint,20,opt,name=probe,proto3" json:"probe,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -879,6 +883,20 @@ func (x *Message) GetBases() []*Base {
 		return x.Bases
 	}
 	return nil
+}
+
+func (x *Message) GetFresh() bool {
+	if x != nil {
+		return x.Fresh
+	}
+	return false
+}
+
+func (x *Message) GetProbe() bool {
+	if x != nil {
+		return x.Probe
+	}
+	return false
 }
 
 // Base is one internal/mvcc.Base.
@@ -1202,7 +1220,7 @@ const file_api_peerpb_peer_proto_rawDesc = "" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\"B\n" +
 	"\x0eDeliverRequest\x120\n" +
 	"\bmessages\x18\x01 \x03(\v2\x14.tyr.peer.v1.MessageR\bmessages\"\x11\n" +
-	"\x0fDeliverResponse\"\xea\x03\n" +
+	"\x0fDeliverResponse\"\x96\x04\n" +
 	"\aMessage\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\rR\x04type\x12\x12\n" +
@@ -1220,7 +1238,9 @@ const file_api_peerpb_peer_proto_rawDesc = "" +
 	"\x0esent_unix_nano\x18\r \x01(\x03R\fsentUnixNano\x12\x18\n" +
 	"\aversion\x18\x0e \x01(\x04R\aversion\x12&\n" +
 	"\x0fbegun_unix_nano\x18\x0f \x01(\x03R\rbegunUnixNano\x12'\n" +
-	"\x05bases\x18\x12 \x03(\v2\x11.tyr.peer.v1.BaseR\x05basesJ\x04\b\x10\x10\x11J\x04\b\x11\x10\x12\"\xb8\x01\n" +
+	"\x05bases\x18\x12 \x03(\v2\x11.tyr.peer.v1.BaseR\x05bases\x12\x14\n" +
+	"\x05fresh\x18\x13 \x01(\bR\x05fresh\x12\x14\n" +
+	"\x05probe\x18\x14 \x01(\bR\x05probeJ\x04\b\x10\x10\x11J\x04\b\x11\x10\x12\"\xb8\x01\n" +
 	"\x04Base\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x12\n" +

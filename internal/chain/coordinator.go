@@ -103,7 +103,9 @@ func (c *Coordinator) Begin(ops []txn.Op, chain []ring.NodeID) (TxnID, error) {
 	c.nextSeq++
 	t := &inflight{chain: chain, first: chain, ops: ops}
 	c.inflight[id] = t
-	c.send(c.forwardMessage(id, t))
+	m := c.forwardMessage(id, t)
+	m.Fresh = true
+	c.send(m)
 	return id, nil
 }
 

@@ -93,6 +93,17 @@ type Message struct {
 	// Results is the sender's view of each op's outcome (Backward and Reply
 	// when Committed); the coordinator reports the head's.
 	Results []txn.Result
+	// Fresh marks a Forward as the first its sender sends for the
+	// transaction, on the chain the transaction began on: the recipient
+	// cannot have seen it before, in this run or an earlier one (the
+	// transport delivers a message to at most one run of a member). Resent
+	// and rerouted Forwards are not fresh. See "Restarts" in replica.go.
+	Fresh bool
+	// Probe marks a Forward from a member that did not stage the
+	// transaction: it asks for the outcome the members after it already
+	// reached, and a member that does not know the transaction does not
+	// stage it either. See "Restarts" in replica.go.
+	Probe bool
 }
 
 // String formats a message on one line, for logs and scripted tests.
@@ -102,6 +113,9 @@ func (m Message) String() string {
 	switch m.Type {
 	case MsgForward:
 		fmt.Fprintf(&b, " index=%d chain=%v ops=%d", m.Index, m.Chain, len(m.Ops))
+		if m.Probe {
+			b.WriteString(" probe")
+		}
 	case MsgBackward, MsgReply:
 		if m.Type == MsgBackward {
 			fmt.Fprintf(&b, " index=%d", m.Index)
@@ -170,15 +184,24 @@ type Stager interface {
 	// calls Prepare at most once per id. Ops that touch keys this node does
 	// not store are the Stager's to skip. On error nothing is held.
 	Prepare(id TxnID, ops []txn.Op) (Staged, error)
+	// Committed reports whether this node committed transaction id before
+	// (in an earlier run, whose replica state a restart lost), with the
+	// results it committed. Staged.Commit must record id durably, together
+	// with the commit, for as long as a Forward of the transaction can
+	// still arrive. An error (the record could not be read) drops the
+	// message; its sender repeats it.
+	Committed(id TxnID) ([]txn.Result, bool, error)
 }
 
 // Staged is a transaction prepared on one replica. The replica calls exactly
 // one of Commit or Abort, once.
 type Staged interface {
-	// Commit makes the staged ops durable and visible and releases what
-	// Prepare held. An error means the local storage failed; what is held is
+	// Commit makes the staged ops durable and visible, records durably
+	// that the transaction committed here with results (what this member
+	// reports upstream; see Stager.Committed), and releases what Prepare
+	// held. An error means the local storage failed; what is held is
 	// released anyway.
-	Commit() error
+	Commit(results []txn.Result) error
 	// Abort drops the staged ops and releases what Prepare held.
 	Abort()
 	// Results reports each op's outcome on this replica, in op order.
@@ -207,6 +230,9 @@ var (
 	// staged and forwarded it, and that stage was lost. This replica's
 	// copy misses the commit.
 	ErrStageLost = errors.New("chain: committed downstream of a stage this member lost in a restart")
+	// ErrNotStaged is the refusal of a member that a Probe reaches for a
+	// transaction it does not know, at the tail: no member staged it.
+	ErrNotStaged = errors.New("chain: probed transaction staged nowhere")
 )
 
 // AssertionError is the value the chain core panics with when one of its

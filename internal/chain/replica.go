@@ -1,6 +1,7 @@
 package chain
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -90,12 +91,36 @@ import (
 // then behind, like a member that was down, and must catch up before it
 // serves reads.
 //
-// # Not yet here
+// # Restarts
 //
-// Crash recovery: the
-// replica keeps its records in memory, so a restarted member forgets the
-// transactions it staged; the Stager's staged state and the records must be
-// persisted together before this runs across restarts.
+// A restart loses the replica's records, not the Stager's durable state.
+// A restarted member may then be sent a Forward it handled in its earlier
+// run (its upstream repeats it, or a coordinator reroutes it), and two
+// answers would break invariant 3:
+//
+//   - preparing it anew, when the earlier run committed it: the Stager
+//     records every commit's TxnID durably with the commit, so the member
+//     answers Committed with the recorded results and stages nothing;
+//   - refusing it (a conflict, a copy behind, backpressure) and aborting,
+//     when the earlier run forwarded it and the members after it committed
+//     it. A refusal aborts at once only when it cannot be so: the Forward
+//     is Fresh (the first its sender sent, which no earlier run can have
+//     received) or the member is the tail. Otherwise the member probes: it
+//     forwards the transaction with Probe set and stages nothing, and a
+//     member that knows the transaction answers as to any repeat, while one
+//     that does not (nor committed it) passes the probe on, or at the tail
+//     refuses it (ErrNotStaged). The prober adopts the outcome: an abort
+//     carries its own refusal, and a commit is reported with ErrStageLost,
+//     since its copy misses it.
+//
+// A member that forgot a transaction was acknowledged first, so its
+// upstream decided; if the upstream then restarted, the outcome was a
+// commit it recorded or an abort, and a fresh run of the transaction after
+// an abort nobody reported is harmless. What stays out of reach: a member
+// whose staged transaction became the chain's commit point by a reroute
+// and that restarted before committing it, while the old tail, now dead,
+// committed it. Version-manager chains (docs/architecture.md) must then
+// repair the old tail.
 
 // Defaults for ReplicaConfig and CoordinatorConfig fields left zero.
 const (
@@ -209,7 +234,8 @@ type record struct {
 	phase phase
 	// ops is kept while waiting, to retransmit the Forward; nil after.
 	ops []txn.Op
-	// staged is non-nil exactly while phase is phaseWaiting.
+	// staged is non-nil exactly while phase is phaseWaiting and the member
+	// is not probing.
 	staged Staged
 	// forwarded is whether this member sent a Forward downstream; only then
 	// may a Backward arrive.
@@ -229,6 +255,10 @@ type record struct {
 	// rerouted marks a transaction moved onto a re-execution's chain:
 	// messages from the old chain may still arrive, and are dropped.
 	rerouted bool
+	// probing marks a transaction forwarded without being staged here
+	// (see probe); refusal is this member's own refusal, if it refused.
+	probing bool
+	refusal string
 }
 
 func (r *record) String() string {
@@ -260,6 +290,8 @@ type ReplicaCounters struct {
 	// Retransmits counts Forwards, Backwards and Replies sent again on
 	// timeout.
 	Retransmits uint64
+	// Probes counts transactions forwarded as a Probe (see "Restarts").
+	Probes uint64
 }
 
 // NewReplica returns a replica that holds no transactions, or an error
@@ -352,23 +384,48 @@ func (r *Replica) stepForward(m Message) error {
 		r.counters.Dropped++
 		return nil
 	}
+	results, committed, err := r.cfg.Stager.Committed(m.Txn)
+	if err != nil {
+		return err
+	}
 	rec := &record{chain: m.Chain, index: m.Index}
 	r.txns[m.Txn] = rec
+	if committed {
+		// An earlier run of this member committed it and lost its record
+		// in a restart; its upstream still waits for the outcome.
+		r.decide(m.Txn, rec, true, "", results, nil)
+		return nil
+	}
+	if m.Probe {
+		if rec.isTail() {
+			r.decide(m.Txn, rec, false, ErrNotStaged.Error(), nil, nil)
+		} else {
+			r.probe(m.Txn, rec, m.Ops, "")
+		}
+		return nil
+	}
+	refuse := func(errText string) {
+		if m.Fresh || rec.isTail() {
+			r.decide(m.Txn, rec, false, errText, nil, nil)
+		} else {
+			r.probe(m.Txn, rec, m.Ops, errText)
+		}
+	}
 	if r.staged >= r.cfg.PendingMax {
 		r.counters.Refused++
-		r.decide(m.Txn, rec, false, ErrBusy.Error(), nil, nil)
+		refuse(ErrBusy.Error())
 		return nil
 	}
 	staged, err := r.prepare(m.Txn, m.Ops)
 	if err != nil {
-		r.decide(m.Txn, rec, false, err.Error(), nil, nil)
+		refuse(err.Error())
 		return nil
 	}
 	if rec.isTail() {
 		// The commit point. A tail whose storage fails to commit has made
 		// nothing durable and told nobody, so it may still abort.
 		results := staged.Results()
-		if err := staged.Commit(); err != nil {
+		if err := staged.Commit(results); err != nil {
 			r.decide(m.Txn, rec, false, fmt.Sprintf("chain tail %s: %v", r.cfg.ID, err), nil, nil)
 			return nil
 		}
@@ -380,8 +437,24 @@ func (r *Replica) stepForward(m Message) error {
 	rec.staged = staged
 	rec.forwarded = true
 	r.staged++
-	r.send(r.forwardMessage(m.Txn, rec))
+	fwd := r.forwardMessage(m.Txn, rec)
+	fwd.Fresh = m.Fresh
+	r.send(fwd)
 	return nil
+}
+
+// probe forwards a transaction this member does not stage, because it
+// refused it (errText) or was probed itself, and waits for the outcome the
+// members after it reached: an earlier run of this member may have
+// forwarded it before a restart, and they may have committed it.
+func (r *Replica) probe(id TxnID, rec *record, ops []txn.Op, errText string) {
+	rec.phase = phaseWaiting
+	rec.ops = ops
+	rec.forwarded = true
+	rec.probing = true
+	rec.refusal = errText
+	r.counters.Probes++
+	r.send(r.forwardMessage(id, rec))
 }
 
 // reroute takes a known transaction onto the chain of a re-execution: the
@@ -413,12 +486,17 @@ func (r *Replica) reroute(m Message, rec *record) error {
 	rec.chain, rec.index, rec.rerouted = m.Chain, m.Index, true
 	switch rec.phase {
 	case phaseWaiting:
+		if rec.isTail() && rec.probing {
+			// Nothing staged here to commit; the members after it are gone.
+			r.decide(m.Txn, rec, false, cmp.Or(rec.refusal, ErrNotStaged.Error()), nil, nil)
+			return nil
+		}
 		if rec.isTail() {
 			staged := rec.staged
 			rec.staged = nil
 			r.staged--
 			results := staged.Results()
-			commitErr := staged.Commit()
+			commitErr := staged.Commit(results)
 			r.decide(m.Txn, rec, true, "", results, commitErr)
 			return nil
 		}
@@ -494,6 +572,17 @@ func (r *Replica) stepBackward(m Message) error {
 		r.send(ack)
 		return nil
 	}
+	if rec.probing {
+		// Nothing staged here. A commit is one this copy misses; an abort
+		// is this member's own refusal, if it refused.
+		if m.Committed {
+			r.decide(m.Txn, rec, true, "", m.Results, ErrStageLost)
+		} else {
+			r.decide(m.Txn, rec, false, cmp.Or(rec.refusal, m.Err), nil, nil)
+		}
+		r.send(ack)
+		return nil
+	}
 	staged := rec.staged
 	rec.staged = nil
 	r.staged--
@@ -507,7 +596,7 @@ func (r *Replica) stepBackward(m Message) error {
 	// here: a local storage failure is reported to the caller for repair,
 	// and the commit still travels upstream.
 	results := txn.MergeResults(staged.Results(), m.Results)
-	commitErr := staged.Commit()
+	commitErr := staged.Commit(results)
 	r.decide(m.Txn, rec, true, "", results, commitErr)
 	r.send(ack)
 	return nil
@@ -578,9 +667,11 @@ func (r *Replica) Tick() {
 
 // forceAbort is the injected bug of TestingKnobs.AbortOnForwardTimeoutTicks.
 func (r *Replica) forceAbort(id TxnID, rec *record) {
-	rec.staged.Abort()
-	rec.staged = nil
-	r.staged--
+	if rec.staged != nil {
+		rec.staged.Abort()
+		rec.staged = nil
+		r.staged--
+	}
 	rec.forcedAbort = true
 	r.decide(id, rec, false, "timed out waiting for the downstream member", nil, nil)
 }
@@ -622,7 +713,7 @@ func (r *Replica) resend(id TxnID, rec *record) {
 func (r *Replica) forwardMessage(id TxnID, rec *record) Message {
 	return Message{
 		Type: MsgForward, From: r.cfg.ID, To: rec.chain[rec.index+1], Txn: id,
-		Index: rec.index + 1, Chain: rec.chain, Ops: rec.ops,
+		Index: rec.index + 1, Chain: rec.chain, Ops: rec.ops, Probe: rec.probing,
 	}
 }
 

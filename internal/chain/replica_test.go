@@ -34,10 +34,16 @@ import (
 )
 
 // fakeStager logs every storage call and fails Prepare for the keys in
-// refuse.
+// refuse. committed holds its durable transaction records.
 type fakeStager struct {
-	log    *[]string
-	refuse map[string]bool
+	log       *[]string
+	refuse    map[string]bool
+	committed map[chain.TxnID][]txn.Result
+}
+
+func (s *fakeStager) Committed(id chain.TxnID) ([]txn.Result, bool, error) {
+	r, ok := s.committed[id]
+	return r, ok, nil
 }
 
 func (s *fakeStager) Prepare(id chain.TxnID, ops []txn.Op) (chain.Staged, error) {
@@ -48,21 +54,25 @@ func (s *fakeStager) Prepare(id chain.TxnID, ops []txn.Op) (chain.Staged, error)
 		}
 	}
 	*s.log = append(*s.log, "prepare "+id.String())
-	return &fakeStaged{id: id, log: s.log, n: len(ops)}, nil
+	return &fakeStaged{id: id, log: s.log, n: len(ops), committed: s.committed}, nil
 }
 
 type fakeStaged struct {
-	id   chain.TxnID
-	log  *[]string
-	n    int
-	done bool
+	id        chain.TxnID
+	log       *[]string
+	n         int
+	done      bool
+	committed map[chain.TxnID][]txn.Result
 }
 
-func (s *fakeStaged) Commit() error {
+func (s *fakeStaged) Commit(results []txn.Result) error {
 	if s.done {
 		panic("second Commit or Abort")
 	}
 	s.done = true
+	if s.committed != nil {
+		s.committed[s.id] = results
+	}
 	*s.log = append(*s.log, "commit "+s.id.String())
 	return nil
 }
@@ -84,14 +94,28 @@ var (
 
 func id(seq uint64) chain.TxnID { return chain.TxnID{Coordinator: "c", Seq: seq} }
 
-// fwd is the Forward member index of chain3 receives for transaction seq.
+// fwd is the first Forward member index of chain3 receives for transaction
+// seq, which is fresh; resent is a later one.
 func fwd(seq uint64, index int) chain.Message {
 	from := ring.NodeID("c")
 	if index > 0 {
 		from = chain3[index-1]
 	}
 	return chain.Message{Type: chain.MsgForward, From: from, To: chain3[index], Txn: id(seq),
-		Index: index, Chain: chain3, Ops: ops1}
+		Index: index, Chain: chain3, Ops: ops1, Fresh: true}
+}
+
+func resent(seq uint64, index int) chain.Message {
+	m := fwd(seq, index)
+	m.Fresh = false
+	return m
+}
+
+// probe is a Probe member index of chain3 receives for transaction seq.
+func probe(seq uint64, index int) chain.Message {
+	m := resent(seq, index)
+	m.Probe = true
+	return m
 }
 
 // back is the Backward member index of chain3 receives for transaction seq.
@@ -132,6 +156,9 @@ type scenario struct {
 	name    string
 	node    int // index in chain3 of the replica under test
 	refuse  []string
+	// committed lists the transactions (by seq) an earlier run of the
+	// member committed: its durable records.
+	committed []uint64
 	pending int
 	txns    int
 	knob    int
@@ -140,9 +167,12 @@ type scenario struct {
 
 func (sc scenario) run(t *testing.T) {
 	var log []string
-	stager := &fakeStager{log: &log, refuse: map[string]bool{}}
+	stager := &fakeStager{log: &log, refuse: map[string]bool{}, committed: map[chain.TxnID][]txn.Result{}}
 	for _, k := range sc.refuse {
 		stager.refuse[k] = true
+	}
+	for _, seq := range sc.committed {
+		stager.committed[id(seq)] = []txn.Result{{Size: seq}}
 	}
 	r, err := chain.NewReplica(chain.ReplicaConfig{
 		ID: chain3[sc.node], Stager: stager, RetransmitTicks: 3, OutcomeRetentionTicks: 10,
@@ -341,15 +371,94 @@ func TestReplicaScenarios(t *testing.T) {
 		},
 		{
 			// An earlier run of this member forwarded c/1 before a restart;
-			// this run refused the repeated Forward. The Backward is
+			// this run refused a fresh Forward (which the transport does not
+			// deliver to two runs, so this cannot happen). The Backward is
 			// acknowledged, and a commit reported as missed here.
-			name:   "a Backward to a member that refused after a restart",
+			name:   "a Backward to a member that refused a fresh Forward",
 			node:   1,
 			refuse: []string{"k"},
 			steps: []step{
 				deliver(fwd(1, 1), "prepare c/1 refused", refusedAbort1, finAborted),
 				deliver(back(1, 1, false), ackTo3),
 				deliver(back(1, 1, true), ackTo3, "finish c/1 committed=true (chain: committed downstream of a stage this member lost in a restart)"),
+			},
+		},
+		{
+			// An earlier run of this member committed c/1 and lost its
+			// record in a restart; the upstream repeats its Forward.
+			name:      "a restarted member answers a commit it recorded, without staging",
+			node:      1,
+			committed: []uint64{1},
+			steps: []step{
+				deliver(resent(1, 1), commitTo1, finCommitted),
+				deliver(resent(1, 1), commitTo1),
+				deliver(ack(1, 1)),
+				tick(10),
+			},
+		},
+		{
+			// An earlier run may have forwarded c/1, and the members after
+			// it committed: a refusal of a repeated Forward probes them.
+			name:   "a refusal of a repeated Forward probes downstream and adopts a commit",
+			node:   1,
+			refuse: []string{"k"},
+			steps: []step{
+				deliver(resent(1, 1), "prepare c/1 refused", fwdTo3+" probe"),
+				tick(3, fwdTo3+" probe"),
+				deliver(resent(1, 1), fwdTo3+" probe"),
+				deliver(back(1, 1, true), commitTo1, ackTo3, "finish c/1 committed=true (chain: committed downstream of a stage this member lost in a restart)"),
+				deliver(ack(1, 1)),
+				tick(10),
+			},
+		},
+		{
+			name:   "a probe that comes back aborted reports this member's refusal",
+			node:   1,
+			refuse: []string{"k"},
+			steps: []step{
+				deliver(resent(1, 1), "prepare c/1 refused", fwdTo3+" probe"),
+				deliver(back(1, 1, false), refusedAbort1, ackTo3, finAborted),
+			},
+		},
+		{
+			name:   "the tail refuses a repeated Forward at once: it is the commit point",
+			node:   2,
+			refuse: []string{"k"},
+			steps: []step{
+				deliver(resent(1, 2), "prepare c/1 refused", `send n3->n2 Backward c/1 index=1 aborted err="conflict: \"k\" is locked"`, finAborted),
+			},
+		},
+		{
+			name: "a probe passes a member that does not know the transaction, staging nothing",
+			node: 1,
+			steps: []step{
+				deliver(probe(1, 1), fwdTo3+" probe"),
+				deliver(back(1, 1, true), commitTo1, ackTo3, "finish c/1 committed=true (chain: committed downstream of a stage this member lost in a restart)"),
+			},
+		},
+		{
+			name: "a probe reaching a tail that does not know the transaction aborts it",
+			node: 2,
+			steps: []step{
+				deliver(probe(1, 2), `send n3->n2 Backward c/1 index=1 aborted err="chain: probed transaction staged nowhere"`, finAborted),
+			},
+		},
+		{
+			name:      "a probe reaching a member that recorded the commit gets it",
+			node:      2,
+			committed: []uint64{1},
+			steps: []step{
+				deliver(probe(1, 2), commitTo2, finCommitted),
+			},
+		},
+		{
+			name: "a probe reaching a member that knows the transaction is a repeat",
+			node: 1,
+			steps: []step{
+				deliver(fwd(1, 1), prepare1, fwdTo3),
+				deliver(probe(1, 1), fwdTo3),
+				deliver(back(1, 1, true), commit1, commitTo1, ackTo3, finCommitted),
+				deliver(probe(1, 1), commitTo1),
 			},
 		},
 		{
@@ -589,6 +698,60 @@ func TestChainOverPerfectNetwork(t *testing.T) {
 	for n, r := range replicas {
 		if r.Tracked() != 0 || r.HasReady() {
 			t.Errorf("%s still tracks %d transactions", n, r.Tracked())
+		}
+	}
+}
+
+// TestFresh checks which Forwards are fresh: the coordinator's first and a
+// member's first after a fresh one; never a retransmission or a reroute.
+func TestFresh(t *testing.T) {
+	c, err := chain.NewCoordinator(chain.CoordinatorConfig{ID: "c", FirstSeq: 1, RetransmitTicks: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	freshness := func(o chain.Output) []bool {
+		var out []bool
+		for _, m := range o.Messages {
+			out = append(out, m.Fresh)
+		}
+		return out
+	}
+	take := func() []bool { o := c.Ready(); c.Advance(o); return freshness(o) }
+	if _, err := c.Begin(ops1, chain3); err != nil {
+		t.Fatal(err)
+	}
+	if got := take(); !slices.Equal(got, []bool{true}) {
+		t.Fatalf("Begin sent fresh=%v, want [true]", got)
+	}
+	c.Tick()
+	if got := take(); !slices.Equal(got, []bool{false}) {
+		t.Fatalf("retransmission fresh=%v, want [false]", got)
+	}
+	c.Reroute(func(id ring.NodeID) bool { return id != "n2" })
+	if got := take(); !slices.Equal(got, []bool{false}) {
+		t.Fatalf("reroute fresh=%v, want [false]", got)
+	}
+
+	for _, first := range []bool{true, false} {
+		r, err := chain.NewReplica(chain.ReplicaConfig{ID: "n2", Stager: &fakeStager{log: new([]string)}, RetransmitTicks: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := fwd(1, 1)
+		m.Fresh = first
+		if err := r.Step(m); err != nil {
+			t.Fatal(err)
+		}
+		o := r.Ready()
+		r.Advance(o)
+		if got := freshness(o); !slices.Equal(got, []bool{first}) {
+			t.Fatalf("forward of a Forward with fresh=%t: fresh=%v", first, got)
+		}
+		r.Tick()
+		o = r.Ready()
+		r.Advance(o)
+		if got := freshness(o); !slices.Equal(got, []bool{false}) {
+			t.Fatalf("retransmission fresh=%v, want [false]", got)
 		}
 	}
 }

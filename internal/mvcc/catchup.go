@@ -178,28 +178,47 @@ func (s *Store) Refresh(key string, src Source) (bool, error) {
 		return false, nil
 	}
 	pages := func(c uint64) uint64 { return c * s.chunkBytes / s.pageBytes }
-	if len(cp.Replace) > 0 || cut {
+	if len(cp.Replace) > 0 {
+		// Reads before the copy's version are refused from here on, since
+		// the copied chunks' pages will not match them. With MVCC on, the
+		// copies are written beside the pages they replace, which go only
+		// in the last batch, so a copy that fails half way destroys
+		// nothing; with it off, pages have one version, and the replaced
+		// ones go first.
 		b := s.db.NewBatch()
 		err := b.Set(floorKey(key), binary.BigEndian.AppendUint64(nil, cp.Version), nil)
 		for _, c := range cp.Replace {
-			if err == nil {
+			if err == nil && !s.opts.MVCC {
 				err = b.DeleteRange(pageKeyVersionless(key, pages(c)), pageKeyVersionless(key, pages(c+1)), nil)
 			}
-		}
-		if err == nil {
-			err = b.DeleteRange(pageKeyVersionless(key, (cp.Size+s.pageBytes-1)/s.pageBytes), blobPagesEnd(key), nil)
 		}
 		if err := commitBatch(b, err, false); err != nil {
 			return false, err
 		}
 	}
+	versions := map[uint64]uint64{}
 	for _, c := range cp.Replace {
-		if err := s.copyChunk(key, c, cp, src); err != nil {
+		v, err := s.copyChunk(key, c, cp, src)
+		if err != nil {
 			return false, err
 		}
+		versions[c] = v
 	}
 	b := s.db.NewBatch()
-	err = b.DeleteRange(chunkPrefix(key), chunksEnd(key), nil)
+	if cut || len(cp.Replace) > 0 {
+		err = b.Set(floorKey(key), binary.BigEndian.AppendUint64(nil, cp.Version), nil)
+	}
+	for _, c := range cp.Replace {
+		for p := pages(c); p < pages(c+1) && err == nil && s.opts.MVCC; p++ {
+			err = s.keepOnly(b, key, p, versions[c])
+		}
+	}
+	if err == nil {
+		err = b.DeleteRange(pageKeyVersionless(key, (cp.Size+s.pageBytes-1)/s.pageBytes), blobPagesEnd(key), nil)
+	}
+	if err == nil {
+		err = b.DeleteRange(chunkPrefix(key), chunksEnd(key), nil)
+	}
 	for _, c := range slices.Sorted(maps.Keys(cp.Chunks)) {
 		if v := cp.Chunks[c]; err == nil && v != 0 {
 			err = b.Set(chunkKey(key, c), binary.BigEndian.AppendUint64(nil, v), nil)
@@ -257,10 +276,20 @@ func (s *Store) checkCopy(key string, cp Copy) error {
 	return nil
 }
 
-// copyChunk writes chunk c of the copy, read from src a request at a time.
-// Pages of zeros are not stored (holes read as zeros). With MVCC on, the
-// pages get the chunk's version, the last commit that changed them.
-func (s *Store) copyChunk(key string, c uint64, cp Copy, src Source) error {
+// keepOnly deletes in b every version of page p of blob key but version.
+func (s *Store) keepOnly(b *pebble.Batch, key string, p, version uint64) error {
+	err := b.DeleteRange(pageKeyVersionless(key, p), pageKey(key, p, version), nil)
+	if err == nil && version > 0 {
+		err = b.DeleteRange(pageKey(key, p, version-1), pageKeyVersionless(key, p+1), nil)
+	}
+	return err
+}
+
+// copyChunk writes chunk c of the copy, read from src a request at a time,
+// and returns the version its pages got. Pages of zeros are not stored
+// (holes read as zeros). With MVCC on, the pages get the chunk's version,
+// the last commit that changed them; with it off, version 0, the only one.
+func (s *Store) copyChunk(key string, c uint64, cp Copy, src Source) (uint64, error) {
 	version := uint64(0)
 	if s.opts.MVCC {
 		version = cp.Chunks[c]
@@ -273,10 +302,10 @@ func (s *Store) copyChunk(key string, c uint64, cp Copy, src Source) error {
 		n := min(end-off, limits.PayloadBytesMax)
 		data, err := src.Read(off, n)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		if uint64(len(data)) != n {
-			return fmt.Errorf("%w: copy of blob %q: %d bytes at %d, want %d", errs.ErrUnavailable, key, len(data), off, n)
+			return 0, fmt.Errorf("%w: copy of blob %q: %d bytes at %d, want %d", errs.ErrUnavailable, key, len(data), off, n)
 		}
 		b := s.db.NewBatch()
 		for i := uint64(0); i < n && err == nil; i += s.pageBytes {
@@ -286,11 +315,11 @@ func (s *Store) copyChunk(key string, c uint64, cp Copy, src Source) error {
 			}
 		}
 		if err := commitBatch(b, err, false); err != nil {
-			return err
+			return 0, err
 		}
 		off += n
 	}
-	return nil
+	return version, nil
 }
 
 // dropBlob deletes everything the store keeps of blob key; the caller

@@ -270,3 +270,67 @@ func (s barrierSource) Copy(local Record) (Copy, error) {
 	s.barrier.Wait()
 	return s.storeSource.Copy(local)
 }
+
+// failingSource fails every Read after the first okReads.
+type failingSource struct {
+	*storeSource
+	okReads int
+}
+
+func (s *failingSource) Read(off, n uint64) ([]byte, error) {
+	if s.reads >= s.okReads {
+		return nil, errors.New("source went away")
+	}
+	return s.storeSource.Read(off, n)
+}
+
+// TestRefreshFailedKeepsPages: a copy that fails half way leaves the
+// store's pages as they were (MVCC on), so a replica whose catch-up source
+// fails keeps what it had, for a later copy or for others to copy from.
+func TestRefreshFailedKeepsPages(t *testing.T) {
+	const cs = 4096
+	src := openStore(t, Options{MVCC: true, ChunkBytes: cs, Now: newFakeClock().Now})
+	dst := openStore(t, Options{MVCC: true, ChunkBytes: cs, Now: newFakeClock().Now})
+	full := bytes.Repeat([]byte("abcdefgh"), 3*cs/8)
+	for _, s := range []*Store{src, dst} {
+		commitAt(t, s, 100, txn.Op{Key: "k", Kind: txn.OpWrite, Data: full, Create: true})
+	}
+	commitAt(t, src, 150, txn.Op{Key: "k", Kind: txn.OpWrite, Offset: cs + 10, Data: bytes.Repeat([]byte("S"), 2*cs)})
+	commitAt(t, dst, 200, txn.Op{Key: "k", Kind: txn.OpTruncate, Size: cs + 5},
+		txn.Op{Key: "k", Kind: txn.OpWrite, Offset: 3, Data: []byte("DST")})
+	before := readAll(t, dst, "k")
+	for okReads := range 2 {
+		fs := &failingSource{storeSource: &storeSource{from: src, to: dst, key: "k"}, okReads: okReads}
+		if _, err := dst.Refresh("k", fs); err == nil {
+			t.Fatalf("Refresh with a source failing after %d reads succeeded", okReads)
+		}
+		if got := readAll(t, dst, "k"); !bytes.Equal(got, before) {
+			t.Fatalf("after a failed Refresh (%d reads) the blob reads %d bytes %q..., want %d bytes %q...",
+				okReads, len(got), got[:min(16, len(got))], len(before), before[:16])
+		}
+	}
+	if changed, err := dst.Refresh("k", &storeSource{from: src, to: dst, key: "k"}); err != nil || !changed {
+		t.Fatalf("Refresh = %v, %v; want a change", changed, err)
+	}
+	if got, want := readAll(t, dst, "k"), readAll(t, src, "k"); !bytes.Equal(got, want) {
+		t.Fatalf("after Refresh the blob reads %d bytes, the source %d, and they differ", len(got), len(want))
+	}
+	// No page version but the copy's is left in the replaced chunks.
+	if n := pageVersions(t, dst, "k"); n != 4 {
+		t.Fatalf("%d page versions after Refresh, want 4 (one per chunk)", n)
+	}
+}
+
+func pageVersions(t *testing.T, s *Store, key string) int {
+	t.Helper()
+	it, err := s.db.NewIter(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Close()
+	n := 0
+	for ok := it.SeekGE(pagePrefix(key)); ok && bytes.HasPrefix(it.Key(), pagePrefix(key)); ok = it.Next() {
+		n++
+	}
+	return n
+}

@@ -17,9 +17,10 @@ import (
 //	'g' deadline(8) pagekey          -> "" (versions of the page older than pagekey's: collect after deadline)
 //	'h' key 0x00 ^version(8)         -> history record: the blob record as of version, which a later
 //	                                    commit superseded, plus that commit's cut page (MVCC on only)
-//	'x' deadline(8) historykey       -> "" (collect that one history record after deadline)
+//	'x' deadline(8) historykey|txnkey -> "" (collect that one history or transaction record after deadline)
 //	'c' key 0x00 chunk(8)            -> version of the last commit that changed the chunk (placement.go)
 //	'f' key                          -> floor: the oldest version reads of the blob may name (catchup.go)
+//	't' txnid                        -> a chain transaction committed here, with its results (txns.go)
 //
 // History records let a read name an older version of a blob (a
 // transaction's repeatable read): the size at that version comes from the

@@ -24,15 +24,54 @@ type Stager struct{ Store *Store }
 
 var (
 	_ chain.Stager = Stager{}
-	_ chain.Staged = (*Pending)(nil)
+	_ chain.Staged = ChainStaged{}
 )
 
-// Prepare implements chain.Stager. The transaction ID is not needed: the
-// returned Pending holds everything Commit and Abort use.
-func (s Stager) Prepare(_ chain.TxnID, ops []txn.Op) (chain.Staged, error) {
+// Prepare implements chain.Stager.
+func (s Stager) Prepare(id chain.TxnID, ops []txn.Op) (chain.Staged, error) {
 	p, err := s.Store.TryPrepare(ops)
 	if err != nil {
 		return nil, err
 	}
-	return p, nil
+	return ChainStaged{P: p, ID: id}, nil
 }
+
+// Committed implements chain.Stager from the store's transaction records.
+func (s Stager) Committed(id chain.TxnID) ([]txn.Result, bool, error) {
+	return CommittedTxn(s.Store, id)
+}
+
+// CommittedTxn looks transaction id up in store's transaction records.
+func CommittedTxn(store *Store, id chain.TxnID) ([]txn.Result, bool, error) {
+	payload, ok, err := store.Txn(id.String())
+	if err != nil || !ok {
+		return nil, false, err
+	}
+	results, err := txn.DecodeResults(payload)
+	if err != nil {
+		return nil, false, err
+	}
+	return results, true, nil
+}
+
+// ChainStaged is a Pending staged by a chain replica: its commit records
+// the transaction ID with the results (see Store.Txn).
+type ChainStaged struct {
+	P  *Pending
+	ID chain.TxnID
+}
+
+// Commit implements chain.Staged.
+func (s ChainStaged) Commit(results []txn.Result) error {
+	if err := s.P.RecordTxn(s.ID.String(), txn.EncodeResults(results)); err != nil {
+		s.P.Abort()
+		return err
+	}
+	return s.P.Commit()
+}
+
+// Abort implements chain.Staged.
+func (s ChainStaged) Abort() { s.P.Abort() }
+
+// Results implements chain.Staged.
+func (s ChainStaged) Results() []txn.Result { return s.P.Results() }

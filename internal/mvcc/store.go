@@ -654,7 +654,7 @@ func (s *Store) collectHistoryBatch(now time.Time) (int, error) {
 	n := 0
 	for ok := due.First(); ok && n < collectBatchMax; ok = due.Next() {
 		k := due.Key()
-		if len(k) < 9+1+1+8 {
+		if len(k) < 9+2 {
 			return n, fmt.Errorf("%w: history collector key %x", errs.ErrCorruption, k)
 		}
 		if err := errors.Join(batch.Delete(k[9:], nil), batch.Delete(k, nil)); err != nil {

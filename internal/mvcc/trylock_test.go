@@ -93,7 +93,7 @@ func TestTryPrepareConflict(t *testing.T) {
 			if r := staged.Results(); len(r) != 1 || r[0].Offset != uint64(len(want)) {
 				t.Fatalf("results %+v, want one append at %d", r, len(want))
 			}
-			if err := staged.Commit(); err != nil {
+			if err := staged.Commit(staged.Results()); err != nil {
 				t.Fatal(err)
 			}
 			if got := readString(t, s, "b"); got != want+"+" {

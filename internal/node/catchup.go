@@ -66,6 +66,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tyrstore/tyr/api/peerpb"
+	"github.com/tyrstore/tyr/internal/chain"
 	"github.com/tyrstore/tyr/internal/errs"
 	"github.com/tyrstore/tyr/internal/limits"
 	"github.com/tyrstore/tyr/internal/ring"
@@ -169,10 +170,12 @@ func (c *catchUp) finish() bool {
 }
 
 // passThrough is what a member that is not in step with the head stages:
-// nothing. Its commit marks the blobs for catch-up.
+// nothing. Its commit records the transaction and marks the blobs for
+// catch-up.
 type passThrough struct {
 	n        *Node
 	keyspace string
+	id       chain.TxnID
 	ops      []txn.Op
 	version  uint64
 }
@@ -180,15 +183,20 @@ type passThrough struct {
 // passThrough marks its blobs when staged, so that a catch-up round that
 // ends meanwhile does not finish with them left out, and again with the
 // commit's version once committed, catching up anew if the round ended.
-func (n *Node) passThrough(keyspace string, ops []txn.Op, version uint64) passThrough {
+func (n *Node) passThrough(keyspace string, id chain.TxnID, ops []txn.Op, version uint64) passThrough {
 	n.catch.markDirty(keyspace, ops, 0)
-	return passThrough{n: n, keyspace: keyspace, ops: ops, version: version}
+	return passThrough{n: n, keyspace: keyspace, id: id, ops: ops, version: version}
 }
 
-func (p passThrough) Commit() error {
+func (p passThrough) Commit(results []txn.Result) error {
 	p.n.catch.markDirty(p.keyspace, p.ops, p.version)
 	p.n.startCatchUp(fmt.Sprintf("a commit at version %d passed through this node", p.version))
-	return nil
+	ks, err := p.n.cfg.Engine.Acquire(p.keyspace)
+	if err != nil {
+		return err
+	}
+	defer ks.Release()
+	return ks.Store.PutTxn(p.id.String(), txn.EncodeResults(results))
 }
 
 func (p passThrough) Abort()                {}

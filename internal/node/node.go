@@ -696,7 +696,7 @@ func (s stager) Prepare(id chain.TxnID, ops []txn.Op) (chain.Staged, error) {
 		if sole != nil {
 			return nil, taggedError{sole}
 		}
-		return s.n.passThrough(s.keyspace, ops, e.version), nil
+		return s.n.passThrough(s.keyspace, id, ops, e.version), nil
 	}
 	if err != nil {
 		ks.Release()
@@ -713,22 +713,31 @@ func (s stager) Prepare(id chain.TxnID, ops []txn.Op) (chain.Staged, error) {
 	}
 	e.bases = p.Bases()
 	s.n.versions[key] = e
-	return staged{p: p, release: ks.Release}, nil
+	return staged{ChainStaged: mvcc.ChainStaged{P: p, ID: id}, release: ks.Release}, nil
+}
+
+// Committed implements chain.Stager from the keyspace's transaction
+// records.
+func (s stager) Committed(id chain.TxnID) ([]txn.Result, bool, error) {
+	ks, err := s.n.cfg.Engine.Acquire(s.keyspace)
+	if err != nil {
+		return nil, false, err
+	}
+	defer ks.Release()
+	return mvcc.CommittedTxn(ks.Store, id)
 }
 
 type staged struct {
-	p       *mvcc.Pending
+	mvcc.ChainStaged
 	release func()
 }
 
-func (s staged) Commit() error {
+func (s staged) Commit(results []txn.Result) error {
 	defer s.release()
-	return s.p.Commit()
+	return s.ChainStaged.Commit(results)
 }
 
 func (s staged) Abort() {
-	s.p.Abort()
+	s.ChainStaged.Abort()
 	s.release()
 }
-
-func (s staged) Results() []txn.Result { return s.p.Results() }

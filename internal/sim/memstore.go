@@ -91,6 +91,9 @@ type MemStore struct {
 	blobs  map[string]*blob
 	locks  map[string]chain.TxnID
 	status map[chain.TxnID]status
+	// results are the durable transaction records: what each committed
+	// transaction reported here (see chain.Stager.Committed).
+	results map[chain.TxnID][]txn.Result
 	// anomalies are contract breaches seen by the store itself, such as a
 	// second Prepare of one transaction.
 	anomalies []string
@@ -101,6 +104,7 @@ func NewMemStore(node ring.NodeID, owns func(key string) bool) *MemStore {
 	return &MemStore{
 		node: node, owns: owns, blobs: map[string]*blob{},
 		locks: map[string]chain.TxnID{}, status: map[chain.TxnID]status{},
+		results: map[chain.TxnID][]txn.Result{},
 	}
 }
 
@@ -164,9 +168,16 @@ func (p *memStaged) finish(st status) {
 	}
 }
 
+// Committed implements chain.Stager.
+func (s *MemStore) Committed(id chain.TxnID) ([]txn.Result, bool, error) {
+	r, ok := s.results[id]
+	return r, ok, nil
+}
+
 // Commit implements chain.Staged.
-func (p *memStaged) Commit() error {
+func (p *memStaged) Commit(results []txn.Result) error {
 	p.finish(statusCommitted)
+	p.store.results[p.id] = results
 	for _, k := range p.keys {
 		b := p.work[k]
 		b.log = append(slices.Clip(b.log), p.id)

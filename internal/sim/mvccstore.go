@@ -153,13 +153,20 @@ func (p *mvccStaged) finish(st status) {
 	s.status[p.id] = st
 }
 
+// Committed implements chain.Stager.
+func (s *mvccNode) Committed(id chain.TxnID) ([]txn.Result, bool, error) {
+	return s.stager.Committed(id)
+}
+
 // Commit implements chain.Staged.
-func (p *mvccStaged) Commit() error {
+func (p *mvccStaged) Commit(results []txn.Result) error {
 	p.finish(statusCommitted)
-	if p.inner != nil {
-		if err := p.inner.Commit(); err != nil {
+	if p.inner == nil {
+		if err := p.node.store.PutTxn(p.id.String(), txn.EncodeResults(results)); err != nil {
 			return err
 		}
+	} else if err := p.inner.Commit(results); err != nil {
+		return err
 	}
 	for _, k := range p.keys {
 		p.node.logs[k] = append(p.node.logs[k], p.id)

@@ -4,6 +4,7 @@
 package txn
 
 import (
+	"encoding/binary"
 	"fmt"
 
 	"github.com/tyrstore/tyr/internal/errs"
@@ -283,4 +284,43 @@ func Validate(ops []Op) error {
 			errs.ErrTooLarge, total, limits.CommitBytesMax)
 	}
 	return nil
+}
+
+// resultBytes is the encoded size of one Result (see EncodeResults).
+const resultBytes = 4*8 + 1
+
+// EncodeResults encodes results for storage: per result, Offset, Size,
+// Version and Value big-endian, then Unheld as one byte.
+func EncodeResults(results []Result) []byte {
+	b := make([]byte, 0, len(results)*resultBytes)
+	for _, r := range results {
+		b = binary.BigEndian.AppendUint64(b, r.Offset)
+		b = binary.BigEndian.AppendUint64(b, r.Size)
+		b = binary.BigEndian.AppendUint64(b, r.Version)
+		b = binary.BigEndian.AppendUint64(b, r.Value)
+		unheld := byte(0)
+		if r.Unheld {
+			unheld = 1
+		}
+		b = append(b, unheld)
+	}
+	return b
+}
+
+// DecodeResults decodes what EncodeResults encoded.
+func DecodeResults(b []byte) ([]Result, error) {
+	if len(b)%resultBytes != 0 {
+		return nil, fmt.Errorf("%w: encoded results of %d bytes", errs.ErrCorruption, len(b))
+	}
+	out := make([]Result, 0, len(b)/resultBytes)
+	for ; len(b) > 0; b = b[resultBytes:] {
+		if b[32] > 1 {
+			return nil, fmt.Errorf("%w: encoded result flag %d", errs.ErrCorruption, b[32])
+		}
+		out = append(out, Result{
+			Offset: binary.BigEndian.Uint64(b), Size: binary.BigEndian.Uint64(b[8:]),
+			Version: binary.BigEndian.Uint64(b[16:]), Value: binary.BigEndian.Uint64(b[24:]), Unheld: b[32] == 1,
+		})
+	}
+	return out, nil
 }

@@ -1,0 +1,87 @@
+package mvcc
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+
+	"github.com/tyrstore/tyr/internal/errs"
+	"github.com/tyrstore/tyr/internal/txn"
+)
+
+// TestTxnRecords: a chain commit's transaction record is written with the
+// commit (and not without it), and is collected after
+// TxnRecordRetention.
+func TestTxnRecords(t *testing.T) {
+	clock := newFakeClock()
+	s := openStore(t, Options{MVCC: true, Now: clock.Now})
+	p, err := s.TryPrepare([]txn.Op{writeOp("a", "one")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.RecordTxn("c/1", []byte("results")); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := s.Txn("c/1"); ok || err != nil {
+		t.Fatalf("record visible before the commit: %t, %v", ok, err)
+	}
+	if err := p.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	p, err = s.TryPrepare([]txn.Op{writeOp("a", "two")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.RecordTxn("c/2", nil); err != nil {
+		t.Fatal(err)
+	}
+	p.Abort()
+	if err := s.PutTxn("c/3", []byte{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		id      string
+		ok      bool
+		payload []byte
+	}{{"c/1", true, []byte("results")}, {"c/2", false, nil}, {"c/3", true, nil}} {
+		got, ok, err := s.Txn(tc.id)
+		if err != nil || ok != tc.ok || !bytes.Equal(got, tc.payload) {
+			t.Fatalf("Txn(%s) = %q, %t, %v; want %q, %t", tc.id, got, ok, err, tc.payload, tc.ok)
+		}
+	}
+	if err := s.PutTxn("", nil); !errors.Is(err, errs.ErrInvalidArgument) {
+		t.Fatalf("PutTxn with an empty ID: %v, want ErrInvalidArgument", err)
+	}
+	clock.Advance(TxnRecordRetention - 1)
+	if _, err := s.CollectGarbage(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := s.Txn("c/1"); !ok {
+		t.Fatal("record collected before its retention passed")
+	}
+	clock.Advance(2)
+	if _, err := s.CollectGarbage(); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"c/1", "c/3"} {
+		if _, ok, err := s.Txn(id); ok || err != nil {
+			t.Fatalf("record %s after its retention: %t, %v", id, ok, err)
+		}
+	}
+}
+
+func TestResultsRoundTrip(t *testing.T) {
+	in := []txn.Result{{Offset: 1, Size: 2, Version: 3, Value: 4}, {Unheld: true, Value: 1 << 63}, {}}
+	out, err := txn.DecodeResults(txn.EncodeResults(in))
+	if err != nil || len(out) != len(in) {
+		t.Fatalf("round trip: %v, %v", out, err)
+	}
+	for i := range in {
+		if in[i] != out[i] {
+			t.Fatalf("result %d: %+v, want %+v", i, out[i], in[i])
+		}
+	}
+	if _, err := txn.DecodeResults([]byte{1, 2, 3}); !errors.Is(err, errs.ErrCorruption) {
+		t.Fatalf("a truncated encoding decoded: %v", err)
+	}
+}
