@@ -230,6 +230,9 @@ var (
 	// staged and forwarded it, and that stage was lost. This replica's
 	// copy misses the commit.
 	ErrStageLost = errors.New("chain: committed downstream of a stage this member lost in a restart")
+	// ErrRestarted is the refusal of a member that an earlier run of may
+	// have handled the transaction (see "Restarts" in replica.go).
+	ErrRestarted = errors.New("chain: transaction began before this member restarted; not staged again")
 	// ErrNotStaged is the refusal of a member that a Probe reaches for a
 	// transaction it does not know, at the tail: no member staged it.
 	ErrNotStaged = errors.New("chain: probed transaction staged nowhere")

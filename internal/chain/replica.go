@@ -95,32 +95,32 @@ import (
 //
 // A restart loses the replica's records, not the Stager's durable state.
 // A restarted member may then be sent a Forward it handled in its earlier
-// run (its upstream repeats it, or a coordinator reroutes it), and two
-// answers would break invariant 3:
+// run: its upstream repeats it, or a coordinator reroutes it. Preparing it
+// as new could break invariant 3 two ways: by refusing it when the earlier
+// run forwarded it and the members after it committed, and by committing
+// it when the earlier run aborted it and told its upstream so. So:
 //
-//   - preparing it anew, when the earlier run committed it: the Stager
-//     records every commit's TxnID durably with the commit, so the member
-//     answers Committed with the recorded results and stages nothing;
-//   - refusing it (a conflict, a copy behind, backpressure) and aborting,
-//     when the earlier run forwarded it and the members after it committed
-//     it. A refusal aborts at once only when it cannot be so: the Forward
-//     is Fresh (the first its sender sent, which no earlier run can have
-//     received) or the member is the tail. Otherwise the member probes: it
-//     forwards the transaction with Probe set and stages nothing, and a
-//     member that knows the transaction answers as to any repeat, while one
-//     that does not (nor committed it) passes the probe on, or at the tail
-//     refuses it (ErrNotStaged). The prober adopts the outcome: an abort
-//     carries its own refusal, and a commit is reported with ErrStageLost,
-//     since its copy misses it.
+//   - the Stager records every commit's TxnID durably with the commit
+//     (Staged.Commit), and a member that recorded the transaction answers
+//     Committed, with the recorded results, and stages nothing;
+//   - otherwise, a Forward that is not Fresh (the first its sender sent,
+//     which the transport never delivers to two runs of a member) for a
+//     transaction an earlier run may have seen (ReplicaConfig.EarlierRun)
+//     is not staged. The tail refuses it (ErrRestarted): no record means
+//     its earlier run did not commit it. Another member probes: it forwards
+//     the transaction with Probe set, and a member that knows it answers as
+//     to any repeat, while one that neither knows nor recorded it passes
+//     the probe on, or at the tail refuses it (ErrNotStaged). The prober
+//     adopts the outcome; a commit is reported with ErrStageLost, since its
+//     copy misses it.
 //
-// A member that forgot a transaction was acknowledged first, so its
-// upstream decided; if the upstream then restarted, the outcome was a
-// commit it recorded or an abort, and a fresh run of the transaction after
-// an abort nobody reported is harmless. What stays out of reach: a member
-// whose staged transaction became the chain's commit point by a reroute
-// and that restarted before committing it, while the old tail, now dead,
-// committed it. Version-manager chains (docs/architecture.md) must then
-// repair the old tail.
+// A member forgets a transaction only after its upstream acknowledged the
+// outcome; if that upstream restarted since, it probes rather than stages,
+// so a forgotten abort is never run again. A member that receives a commit
+// Backward for a transaction it neither knows nor recorded reports it with
+// ErrStageLost too. What stays out of reach: a member whose staged
+// transaction became the commit point by a reroute, and that restarted
+// before committing it while the old tail, now dead, had committed it.
 
 // Defaults for ReplicaConfig and CoordinatorConfig fields left zero.
 const (
@@ -158,6 +158,11 @@ type ReplicaConfig struct {
 	// needs a record to answer duplicates consistently; the upstream
 	// retransmits it later. Default 16 × PendingMax.
 	TxnsMax int
+	// EarlierRun reports whether an earlier run of this member, before a
+	// restart, may have received a Forward of transaction id; it is asked
+	// for a Forward of an unknown transaction that is not Fresh. Nil means
+	// there was no earlier run. See "Restarts".
+	EarlierRun func(id TxnID) bool
 	// TestingKnobs break the protocol on purpose. Leave them zero.
 	TestingKnobs TestingKnobs
 }
@@ -170,6 +175,11 @@ type TestingKnobs struct {
 	// bug the protocol rules out, since the downstream members may have
 	// committed already.
 	AbortOnForwardTimeoutTicks int
+	// IgnoreEarlierRuns makes a restarted member take every Forward as
+	// new, as if ReplicaConfig.EarlierRun were nil: the bug that lets it
+	// abort what the members after it committed, or commit what an earlier
+	// run of it aborted.
+	IgnoreEarlierRuns bool
 }
 
 func (c *ReplicaConfig) validate() error {
@@ -262,8 +272,8 @@ type record struct {
 }
 
 func (r *record) String() string {
-	return fmt.Sprintf("index=%d of %v phase=%s forwarded=%t committed=%t err=%q",
-		r.index, r.chain, phaseNames[r.phase], r.forwarded, r.committed, r.err)
+	return fmt.Sprintf("index=%d of %v phase=%s forwarded=%t probing=%t committed=%t err=%q",
+		r.index, r.chain, phaseNames[r.phase], r.forwarded, r.probing, r.committed, r.err)
 }
 
 func (r *record) isTail() bool { return r.index == len(r.chain)-1 }
@@ -396,29 +406,29 @@ func (r *Replica) stepForward(m Message) error {
 		r.decide(m.Txn, rec, true, "", results, nil)
 		return nil
 	}
-	if m.Probe {
-		if rec.isTail() {
-			r.decide(m.Txn, rec, false, ErrNotStaged.Error(), nil, nil)
-		} else {
-			r.probe(m.Txn, rec, m.Ops, "")
+	earlier := !m.Fresh && r.cfg.EarlierRun != nil && r.cfg.EarlierRun(m.Txn) && !r.cfg.TestingKnobs.IgnoreEarlierRuns
+	if m.Probe || earlier {
+		// Staged nowhere before this member, or perhaps handled by an
+		// earlier run of it, which staging it anew could contradict.
+		errText := ""
+		if earlier {
+			errText = ErrRestarted.Error()
 		}
-		return nil
-	}
-	refuse := func(errText string) {
-		if m.Fresh || rec.isTail() {
-			r.decide(m.Txn, rec, false, errText, nil, nil)
+		if rec.isTail() {
+			r.decide(m.Txn, rec, false, cmp.Or(errText, ErrNotStaged.Error()), nil, nil)
 		} else {
 			r.probe(m.Txn, rec, m.Ops, errText)
 		}
+		return nil
 	}
 	if r.staged >= r.cfg.PendingMax {
 		r.counters.Refused++
-		refuse(ErrBusy.Error())
+		r.decide(m.Txn, rec, false, ErrBusy.Error(), nil, nil)
 		return nil
 	}
 	staged, err := r.prepare(m.Txn, m.Ops)
 	if err != nil {
-		refuse(err.Error())
+		r.decide(m.Txn, rec, false, err.Error(), nil, nil)
 		return nil
 	}
 	if rec.isTail() {
@@ -443,10 +453,10 @@ func (r *Replica) stepForward(m Message) error {
 	return nil
 }
 
-// probe forwards a transaction this member does not stage, because it
-// refused it (errText) or was probed itself, and waits for the outcome the
-// members after it reached: an earlier run of this member may have
-// forwarded it before a restart, and they may have committed it.
+// probe forwards a transaction this member does not stage, because an
+// earlier run of it may have handled it (errText is then ErrRestarted's)
+// or because it was probed itself, and waits for the outcome the members
+// after it reached.
 func (r *Replica) probe(id TxnID, rec *record, ops []txn.Op, errText string) {
 	rec.phase = phaseWaiting
 	rec.ops = ops
@@ -535,7 +545,16 @@ func (r *Replica) stepBackward(m Message) error {
 	if !ok {
 		// We only forget a transaction after our upstream acknowledged our
 		// outcome, and we only had an outcome after the Backward from this
-		// sender; so this is a repeat whose Ack was lost. Acknowledge again.
+		// sender; so this is a repeat whose Ack was lost, or an earlier
+		// run of this member forwarded it before a restart. Acknowledge
+		// again; a commit not recorded here is one this copy misses.
+		if m.Committed {
+			if _, recorded, err := r.cfg.Stager.Committed(m.Txn); err != nil {
+				return err
+			} else if !recorded {
+				r.out.Finished = append(r.out.Finished, Outcome{Txn: m.Txn, Committed: true, CommitErr: ErrStageLost})
+			}
+		}
 		r.send(Message{Type: MsgAck, From: r.cfg.ID, To: m.From, Txn: m.Txn, Index: m.Index + 1})
 		return nil
 	}
@@ -619,6 +638,11 @@ func (r *Replica) stepAck(m Message) error {
 	}
 	switch rec.phase {
 	case phaseWaiting:
+		if rec.probing {
+			// For the outcome an earlier run of this member sent before a
+			// restart; the probe brings the same one.
+			return nil
+		}
 		r.fail(m.Txn, rec, "Ack before this member sent an outcome", &m)
 	case phaseDecided:
 		rec.phase = phaseReleased

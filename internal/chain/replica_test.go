@@ -159,6 +159,8 @@ type scenario struct {
 	// committed lists the transactions (by seq) an earlier run of the
 	// member committed: its durable records.
 	committed []uint64
+	// restarted: an earlier run may have seen every transaction.
+	restarted bool
 	pending int
 	txns    int
 	knob    int
@@ -179,6 +181,12 @@ func (sc scenario) run(t *testing.T) {
 		PendingMax: sc.pending, TxnsMax: sc.txns,
 		TestingKnobs: chain.TestingKnobs{AbortOnForwardTimeoutTicks: sc.knob},
 	})
+	if sc.restarted {
+		r, err = chain.NewReplica(chain.ReplicaConfig{
+			ID: chain3[sc.node], Stager: stager, RetransmitTicks: 3, OutcomeRetentionTicks: 10,
+			PendingMax: sc.pending, TxnsMax: sc.txns, EarlierRun: func(chain.TxnID) bool { return true },
+		})
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -398,34 +406,44 @@ func TestReplicaScenarios(t *testing.T) {
 		},
 		{
 			// An earlier run may have forwarded c/1, and the members after
-			// it committed: a refusal of a repeated Forward probes them.
-			name:   "a refusal of a repeated Forward probes downstream and adopts a commit",
-			node:   1,
-			refuse: []string{"k"},
+			// it committed: a repeated Forward is not staged but probes them.
+			name:      "a restarted member probes downstream with a repeated Forward and adopts a commit",
+			node:      1,
+			restarted: true,
 			steps: []step{
-				deliver(resent(1, 1), "prepare c/1 refused", fwdTo3+" probe"),
+				deliver(resent(1, 1), fwdTo3+" probe"),
 				tick(3, fwdTo3+" probe"),
 				deliver(resent(1, 1), fwdTo3+" probe"),
+				deliver(ack(1, 1)), // for an outcome the earlier run sent
 				deliver(back(1, 1, true), commitTo1, ackTo3, "finish c/1 committed=true (chain: committed downstream of a stage this member lost in a restart)"),
 				deliver(ack(1, 1)),
 				tick(10),
 			},
 		},
 		{
-			name:   "a probe that comes back aborted reports this member's refusal",
-			node:   1,
-			refuse: []string{"k"},
+			name:      "a probe that comes back aborted says the member restarted",
+			node:      1,
+			restarted: true,
 			steps: []step{
-				deliver(resent(1, 1), "prepare c/1 refused", fwdTo3+" probe"),
-				deliver(back(1, 1, false), refusedAbort1, ackTo3, finAborted),
+				deliver(resent(1, 1), fwdTo3+" probe"),
+				deliver(back(1, 1, false), `send n2->n1 Backward c/1 index=0 aborted err="chain: transaction began before this member restarted; not staged again"`, ackTo3, finAborted),
 			},
 		},
 		{
-			name:   "the tail refuses a repeated Forward at once: it is the commit point",
-			node:   2,
-			refuse: []string{"k"},
+			name:      "a restarted tail refuses a repeated Forward it has no record of",
+			node:      2,
+			restarted: true,
 			steps: []step{
-				deliver(resent(1, 2), "prepare c/1 refused", `send n3->n2 Backward c/1 index=1 aborted err="conflict: \"k\" is locked"`, finAborted),
+				deliver(resent(1, 2), `send n3->n2 Backward c/1 index=1 aborted err="chain: transaction began before this member restarted; not staged again"`, finAborted),
+			},
+		},
+		{
+			name:      "a restarted member stages a fresh Forward: no earlier run saw it",
+			node:      1,
+			restarted: true,
+			steps: []step{
+				deliver(fwd(1, 1), prepare1, fwdTo3),
+				deliver(back(1, 1, true), commit1, commitTo1, ackTo3, finCommitted),
 			},
 		},
 		{
@@ -434,6 +452,16 @@ func TestReplicaScenarios(t *testing.T) {
 			steps: []step{
 				deliver(probe(1, 1), fwdTo3+" probe"),
 				deliver(back(1, 1, true), commitTo1, ackTo3, "finish c/1 committed=true (chain: committed downstream of a stage this member lost in a restart)"),
+			},
+		},
+		{
+			// An earlier run staged and forwarded c/1; the commit comes back
+			// to this run, which never heard of it.
+			name: "a commit coming back to a restarted member that never recorded it is reported missed",
+			node: 1,
+			steps: []step{
+				deliver(back(1, 1, true), ackTo3, "finish c/1 committed=true (chain: committed downstream of a stage this member lost in a restart)"),
+				deliver(back(1, 1, false), ackTo3),
 			},
 		},
 		{

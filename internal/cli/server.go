@@ -115,7 +115,8 @@ func runServer(ctx context.Context, e *env, f serverFlags) error {
 	defer cluster.Close()
 	cluster.DefaultSync = f.cluster.defaultSync
 	metrics := server.NewMetrics()
-	chainNode, err := chainnode.Start(chainnode.Config{Cluster: cluster, Engine: engine, Dial: server.DialPeer, Log: log})
+	chainNode, err := chainnode.Start(chainnode.Config{Cluster: cluster, Engine: engine, Dial: server.DialPeer, Log: log,
+		FirstRun: storedID == ""})
 	if err != nil {
 		_ = lis.Close()
 		return err

@@ -19,7 +19,9 @@ func (tc *testCluster) restart(t *testing.T, i int) {
 	t.Helper()
 	old := tc.nodes[i]
 	old.Close()
-	n, err := Start(old.cfg)
+	cfg := old.cfg
+	cfg.FirstRun = false
+	n, err := Start(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/tyrstore/tyr/internal/chain"
 	"github.com/tyrstore/tyr/internal/errs"
 	"github.com/tyrstore/tyr/internal/mvcc"
 )
@@ -25,6 +26,7 @@ func TestRefusalRoundTrip(t *testing.T) {
 		{&mvcc.StaleVersionError{Key: "k", Version: 5, Floor: 9}, errs.ErrConflict, false, 9, false},
 		{fmt.Errorf("node n1: %w", errCatchingUp), errs.ErrUnavailable, true, 0, false},
 		{errors.New("chain: busy"), errs.ErrUnavailable, false, 0, true},
+		{chain.ErrRestarted, errs.ErrUnavailable, true, 0, true},
 		{errors.New("no class"), errs.ErrUnavailable, false, 0, false},
 	} {
 		text := taggedError{tc.err}.Error()

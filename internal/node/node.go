@@ -80,6 +80,11 @@ const (
 	// Forward must not start it again. Half the retention; re-executions
 	// happen well within it (failure detection takes seconds).
 	ForwardAgeMax = OutcomeRetentionTicks * Tick / 2
+	// ClockSkewMax is how far apart the hosts' clocks are assumed to be
+	// at most. A commit begun less than this after a node started may have
+	// been begun before, by the node's clock, and the node's earlier run
+	// may have handled it (see earlierRun).
+	ClockSkewMax = time.Second
 	// CommitRetryMax bounds how long Commit keeps trying a commit refused
 	// for a retryable reason (a blob locked by another commit, a version
 	// below a replica's) before it returns the conflict.
@@ -120,6 +125,11 @@ type Config struct {
 	Engine  *storage.Engine
 	Dial    Dialer
 	Log     *slog.Logger
+	// FirstRun says the node runs on its data for the first time, so no
+	// earlier run of it took part in any commit (see earlierRun). Leave it
+	// false when unsure: the node then treats commits begun before it
+	// started as ones it may have handled.
+	FirstRun bool
 }
 
 // Node is a running chain-commit endpoint. Its methods are safe for
@@ -128,6 +138,11 @@ type Node struct {
 	peerpb.UnimplementedPeerServer
 	cfg  Config
 	self ring.NodeID
+	// started is when this run of the node began, and earlier holds the
+	// keyspaces it found then, which an earlier run may have committed in
+	// (see earlierRun).
+	started time.Time
+	earlier map[string]bool
 
 	inbox  chan envelope
 	begins chan beginReq
@@ -205,12 +220,15 @@ func Start(cfg Config) (*Node, error) {
 		cfg.Log = slog.Default()
 	}
 	n := &Node{
-		cfg: cfg, self: cfg.Cluster.Self(),
+		cfg: cfg, self: cfg.Cluster.Self(), started: time.Now(), earlier: map[string]bool{},
 		inbox: make(chan envelope, inboxMax), begins: make(chan beginReq),
 		stop: make(chan struct{}), done: make(chan struct{}),
 		peers:  map[ring.NodeID]*peer{},
 		groups: map[string]*group{}, waiters: map[waiterKey]chan beginResult{},
 		versions: map[waiterKey]versionEntry{},
+	}
+	for _, ks := range cfg.Engine.List() {
+		n.earlier[ks.Name] = !cfg.FirstRun
 	}
 	n.catch.init()
 	n.lastTick.Store(time.Now().UnixNano())
@@ -515,7 +533,8 @@ func (n *Node) group(keyspace string) (*group, error) {
 		return g, nil
 	}
 	r, err := chain.NewReplica(chain.ReplicaConfig{ID: n.self, Stager: stager{n: n, keyspace: keyspace},
-		RetransmitTicks: RetransmitTicks, OutcomeRetentionTicks: OutcomeRetentionTicks, TxnsMax: TxnsMax})
+		RetransmitTicks: RetransmitTicks, OutcomeRetentionTicks: OutcomeRetentionTicks, TxnsMax: TxnsMax,
+		EarlierRun: func(id chain.TxnID) bool { return n.earlierRun(keyspace, id) }})
 	if err != nil {
 		return nil, err
 	}
@@ -529,6 +548,19 @@ func (n *Node) group(keyspace string) (*group, error) {
 	g := &group{replica: r, coord: c}
 	n.groups[keyspace] = g
 	return g, nil
+}
+
+// earlierRun reports whether an earlier run of this node (before a
+// restart) may have received a Forward of transaction id: whether the
+// keyspace was there when this run started and the commit's coordinator
+// began it before then, allowing for clock skew.
+// The commit's begin time arrived with the Forward (see step).
+func (n *Node) earlierRun(keyspace string, id chain.TxnID) bool {
+	if !n.earlier[keyspace] {
+		return false
+	}
+	e, ok := n.versions[waiterKey{keyspace, id}]
+	return !ok || e.begun < n.started.Add(ClockSkewMax).UnixNano()
 }
 
 func (n *Node) begin(req beginReq) {

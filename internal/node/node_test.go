@@ -170,7 +170,7 @@ func startClusterRF(t testing.TB, size, rf int, loss float64, seed uint64) *test
 		if _, err := eng.Create(testKeyspace, keyspace.Config{ChunkBytes: 4 << 10, Replication: uint32(rf), MVCC: true}); err != nil {
 			t.Fatal(err)
 		}
-		n, err := Start(Config{Cluster: fakeCluster{self: id, view: view, dead: tc.dead, catchingUp: tc.catchingUp}, Engine: eng, Log: log.With("node", id),
+		n, err := Start(Config{Cluster: fakeCluster{self: id, view: view, dead: tc.dead, catchingUp: tc.catchingUp}, Engine: eng, Log: log.With("node", id), FirstRun: true,
 			Dial: func(addr string) (grpc.ClientConnInterface, error) { return netConn{tc.net, addr}, nil }})
 		if err != nil {
 			t.Fatal(err)

@@ -110,7 +110,7 @@ func startTallied(t *testing.T) (*testCluster, []*tally) {
 			return tallyConn{netConn: netConn{tc.net, addr}, t: tal}, nil
 		}
 		n, err := Start(Config{Cluster: fakeCluster{self: id, view: view, dead: tc.dead, catchingUp: tc.catchingUp},
-			Engine: eng, Log: log, Dial: dial})
+			Engine: eng, Log: log, Dial: dial, FirstRun: true})
 		if err != nil {
 			_ = eng.Close()
 			t.Fatal(err)

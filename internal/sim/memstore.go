@@ -75,9 +75,12 @@ const (
 	statusStaged status = 1 + iota
 	statusCommitted
 	statusAborted
+	// statusLost: staged or aborted when the node crashed. A restarted
+	// replica may prepare the transaction again.
+	statusLost
 )
 
-var statusNames = [...]string{"unknown", "staged", "committed", "aborted"}
+var statusNames = [...]string{"unknown", "staged", "committed", "aborted", "lost"}
 
 func (s status) String() string { return statusNames[s] }
 
@@ -110,10 +113,11 @@ func NewMemStore(node ring.NodeID, owns func(key string) bool) *MemStore {
 
 // Prepare implements chain.Stager.
 func (s *MemStore) Prepare(id chain.TxnID, ops []txn.Op) (chain.Staged, error) {
-	if st, ok := s.status[id]; ok {
+	if st, ok := s.status[id]; ok && st != statusLost {
 		// The replica promises one Prepare per transaction; a second one
 		// means it forgot the transaction while a Forward was still coming,
-		// and would run it twice.
+		// and would run it twice. After a crash it may stage again what it
+		// had not committed, never what it had.
 		s.anomalies = append(s.anomalies, fmt.Sprintf("%s: second Prepare of %s, already %s", s.node, id, st))
 		return nil, fmt.Errorf("%w: %s prepared twice", errs.ErrConflict, id)
 	}
@@ -191,6 +195,17 @@ func (p *memStaged) Abort() { p.finish(statusAborted) }
 
 // Results implements chain.Staged.
 func (p *memStaged) Results() []txn.Result { return p.results }
+
+// crash drops what the store staged and lets a restarted replica stage
+// again what it staged or aborted; commits stay.
+func (s *MemStore) crash() {
+	clear(s.locks)
+	for id, st := range s.status {
+		if st == statusStaged || st == statusAborted {
+			s.status[id] = statusLost
+		}
+	}
+}
 
 // stagedCount is how many transactions hold locks here.
 func (s *MemStore) stagedCount() int {

@@ -49,6 +49,9 @@ type nodeStore interface {
 	storeAnomalies() []string
 	// keyLog lists the transactions committed here on key, in commit order.
 	keyLog(key string) []chain.TxnID
+	// crash drops what the store staged and lets a restarted replica stage
+	// again what it staged or aborted; commits stay.
+	crash()
 	// keyState is key's current content here. Its version is the
 	// MemStore's commit count, which replicas agree on, or mvcc's version,
 	// which each replica draws from the clock at its own Prepare.
@@ -78,6 +81,7 @@ type mvccNode struct {
 	store  *mvcc.Store
 	stager mvcc.Stager
 	status map[chain.TxnID]status
+	staged map[chain.TxnID]*mvccStaged
 	logs   map[string][]chain.TxnID
 	// anomalies are contract breaches seen by the wrapper, such as a second
 	// Prepare of one transaction.
@@ -99,12 +103,12 @@ func newMVCCNode(node ring.NodeID, owns func(key string) bool, now func() time.T
 		return nil, err
 	}
 	return &mvccNode{node: node, owns: owns, db: db, store: store, stager: mvcc.Stager{Store: store},
-		status: map[chain.TxnID]status{}, logs: map[string][]chain.TxnID{}}, nil
+		status: map[chain.TxnID]status{}, staged: map[chain.TxnID]*mvccStaged{}, logs: map[string][]chain.TxnID{}}, nil
 }
 
 // Prepare implements chain.Stager.
 func (s *mvccNode) Prepare(id chain.TxnID, ops []txn.Op) (chain.Staged, error) {
-	if st, ok := s.status[id]; ok {
+	if st, ok := s.status[id]; ok && st != statusLost {
 		s.anomalies = append(s.anomalies, fmt.Sprintf("%s: second Prepare of %s, already %s", s.node, id, st))
 		return nil, fmt.Errorf("%w: %s prepared twice", errs.ErrConflict, id)
 	}
@@ -134,7 +138,22 @@ func (s *mvccNode) Prepare(id chain.TxnID, ops []txn.Op) (chain.Staged, error) {
 		p.inner = inner
 	}
 	s.status[id] = statusStaged
+	s.staged[id] = p
 	return p, nil
+}
+
+func (s *mvccNode) crash() {
+	for _, p := range s.staged {
+		if p.inner != nil {
+			p.inner.Abort()
+		}
+	}
+	clear(s.staged)
+	for id, st := range s.status {
+		if st == statusStaged || st == statusAborted {
+			s.status[id] = statusLost
+		}
+	}
 }
 
 type mvccStaged struct {
@@ -151,6 +170,7 @@ func (p *mvccStaged) finish(st status) {
 		s.anomalies = append(s.anomalies, fmt.Sprintf("%s: %s of %s, which is %s", s.node, st, p.id, s.status[p.id]))
 	}
 	s.status[p.id] = st
+	delete(s.staged, p.id)
 }
 
 // Committed implements chain.Stager.

@@ -16,6 +16,17 @@
 // Pebble database whose clock is the virtual time, so its versions replay
 // too.
 //
+// Nodes crash and restart too: a crash loses the node's replica state and
+// what its store had staged, and keeps what the store committed, including
+// its transaction records (chain.Stager.Committed). Messages sent to a
+// node before it restarted reach the new run, except fresh Forwards: a
+// message the sender sent once reaches at most one run of a node, and the
+// simulated network repeats messages, which the transport does not. A
+// member that misses a commit that way reports it (chain.ErrStageLost), and
+// its copy of the transaction's keys is behind from then on: the cluster
+// repairs it by catch-up, which is outside the simulator, so the checkers
+// leave those copies out.
+//
 // A run has two phases. In the fault phase clients begin transactions
 // while the network misbehaves. Then the network heals for good and stops
 // losing messages (it still delays, reorders and repeats them), clients stop
@@ -26,6 +37,7 @@ package sim
 import (
 	"container/heap"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
@@ -54,15 +66,23 @@ type Config struct {
 	// Store selects each node's storage: the in-memory model (default) or
 	// a real mvcc.Store over an in-memory Pebble database.
 	Store StoreKind
+	// Crashy forces at least two node crashes, for tests that need them on
+	// every seed.
+	Crashy bool
+	// IgnoreEarlierRuns turns on chain.TestingKnobs.IgnoreEarlierRuns in
+	// every replica: the bug that lets a restarted member take a
+	// transaction it handled before for a new one.
+	IgnoreEarlierRuns bool
 	// Trace, if set, receives one line per event, for replaying a seed.
 	Trace func(line string)
 }
 
 // Bounds of a run, in ticks.
 const (
-	faultTicks       = 300
-	livenessTicksMax = 3000
-	retransmitTicks  = 5
+	faultTicks        = 300
+	livenessTicksMax  = 3000
+	retransmitTicks   = 5
+	crashDownTicksMax = 40
 )
 
 // profile is the shape and fault mix one seed picks.
@@ -73,6 +93,9 @@ type profile struct {
 	retentionTicks                          int
 	beginPct, clientInflightMax             int
 	partitions                              int
+	// crashes is how many node crashes the fault phase plans; each node
+	// stays down for 1 to crashDownTicksMax ticks.
+	crashes int
 	// pendingMax and txnsMax are the replicas' limits; zero takes the
 	// defaults, which a run never reaches.
 	pendingMax, txnsMax int
@@ -114,6 +137,21 @@ func pickProfile(rng *rand.Rand, cfg Config) profile {
 	return p
 }
 
+// crashSource is the random source of the crash schedule, apart from the
+// rest so that adding crashes left every other choice of a seed as it was.
+func crashSource(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0xc7a54)) }
+
+func pickCrashes(rng *rand.Rand, cfg Config) int {
+	n := 0
+	if rng.IntN(2) == 0 {
+		n = 1 + rng.IntN(3)
+	}
+	if cfg.Crashy {
+		n = max(n, 2)
+	}
+	return n
+}
+
 // Result is the outcome of one run.
 type Result struct {
 	Seed uint64
@@ -131,6 +169,7 @@ type Stats struct {
 	Begun, Committed, Aborted        int
 	Sent, Dropped, Partitioned, Dups int
 	Partitions                       int
+	Crashes, Lost, StagesLost        int
 	Ticks                            int
 }
 
@@ -141,6 +180,8 @@ const (
 	eventDeliver eventKind = 1 + iota
 	eventTick
 	eventPartition
+	eventCrash
+	eventRestart
 )
 
 type event struct {
@@ -148,6 +189,8 @@ type event struct {
 	seq  uint64
 	kind eventKind
 	msg  chain.Message
+	sent int         // eventDeliver: when the message was sent
+	node ring.NodeID // eventCrash, eventRestart
 	// sides assigns each endpoint to one side of a partition; nil heals.
 	sides map[ring.NodeID]bool
 }
@@ -174,6 +217,7 @@ func (q *eventQueue) Pop() any {
 // txnRecord is the simulator's knowledge of one transaction, for checking.
 type txnRecord struct {
 	id       chain.TxnID
+	begun    int // tick
 	ops      []txn.Op
 	chain    []ring.NodeID
 	finished bool
@@ -199,6 +243,13 @@ type world struct {
 	order       []chain.TxnID // in begin order
 	sides       map[ring.NodeID]bool
 	healed      bool
+	// down holds the crashed nodes; restarted is when each node last
+	// restarted; behind holds, per key, the nodes whose copy missed a
+	// commit (see the package doc).
+	down      map[ring.NodeID]bool
+	restarted map[ring.NodeID]int
+	behind    map[string]map[ring.NodeID]bool
+	stageLost map[chain.TxnID][]ring.NodeID
 	inFlight    int // deliveries queued
 	stats       Stats
 	failures    []string
@@ -211,12 +262,16 @@ func Run(cfg Config) Result {
 	rng := rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))
 	w := &world{cfg: cfg, p: pickProfile(rng, cfg), rng: rng,
 		replicas: map[ring.NodeID]*chain.Replica{}, stores: map[ring.NodeID]nodeStore{},
-		placement: map[string][]ring.NodeID{}, txns: map[chain.TxnID]*txnRecord{}}
+		placement: map[string][]ring.NodeID{}, txns: map[chain.TxnID]*txnRecord{},
+		down: map[ring.NodeID]bool{}, restarted: map[ring.NodeID]int{}, behind: map[string]map[ring.NodeID]bool{},
+		stageLost: map[chain.TxnID][]ring.NodeID{}}
+	w.p.crashes = pickCrashes(crashSource(cfg.Seed), cfg)
 	h := fnv.New64a()
 	w.traceHasher = func(b []byte) { _, _ = h.Write(b) }
 	defer w.closeStores()
 	w.build()
 	w.schedulePartitions()
+	w.scheduleCrashes(crashSource(cfg.Seed ^ 1))
 	w.push(&event{at: 0, kind: eventTick})
 	func() {
 		defer func() {
@@ -254,10 +309,6 @@ func (w *world) build() {
 		slices.Sort(set)
 		w.placement[k] = set
 	}
-	knobs := chain.TestingKnobs{}
-	if w.cfg.AbortOnTimeout {
-		knobs.AbortOnForwardTimeoutTicks = 3 * retransmitTicks
-	}
 	for _, n := range w.nodes {
 		owns := func(key string) bool { return slices.Contains(w.placement[key], n) }
 		var store nodeStore
@@ -274,15 +325,7 @@ func (w *world) build() {
 			panic(fmt.Sprintf("sim: unknown store %v", w.cfg.Store))
 		}
 		w.stores[n] = store
-		r, err := chain.NewReplica(chain.ReplicaConfig{
-			ID: n, Stager: store, RetransmitTicks: retransmitTicks,
-			OutcomeRetentionTicks: p.retentionTicks, PendingMax: p.pendingMax, TxnsMax: p.txnsMax,
-			TestingKnobs: knobs,
-		})
-		if err != nil {
-			panic(err)
-		}
-		w.replicas[n] = r
+		w.replicas[n] = w.newReplica(n)
 	}
 	for i := range p.clients {
 		c, err := chain.NewCoordinator(chain.CoordinatorConfig{
@@ -293,6 +336,42 @@ func (w *world) build() {
 			panic(err)
 		}
 		w.clients = append(w.clients, c)
+	}
+}
+
+// newReplica is node n's replica, holding no transactions: at the start,
+// and after each restart.
+func (w *world) newReplica(n ring.NodeID) *chain.Replica {
+	knobs := chain.TestingKnobs{IgnoreEarlierRuns: w.cfg.IgnoreEarlierRuns}
+	if w.cfg.AbortOnTimeout {
+		knobs.AbortOnForwardTimeoutTicks = 3 * retransmitTicks
+	}
+	r, err := chain.NewReplica(chain.ReplicaConfig{
+		ID: n, Stager: w.stores[n], RetransmitTicks: retransmitTicks,
+		OutcomeRetentionTicks: w.p.retentionTicks, PendingMax: w.p.pendingMax, TxnsMax: w.p.txnsMax,
+		TestingKnobs: knobs,
+		// An earlier run may have seen the transactions begun before the
+		// last restart.
+		EarlierRun: func(id chain.TxnID) bool {
+			at, ok := w.restarted[n]
+			return ok && w.txns[id].begun <= at
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+	return r
+}
+
+// scheduleCrashes plans the fault phase's crashes: each takes a node down
+// at a random tick and restarts it 1 to crashDownTicksMax ticks later. A
+// crash of a node that is down already does nothing.
+func (w *world) scheduleCrashes(rng *rand.Rand) {
+	for range w.p.crashes {
+		at := 1 + rng.IntN(faultTicks-1)
+		n := w.nodes[rng.IntN(len(w.nodes))]
+		w.push(&event{at: at, kind: eventCrash, node: n})
+		w.push(&event{at: at + 1 + rng.IntN(crashDownTicksMax), kind: eventRestart, node: n})
 	}
 }
 
@@ -408,7 +487,7 @@ func (w *world) loop() {
 		switch e.kind {
 		case eventDeliver:
 			w.inFlight--
-			w.deliver(e.msg)
+			w.deliver(e.msg, e.sent)
 		case eventPartition:
 			w.sides = e.sides
 			if e.sides == nil {
@@ -418,6 +497,21 @@ func (w *world) loop() {
 			}
 			if w.now >= faultTicks {
 				w.healed = true
+			}
+		case eventCrash:
+			if !w.down[e.node] {
+				w.trace("crash %s", e.node)
+				w.down[e.node] = true
+				w.stores[e.node].crash()
+				w.replicas[e.node] = nil
+				w.stats.Crashes++
+			}
+		case eventRestart:
+			if w.down[e.node] {
+				w.trace("restart %s", e.node)
+				delete(w.down, e.node)
+				w.restarted[e.node] = w.now
+				w.replicas[e.node] = w.newReplica(e.node)
 			}
 		case eventTick:
 			w.tick()
@@ -434,7 +528,7 @@ func (w *world) loop() {
 // done reports whether the liveness phase reached quiescence: every
 // transaction finished, every replica forgot everything, nothing in flight.
 func (w *world) done() bool {
-	if !w.healed || w.inFlight > 0 {
+	if !w.healed || w.inFlight > 0 || len(w.down) > 0 {
 		return false
 	}
 	for _, c := range w.clients {
@@ -452,6 +546,9 @@ func (w *world) done() bool {
 
 func (w *world) tick() {
 	for _, n := range w.nodes {
+		if w.down[n] {
+			continue
+		}
 		w.replicas[n].Tick()
 		w.flushReplica(n)
 	}
@@ -483,7 +580,7 @@ func (w *world) begin(c *chain.Coordinator) {
 		return
 	}
 	w.stats.Begun++
-	w.txns[id] = &txnRecord{id: id, ops: ops, chain: members}
+	w.txns[id] = &txnRecord{id: id, begun: w.now, ops: ops, chain: members}
 	w.order = append(w.order, id)
 	w.trace("%s begin %s chain=%v ops=%v", c.ID(), id, members, opsString(ops))
 }
@@ -515,7 +612,7 @@ func opsString(ops []txn.Op) string {
 	return strings.Join(parts, " ")
 }
 
-func (w *world) deliver(m chain.Message) {
+func (w *world) deliver(m chain.Message, sent int) {
 	if w.partitioned(m.From, m.To) {
 		w.stats.Partitioned++
 		w.traceMessage("cut", m)
@@ -528,6 +625,11 @@ func (w *world) deliver(m chain.Message) {
 			w.failures = append(w.failures, fmt.Sprintf("tick %d: %s refused %s: %v", w.now, m.To, m, err))
 		}
 		w.flushClient(c)
+		return
+	}
+	if w.down[m.To] || (sent < w.restarted[m.To] && m.Fresh) {
+		w.stats.Lost++
+		w.traceMessage("lost", m)
 		return
 	}
 	if err := w.replicas[m.To].Step(m); err != nil {
@@ -554,12 +656,36 @@ func (w *world) flushReplica(n ring.NodeID) {
 	o := r.Ready()
 	r.Advance(o)
 	for _, f := range o.Finished {
-		if f.CommitErr != nil {
+		switch {
+		case errors.Is(f.CommitErr, chain.ErrStageLost):
+			w.stageLostAt(n, f.Txn)
+		case f.CommitErr != nil:
 			w.failures = append(w.failures, fmt.Sprintf("tick %d: %s failed to commit %s: %v", w.now, n, f.Txn, f.CommitErr))
 		}
 	}
 	for _, m := range o.Messages {
 		w.send(m)
+	}
+}
+
+// stageLostAt records that node n missed the commit of id: its copy of the
+// keys id wrote is behind from now on.
+func (w *world) stageLostAt(n ring.NodeID, id chain.TxnID) {
+	w.stats.StagesLost++
+	w.trace("%s missed the commit of %s", n, id)
+	w.stageLost[id] = append(w.stageLost[id], n)
+	t := w.txns[id]
+	if t == nil {
+		w.failures = append(w.failures, fmt.Sprintf("tick %d: %s reports missing %s, never begun", w.now, n, id))
+		return
+	}
+	for _, op := range t.ops {
+		if slices.Contains(w.placement[op.Key], n) {
+			if w.behind[op.Key] == nil {
+				w.behind[op.Key] = map[ring.NodeID]bool{}
+			}
+			w.behind[op.Key][n] = true
+		}
 	}
 }
 
@@ -606,16 +732,16 @@ func (w *world) send(m chain.Message) {
 	}
 	for range copies {
 		w.inFlight++
-		w.push(&event{at: w.now + 1 + w.rng.IntN(w.p.delayTicksMax), kind: eventDeliver, msg: m})
+		w.push(&event{at: w.now + 1 + w.rng.IntN(w.p.delayTicksMax), kind: eventDeliver, msg: m, sent: w.now})
 	}
 }
 
 func (w *world) summary() string {
 	p := w.p
 	return fmt.Sprintf("seed=%d store=%s nodes=%d clients=%d keys=%d rf=%d drop=%d%% dup=%d%% delay<=%d retention=%d "+
-		"pending<=%d txns<=%d partitions=%d "+
-		"| txns=%d committed=%d aborted=%d msgs=%d dropped=%d cut=%d dups=%d ticks=%d",
+		"pending<=%d txns<=%d partitions=%d crashes=%d "+
+		"| txns=%d committed=%d aborted=%d msgs=%d dropped=%d cut=%d dups=%d lost=%d stages-lost=%d ticks=%d",
 		w.cfg.Seed, w.cfg.Store, p.nodes, p.clients, p.keys, p.replicationFactor, p.dropPct, p.duplicatePct, p.delayTicksMax,
-		p.retentionTicks, p.pendingMax, p.txnsMax, w.stats.Partitions, w.stats.Begun, w.stats.Committed, w.stats.Aborted,
-		w.stats.Sent, w.stats.Dropped, w.stats.Partitioned, w.stats.Dups, w.now)
+		p.retentionTicks, p.pendingMax, p.txnsMax, w.stats.Partitions, w.stats.Crashes, w.stats.Begun, w.stats.Committed, w.stats.Aborted,
+		w.stats.Sent, w.stats.Dropped, w.stats.Partitioned, w.stats.Dups, w.stats.Lost, w.stats.StagesLost, w.now)
 }

@@ -8,7 +8,9 @@
 //   - the checkers have teeth: a replica that aborts on timeout after
 //     forwarding, the bug the protocol exists to avoid, is caught within a
 //     few hundred lossy seeds, and so are replicas that forget outcomes
-//     while duplicates of a Forward may still arrive.
+//     while duplicates of a Forward may still arrive, and restarted
+//     replicas that take a transaction their earlier run handled for a
+//     new one.
 //
 // By default TestSim runs seeds 1 to 200, the odd ones on the in-memory
 // model store and the even ones on real mvcc stores over in-memory Pebble
@@ -209,6 +211,31 @@ func TestSimCatchesAbortOnTimeout(t *testing.T) {
 		}
 	}
 	t.Fatalf("no anomaly in %d lossy seeds with replicas that abort on timeout", seedsMax)
+}
+
+// TestSimCatchesIgnoredRestarts turns on the replica bug that takes a
+// Forward a restarted member's earlier run may have handled for a new one,
+// on seeds with crashes, and expects the checkers to flag it; the same
+// seed without the bug must pass.
+func TestSimCatchesIgnoredRestarts(t *testing.T) {
+	const seedsMax = 2000
+	batch := runtime.GOMAXPROCS(0)
+	for first := uint64(1); first <= seedsMax; first += uint64(batch) {
+		results := runSeeds(first, batch, func(seed uint64) sim.Config {
+			return sim.Config{Seed: seed, Lossy: true, Crashy: true, IgnoreEarlierRuns: true, Store: storeFor(t, seed)}
+		})
+		for _, r := range results {
+			if len(r.Anomalies) == 0 {
+				continue
+			}
+			t.Logf("seed %d caught the bug: %s\n\t%s", r.Seed, r.Summary, strings.Join(r.Anomalies, "\n\t"))
+			if clean := sim.Run(sim.Config{Seed: r.Seed, Lossy: true, Crashy: true, Store: storeFor(t, r.Seed)}); len(clean.Anomalies) > 0 {
+				report(t, clean)
+			}
+			return
+		}
+	}
+	t.Fatalf("no anomaly in %d lossy seeds with crashes and replicas that ignore their earlier runs", seedsMax)
 }
 
 // TestSimCatchesShortRetention makes replicas forget outcomes after one
