@@ -153,18 +153,18 @@ func deliver(m chain.Message, want ...string) step { return step{msg: &m, want: 
 func tick(n int, want ...string) step              { return step{ticks: n, want: want} }
 
 type scenario struct {
-	name    string
-	node    int // index in chain3 of the replica under test
-	refuse  []string
+	name   string
+	node   int // index in chain3 of the replica under test
+	refuse []string
 	// committed lists the transactions (by seq) an earlier run of the
 	// member committed: its durable records.
 	committed []uint64
 	// restarted: an earlier run may have seen every transaction.
 	restarted bool
-	pending int
-	txns    int
-	knob    int
-	steps   []step
+	pending   int
+	txns      int
+	knob      int
+	steps     []step
 }
 
 func (sc scenario) run(t *testing.T) {

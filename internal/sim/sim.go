@@ -233,23 +233,23 @@ type world struct {
 	seq   uint64
 	queue eventQueue
 	// nodes and clients are sorted by ID; everything walks them in order.
-	nodes       []ring.NodeID
-	replicas    map[ring.NodeID]*chain.Replica
-	stores      map[ring.NodeID]nodeStore
-	clients     []*chain.Coordinator
-	keys        []string
-	placement   map[string][]ring.NodeID // sorted replicas of each key
-	txns        map[chain.TxnID]*txnRecord
-	order       []chain.TxnID // in begin order
-	sides       map[ring.NodeID]bool
-	healed      bool
+	nodes     []ring.NodeID
+	replicas  map[ring.NodeID]*chain.Replica
+	stores    map[ring.NodeID]nodeStore
+	clients   []*chain.Coordinator
+	keys      []string
+	placement map[string][]ring.NodeID // sorted replicas of each key
+	txns      map[chain.TxnID]*txnRecord
+	order     []chain.TxnID // in begin order
+	sides     map[ring.NodeID]bool
+	healed    bool
 	// down holds the crashed nodes; restarted is when each node last
 	// restarted; behind holds, per key, the nodes whose copy missed a
 	// commit (see the package doc).
-	down      map[ring.NodeID]bool
-	restarted map[ring.NodeID]int
-	behind    map[string]map[ring.NodeID]bool
-	stageLost map[chain.TxnID][]ring.NodeID
+	down        map[ring.NodeID]bool
+	restarted   map[ring.NodeID]int
+	behind      map[string]map[ring.NodeID]bool
+	stageLost   map[chain.TxnID][]ring.NodeID
 	inFlight    int // deliveries queued
 	stats       Stats
 	failures    []string
