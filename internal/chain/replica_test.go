@@ -12,6 +12,9 @@
 //     duplicate cannot prepare the transaction after all;
 //   - outcomes are retransmitted until acknowledged, then forgotten after
 //     the retention period;
+//   - a restarted member answers a commit it recorded, and does not stage
+//     anew a Forward its earlier run may have handled: it probes the
+//     members after it, or refuses at the tail; a fresh Forward it stages;
 //   - backpressure, config and message validation, and the assertions that
 //     fire on impossible messages.
 //
