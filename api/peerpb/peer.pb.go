@@ -1172,6 +1172,94 @@ func (x *Result) GetUnheld() bool {
 	return false
 }
 
+type LeaseRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	From          string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseRequest) Reset() {
+	*x = LeaseRequest{}
+	mi := &file_api_peerpb_peer_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseRequest) ProtoMessage() {}
+
+func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_peerpb_peer_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseRequest.ProtoReflect.Descriptor instead.
+func (*LeaseRequest) Descriptor() ([]byte, []int) {
+	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *LeaseRequest) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+type LeaseResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Granted       bool                   `protobuf:"varint,1,opt,name=granted,proto3" json:"granted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseResponse) Reset() {
+	*x = LeaseResponse{}
+	mi := &file_api_peerpb_peer_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseResponse) ProtoMessage() {}
+
+func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_peerpb_peer_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseResponse.ProtoReflect.Descriptor instead.
+func (*LeaseResponse) Descriptor() ([]byte, []int) {
+	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *LeaseResponse) GetGranted() bool {
+	if x != nil {
+		return x.Granted
+	}
+	return false
+}
+
 var File_api_peerpb_peer_proto protoreflect.FileDescriptor
 
 const file_api_peerpb_peer_proto_rawDesc = "" +
@@ -1267,9 +1355,14 @@ const file_api_peerpb_peer_proto_rawDesc = "" +
 	"\x04size\x18\x02 \x01(\x04R\x04size\x12\x18\n" +
 	"\aversion\x18\x03 \x01(\x04R\aversion\x12\x14\n" +
 	"\x05value\x18\x04 \x01(\x04R\x05value\x12\x16\n" +
-	"\x06unheld\x18\x05 \x01(\bR\x06unheld2\xed\x02\n" +
+	"\x06unheld\x18\x05 \x01(\bR\x06unheld\"\"\n" +
+	"\fLeaseRequest\x12\x12\n" +
+	"\x04from\x18\x01 \x01(\tR\x04from\")\n" +
+	"\rLeaseResponse\x12\x18\n" +
+	"\agranted\x18\x01 \x01(\bR\agranted2\xad\x03\n" +
 	"\x04Peer\x12D\n" +
-	"\aDeliver\x12\x1b.tyr.peer.v1.DeliverRequest\x1a\x1c.tyr.peer.v1.DeliverResponse\x12D\n" +
+	"\aDeliver\x12\x1b.tyr.peer.v1.DeliverRequest\x1a\x1c.tyr.peer.v1.DeliverResponse\x12>\n" +
+	"\x05Lease\x12\x19.tyr.peer.v1.LeaseRequest\x1a\x1a.tyr.peer.v1.LeaseResponse\x12D\n" +
 	"\aBarrier\x12\x1b.tyr.peer.v1.BarrierRequest\x1a\x1c.tyr.peer.v1.BarrierResponse\x12G\n" +
 	"\bVersions\x12\x1c.tyr.peer.v1.VersionsRequest\x1a\x1d.tyr.peer.v1.VersionsResponse\x12A\n" +
 	"\x06Chunks\x12\x1a.tyr.peer.v1.ChunksRequest\x1a\x1b.tyr.peer.v1.ChunksResponse\x12M\n" +
@@ -1288,7 +1381,7 @@ func file_api_peerpb_peer_proto_rawDescGZIP() []byte {
 	return file_api_peerpb_peer_proto_rawDescData
 }
 
-var file_api_peerpb_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_api_peerpb_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_api_peerpb_peer_proto_goTypes = []any{
 	(*ReadChunksRequest)(nil),  // 0: tyr.peer.v1.ReadChunksRequest
 	(*ReadChunksResponse)(nil), // 1: tyr.peer.v1.ReadChunksResponse
@@ -1306,7 +1399,9 @@ var file_api_peerpb_peer_proto_goTypes = []any{
 	(*Base)(nil),               // 13: tyr.peer.v1.Base
 	(*Op)(nil),                 // 14: tyr.peer.v1.Op
 	(*Result)(nil),             // 15: tyr.peer.v1.Result
-	nil,                        // 16: tyr.peer.v1.Base.ChunksEntry
+	(*LeaseRequest)(nil),       // 16: tyr.peer.v1.LeaseRequest
+	(*LeaseResponse)(nil),      // 17: tyr.peer.v1.LeaseResponse
+	nil,                        // 18: tyr.peer.v1.Base.ChunksEntry
 }
 var file_api_peerpb_peer_proto_depIdxs = []int32{
 	6,  // 0: tyr.peer.v1.VersionsResponse.blobs:type_name -> tyr.peer.v1.BlobVersion
@@ -1315,19 +1410,21 @@ var file_api_peerpb_peer_proto_depIdxs = []int32{
 	14, // 3: tyr.peer.v1.Message.ops:type_name -> tyr.peer.v1.Op
 	15, // 4: tyr.peer.v1.Message.results:type_name -> tyr.peer.v1.Result
 	13, // 5: tyr.peer.v1.Message.bases:type_name -> tyr.peer.v1.Base
-	16, // 6: tyr.peer.v1.Base.chunks:type_name -> tyr.peer.v1.Base.ChunksEntry
+	18, // 6: tyr.peer.v1.Base.chunks:type_name -> tyr.peer.v1.Base.ChunksEntry
 	10, // 7: tyr.peer.v1.Peer.Deliver:input_type -> tyr.peer.v1.DeliverRequest
-	2,  // 8: tyr.peer.v1.Peer.Barrier:input_type -> tyr.peer.v1.BarrierRequest
-	4,  // 9: tyr.peer.v1.Peer.Versions:input_type -> tyr.peer.v1.VersionsRequest
-	7,  // 10: tyr.peer.v1.Peer.Chunks:input_type -> tyr.peer.v1.ChunksRequest
-	0,  // 11: tyr.peer.v1.Peer.ReadChunks:input_type -> tyr.peer.v1.ReadChunksRequest
-	11, // 12: tyr.peer.v1.Peer.Deliver:output_type -> tyr.peer.v1.DeliverResponse
-	3,  // 13: tyr.peer.v1.Peer.Barrier:output_type -> tyr.peer.v1.BarrierResponse
-	5,  // 14: tyr.peer.v1.Peer.Versions:output_type -> tyr.peer.v1.VersionsResponse
-	8,  // 15: tyr.peer.v1.Peer.Chunks:output_type -> tyr.peer.v1.ChunksResponse
-	1,  // 16: tyr.peer.v1.Peer.ReadChunks:output_type -> tyr.peer.v1.ReadChunksResponse
-	12, // [12:17] is the sub-list for method output_type
-	7,  // [7:12] is the sub-list for method input_type
+	16, // 8: tyr.peer.v1.Peer.Lease:input_type -> tyr.peer.v1.LeaseRequest
+	2,  // 9: tyr.peer.v1.Peer.Barrier:input_type -> tyr.peer.v1.BarrierRequest
+	4,  // 10: tyr.peer.v1.Peer.Versions:input_type -> tyr.peer.v1.VersionsRequest
+	7,  // 11: tyr.peer.v1.Peer.Chunks:input_type -> tyr.peer.v1.ChunksRequest
+	0,  // 12: tyr.peer.v1.Peer.ReadChunks:input_type -> tyr.peer.v1.ReadChunksRequest
+	11, // 13: tyr.peer.v1.Peer.Deliver:output_type -> tyr.peer.v1.DeliverResponse
+	17, // 14: tyr.peer.v1.Peer.Lease:output_type -> tyr.peer.v1.LeaseResponse
+	3,  // 15: tyr.peer.v1.Peer.Barrier:output_type -> tyr.peer.v1.BarrierResponse
+	5,  // 16: tyr.peer.v1.Peer.Versions:output_type -> tyr.peer.v1.VersionsResponse
+	8,  // 17: tyr.peer.v1.Peer.Chunks:output_type -> tyr.peer.v1.ChunksResponse
+	1,  // 18: tyr.peer.v1.Peer.ReadChunks:output_type -> tyr.peer.v1.ReadChunksResponse
+	13, // [13:19] is the sub-list for method output_type
+	7,  // [7:13] is the sub-list for method input_type
 	7,  // [7:7] is the sub-list for extension type_name
 	7,  // [7:7] is the sub-list for extension extendee
 	0,  // [0:7] is the sub-list for field type_name
@@ -1344,7 +1441,7 @@ func file_api_peerpb_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_peerpb_peer_proto_rawDesc), len(file_api_peerpb_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   17,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -27,6 +27,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	Peer_Deliver_FullMethodName    = "/tyr.peer.v1.Peer/Deliver"
+	Peer_Lease_FullMethodName      = "/tyr.peer.v1.Peer/Lease"
 	Peer_Barrier_FullMethodName    = "/tyr.peer.v1.Peer/Barrier"
 	Peer_Versions_FullMethodName   = "/tyr.peer.v1.Peer/Versions"
 	Peer_Chunks_FullMethodName     = "/tyr.peer.v1.Peer/Chunks"
@@ -41,6 +42,10 @@ type PeerClient interface {
 	// fire-and-forget: the protocol repairs lost messages by retransmission,
 	// so the reply says only that the batch arrived.
 	Deliver(ctx context.Context, in *DeliverRequest, opts ...grpc.CallOption) (*DeliverResponse, error)
+	// Lease asks the receiver for a read lease grant (internal/lease): it
+	// grants one when it sees the caller alive, and then keeps the caller in
+	// its chains for the lease's duration.
+	Lease(ctx context.Context, in *LeaseRequest, opts ...grpc.CallOption) (*LeaseResponse, error)
 	// Catch-up: a node that may have missed commits (after a restart or a
 	// pause) copies what it missed from the other replicas with these.
 	//
@@ -73,6 +78,16 @@ func (c *peerClient) Deliver(ctx context.Context, in *DeliverRequest, opts ...gr
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(DeliverResponse)
 	err := c.cc.Invoke(ctx, Peer_Deliver_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *peerClient) Lease(ctx context.Context, in *LeaseRequest, opts ...grpc.CallOption) (*LeaseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LeaseResponse)
+	err := c.cc.Invoke(ctx, Peer_Lease_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -127,6 +142,10 @@ type PeerServer interface {
 	// fire-and-forget: the protocol repairs lost messages by retransmission,
 	// so the reply says only that the batch arrived.
 	Deliver(context.Context, *DeliverRequest) (*DeliverResponse, error)
+	// Lease asks the receiver for a read lease grant (internal/lease): it
+	// grants one when it sees the caller alive, and then keeps the caller in
+	// its chains for the lease's duration.
+	Lease(context.Context, *LeaseRequest) (*LeaseResponse, error)
 	// Catch-up: a node that may have missed commits (after a restart or a
 	// pause) copies what it missed from the other replicas with these.
 	//
@@ -157,6 +176,9 @@ type UnimplementedPeerServer struct{}
 
 func (UnimplementedPeerServer) Deliver(context.Context, *DeliverRequest) (*DeliverResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Deliver not implemented")
+}
+func (UnimplementedPeerServer) Lease(context.Context, *LeaseRequest) (*LeaseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Lease not implemented")
 }
 func (UnimplementedPeerServer) Barrier(context.Context, *BarrierRequest) (*BarrierResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Barrier not implemented")
@@ -205,6 +227,24 @@ func _Peer_Deliver_Handler(srv interface{}, ctx context.Context, dec func(interf
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(PeerServer).Deliver(ctx, req.(*DeliverRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Peer_Lease_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LeaseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PeerServer).Lease(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Peer_Lease_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerServer).Lease(ctx, req.(*LeaseRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -291,6 +331,10 @@ var Peer_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Deliver",
 			Handler:    _Peer_Deliver_Handler,
+		},
+		{
+			MethodName: "Lease",
+			Handler:    _Peer_Lease_Handler,
 		},
 		{
 			MethodName: "Barrier",

@@ -47,6 +47,7 @@ import (
 	"github.com/tyrstore/tyr/api/peerpb"
 	"github.com/tyrstore/tyr/internal/chain"
 	"github.com/tyrstore/tyr/internal/errs"
+	"github.com/tyrstore/tyr/internal/lease"
 	"github.com/tyrstore/tyr/internal/membership"
 	"github.com/tyrstore/tyr/internal/mvcc"
 	"github.com/tyrstore/tyr/internal/ring"
@@ -130,6 +131,11 @@ type Config struct {
 	// false when unsure: the node then treats commits begun before it
 	// started as ones it may have handled.
 	FirstRun bool
+	// LeaseDuration is how long a read lease grant counts (see lease.go);
+	// zero takes lease.Duration. Negative turns leases off: the node always
+	// holds its lease and fences no one, which is right only where failure
+	// detection is instant and exact (tests of other parts).
+	LeaseDuration time.Duration
 }
 
 // Node is a running chain-commit endpoint. Its methods are safe for
@@ -143,6 +149,14 @@ type Node struct {
 	// (see earlierRun).
 	started time.Time
 	earlier map[string]bool
+
+	// lease is this node's read lease and the grants it gave (lease.go);
+	// leaseUntil is when the lease ends (unix nanoseconds) as of the last
+	// check, and leaseWasHeld whether it held then.
+	lease        *lease.Tracker
+	leaseUntil   atomic.Int64
+	leaseWasHeld atomic.Bool
+	leaseDone    chan struct{}
 
 	inbox  chan envelope
 	begins chan beginReq
@@ -221,6 +235,7 @@ func Start(cfg Config) (*Node, error) {
 	}
 	n := &Node{
 		cfg: cfg, self: cfg.Cluster.Self(), started: time.Now(), earlier: map[string]bool{},
+		lease: lease.New(max(cfg.LeaseDuration, 0), nil), leaseDone: make(chan struct{}),
 		inbox: make(chan envelope, inboxMax), begins: make(chan beginReq),
 		stop: make(chan struct{}), done: make(chan struct{}),
 		peers:  map[ring.NodeID]*peer{},
@@ -234,6 +249,7 @@ func Start(cfg Config) (*Node, error) {
 	n.lastTick.Store(time.Now().UnixNano())
 	go n.loop()
 	go n.catchUpLoop()
+	go n.leaseLoop()
 	return n, nil
 }
 
@@ -243,6 +259,7 @@ func (n *Node) Close() {
 	close(n.stop)
 	<-n.done
 	<-n.catch.done
+	<-n.leaseDone
 	n.peersMu.Lock()
 	defer n.peersMu.Unlock()
 	for _, p := range n.peers {
@@ -308,7 +325,7 @@ func (n *Node) Chain(keyspace string, rf int, ops []txn.Op, sizes map[string]uin
 		}
 		live := 0
 		for _, id := range ids {
-			if n.cfg.Cluster.Alive(id) {
+			if n.inChains(id) {
 				vms[id] = true
 				live++
 			}
@@ -319,7 +336,7 @@ func (n *Node) Chain(keyspace string, rf int, ops []txn.Op, sizes map[string]uin
 	}
 	holders := map[ring.NodeID]bool{}
 	for key, t := range plan(ops, sizes, cs) {
-		if err := pl.holders(holders, key, cs, t, n.cfg.Cluster.Alive); err != nil {
+		if err := pl.holders(holders, key, cs, t, n.inChains); err != nil {
 			return nil, err
 		}
 	}
@@ -333,7 +350,7 @@ func (n *Node) Chain(keyspace string, rf int, ops []txn.Op, sizes map[string]uin
 		groups[g] = append(groups[g], id)
 	}
 	for id := range holders {
-		if !vms[id] && n.cfg.Cluster.Alive(id) {
+		if !vms[id] && n.inChains(id) {
 			g := 2 + btoi(n.catchingUp(id))
 			groups[g] = append(groups[g], id)
 		}
@@ -424,6 +441,9 @@ func (n *Node) Commit(ctx context.Context, keyspace string, rf int, ops []txn.Op
 // computed until it ends (see Barrier).
 func (n *Node) attempt(ctx context.Context, keyspace string, rf int, ops []txn.Op, version uint64) (chain.Outcome, error) {
 	defer n.Track()()
+	if !n.majority() {
+		return chain.Outcome{}, fmt.Errorf("%w: node %s does not see a majority of the cluster alive", errs.ErrUnavailable, n.self)
+	}
 	members, err := n.Chain(keyspace, rf, ops, n.hints.get(keyspace, ops))
 	if err != nil {
 		return chain.Outcome{}, err
@@ -509,10 +529,11 @@ func (n *Node) loop() {
 			n.begin(req)
 		case <-ticker.C:
 			n.tick()
+			n.checkLease()
 			for name, g := range n.groups {
 				g.replica.Tick()
 				g.coord.Tick()
-				g.coord.Reroute(n.cfg.Cluster.Alive)
+				g.coord.Reroute(n.inChains)
 				n.flush(name, g)
 			}
 			if time.Since(sweep) > time.Minute {

@@ -64,13 +64,17 @@ type network struct {
 	rng   *rand.Rand
 	loss  float64
 	cut   map[string]bool // addresses nothing reaches
+	// isolated holds addresses that reach nothing either.
+	isolated map[string]bool
 	calls atomic.Int64
 }
 
-// netConn is a connection of the in-process network.
+// netConn is a connection of the in-process network, from the node at
+// address from (empty: from outside the cluster).
 type netConn struct {
 	net  *network
 	addr string
+	from string
 }
 
 func (c netConn) Invoke(ctx context.Context, method string, args, reply any, _ ...grpc.CallOption) error {
@@ -92,6 +96,8 @@ func (c netConn) Invoke(ctx context.Context, method string, args, reply any, _ .
 		resp, err = n.Chunks(ctx, args.(*peerpb.ChunksRequest))
 	case peerpb.Peer_ReadChunks_FullMethodName:
 		resp, err = n.ReadChunks(ctx, args.(*peerpb.ReadChunksRequest))
+	case peerpb.Peer_Lease_FullMethodName:
+		resp, err = n.Lease(ctx, args.(*peerpb.LeaseRequest))
 	default:
 		return fmt.Errorf("netConn: %s not supported", method)
 	}
@@ -107,7 +113,7 @@ func (c netConn) reach() (*Node, error) {
 	c.net.mu.Lock()
 	defer c.net.mu.Unlock()
 	n := c.net.nodes[c.addr]
-	if n == nil || c.net.cut[c.addr] {
+	if n == nil || c.net.cut[c.addr] || c.net.isolated[c.from] {
 		return nil, errors.New("unreachable")
 	}
 	return n, nil
@@ -121,7 +127,7 @@ func (c netConn) NewStream(context.Context, *grpc.StreamDesc, string, ...grpc.Ca
 func (c netConn) deliver(ctx context.Context, req *peerpb.DeliverRequest) (*peerpb.DeliverResponse, error) {
 	c.net.calls.Add(1)
 	c.net.mu.Lock()
-	lost := c.net.rng.Float64() < c.net.loss || c.net.cut[c.addr]
+	lost := c.net.rng.Float64() < c.net.loss || c.net.cut[c.addr] || c.net.isolated[c.from]
 	n := c.net.nodes[c.addr]
 	c.net.mu.Unlock()
 	if lost || n == nil {
@@ -149,6 +155,14 @@ func startCluster(t testing.TB, size int, loss float64, seed uint64) *testCluste
 // startClusterRF is startCluster with rf replicas of each chunk.
 func startClusterRF(t testing.TB, size, rf int, loss float64, seed uint64) *testCluster {
 	t.Helper()
+	return startClusterWith(t, size, rf, loss, seed, -1)
+}
+
+// startClusterWith is startClusterRF with read leases of leaseDuration
+// (negative: off, as the instant failure detection of the fake cluster
+// wants).
+func startClusterWith(t testing.TB, size, rf int, loss float64, seed uint64, leaseDuration time.Duration) *testCluster {
+	t.Helper()
 	view := &membership.View{}
 	for i := range size {
 		id := ring.NodeID(fmt.Sprintf("n%d", i+1))
@@ -158,7 +172,7 @@ func startClusterRF(t testing.TB, size, rf int, loss float64, seed uint64) *test
 		}
 	}
 	tc := &testCluster{net: &network{nodes: map[string]*Node{}, rng: rand.New(rand.NewPCG(seed, 1)), loss: loss,
-		cut: map[string]bool{}},
+		cut: map[string]bool{}, isolated: map[string]bool{}},
 		dead: &sync.Map{}, catchingUp: &sync.Map{}, rf: rf}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for i := range size {
@@ -170,8 +184,8 @@ func startClusterRF(t testing.TB, size, rf int, loss float64, seed uint64) *test
 		if _, err := eng.Create(testKeyspace, keyspace.Config{ChunkBytes: 4 << 10, Replication: uint32(rf), MVCC: true}); err != nil {
 			t.Fatal(err)
 		}
-		n, err := Start(Config{Cluster: fakeCluster{self: id, view: view, dead: tc.dead, catchingUp: tc.catchingUp}, Engine: eng, Log: log.With("node", id), FirstRun: true,
-			Dial: func(addr string) (grpc.ClientConnInterface, error) { return netConn{tc.net, addr}, nil }})
+		n, err := Start(Config{Cluster: fakeCluster{self: id, view: view, dead: tc.dead, catchingUp: tc.catchingUp}, Engine: eng, Log: log.With("node", id), FirstRun: true, LeaseDuration: leaseDuration,
+			Dial: func(addr string) (grpc.ClientConnInterface, error) { return netConn{tc.net, addr, "addr-" + string(id)}, nil }})
 		if err != nil {
 			t.Fatal(err)
 		}

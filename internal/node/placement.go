@@ -221,13 +221,13 @@ func (n *Node) checkCovered(pl Placement, cs uint64, p *mvcc.Pending, given map[
 		if _, ok := given[key]; ok {
 			continue
 		}
-		if err := pl.holders(need, key, cs, t, n.cfg.Cluster.Alive); err != nil {
+		if err := pl.holders(need, key, cs, t, n.inChains); err != nil {
 			return err
 		}
 	}
 	var missing []ring.NodeID
 	for id := range need {
-		if !slices.Contains(members, id) && n.cfg.Cluster.Alive(id) {
+		if !slices.Contains(members, id) && n.inChains(id) {
 			missing = append(missing, id)
 		}
 	}

@@ -107,10 +107,10 @@ func startTallied(t *testing.T) (*testCluster, []*tally) {
 			if tal.noDial[addr] {
 				return nil, errors.New("unreachable")
 			}
-			return tallyConn{netConn: netConn{tc.net, addr}, t: tal}, nil
+			return tallyConn{netConn: netConn{net: tc.net, addr: addr}, t: tal}, nil
 		}
 		n, err := Start(Config{Cluster: fakeCluster{self: id, view: view, dead: tc.dead, catchingUp: tc.catchingUp},
-			Engine: eng, Log: log, Dial: dial, FirstRun: true})
+			Engine: eng, Log: log, Dial: dial, FirstRun: true, LeaseDuration: -1})
 		if err != nil {
 			_ = eng.Close()
 			t.Fatal(err)
