@@ -116,6 +116,9 @@ func Dial(endpoint string, opts ...Option) (*Client, error) {
 		if r != nil {
 			dialOpts = append(dialOpts, grpc.WithUnaryInterceptor(r.intercept))
 		}
+		if o.dialer != nil {
+			dialOpts = append(dialOpts, grpc.WithContextDialer(o.dialer))
+		}
 		conn, err := grpc.NewClient(addr, dialOpts...)
 		if err != nil {
 			return nil, fmt.Errorf("tyr: dial %s: %w", addr, err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"slices"
 	"strconv"
 	"sync"
@@ -66,6 +67,14 @@ type Option func(*options)
 
 type options struct {
 	noRouting bool
+	dialer    func(ctx context.Context, addr string) (net.Conn, error)
+}
+
+// WithDialer makes the client open its connections (to the endpoint and to
+// the nodes it routes to) with dial instead of a plain TCP dial: through a
+// proxy, say, or from inside a network namespace.
+func WithDialer(dial func(ctx context.Context, addr string) (net.Conn, error)) Option {
+	return func(o *options) { o.dialer = dial }
 }
 
 // WithoutRouting makes the client send every request to its endpoint,

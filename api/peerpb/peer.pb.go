@@ -1260,6 +1260,104 @@ func (x *LeaseResponse) GetGranted() bool {
 	return false
 }
 
+type RevokeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeRequest) Reset() {
+	*x = RevokeRequest{}
+	mi := &file_api_peerpb_peer_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeRequest) ProtoMessage() {}
+
+func (x *RevokeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_peerpb_peer_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeRequest.ProtoReflect.Descriptor instead.
+func (*RevokeRequest) Descriptor() ([]byte, []int) {
+	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *RevokeRequest) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+type RevokeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// granted: the receiver ever granted the node a lease; age_nanos is how
+	// long before answering it last did, on the receiver's clock.
+	Granted       bool  `protobuf:"varint,1,opt,name=granted,proto3" json:"granted,omitempty"`
+	AgeNanos      int64 `protobuf:"varint,2,opt,name=age_nanos,json=ageNanos,proto3" json:"age_nanos,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeResponse) Reset() {
+	*x = RevokeResponse{}
+	mi := &file_api_peerpb_peer_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeResponse) ProtoMessage() {}
+
+func (x *RevokeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_peerpb_peer_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeResponse.ProtoReflect.Descriptor instead.
+func (*RevokeResponse) Descriptor() ([]byte, []int) {
+	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *RevokeResponse) GetGranted() bool {
+	if x != nil {
+		return x.Granted
+	}
+	return false
+}
+
+func (x *RevokeResponse) GetAgeNanos() int64 {
+	if x != nil {
+		return x.AgeNanos
+	}
+	return 0
+}
+
 var File_api_peerpb_peer_proto protoreflect.FileDescriptor
 
 const file_api_peerpb_peer_proto_rawDesc = "" +
@@ -1359,10 +1457,16 @@ const file_api_peerpb_peer_proto_rawDesc = "" +
 	"\fLeaseRequest\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\")\n" +
 	"\rLeaseResponse\x12\x18\n" +
-	"\agranted\x18\x01 \x01(\bR\agranted2\xad\x03\n" +
+	"\agranted\x18\x01 \x01(\bR\agranted\"#\n" +
+	"\rRevokeRequest\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\"G\n" +
+	"\x0eRevokeResponse\x12\x18\n" +
+	"\agranted\x18\x01 \x01(\bR\agranted\x12\x1b\n" +
+	"\tage_nanos\x18\x02 \x01(\x03R\bageNanos2\xf0\x03\n" +
 	"\x04Peer\x12D\n" +
 	"\aDeliver\x12\x1b.tyr.peer.v1.DeliverRequest\x1a\x1c.tyr.peer.v1.DeliverResponse\x12>\n" +
-	"\x05Lease\x12\x19.tyr.peer.v1.LeaseRequest\x1a\x1a.tyr.peer.v1.LeaseResponse\x12D\n" +
+	"\x05Lease\x12\x19.tyr.peer.v1.LeaseRequest\x1a\x1a.tyr.peer.v1.LeaseResponse\x12A\n" +
+	"\x06Revoke\x12\x1a.tyr.peer.v1.RevokeRequest\x1a\x1b.tyr.peer.v1.RevokeResponse\x12D\n" +
 	"\aBarrier\x12\x1b.tyr.peer.v1.BarrierRequest\x1a\x1c.tyr.peer.v1.BarrierResponse\x12G\n" +
 	"\bVersions\x12\x1c.tyr.peer.v1.VersionsRequest\x1a\x1d.tyr.peer.v1.VersionsResponse\x12A\n" +
 	"\x06Chunks\x12\x1a.tyr.peer.v1.ChunksRequest\x1a\x1b.tyr.peer.v1.ChunksResponse\x12M\n" +
@@ -1381,7 +1485,7 @@ func file_api_peerpb_peer_proto_rawDescGZIP() []byte {
 	return file_api_peerpb_peer_proto_rawDescData
 }
 
-var file_api_peerpb_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_api_peerpb_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_api_peerpb_peer_proto_goTypes = []any{
 	(*ReadChunksRequest)(nil),  // 0: tyr.peer.v1.ReadChunksRequest
 	(*ReadChunksResponse)(nil), // 1: tyr.peer.v1.ReadChunksResponse
@@ -1401,7 +1505,9 @@ var file_api_peerpb_peer_proto_goTypes = []any{
 	(*Result)(nil),             // 15: tyr.peer.v1.Result
 	(*LeaseRequest)(nil),       // 16: tyr.peer.v1.LeaseRequest
 	(*LeaseResponse)(nil),      // 17: tyr.peer.v1.LeaseResponse
-	nil,                        // 18: tyr.peer.v1.Base.ChunksEntry
+	(*RevokeRequest)(nil),      // 18: tyr.peer.v1.RevokeRequest
+	(*RevokeResponse)(nil),     // 19: tyr.peer.v1.RevokeResponse
+	nil,                        // 20: tyr.peer.v1.Base.ChunksEntry
 }
 var file_api_peerpb_peer_proto_depIdxs = []int32{
 	6,  // 0: tyr.peer.v1.VersionsResponse.blobs:type_name -> tyr.peer.v1.BlobVersion
@@ -1410,21 +1516,23 @@ var file_api_peerpb_peer_proto_depIdxs = []int32{
 	14, // 3: tyr.peer.v1.Message.ops:type_name -> tyr.peer.v1.Op
 	15, // 4: tyr.peer.v1.Message.results:type_name -> tyr.peer.v1.Result
 	13, // 5: tyr.peer.v1.Message.bases:type_name -> tyr.peer.v1.Base
-	18, // 6: tyr.peer.v1.Base.chunks:type_name -> tyr.peer.v1.Base.ChunksEntry
+	20, // 6: tyr.peer.v1.Base.chunks:type_name -> tyr.peer.v1.Base.ChunksEntry
 	10, // 7: tyr.peer.v1.Peer.Deliver:input_type -> tyr.peer.v1.DeliverRequest
 	16, // 8: tyr.peer.v1.Peer.Lease:input_type -> tyr.peer.v1.LeaseRequest
-	2,  // 9: tyr.peer.v1.Peer.Barrier:input_type -> tyr.peer.v1.BarrierRequest
-	4,  // 10: tyr.peer.v1.Peer.Versions:input_type -> tyr.peer.v1.VersionsRequest
-	7,  // 11: tyr.peer.v1.Peer.Chunks:input_type -> tyr.peer.v1.ChunksRequest
-	0,  // 12: tyr.peer.v1.Peer.ReadChunks:input_type -> tyr.peer.v1.ReadChunksRequest
-	11, // 13: tyr.peer.v1.Peer.Deliver:output_type -> tyr.peer.v1.DeliverResponse
-	17, // 14: tyr.peer.v1.Peer.Lease:output_type -> tyr.peer.v1.LeaseResponse
-	3,  // 15: tyr.peer.v1.Peer.Barrier:output_type -> tyr.peer.v1.BarrierResponse
-	5,  // 16: tyr.peer.v1.Peer.Versions:output_type -> tyr.peer.v1.VersionsResponse
-	8,  // 17: tyr.peer.v1.Peer.Chunks:output_type -> tyr.peer.v1.ChunksResponse
-	1,  // 18: tyr.peer.v1.Peer.ReadChunks:output_type -> tyr.peer.v1.ReadChunksResponse
-	13, // [13:19] is the sub-list for method output_type
-	7,  // [7:13] is the sub-list for method input_type
+	18, // 9: tyr.peer.v1.Peer.Revoke:input_type -> tyr.peer.v1.RevokeRequest
+	2,  // 10: tyr.peer.v1.Peer.Barrier:input_type -> tyr.peer.v1.BarrierRequest
+	4,  // 11: tyr.peer.v1.Peer.Versions:input_type -> tyr.peer.v1.VersionsRequest
+	7,  // 12: tyr.peer.v1.Peer.Chunks:input_type -> tyr.peer.v1.ChunksRequest
+	0,  // 13: tyr.peer.v1.Peer.ReadChunks:input_type -> tyr.peer.v1.ReadChunksRequest
+	11, // 14: tyr.peer.v1.Peer.Deliver:output_type -> tyr.peer.v1.DeliverResponse
+	17, // 15: tyr.peer.v1.Peer.Lease:output_type -> tyr.peer.v1.LeaseResponse
+	19, // 16: tyr.peer.v1.Peer.Revoke:output_type -> tyr.peer.v1.RevokeResponse
+	3,  // 17: tyr.peer.v1.Peer.Barrier:output_type -> tyr.peer.v1.BarrierResponse
+	5,  // 18: tyr.peer.v1.Peer.Versions:output_type -> tyr.peer.v1.VersionsResponse
+	8,  // 19: tyr.peer.v1.Peer.Chunks:output_type -> tyr.peer.v1.ChunksResponse
+	1,  // 20: tyr.peer.v1.Peer.ReadChunks:output_type -> tyr.peer.v1.ReadChunksResponse
+	14, // [14:21] is the sub-list for method output_type
+	7,  // [7:14] is the sub-list for method input_type
 	7,  // [7:7] is the sub-list for extension type_name
 	7,  // [7:7] is the sub-list for extension extendee
 	0,  // [0:7] is the sub-list for field type_name
@@ -1441,7 +1549,7 @@ func file_api_peerpb_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_peerpb_peer_proto_rawDesc), len(file_api_peerpb_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -28,6 +28,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	Peer_Deliver_FullMethodName    = "/tyr.peer.v1.Peer/Deliver"
 	Peer_Lease_FullMethodName      = "/tyr.peer.v1.Peer/Lease"
+	Peer_Revoke_FullMethodName     = "/tyr.peer.v1.Peer/Revoke"
 	Peer_Barrier_FullMethodName    = "/tyr.peer.v1.Peer/Barrier"
 	Peer_Versions_FullMethodName   = "/tyr.peer.v1.Peer/Versions"
 	Peer_Chunks_FullMethodName     = "/tyr.peer.v1.Peer/Chunks"
@@ -46,6 +47,10 @@ type PeerClient interface {
 	// grants one when it sees the caller alive, and then keeps the caller in
 	// its chains for the lease's duration.
 	Lease(ctx context.Context, in *LeaseRequest, opts ...grpc.CallOption) (*LeaseResponse, error)
+	// Revoke stops the receiver's grants to a node for a while and says how
+	// long ago it last granted it one, for a caller about to leave that node
+	// out of its chains.
+	Revoke(ctx context.Context, in *RevokeRequest, opts ...grpc.CallOption) (*RevokeResponse, error)
 	// Catch-up: a node that may have missed commits (after a restart or a
 	// pause) copies what it missed from the other replicas with these.
 	//
@@ -88,6 +93,16 @@ func (c *peerClient) Lease(ctx context.Context, in *LeaseRequest, opts ...grpc.C
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(LeaseResponse)
 	err := c.cc.Invoke(ctx, Peer_Lease_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *peerClient) Revoke(ctx context.Context, in *RevokeRequest, opts ...grpc.CallOption) (*RevokeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RevokeResponse)
+	err := c.cc.Invoke(ctx, Peer_Revoke_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -146,6 +161,10 @@ type PeerServer interface {
 	// grants one when it sees the caller alive, and then keeps the caller in
 	// its chains for the lease's duration.
 	Lease(context.Context, *LeaseRequest) (*LeaseResponse, error)
+	// Revoke stops the receiver's grants to a node for a while and says how
+	// long ago it last granted it one, for a caller about to leave that node
+	// out of its chains.
+	Revoke(context.Context, *RevokeRequest) (*RevokeResponse, error)
 	// Catch-up: a node that may have missed commits (after a restart or a
 	// pause) copies what it missed from the other replicas with these.
 	//
@@ -179,6 +198,9 @@ func (UnimplementedPeerServer) Deliver(context.Context, *DeliverRequest) (*Deliv
 }
 func (UnimplementedPeerServer) Lease(context.Context, *LeaseRequest) (*LeaseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Lease not implemented")
+}
+func (UnimplementedPeerServer) Revoke(context.Context, *RevokeRequest) (*RevokeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Revoke not implemented")
 }
 func (UnimplementedPeerServer) Barrier(context.Context, *BarrierRequest) (*BarrierResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Barrier not implemented")
@@ -245,6 +267,24 @@ func _Peer_Lease_Handler(srv interface{}, ctx context.Context, dec func(interfac
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(PeerServer).Lease(ctx, req.(*LeaseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Peer_Revoke_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RevokeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PeerServer).Revoke(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Peer_Revoke_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerServer).Revoke(ctx, req.(*RevokeRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -335,6 +375,10 @@ var Peer_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Lease",
 			Handler:    _Peer_Lease_Handler,
+		},
+		{
+			MethodName: "Revoke",
+			Handler:    _Peer_Revoke_Handler,
 		},
 		{
 			MethodName: "Barrier",

@@ -1,44 +1,41 @@
 // Package lease decides when a node may serve reads from its own copy, and
-// until when it must keep another node in its chains, so that a node cut off
-// from the cluster stops serving reads before the others commit without it.
+// when a member may leave a node it takes for dead out of its chains, so
+// that a node cut off from the cluster stops serving reads before the
+// others commit without it.
 //
-// Each node asks every other member it does not consider dead for a grant,
-// every RenewInterval. A member grants only a node it considers alive (not
-// suspect, not dead), and remembers when it last did. The protocol's rules:
+// Each node asks the other members for a grant every RenewInterval. A member
+// grants a node it sees alive (not suspect, not dead) unless it revoked the
+// node's grants in the last RevokeHold. The rules:
 //
-//   - Holder: a node's lease is valid at time now while every member it
-//     does not consider dead granted a request the node sent after
-//     now - Duration, and those members and the node are a majority of the
-//     ring. A node without a valid lease serves no reads: it catches up
+//   - Holder: a node's lease is valid while more than half of the ring's
+//     members (itself included) granted it a request sent within the last
+//     Duration. A node without a valid lease serves no reads; it catches up
 //     first (internal/node).
-//   - Granter: a member keeps a node it granted in its chains (as if alive)
-//     until Duration after the last grant, whatever its membership view
-//     says. Since the grant answered a request sent no later than the grant,
-//     the holder's lease from that request ends no later than this fence.
-//   - Commits need a majority: a node that does not see a majority of the
-//     ring alive drops no member from its chains (internal/node).
+//   - Excluder: before a member leaves a node out of a chain, it revokes
+//     the node's grants on more than half of the ring (itself included),
+//     and waits until every grant those members gave it has run out
+//     (Duration after the grant). It keeps revoking while it leaves the
+//     node out.
 //
-// So a member that leaves a node out of a commit either is one the node
-// counts on, which waited out its fence, so that the node's lease, which
-// needed its grant, had ended; or is one the node considers dead, which in
-// a clean partition (sides that cannot reach each other, each side
-// connected) cannot see a majority, since the node's side had one. A node
-// whose lease ends catches up before it serves again, which waits for the
-// commits begun without it (internal/node/catchup.go). Durations are
-// measured on each node's own monotonic clock; clocks may differ in value,
-// not in rate (a drift of a few parts per million is far inside the margin
-// between Duration and the membership's suspicion timeout).
+// Two majorities of one ring share a member, and a member that revoked
+// grants nothing for RevokeHold, so once the excluder's wait ends the node
+// cannot hold grants from a majority: its lease has ended. A node whose
+// lease ends catches up before it serves again, which waits for the commits
+// begun without it (internal/node/catchup.go). Revoking needs a majority
+// too, so a member cut off with a minority leaves no one out: commits that
+// need the others wait (or fail) instead.
 //
-// Partial partitions, where two members cannot reach each other but both
-// reach others, are covered only as far as the failure detector's
-// indirect probes keep such members from declaring each other dead
-// (internal/membership).
+// Time is measured on each node's own monotonic clock; a revoking member
+// learns how long ago each grant was given, not when. Clocks may differ in
+// value, not in rate (a drift of a few parts per million is far inside the
+// margins).
 //
 // Tracker is safe for concurrent use and does no I/O: the caller sends the
 // requests and reports the answers.
 package lease
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -47,10 +44,9 @@ import (
 
 // Defaults.
 const (
-	// Duration is how long a grant counts. It must be well below the
-	// membership's shortest time from the first suspicion of a member to
-	// its death (3 s with the default membership settings), which is the
-	// earliest a member can leave another out of its chains on its own.
+	// Duration is how long a grant counts. Shorter makes a cut-off node
+	// stop serving sooner and makes the others wait less before leaving it
+	// out; it must leave room for a few renewals.
 	Duration = 1500 * time.Millisecond
 	// RenewInterval is how often a node asks each member for a grant; a
 	// few requests fit in one Duration, so one lost answer does not end
@@ -58,7 +54,7 @@ const (
 	RenewInterval = 250 * time.Millisecond
 )
 
-// Tracker holds one node's grants, received and given.
+// Tracker holds one node's grants, received and given, and its revocations.
 type Tracker struct {
 	duration time.Duration
 	now      func() time.Time
@@ -66,6 +62,7 @@ type Tracker struct {
 	mu       sync.Mutex
 	received map[ring.NodeID]time.Time // member -> send time of the newest granted request
 	given    map[ring.NodeID]time.Time // node -> when this node last granted it
+	revoked  map[ring.NodeID]time.Time // node -> when this node last revoked its grants
 }
 
 // New returns a Tracker with grants lasting duration (Duration if zero),
@@ -77,12 +74,17 @@ func New(duration time.Duration, now func() time.Time) *Tracker {
 	if now == nil {
 		now = time.Now
 	}
-	return &Tracker{duration: duration, now: now,
-		received: map[ring.NodeID]time.Time{}, given: map[ring.NodeID]time.Time{}}
+	return &Tracker{duration: duration, now: now, received: map[ring.NodeID]time.Time{},
+		given: map[ring.NodeID]time.Time{}, revoked: map[ring.NodeID]time.Time{}}
 }
 
 // Duration is how long a grant counts.
 func (t *Tracker) Duration() time.Duration { return t.duration }
+
+// RevokeHold is how long a revocation stops grants: two Durations, so an
+// excluder that keeps revoking every RenewInterval keeps the node without
+// grants from this member.
+func (t *Tracker) RevokeHold() time.Duration { return 2 * t.duration }
 
 // Now is the tracker's clock, for stamping requests.
 func (t *Tracker) Now() time.Time { return t.now() }
@@ -96,59 +98,51 @@ func (t *Tracker) Received(member ring.NodeID, sent time.Time) {
 	}
 }
 
-// Grant records that this node grants node a lease now, and returns true;
-// call it only when this node considers node alive.
+// Grant grants node a lease now unless this node revoked its grants within
+// RevokeHold; call it only when this node sees node alive.
 func (t *Tracker) Grant(node ring.NodeID) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.given[node] = t.now()
+	now := t.now()
+	if r, ok := t.revoked[node]; ok && now.Sub(r) < t.RevokeHold() {
+		return false
+	}
+	t.given[node] = now
 	return true
 }
 
-// Until returns when this node's lease ends, given the grants received so
-// far: Duration after the send time of the oldest of the newest granted
-// requests of the members in live, if live plus this node are more than
-// half of ringSize members; the zero time otherwise. live lists the members
-// this node does not consider dead, itself excluded. It also returns the
-// member whose grant ends first (or is missing), if any.
-func (t *Tracker) Until(live []ring.NodeID, ringSize int) (time.Time, ring.NodeID) {
+// Revoke stops grants to node for RevokeHold and returns how long ago this
+// node last granted it, or false if it never did.
+func (t *Tracker) Revoke(node ring.NodeID) (time.Duration, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if 2*(len(live)+1) <= ringSize {
-		return time.Time{}, ""
-	}
-	var until time.Time
-	var first ring.NodeID
-	for i, id := range live {
-		sent, ok := t.received[id]
-		if !ok {
-			return time.Time{}, id
-		}
-		if end := sent.Add(t.duration); i == 0 || end.Before(until) {
-			until, first = end, id
-		}
-	}
-	if len(live) == 0 {
-		return time.Unix(1<<62, 0), ""
-	}
-	return until, first
-}
-
-// Valid reports whether this node's lease holds now (see Until), and
-// otherwise the member whose grant is missing or ran out, if any.
-func (t *Tracker) Valid(live []ring.NodeID, ringSize int) (bool, ring.NodeID) {
-	until, first := t.Until(live, ringSize)
-	if t.now().Before(until) {
-		return true, ""
-	}
-	return false, first
-}
-
-// Fenced reports whether this node granted node a lease within the last
-// Duration, so must keep node in its chains whatever its view says.
-func (t *Tracker) Fenced(node ring.NodeID) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	now := t.now()
+	t.revoked[node] = now
 	g, ok := t.given[node]
-	return ok && t.now().Sub(g) < t.duration
+	return now.Sub(g), ok
+}
+
+// Until returns when this node's lease ends, given the grants received so
+// far from members (the ring's other members): Duration after the send time
+// of the request whose grant, counting from the newest, completes a
+// majority of the ring with this node. The zero time if there is no such
+// majority yet; far in the future for a ring of this node alone.
+func (t *Tracker) Until(members []ring.NodeID) time.Time {
+	need := (len(members) + 1) / 2 // grants that make a majority of the ring with this node
+	if need == 0 {
+		return time.Unix(1<<62, 0)
+	}
+	t.mu.Lock()
+	sent := make([]time.Time, 0, len(members))
+	for _, id := range members {
+		if s, ok := t.received[id]; ok {
+			sent = append(sent, s)
+		}
+	}
+	t.mu.Unlock()
+	if len(sent) < need {
+		return time.Time{}
+	}
+	slices.SortFunc(sent, func(a, b time.Time) int { return b.Compare(a) })
+	return sent[need-1].Add(t.duration)
 }

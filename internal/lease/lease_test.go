@@ -11,53 +11,59 @@ type clock struct{ t time.Time }
 
 func (c *clock) now() time.Time { return c.t }
 
-func TestValid(t *testing.T) {
+// TestUntil: the lease lasts while grants from a majority of the ring,
+// this node included, are younger than Duration.
+func TestUntil(t *testing.T) {
 	c := &clock{t: time.Unix(1000, 0)}
 	tr := New(time.Second, c.now)
-	live := []ring.NodeID{"b", "c"}
-	if ok, missing := tr.Valid(live, 3); ok || missing != "b" {
-		t.Fatalf("Valid with no grants = %t, %q; want false, b", ok, missing)
+	others := []ring.NodeID{"b", "c", "d", "e"} // a ring of 5: 2 grants make a majority
+	if u := tr.Until(others); !u.IsZero() {
+		t.Fatalf("Until with no grants = %v, want the zero time", u)
 	}
-	tr.Received("b", c.t)
-	tr.Received("c", c.t.Add(-500*time.Millisecond))
-	if ok, _ := tr.Valid(live, 3); !ok {
-		t.Fatal("Valid with fresh grants from every live member = false")
+	tr.Received("b", c.t.Add(-300*time.Millisecond))
+	if u := tr.Until(others); !u.IsZero() {
+		t.Fatalf("Until with 2 of 5 = %v, want the zero time", u)
+	}
+	tr.Received("c", c.t.Add(-100*time.Millisecond))
+	tr.Received("d", c.t.Add(-200*time.Millisecond))
+	// The second newest grant completes the majority.
+	if u, want := tr.Until(others), c.t.Add(800*time.Millisecond); !u.Equal(want) {
+		t.Fatalf("Until = %v, want %v", u, want)
 	}
 	// An older grant does not replace a newer one.
-	tr.Received("b", c.t.Add(-time.Hour))
-	c.t = c.t.Add(499 * time.Millisecond)
-	if ok, _ := tr.Valid(live, 3); !ok {
-		t.Fatal("Valid just before c's grant runs out = false")
+	tr.Received("c", c.t.Add(-time.Hour))
+	if u, want := tr.Until(others), c.t.Add(800*time.Millisecond); !u.Equal(want) {
+		t.Fatalf("Until after an older grant = %v, want %v", u, want)
 	}
-	c.t = c.t.Add(time.Millisecond)
-	if ok, missing := tr.Valid(live, 3); ok || missing != "c" {
-		t.Fatalf("Valid once c's grant (sent a second ago) ran out = %t, %q; want false, c", ok, missing)
+	if u := tr.Until(nil); !u.After(c.t.Add(time.Hour)) {
+		t.Fatalf("Until for a ring of one = %v, want far ahead", u)
 	}
-	// Members this node considers dead do not count, but a majority must.
-	if ok, _ := tr.Valid([]ring.NodeID{"b"}, 3); !ok {
-		t.Fatal("Valid with b's fresh grant, c dead, 2 of 3 = false")
-	}
-	if ok, _ := tr.Valid([]ring.NodeID{"b"}, 4); ok {
-		t.Fatal("Valid with 2 of 4 members = true; a majority is 3")
-	}
-	if ok, _ := tr.Valid(nil, 1); !ok {
-		t.Fatal("Valid for a one-node ring = false")
+	if u, want := tr.Until([]ring.NodeID{"b"}), c.t.Add(700*time.Millisecond); !u.Equal(want) {
+		t.Fatalf("Until for a ring of two = %v, want %v (b's grant)", u, want)
 	}
 }
 
-func TestFenced(t *testing.T) {
+// TestRevoke: a revoked node gets no grant for RevokeHold, and Revoke
+// says how long ago the last grant was.
+func TestRevoke(t *testing.T) {
 	c := &clock{t: time.Unix(1000, 0)}
 	tr := New(time.Second, c.now)
-	if tr.Fenced("x") {
-		t.Fatal("fenced before any grant")
+	if _, granted := tr.Revoke("x"); granted {
+		t.Fatal("Revoke reports a grant that was never given")
 	}
-	tr.Grant("x")
-	c.t = c.t.Add(999 * time.Millisecond)
-	if !tr.Fenced("x") {
-		t.Fatal("not fenced within a Duration of the grant")
+	c.t = c.t.Add(tr.RevokeHold())
+	if !tr.Grant("x") {
+		t.Fatal("no grant after RevokeHold")
 	}
-	c.t = c.t.Add(time.Millisecond)
-	if tr.Fenced("x") {
-		t.Fatal("still fenced a Duration after the grant")
+	c.t = c.t.Add(300 * time.Millisecond)
+	if age, granted := tr.Revoke("x"); !granted || age != 300*time.Millisecond {
+		t.Fatalf("Revoke = %v, %t; want 300ms, true", age, granted)
+	}
+	c.t = c.t.Add(tr.RevokeHold() - time.Millisecond)
+	if tr.Grant("x") {
+		t.Fatal("granted within RevokeHold of a revocation")
+	}
+	if !tr.Grant("y") {
+		t.Fatal("a revocation of x stopped grants to y")
 	}
 }

@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"fmt"
 	"math"
 	"sync"
 	"time"
@@ -13,14 +12,23 @@ import (
 	"github.com/tyrstore/tyr/internal/ring"
 )
 
-// Read leases (internal/lease): this node asks every member it does not
-// consider dead for a grant every lease.RenewInterval, and serves reads
-// only while its lease holds; it keeps every node it granted in its chains
-// until the grant runs out, and drops no member from a chain while it does
-// not see a majority of the ring alive.
+// Read leases (internal/lease): this node asks the other members for a
+// grant every renewal, and serves reads only while grants from a majority
+// of the ring hold. Before it leaves a member it takes for dead out of its
+// chains, it revokes that member's grants on a majority and waits until
+// the grants they gave it ran out; it keeps revoking while the member is
+// dead in its view. A node that does not see a majority alive leaves no
+// member out.
+
+// exclusions holds, for each member this node takes for dead, when it may
+// leave the member out of its chains (see revokeRound).
+type exclusions struct {
+	mu    sync.Mutex
+	after map[ring.NodeID]time.Time
+}
 
 // Lease implements peerpb.PeerServer: a grant to a caller this node sees
-// alive (not suspect, not dead).
+// alive (not suspect, not dead) and has not revoked lately.
 func (n *Node) Lease(_ context.Context, req *peerpb.LeaseRequest) (*peerpb.LeaseResponse, error) {
 	from := ring.NodeID(req.GetFrom())
 	m, ok := n.cfg.Cluster.View().Member(from)
@@ -28,7 +36,14 @@ func (n *Node) Lease(_ context.Context, req *peerpb.LeaseRequest) (*peerpb.Lease
 	return &peerpb.LeaseResponse{Granted: granted}, nil
 }
 
-// leaseLoop renews this node's lease until the node closes.
+// Revoke implements peerpb.PeerServer.
+func (n *Node) Revoke(_ context.Context, req *peerpb.RevokeRequest) (*peerpb.RevokeResponse, error) {
+	age, granted := n.lease.Revoke(ring.NodeID(req.GetNode()))
+	return &peerpb.RevokeResponse{Granted: granted, AgeNanos: int64(age)}, nil
+}
+
+// leaseLoop renews this node's lease and revokes the grants of the members
+// it takes for dead, every renewal, until the node closes.
 func (n *Node) leaseLoop() {
 	defer close(n.leaseDone)
 	if n.cfg.LeaseDuration < 0 {
@@ -36,15 +51,26 @@ func (n *Node) leaseLoop() {
 	}
 	ticker := time.NewTicker(n.lease.Duration() / (lease.Duration / lease.RenewInterval))
 	defer ticker.Stop()
-	var renewing sync.WaitGroup
-	defer renewing.Wait()
+	var work sync.WaitGroup
+	defer work.Wait()
 	for {
-		for _, id := range n.livePeers() {
-			renewing.Add(1)
-			go func() {
-				defer renewing.Done()
-				n.renew(id)
-			}()
+		if r, err := n.currentRing(); err == nil {
+			for _, m := range r.Nodes() {
+				id := m.ID
+				switch {
+				case id == n.self:
+					continue
+				case n.cfg.Cluster.Alive(id):
+					n.excl.mu.Lock()
+					delete(n.excl.after, id)
+					n.excl.mu.Unlock()
+					work.Add(1)
+					go func() { defer work.Done(); n.renew(id) }()
+				default:
+					work.Add(1)
+					go func() { defer work.Done(); n.revokeRound(r, id) }()
+				}
+			}
 		}
 		select {
 		case <-n.stop:
@@ -68,6 +94,59 @@ func (n *Node) renew(id ring.NodeID) {
 	}
 }
 
+// revokeRound revokes dead's grants here and on every member this node sees
+// alive; once a majority of the ring (this node included) did, this node
+// may leave dead out of its chains from when the newest of their grants
+// runs out.
+func (n *Node) revokeRound(r *ring.Ring, dead ring.NodeID) {
+	var mu sync.Mutex
+	revoked := 1
+	age, granted := n.lease.Revoke(dead)
+	after := n.lease.Now()
+	if granted {
+		after = after.Add(n.lease.Duration() - age)
+	}
+	var wg sync.WaitGroup
+	for _, m := range r.Nodes() {
+		id := m.ID
+		if id == n.self || id == dead || !n.cfg.Cluster.Alive(id) {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := n.peerClient(id)
+			if err != nil {
+				return
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), n.lease.Duration())
+			defer cancel()
+			resp, err := c.Revoke(ctx, &peerpb.RevokeRequest{Node: string(dead)})
+			if err != nil {
+				return
+			}
+			// The grant was given age before the member answered, so
+			// before now on this node's clock.
+			end := n.lease.Now().Add(n.lease.Duration() - time.Duration(resp.GetAgeNanos()))
+			mu.Lock()
+			defer mu.Unlock()
+			revoked++
+			if resp.GetGranted() && end.After(after) {
+				after = end
+			}
+		}()
+	}
+	wg.Wait()
+	if 2*revoked <= r.Len() {
+		return
+	}
+	n.excl.mu.Lock()
+	defer n.excl.mu.Unlock()
+	if prev, ok := n.excl.after[dead]; !ok || after.Before(prev) {
+		n.excl.after[dead] = after
+	}
+}
+
 // checkLease notes until when this node holds its lease, and makes it
 // catch up when the lease ends.
 func (n *Node) checkLease() {
@@ -79,21 +158,16 @@ func (n *Node) checkLease() {
 	if err != nil {
 		return
 	}
-	var live []ring.NodeID
+	var others []ring.NodeID
 	for _, m := range r.Nodes() {
-		if m.ID != n.self && n.cfg.Cluster.Alive(m.ID) {
-			live = append(live, m.ID)
+		if m.ID != n.self {
+			others = append(others, m.ID)
 		}
 	}
-	until, first := n.lease.Until(live, r.Len())
-	n.leaseUntil.Store(until.UnixNano())
+	n.leaseUntil.Store(n.lease.Until(others).UnixNano())
 	held := n.leaseHeld()
 	if n.leaseWasHeld.Swap(held) && !held {
-		why := fmt.Sprintf("%d of %d members seen alive", len(live)+1, r.Len())
-		if first != "" {
-			why = "no recent grant from " + string(first)
-		}
-		n.startCatchUp("read lease ended: " + why)
+		n.startCatchUp("read lease ended: no grants from a majority of the cluster")
 	}
 }
 
@@ -102,10 +176,20 @@ func (n *Node) checkLease() {
 func (n *Node) leaseHeld() bool { return time.Now().UnixNano() < n.leaseUntil.Load() }
 
 // inChains reports whether chains keep member id: it is alive or suspect,
-// or this node granted it a lease that has not run out, or this node does
-// not see a majority of the ring alive (and so drops no member).
+// or this node does not see a majority of the ring alive (and so leaves no
+// member out), or the grants id may hold have not been revoked on a
+// majority and run out.
 func (n *Node) inChains(id ring.NodeID) bool {
-	return n.cfg.Cluster.Alive(id) || (n.cfg.LeaseDuration >= 0 && n.lease.Fenced(id)) || !n.majority()
+	if n.cfg.Cluster.Alive(id) || !n.majority() {
+		return true
+	}
+	if n.cfg.LeaseDuration < 0 {
+		return false
+	}
+	n.excl.mu.Lock()
+	after, ok := n.excl.after[id]
+	n.excl.mu.Unlock()
+	return !ok || n.lease.Now().Before(after)
 }
 
 // majority reports whether this node sees more than half of the ring's

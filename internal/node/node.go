@@ -157,6 +157,7 @@ type Node struct {
 	leaseUntil   atomic.Int64
 	leaseWasHeld atomic.Bool
 	leaseDone    chan struct{}
+	excl         exclusions
 
 	inbox  chan envelope
 	begins chan beginReq
@@ -236,6 +237,7 @@ func Start(cfg Config) (*Node, error) {
 	n := &Node{
 		cfg: cfg, self: cfg.Cluster.Self(), started: time.Now(), earlier: map[string]bool{},
 		lease: lease.New(max(cfg.LeaseDuration, 0), nil), leaseDone: make(chan struct{}),
+		excl:  exclusions{after: map[ring.NodeID]time.Time{}},
 		inbox: make(chan envelope, inboxMax), begins: make(chan beginReq),
 		stop: make(chan struct{}), done: make(chan struct{}),
 		peers:  map[ring.NodeID]*peer{},

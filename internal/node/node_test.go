@@ -66,7 +66,7 @@ type network struct {
 	cut   map[string]bool // addresses nothing reaches
 	// isolated holds addresses that reach nothing either.
 	isolated map[string]bool
-	calls atomic.Int64
+	calls    atomic.Int64
 }
 
 // netConn is a connection of the in-process network, from the node at
@@ -98,6 +98,8 @@ func (c netConn) Invoke(ctx context.Context, method string, args, reply any, _ .
 		resp, err = n.ReadChunks(ctx, args.(*peerpb.ReadChunksRequest))
 	case peerpb.Peer_Lease_FullMethodName:
 		resp, err = n.Lease(ctx, args.(*peerpb.LeaseRequest))
+	case peerpb.Peer_Revoke_FullMethodName:
+		resp, err = n.Revoke(ctx, args.(*peerpb.RevokeRequest))
 	default:
 		return fmt.Errorf("netConn: %s not supported", method)
 	}
@@ -185,7 +187,9 @@ func startClusterWith(t testing.TB, size, rf int, loss float64, seed uint64, lea
 			t.Fatal(err)
 		}
 		n, err := Start(Config{Cluster: fakeCluster{self: id, view: view, dead: tc.dead, catchingUp: tc.catchingUp}, Engine: eng, Log: log.With("node", id), FirstRun: true, LeaseDuration: leaseDuration,
-			Dial: func(addr string) (grpc.ClientConnInterface, error) { return netConn{tc.net, addr, "addr-" + string(id)}, nil }})
+			Dial: func(addr string) (grpc.ClientConnInterface, error) {
+				return netConn{tc.net, addr, "addr-" + string(id)}, nil
+			}})
 		if err != nil {
 			t.Fatal(err)
 		}

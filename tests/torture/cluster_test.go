@@ -50,14 +50,32 @@ func TestTortureCluster(t *testing.T) {
 	duration := durationFromEnv(t)
 	faults := schedule(rand.New(rand.NewPCG(seed, 0xc105e7)), duration, nodes)
 	lc := testserver.UpCluster(t, nodes)
+	clusterTorture(t, seed, duration, faults, lc, lc.Endpoints, nil, nil)
+}
+
+// clusterNodes is what the cluster nemesis does to a cluster's nodes.
+type clusterNodes interface {
+	Signal(k int, sig syscall.Signal)
+	Start(k int)
+	WaitLog(k int, line string, before int, bound time.Duration) int
+	LogLines(substr string, n int) string
+}
+
+// clusterTorture runs the register and list-append workloads against the
+// cluster at endpoints (dialled with opts) while the nemesis injects faults:
+// kills and pauses itself, other kinds through nemesis, which returns whether
+// the node will catch up afterwards.
+func clusterTorture(t *testing.T, seed uint64, duration time.Duration, faults []fault, lc clusterNodes,
+	endpoints []string, opts []client.Option, nemesis func(f fault) (catchesUp bool)) {
+	nodes := len(endpoints)
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("catch-up lines of the nodes' logs:\n%s", lc.LogLines("catch", 30))
 		}
 	})
 	admins := make([]*client.Client, nodes)
-	for i, ep := range lc.Endpoints {
-		c, err := client.Dial(ep)
+	for i, ep := range endpoints {
+		c, err := client.Dial(ep, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -100,7 +118,7 @@ func TestTortureCluster(t *testing.T) {
 	for k := 1; k <= nodes; k++ {
 		caughtUp[k] = lc.WaitLog(k, "caught up", 0, caughtUpMax)
 	}
-	runTorture(t, seed, duration, faults, tortureTarget{endpoints: lc.Endpoints, inject: func(f fault) {
+	runTorture(t, seed, duration, faults, tortureTarget{endpoints: endpoints, dialOpts: opts, inject: func(f fault) {
 		k := f.node
 		other := admins[k%nodes] // a node that stays up
 		switch f.kind {
@@ -117,6 +135,10 @@ func TestTortureCluster(t *testing.T) {
 			time.Sleep(f.down)
 			lc.Signal(k, syscall.SIGCONT)
 			if f.down < pauseNoticed {
+				return
+			}
+		default:
+			if !nemesis(f) {
 				return
 			}
 		}

@@ -89,7 +89,7 @@ func (blobStore) Definite(err error) bool {
 // fault is one step of the nemesis schedule.
 type fault struct {
 	at   time.Duration // planned start, from the start of the workload
-	kind string        // "kill" (SIGKILL, then restart) or "pause" (SIGSTOP, then SIGCONT)
+	kind string        // "kill" (SIGKILL, then restart), "pause" (SIGSTOP, then SIGCONT), "isolate" or "lossy" (see partition_test.go)
 	down time.Duration // how long the server stays dead or frozen
 	node int           // which server, from 1
 }
@@ -139,6 +139,7 @@ func durationFromEnv(t *testing.T) time.Duration {
 // one fault and returns once it is over.
 type tortureTarget struct {
 	endpoints []string
+	dialOpts  []client.Option
 	inject    func(f fault)
 }
 
@@ -202,7 +203,7 @@ func runTorture(t *testing.T, seed uint64, duration time.Duration, faults []faul
 	var clients []*client.Client
 	dialer := func(id int) func() registerStore {
 		return func() registerStore {
-			c, err := client.Dial(target.endpoints[id%len(target.endpoints)])
+			c, err := client.Dial(target.endpoints[id%len(target.endpoints)], target.dialOpts...)
 			if err != nil {
 				panic(err) // Dial only fails on a malformed endpoint
 			}

@@ -1,0 +1,69 @@
+package torture
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/tyrstore/tyr/client"
+	"github.com/tyrstore/tyr/internal/lease"
+	"github.com/tyrstore/tyr/internal/testserver"
+)
+
+// TestTorturePartition is TestTortureCluster over a network that fails:
+// each node runs in a network namespace of its own (testserver.NetCluster),
+// and each fault hits one node drawn at random: it is cut off the network,
+// both ways, for 1 to 8 s ("isolate"), or its link loses 30% of packets and
+// delays the rest by 20-60 ms for 2 to 6 s ("lossy"). Its clients stay with
+// it, so they see the partition too. A node cut off for longer than its
+// read lease stops serving reads and catches up once it is back; the next
+// fault waits for that. Needs root; skipped without.
+//
+//	TYR_TORTURE_SEED=<seed> TYR_TORTURE_DURATION=<d> go test -race -count=1 -run TestTorturePartition -v ./tests/torture
+func TestTorturePartition(t *testing.T) {
+	const nodes = 4
+	seed := seedFromEnv(t)
+	duration := durationFromEnv(t)
+	faults := partitionSchedule(rand.New(rand.NewPCG(seed, 0x9a27)), duration, nodes)
+	nc := testserver.UpNetCluster(t, nodes)
+	clusterTorture(t, seed, duration, faults, nc, nc.Endpoints, []client.Option{client.WithDialer(nc.Dialer())},
+		func(f fault) bool {
+			switch f.kind {
+			case "isolate":
+				nc.Isolate(f.node)
+				time.Sleep(f.down)
+				nc.Heal(f.node)
+				// Cut off for longer than a lease, with room for the
+				// renewals in flight, the node surely caught up.
+				return f.down > lease.Duration+time.Second
+			case "lossy":
+				nc.Impair(f.node, "loss", "30%", "delay", "40ms", "20ms")
+				time.Sleep(f.down)
+				nc.Clear(f.node)
+				return false
+			}
+			t.Fatalf("unknown fault %v", f)
+			return false
+		})
+}
+
+// partitionSchedule draws the faults of TestTorturePartition: a healthy gap
+// of 1-3 s, then an isolation or a lossy link.
+func partitionSchedule(r *rand.Rand, d time.Duration, nodes int) []fault {
+	var out []fault
+	at := time.Duration(0)
+	for {
+		at += time.Duration(1000+r.IntN(2000)) * time.Millisecond
+		f := fault{at: at, node: 1 + r.IntN(nodes)}
+		if r.IntN(3) != 0 {
+			f.kind, f.down = "isolate", time.Duration(1000+r.IntN(7000))*time.Millisecond
+		} else {
+			f.kind, f.down = "lossy", time.Duration(2000+r.IntN(4000))*time.Millisecond
+		}
+		if at+f.down > d-time.Second {
+			return out
+		}
+		out = append(out, f)
+		at += f.down
+	}
+}
