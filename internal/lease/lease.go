@@ -35,6 +35,7 @@
 package lease
 
 import (
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -130,7 +131,7 @@ func (t *Tracker) Revoke(node ring.NodeID) (time.Duration, bool) {
 func (t *Tracker) Until(members []ring.NodeID) time.Time {
 	need := (len(members) + 1) / 2 // grants that make a majority of the ring with this node
 	if need == 0 {
-		return time.Unix(1<<62, 0)
+		return time.Unix(0, math.MaxInt64)
 	}
 	t.mu.Lock()
 	sent := make([]time.Time, 0, len(members))
