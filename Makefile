@@ -40,12 +40,14 @@ crash-long:
 	TYR_CRASH_ROUNDS=50 $(GO) test -count=1 -timeout 60m -run 'TestCrash' -v ./tests/e2e/
 
 # kill -9 and SIGSTOP/SIGCONT against a real server, then against a 4-node
-# cluster (2 replicas of each chunk, one node at a time), under a concurrent
-# register workload for TORTURE each (default 30m); the recorded histories
-# are checked for linearizability. 20 s runs of both are part of `make test`.
+# cluster (2 replicas of each chunk, one node at a time), then partitions
+# and lossy links against a cluster in network namespaces (root only), under
+# a concurrent register workload for TORTURE each (default 30m); the recorded
+# histories are checked for linearizability and serializability. 20 s runs
+# of each are part of `make test`.
 TORTURE ?= 30m
 torture:
-	TYR_TORTURE_DURATION=$(TORTURE) $(GO) test -race -count=1 -timeout 180m -run 'TestTorture(Cluster)?$$' -v ./tests/torture/
+	TYR_TORTURE_DURATION=$(TORTURE) $(GO) test -race -count=1 -timeout 240m -run 'TestTorture(Cluster|Partition)?$$' -v ./tests/torture/
 
 # Seeded simulation of the chain-commit core over a faulty network.
 # `make sim` runs SEEDS seeds (default 10000); `make sim SEED=n` replays one

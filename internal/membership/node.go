@@ -346,7 +346,45 @@ func Start(cfg Config) (*Node, error) {
 	}
 	n.logger.Info("membership: node started", "gossip_addr", n.gossipAddr, "rpc_addr", cfg.RPCAddr,
 		"weight", cfg.Weight, "joined_through", cfg.Join)
+	go n.rejoinLoop()
 	return n, nil
+}
+
+// RejoinInterval is how often a node tries to reach the members it holds
+// dead. memberlist stops gossiping to a dead member after a while (15 s
+// with the local defaults), so the two sides of a longer partition would
+// not find each other again: this joins them. A member that is really down
+// costs one failed connection attempt per interval.
+const RejoinInterval = 5 * time.Second
+
+func (n *Node) rejoinLoop() {
+	ticker := time.NewTicker(RejoinInterval)
+	defer ticker.Stop()
+	for round := 0; ; round++ {
+		<-ticker.C
+		if n.isClosed() {
+			return
+		}
+		var addrs []string
+		for _, m := range n.View().Members() {
+			if m.State == StateDead && m.Meta.ID != n.cfg.ID && m.GossipAddr != "" {
+				addrs = append(addrs, m.GossipAddr)
+			}
+		}
+		if len(addrs) > 0 {
+			// One address a round, so a shutdown waits at most one
+			// connection timeout.
+			slices.Sort(addrs)
+			addr := addrs[round%len(addrs)]
+			n.lifecycle.Lock()
+			if !n.isClosed() {
+				if joined, _ := n.list.Join([]string{addr}); joined > 0 {
+					n.logger.Info("membership: reached a member held dead", "addr", addr)
+				}
+			}
+			n.lifecycle.Unlock()
+		}
+	}
 }
 
 // memberlistConfig translates n.cfg.
