@@ -75,10 +75,13 @@ const (
 	// between hosts.
 	MessageAgeMax = 5 * time.Second
 	// ForwardAgeMax is how long after its coordinator began a commit a
-	// replica still takes a Forward for it that it has no record of. A
+	// replica still stages a Forward for it that it has no record of. A
 	// member left out of a re-execution keeps retransmitting the old
 	// chain's Forward; once the others may have forgotten the commit, that
-	// Forward must not start it again. Half the retention; re-executions
+	// Forward must not start it again: an older one is taken as one this
+	// node may have handled (see earlierRun), which is not staged but
+	// answered with the outcome the members after it reached, so the
+	// member waiting on it is released. Half the retention; re-executions
 	// happen well within it (failure detection takes seconds).
 	ForwardAgeMax = OutcomeRetentionTicks * Tick / 2
 	// ClockSkewMax is how far apart the hosts' clocks are assumed to be
@@ -576,14 +579,20 @@ func (n *Node) group(keyspace string) (*group, error) {
 // earlierRun reports whether an earlier run of this node (before a
 // restart) may have received a Forward of transaction id: whether the
 // keyspace was there when this run started and the commit's coordinator
-// began it before then, allowing for clock skew.
+// began it before then, allowing for clock skew. A commit begun more than
+// ForwardAgeMax ago counts as one too.
 // The commit's begin time arrived with the Forward (see step).
 func (n *Node) earlierRun(keyspace string, id chain.TxnID) bool {
-	if !n.earlier[keyspace] {
+	e, ok := n.versions[waiterKey{keyspace, id}]
+	switch {
+	case !ok:
+		return true
+	case time.Since(time.Unix(0, e.begun)) > ForwardAgeMax:
+		return true // as good as handled before: see ForwardAgeMax
+	case !n.earlier[keyspace]:
 		return false
 	}
-	e, ok := n.versions[waiterKey{keyspace, id}]
-	return !ok || e.begun < n.started.Add(ClockSkewMax).UnixNano()
+	return e.begun < n.started.Add(ClockSkewMax).UnixNano()
 }
 
 func (n *Node) begin(req beginReq) {
@@ -619,10 +628,6 @@ func (n *Node) step(env envelope) {
 	}
 	key := waiterKey{env.keyspace, env.msg.Txn}
 	if env.msg.Type == chain.MsgForward && !g.replica.Knows(env.msg.Txn) {
-		if age := time.Since(time.Unix(0, env.begun)); age > ForwardAgeMax {
-			n.cfg.Log.Debug("dropped a Forward of a commit begun too long ago", "msg", env.msg.String(), "age", age)
-			return
-		}
 		e, ok := n.versions[key]
 		if !ok {
 			e = versionEntry{version: env.version, begun: env.begun, at: time.Now()}

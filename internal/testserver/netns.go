@@ -173,12 +173,14 @@ func (c *NetCluster) Heal(k int) {
 	c.ip(c.t, "-n", c.ns(0), "link", "set", fmt.Sprintf("p%d", k), "up")
 }
 
-// Impair makes both directions of nodek's link behave as the tc-netem
-// arguments say ("loss 20%", "delay 50ms 20ms", ...); Clear undoes it.
-func (c *NetCluster) Impair(k int, netem ...string) {
+// Impair puts the tc(8) queueing discipline qdisc ("tbf rate 512kbit
+// burst 8kb latency 80ms", say) on both directions of nodek's link; Clear
+// removes it. Kernels without netem (as in many containers) still have
+// tbf: a slow link that delays what it queues and drops what overflows.
+func (c *NetCluster) Impair(k int, qdisc ...string) {
 	c.t.Helper()
 	for _, end := range [][2]string{{c.ns(0), fmt.Sprintf("p%d", k)}, {c.ns(k), "eth0"}} {
-		args := append([]string{"-n", end[0], "qdisc", "replace", "dev", end[1], "root", "netem"}, netem...)
+		args := append([]string{"-n", end[0], "qdisc", "replace", "dev", end[1], "root"}, qdisc...)
 		if out, err := exec.Command("tc", args...).CombinedOutput(); err != nil {
 			c.t.Fatalf("tc %s: %v: %s", strings.Join(args, " "), err, out)
 		}
