@@ -287,8 +287,8 @@ func runTorture(t *testing.T, seed uint64, duration time.Duration, faults []faul
 	checkStart := time.Now()
 	res := checker.CheckRegister(ops, checker.RegisterOptions{Timeout: max(5*time.Minute, duration),
 		VisualizePath: filepath.Join(dir, "linearizability.html")})
-	t.Logf("%d ops in %v (%d info, %d failed) under %d kills and %d pauses; checked in %v",
-		w.ops.Load(), elapsed.Round(time.Millisecond), w.infos.Load(), w.fails.Load(), counts["kill"], counts["pause"],
+	t.Logf("%d ops in %v (%d info, %d failed) under faults %v; checked in %v",
+		w.ops.Load(), elapsed.Round(time.Millisecond), w.infos.Load(), w.fails.Load(), counts,
 		time.Since(checkStart).Round(time.Millisecond))
 	t.Logf("verdict: %v", res)
 	if res.OK == 0 {
