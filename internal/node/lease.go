@@ -152,6 +152,7 @@ func (n *Node) revokeRound(r *ring.Ring, dead ring.NodeID) {
 func (n *Node) checkLease() {
 	if n.cfg.LeaseDuration < 0 {
 		n.leaseUntil.Store(math.MaxInt64)
+		n.leaseWasHeld.Store(true)
 		return
 	}
 	r, err := n.currentRing()
@@ -165,8 +166,15 @@ func (n *Node) checkLease() {
 		}
 	}
 	n.leaseUntil.Store(n.lease.Until(others).UnixNano())
-	held := n.leaseHeld()
-	if n.leaseWasHeld.Swap(held) && !held {
+	switch held, was := n.leaseHeld(), n.leaseWasHeld.Load(); {
+	case held && !was:
+		// The others may have committed without this node while it held
+		// no lease: it catches up before it serves (CatchingUp is true
+		// until leaseWasHeld is set, and then the catch-up is on).
+		n.startCatchUp("read lease granted: catching up on what the others may have committed without this node")
+		n.leaseWasHeld.Store(true)
+	case !held && was:
+		n.leaseWasHeld.Store(false)
 		n.startCatchUp("read lease ended: no grants from a majority of the cluster")
 	}
 }
