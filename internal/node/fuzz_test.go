@@ -107,6 +107,13 @@ func FuzzPeerRequests(f *testing.F) {
 				t.Fatalf("ReadChunks returned %d bytes for %d asked", len(resp.GetData()), length)
 			}
 			_, _ = n.Chunks(ctx, &peerpb.ChunksRequest{Keyspace: ks, Key: key, Node: node})
+			_, known := n.cfg.Cluster.View().Member(ring.NodeID(node))
+			if lr, err := n.Lease(ctx, &peerpb.LeaseRequest{From: node}); err != nil || (lr.GetGranted() && (!known || node == "n1")) {
+				t.Fatalf("Lease from %q: %v, granted %t (member %t)", node, err, lr.GetGranted(), known)
+			}
+			if rr, err := n.Revoke(ctx, &peerpb.RevokeRequest{Node: node}); err != nil || (rr.GetGranted() && !known) {
+				t.Fatalf("Revoke of %q: %v, %v", node, err, rr)
+			}
 			vr, err := n.Versions(ctx, &peerpb.VersionsRequest{Keyspace: ks, StartAfter: after, Limit: uint32(length)})
 			if err == nil {
 				for _, b := range vr.GetBlobs() {

@@ -36,9 +36,14 @@ func (n *Node) Lease(_ context.Context, req *peerpb.LeaseRequest) (*peerpb.Lease
 	return &peerpb.LeaseResponse{Granted: granted}, nil
 }
 
-// Revoke implements peerpb.PeerServer.
+// Revoke implements peerpb.PeerServer. A node that is no member was never
+// granted anything, and is not remembered.
 func (n *Node) Revoke(_ context.Context, req *peerpb.RevokeRequest) (*peerpb.RevokeResponse, error) {
-	age, granted := n.lease.Revoke(ring.NodeID(req.GetNode()))
+	node := ring.NodeID(req.GetNode())
+	if _, ok := n.cfg.Cluster.View().Member(node); !ok {
+		return &peerpb.RevokeResponse{}, nil
+	}
+	age, granted := n.lease.Revoke(node)
 	return &peerpb.RevokeResponse{Granted: granted, AgeNanos: int64(age)}, nil
 }
 
