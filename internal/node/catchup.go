@@ -242,6 +242,12 @@ func (n *Node) catchUpLoop() {
 			n.cfg.Log.Warn("advertising the end of catch-up", "err", err)
 		}
 		n.cfg.Log.Info("caught up", "took", time.Since(began).Round(time.Millisecond))
+		if !n.leaseWasHeld.Load() || n.catch.active.Load() {
+			// Not ready to serve without a lease: getting one starts
+			// another round (see checkLease), whose end counts; so does
+			// the end of a round asked for meanwhile.
+			continue
+		}
 		select {
 		case <-n.catch.first:
 		default:
