@@ -565,11 +565,11 @@ func (r *Replica) stepBackward(m Message) error {
 	}
 	if !rec.forwarded && !rec.isTail() && m.From == rec.chain[rec.index+1] && m.Index == rec.index {
 		// An earlier run of this member forwarded the transaction before a
-		// restart lost its state; this run refused or never staged it.
-		// Acknowledge, so the sender stops repeating, and report a commit
-		// as one this copy misses.
+		// restart lost its state; this run answered from its record or
+		// refused. Acknowledge, so the sender stops repeating, and report
+		// a commit this copy does not hold as one it misses.
 		r.send(Message{Type: MsgAck, From: r.cfg.ID, To: m.From, Txn: m.Txn, Index: rec.index + 1})
-		if m.Committed {
+		if m.Committed && !rec.committed {
 			r.out.Finished = append(r.out.Finished, Outcome{Txn: m.Txn, Committed: true, CommitErr: ErrStageLost})
 		}
 		return nil

@@ -82,6 +82,10 @@ func New(duration time.Duration, now func() time.Time) *Tracker {
 // Duration is how long a grant counts.
 func (t *Tracker) Duration() time.Duration { return t.duration }
 
+// RenewInterval is how often to ask for grants: RenewInterval scaled to
+// this tracker's Duration.
+func (t *Tracker) RenewInterval() time.Duration { return t.duration * RenewInterval / Duration }
+
 // RevokeHold is how long a revocation stops grants: two Durations, so an
 // excluder that keeps revoking every RenewInterval keeps the node without
 // grants from this member.

@@ -119,8 +119,7 @@ func (c *catchUp) init() {
 
 // CatchingUp reports whether this node is catching up, or does not hold
 // its read lease or has not yet noted that it holds it again (lease.go),
-// or has been stopped for longer than PauseMax
-// and has not noticed yet.
+// or has been stopped for longer than PauseMax and has not noticed yet.
 func (n *Node) CatchingUp() bool {
 	return n.catch.active.Load() || !n.leaseHeld() || !n.leaseWasHeld.Load() || time.Since(time.Unix(0, n.lastTick.Load())) > PauseMax
 }

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/tyrstore/tyr/api/peerpb"
-	"github.com/tyrstore/tyr/internal/lease"
 	"github.com/tyrstore/tyr/internal/membership"
 	"github.com/tyrstore/tyr/internal/ring"
 )
@@ -54,7 +53,7 @@ func (n *Node) leaseLoop() {
 	if n.cfg.LeaseDuration < 0 {
 		return
 	}
-	ticker := time.NewTicker(n.lease.Duration() / (lease.Duration / lease.RenewInterval))
+	ticker := time.NewTicker(n.lease.RenewInterval())
 	defer ticker.Stop()
 	var work sync.WaitGroup
 	defer work.Wait()

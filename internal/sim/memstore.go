@@ -200,9 +200,15 @@ func (p *memStaged) Results() []txn.Result { return p.results }
 // again what it staged or aborted; commits stay.
 func (s *MemStore) crash() {
 	clear(s.locks)
-	for id, st := range s.status {
+	loseUncommitted(s.status)
+}
+
+// loseUncommitted marks what a crashed node staged or aborted as lost: a
+// restarted replica may stage it again.
+func loseUncommitted(status map[chain.TxnID]status) {
+	for id, st := range status {
 		if st == statusStaged || st == statusAborted {
-			s.status[id] = statusLost
+			status[id] = statusLost
 		}
 	}
 }

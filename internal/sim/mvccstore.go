@@ -149,11 +149,7 @@ func (s *mvccNode) crash() {
 		}
 	}
 	clear(s.staged)
-	for id, st := range s.status {
-		if st == statusStaged || st == statusAborted {
-			s.status[id] = statusLost
-		}
-	}
+	loseUncommitted(s.status)
 }
 
 type mvccStaged struct {

@@ -52,20 +52,10 @@ func TestTorturePartition(t *testing.T) {
 // partitionSchedule draws the faults of TestTorturePartition: a healthy gap
 // of 1-3 s, then an isolation or a lossy link.
 func partitionSchedule(r *rand.Rand, d time.Duration, nodes int) []fault {
-	var out []fault
-	at := time.Duration(0)
-	for {
-		at += time.Duration(1000+r.IntN(2000)) * time.Millisecond
-		f := fault{at: at, node: 1 + r.IntN(nodes)}
+	return drawFaults(r, d, nodes, time.Second, 3*time.Second, func() (string, time.Duration) {
 		if r.IntN(3) != 0 {
-			f.kind, f.down = "isolate", time.Duration(1000+r.IntN(7000))*time.Millisecond
-		} else {
-			f.kind, f.down = "lossy", time.Duration(2000+r.IntN(4000))*time.Millisecond
+			return "isolate", time.Duration(1000+r.IntN(7000)) * time.Millisecond
 		}
-		if at+f.down > d-time.Second {
-			return out
-		}
-		out = append(out, f)
-		at += f.down
-	}
+		return "lossy", time.Duration(2000+r.IntN(4000)) * time.Millisecond
+	})
 }

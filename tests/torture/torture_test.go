@@ -103,16 +103,24 @@ func (f fault) String() string {
 // restart) or a pause of 0.2-3s, long enough at times to outlast the
 // clients' deadline, of a server drawn at random.
 func schedule(r *rand.Rand, d time.Duration, nodes int) []fault {
+	return drawFaults(r, d, nodes, 500*time.Millisecond, 2*time.Second, func() (string, time.Duration) {
+		if r.IntN(2) == 0 {
+			return "kill", time.Duration(r.IntN(500)) * time.Millisecond
+		}
+		return "pause", time.Duration(200+r.IntN(2800)) * time.Millisecond
+	})
+}
+
+// drawFaults draws faults until d-1s: each after a healthy gap of gapMin
+// to gapMax, on a node drawn at random, of the kind and length draw gives.
+func drawFaults(r *rand.Rand, d time.Duration, nodes int, gapMin, gapMax time.Duration,
+	draw func() (kind string, down time.Duration)) []fault {
 	var out []fault
 	at := time.Duration(0)
 	for {
-		at += time.Duration(500+r.IntN(1500)) * time.Millisecond
+		at += gapMin + time.Duration(r.IntN(int((gapMax-gapMin)/time.Millisecond)))*time.Millisecond
 		f := fault{at: at, node: 1 + r.IntN(nodes)}
-		if r.IntN(2) == 0 {
-			f.kind, f.down = "kill", time.Duration(r.IntN(500))*time.Millisecond
-		} else {
-			f.kind, f.down = "pause", time.Duration(200+r.IntN(2800))*time.Millisecond
-		}
+		f.kind, f.down = draw()
 		if at+f.down > d-time.Second {
 			return out
 		}
