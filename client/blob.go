@@ -232,14 +232,16 @@ func (c *Client) Read(ctx context.Context, ks, key string, offset, length uint64
 	return nil, err
 }
 
-// readPinned reads length bytes from offset in parts at one version.
+// readPinned reads length bytes from offset in parts at one version, which
+// it uses (see ReadRequest.use) until the last part is read.
 func (c *Client) readPinned(ctx context.Context, ks, key string, offset, length uint64) ([]byte, error) {
 	first, err := c.readRPC(ctx, &tyrpb.ReadRequest{Keyspace: []byte(ks), Key: []byte(key), Offset: offset,
-		Length: min(length, PayloadBytesMax), Consistent: true})
+		Length: min(length, PayloadBytesMax), Consistent: true, Use: true})
 	if err != nil {
 		return nil, fromStatus(err)
 	}
 	data, info := first.GetData(), BlobInfo{Version: first.GetVersion()}
+	defer c.release(ks, []*tyrpb.ReadCheck{{Key: []byte(key), Version: info.Version}})
 	out := data
 	for uint64(len(data)) == PayloadBytesMax && uint64(len(out)) < length {
 		off := offset + uint64(len(out))

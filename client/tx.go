@@ -65,7 +65,7 @@ func (tx *Tx) view(ctx context.Context, key string, off uint64, n int, upto int)
 	}
 	if !pinned || (r.version != 0 && off < r.size && n > 0) {
 		resp, err := tx.c.readRPC(ctx, &tyrpb.ReadRequest{Keyspace: []byte(tx.ks), Key: []byte(key),
-			Offset: off, Length: uint64(n), Version: r.version, Consistent: !pinned})
+			Offset: off, Length: uint64(n), Version: r.version, Consistent: !pinned, Use: !pinned})
 		err = fromStatus(err)
 		switch {
 		case !pinned && errors.Is(err, ErrNotFound):
@@ -264,10 +264,37 @@ func (tx *Tx) Commit(ctx context.Context) error {
 // Results returns the outcome of each buffered op after a successful Commit.
 func (tx *Tx) Results() []OpResult { return tx.results }
 
-// Rollback drops the transaction; nothing was sent but reads.
+// Rollback drops the transaction; nothing was sent but reads. It tells the
+// server the versions the transaction read are no longer in use, so they
+// may be collected before the read timeout (a best-effort round trip of at
+// most rollbackTimeout; see ReadRequest.use).
 func (tx *Tx) Rollback() {
+	if tx.done {
+		return
+	}
 	tx.done = true
 	tx.ops = nil
+	if len(tx.reads) == 0 {
+		return
+	}
+	checks := make([]*tyrpb.ReadCheck, 0, len(tx.reads))
+	for k, r := range tx.reads {
+		checks = append(checks, &tyrpb.ReadCheck{Key: []byte(k), Version: r.version})
+	}
+	tx.c.release(tx.ks, checks)
+}
+
+// rollbackTimeout bounds the round trip that releases a dropped
+// transaction's versions.
+const rollbackTimeout = 2 * time.Second
+
+// release ends the uses of the versions in checks: a commit of those read
+// checks alone changes nothing, and each version manager it passes
+// releases them (whether they are still current or not).
+func (c *Client) release(ks string, checks []*tyrpb.ReadCheck) {
+	ctx, cancel := context.WithTimeout(context.Background(), rollbackTimeout)
+	defer cancel()
+	_, _ = c.commit(ctx, ks, nil, checks)
 }
 
 // TxOptions tune RunTx. The zero value means the defaults.

@@ -1290,7 +1290,13 @@ type ReadRequest struct {
 	// version manager instead, so that size and version are the blob's
 	// latest (a transaction's first read). Reads that span chunks or name a
 	// version always go through a version manager.
-	Consistent    bool `protobuf:"varint,6,opt,name=consistent,proto3" json:"consistent,omitempty"`
+	Consistent bool `protobuf:"varint,6,opt,name=consistent,proto3" json:"consistent,omitempty"`
+	// use (with consistent, version 0) counts the version read as in use by
+	// a running transaction: its superseded pages stay readable until a
+	// commit carrying a read check of it passes the version managers, or
+	// the server's read timeout (--version-retention) passes. Without a use,
+	// a superseded version stays readable for --version-linger.
+	Use           bool `protobuf:"varint,7,opt,name=use,proto3" json:"use,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1363,6 +1369,13 @@ func (x *ReadRequest) GetVersion() uint64 {
 func (x *ReadRequest) GetConsistent() bool {
 	if x != nil {
 		return x.Consistent
+	}
+	return false
+}
+
+func (x *ReadRequest) GetUse() bool {
+	if x != nil {
+		return x.Use
 	}
 	return false
 }
@@ -2246,7 +2259,7 @@ const file_api_tyrpb_tyr_proto_rawDesc = "" +
 	"\aversion\x18\x03 \x01(\x04R\aversion\x12\x14\n" +
 	"\x05value\x18\x04 \x01(\x04R\x05value\"<\n" +
 	"\x0eCommitResponse\x12*\n" +
-	"\aresults\x18\x01 \x03(\v2\x10.tyr.v1.OpResultR\aresults\"\xa5\x01\n" +
+	"\aresults\x18\x01 \x03(\v2\x10.tyr.v1.OpResultR\aresults\"\xb7\x01\n" +
 	"\vReadRequest\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\fR\bkeyspace\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x16\n" +
@@ -2255,7 +2268,8 @@ const file_api_tyrpb_tyr_proto_rawDesc = "" +
 	"\aversion\x18\x05 \x01(\x04R\aversion\x12\x1e\n" +
 	"\n" +
 	"consistent\x18\x06 \x01(\bR\n" +
-	"consistent\"P\n" +
+	"consistent\x12\x10\n" +
+	"\x03use\x18\a \x01(\bR\x03use\"P\n" +
 	"\fReadResponse\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x04R\x04size\x12\x18\n" +

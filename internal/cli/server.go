@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tyrstore/tyr/internal/mvcc"
 	chainnode "github.com/tyrstore/tyr/internal/node"
 	"github.com/tyrstore/tyr/internal/server"
 	"github.com/tyrstore/tyr/internal/storage"
@@ -28,6 +29,7 @@ type serverFlags struct {
 	logLevel      string
 	readyFile     string
 	retention     time.Duration
+	linger        time.Duration
 	cluster       clusterFlags
 }
 
@@ -47,7 +49,9 @@ func newServerCommand(e *env) *cobra.Command {
 	cmd.Flags().StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	cmd.Flags().StringVar(&f.readyFile, "ready-file", "", "write the client API address to this file once serving")
 	cmd.Flags().DurationVar(&f.retention, "version-retention", 5*time.Minute,
-		"how long superseded versions stay readable in MVCC keyspaces")
+		"read timeout: how long a superseded version stays readable in MVCC keyspaces while a running transaction uses it")
+	cmd.Flags().DurationVar(&f.linger, "version-linger", mvcc.LingerDefault,
+		"how long a superseded version no transaction uses stays readable in MVCC keyspaces (at most --version-retention)")
 	addClusterFlags(cmd, &f.cluster)
 	return cmd
 }
@@ -67,6 +71,9 @@ func runServer(ctx context.Context, e *env, f serverFlags) error {
 	}
 	if f.retention <= 0 {
 		return fmt.Errorf("invalid --version-retention %s: must be positive", f.retention)
+	}
+	if f.linger <= 0 || f.linger > f.retention {
+		return fmt.Errorf("invalid --version-linger %s: must be positive and at most --version-retention (%s)", f.linger, f.retention)
 	}
 	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
 	if err := f.cluster.validate(); err != nil {
@@ -91,7 +98,7 @@ func runServer(ctx context.Context, e *env, f serverFlags) error {
 		return err
 	}
 	defer shutdownMembership(node, log)
-	engine, err := storage.Open(storage.Options{Dir: f.data, Retention: f.retention, Logger: log})
+	engine, err := storage.Open(storage.Options{Dir: f.data, Retention: f.retention, Linger: f.linger, Logger: log})
 	if err != nil {
 		_ = lis.Close()
 		return fmt.Errorf("open data directory %s: %w", f.data, err)

@@ -117,6 +117,24 @@ func garbageKey(deadline time.Time, page []byte) []byte {
 	return append(k, page...)
 }
 
+// garbageValue is a collector record's value: the time after which the
+// record is due whatever versions are in use (see uses.go).
+func garbageValue(latest time.Time) []byte {
+	return binary.BigEndian.AppendUint64(nil, uint64(latest.UnixNano()))
+}
+
+// garbageLatest decodes a garbageValue; a record written before values
+// carried it (empty) is due at its key's time.
+func garbageLatest(v []byte, due int64) int64 {
+	if len(v) != 8 {
+		return due
+	}
+	return int64(binary.BigEndian.Uint64(v))
+}
+
+// pageBlob returns the blob key of a page key.
+func pageBlob(page []byte) string { return string(page[1 : len(page)-17]) }
+
 // blobMeta is a blob's record. Version is the version of the last commit
 // that changed the blob; versions of one blob strictly increase, even across
 // delete and re-create, because they are drawn from the clock (see

@@ -47,6 +47,9 @@ type Base struct {
 	// Chunks is the version of every chunk the commit changes (0: never
 	// written since the blob was created; see changedChunks).
 	Chunks map[uint64]uint64
+	// InUse is the blob's versions in use on the version manager (see
+	// uses.go), for the collectors of the members after it.
+	InUse InUse
 }
 
 // ErrNoBase is the refusal of a member that does not manage a blob and got
@@ -330,7 +333,11 @@ func (p *Pending) Sizes() map[string]uint64 {
 // newest, so Pin holds the blob's lock until release and no commit of the
 // blob can pass this store meanwhile: such reads and commits of one blob
 // wait for each other.
-func (s *Store) Pin(key string, version uint64) (BlobInfo, func(), error) {
+//
+// With use, Pin also counts a running transaction's use of the version (see
+// uses.go), under the blob's lock, so no commit of the blob is between the
+// two.
+func (s *Store) Pin(key string, version uint64, use bool) (BlobInfo, func(), error) {
 	keys := []string{key}
 	s.locks.lock(keys)
 	release := func() { s.locks.unlock(keys) }
@@ -346,6 +353,9 @@ func (s *Store) Pin(key string, version uint64) (BlobInfo, func(), error) {
 	if err != nil {
 		release()
 		return BlobInfo{}, func() {}, err
+	}
+	if use {
+		s.Use(key, m.Version)
 	}
 	if s.opts.MVCC {
 		release()

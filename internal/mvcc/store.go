@@ -44,9 +44,13 @@ type Options struct {
 	MVCC bool
 	// Sync makes Pending.Commit wait for fsync.
 	Sync bool
-	// Retention is how long superseded versions stay readable; it bounds how
-	// long a reader may hold a version. Default 5 minutes.
+	// Retention is how long a superseded version stays readable while a
+	// running transaction uses it: the transactions' read timeout (see
+	// uses.go). Default 5 minutes.
 	Retention time.Duration
+	// Linger is how long a superseded version no transaction uses stays
+	// readable. Default LingerDefault; at most Retention.
+	Linger time.Duration
 	// Now is the clock, default time.Now. Versions are drawn from it.
 	Now func() time.Time
 	// ChunkBytes is the keyspace's chunk size, the unit of placement: a
@@ -54,6 +58,13 @@ type Options struct {
 	// a page belongs to one chunk.
 	ChunkBytes uint64
 }
+
+// FormatMajorVersion is the oldest on-disk format of the LSM a Store
+// works on; Open upgrades an older one.
+const FormatMajorVersion = pebble.FormatDeleteSizedAndObsolete
+
+// LingerDefault is Options.Linger when zero.
+const LingerDefault = 10 * time.Second
 
 // ChunkBytesDefault is Options.ChunkBytes when zero (the keyspace default).
 const ChunkBytesDefault = limits.ChunkBytesDefault
@@ -71,6 +82,9 @@ type Store struct {
 
 	versionMu   sync.Mutex
 	lastVersion uint64 // guarded by versionMu
+
+	// uses counts the versions running transactions read (uses.go).
+	uses uses
 }
 
 // Open wraps db, which the caller opened and closes after the Store is done.
@@ -85,6 +99,10 @@ func Open(db *pebble.DB, opts Options) (*Store, error) {
 	if opts.Retention <= 0 {
 		opts.Retention = 5 * time.Minute
 	}
+	if opts.Linger <= 0 {
+		opts.Linger = LingerDefault
+	}
+	opts.Linger = min(opts.Linger, opts.Retention)
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -93,6 +111,12 @@ func Open(db *pebble.DB, opts Options) (*Store, error) {
 	}
 	if opts.ChunkBytes&(opts.ChunkBytes-1) != 0 {
 		return nil, fmt.Errorf("%w: chunk size %d is not a power of two", errs.ErrInvalidArgument, opts.ChunkBytes)
+	}
+	// The collector's sized deletes need this format (see collectBatch).
+	if db.FormatMajorVersion() < FormatMajorVersion {
+		if err := db.RatchetFormatMajorVersion(FormatMajorVersion); err != nil {
+			return nil, fmt.Errorf("%w: upgrading the store's format: %w", errs.ErrUnavailable, err)
+		}
 	}
 	s := &Store{db: db, opts: opts, chunkBytes: opts.ChunkBytes, pageBytes: min(PageBytes, opts.ChunkBytes)}
 	it, err := db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixGarbage}, UpperBound: []byte{prefixGarbage + 1}})
@@ -152,6 +176,7 @@ type Pending struct {
 	keys    []string
 	results []txn.Result
 	bases   map[string]Base
+	given   map[string]Base // the bases an earlier member handed on
 	touched map[string]Touched
 }
 
@@ -267,6 +292,9 @@ func (s *Store) prepareLocked(ops []txn.Op, keys []string, o prepareOpts) (*Pend
 		if w.exists {
 			current = w.meta.Version
 		}
+		// The transaction's use of the version ends here, whatever the
+		// outcome (see uses.go).
+		s.uses.release(op.Key, op.Version)
 		if current != op.Version && !brokenSkipReadChecks {
 			return nil, fmt.Errorf("%w: op %d: read check of blob %q: read at version %d, now at version %d (0: absent)",
 				errs.ErrConflict, i, op.Key, op.Version, current)
@@ -301,6 +329,7 @@ func (s *Store) prepareLocked(ops []txn.Op, keys []string, o prepareOpts) (*Pend
 		if err != nil {
 			return nil, err
 		}
+		b.InUse = s.uses.of(key, s.opts.Now())
 		bases[key] = b
 	}
 	switch {
@@ -341,7 +370,7 @@ func (s *Store) prepareLocked(ops []txn.Op, keys []string, o prepareOpts) (*Pend
 			touched[key] = w.touched()
 		}
 	}
-	return &Pending{store: s, batch: batch, keys: keys, results: results, bases: bases, touched: touched}, nil
+	return &Pending{store: s, batch: batch, keys: keys, results: results, bases: bases, given: o.bases, touched: touched}, nil
 }
 
 // Commit makes the prepared ops durable (when Sync) and visible, atomically.
@@ -359,6 +388,9 @@ func (p *Pending) Commit() error {
 	}
 	if closeErr != nil {
 		return fmt.Errorf("%w: commit: %w", errs.ErrUnavailable, closeErr)
+	}
+	for key, b := range p.given {
+		p.store.uses.note(key, b.InUse)
 	}
 	return nil
 }
@@ -697,6 +729,27 @@ func (s *Store) collectBatch(now time.Time) (records, deleted int, err error) {
 		newer := k[9:]
 		versionless := newer[:len(newer)-8]
 		newerVersion := ^binary.BigEndian.Uint64(newer[len(newer)-8:])
+		key := pageBlob(newer)
+		value, err := due.ValueAndErr()
+		if err != nil {
+			return records, deleted, err
+		}
+		latest := garbageLatest(value, int64(binary.BigEndian.Uint64(k[1:9])))
+		if u := s.uses.of(key, now); u.Oldest != 0 && u.Oldest < newerVersion && now.UnixNano() < latest {
+			// A transaction may still read an older version: look again
+			// after another linger time, or when its use lapses (see
+			// uses.go).
+			later := garbageKey(time.Unix(0, min(u.Until, now.Add(s.opts.Linger).UnixNano(), latest)), newer)
+			if err := errors.Join(batch.Delete(k, nil), batch.Set(later, value, nil)); err != nil {
+				return records, deleted, err
+			}
+			records++
+			continue
+		}
+		// No read at a version older than newer's may find the pages gone.
+		if err := batch.DeleteRange(historyKey(key, newerVersion-1), historyEnd(key), nil); err != nil {
+			return records, deleted, err
+		}
 		floor := collectedBelow[string(versionless)]
 		ok := pages.SeekGE(newer)
 		if ok && bytes.Equal(pages.Key(), newer) {
@@ -706,7 +759,10 @@ func (s *Store) collectBatch(now time.Time) (records, deleted int, err error) {
 			if ^binary.BigEndian.Uint64(pages.Key()[len(pages.Key())-8:]) < floor {
 				break
 			}
-			if err := batch.Delete(pages.Key(), nil); err != nil {
+			// Each page version is written once: a sized delete tells the
+			// LSM how much space compacting it away reclaims.
+			lv := pages.LazyValue()
+			if err := batch.DeleteSized(pages.Key(), uint32(lv.Len()), nil); err != nil {
 				return records, deleted, err
 			}
 			deleted++

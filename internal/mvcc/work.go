@@ -315,14 +315,16 @@ func (s *Store) emit(batch *pebble.Batch, w *blobWork, now int64, manages bool) 
 }
 
 // queueSuperseded records that the page's versions older than the one this
-// commit writes may be collected after deadline. It needs no read: a page
-// that may have stored versions is one below the stored size and not dropped
-// by the commit.
+// commit writes may be collected after Options.Linger, or, if a transaction
+// uses one, after deadline at the latest (see uses.go). It needs no read: a
+// page that may have stored versions is one below the stored size and not
+// dropped by the commit.
 func (s *Store) queueSuperseded(batch *pebble.Batch, w *blobWork, idx uint64, deadline time.Time) error {
 	if idx >= w.cutPage || idx*w.pageBytes >= w.baseMeta.Size {
 		return nil // nothing stored, or the range deletion takes it all
 	}
-	return batch.Set(garbageKey(deadline, pageKey(w.key, idx, w.meta.Version)), nil, nil)
+	due := deadline.Add(s.opts.Linger - s.opts.Retention)
+	return batch.Set(garbageKey(due, pageKey(w.key, idx, w.meta.Version)), garbageValue(deadline), nil)
 }
 
 // lockTable holds one mutex per blob key in use. Keys are always locked in

@@ -42,7 +42,8 @@ func encodeEnvelope(e envelope) *peerpb.Message {
 		BegunUnixNano: e.begun, Fresh: m.Fresh, Probe: m.Probe,
 	}
 	for key, b := range e.bases {
-		out.Bases = append(out.Bases, &peerpb.Base{Key: key, Version: b.Version, Size: b.Size, Chunks: b.Chunks})
+		out.Bases = append(out.Bases, &peerpb.Base{Key: key, Version: b.Version, Size: b.Size, Chunks: b.Chunks,
+			InUseOldest: b.InUse.Oldest, InUseUntil: b.InUse.Until})
 	}
 	for _, id := range m.Chain {
 		out.Chain = append(out.Chain, string(id))
@@ -104,7 +105,8 @@ func decodeEnvelope(in *peerpb.Message) (envelope, error) {
 		if bases == nil {
 			bases = map[string]mvcc.Base{}
 		}
-		bases[b.GetKey()] = mvcc.Base{Version: b.GetVersion(), Size: b.GetSize(), Chunks: b.GetChunks()}
+		bases[b.GetKey()] = mvcc.Base{Version: b.GetVersion(), Size: b.GetSize(), Chunks: b.GetChunks(),
+			InUse: mvcc.InUse{Oldest: b.GetInUseOldest(), Until: b.GetInUseUntil()}}
 	}
 	return envelope{keyspace: in.GetKeyspace(), version: in.GetVersion(), begun: in.GetBegunUnixNano(),
 		msg: m, sent: in.GetSentUnixNano(), bases: bases}, nil

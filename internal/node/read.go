@@ -25,7 +25,10 @@ import (
 // snapshot of its store instead (mvcc.Store.ReadAt): a shrinking truncate
 // drops the older versions of the pages it cuts at once, so reads of
 // chunks at a version from separate snapshots could miss them.
-func (n *Node) ReadThrough(ctx context.Context, ks *storage.Keyspace, pl Placement, key string, off, length, version uint64) ([]byte, mvcc.BlobInfo, error) {
+//
+// With use, it counts the version read as in use by a running transaction
+// (mvcc.Store.Pin), and always pins.
+func (n *Node) ReadThrough(ctx context.Context, ks *storage.Keyspace, pl Placement, key string, off, length, version uint64, use bool) ([]byte, mvcc.BlobInfo, error) {
 	if length > limits.PayloadBytesMax {
 		return nil, mvcc.BlobInfo{}, fmt.Errorf("%w: read of %d bytes, above the per-request limit of %d",
 			errs.ErrTooLarge, length, limits.PayloadBytesMax)
@@ -35,14 +38,17 @@ func (n *Node) ReadThrough(ctx context.Context, ks *storage.Keyspace, pl Placeme
 	for c := off / cs; local && (c*cs < off+length || c == off/cs); c++ {
 		local = pl.Holds(key, c)
 	}
-	if local {
+	if local && !use {
 		return ks.Store.ReadAt(key, off, length, version)
 	}
-	info, release, err := ks.Store.Pin(key, version)
+	info, release, err := ks.Store.Pin(key, version, use)
 	if err != nil {
 		return nil, mvcc.BlobInfo{}, err
 	}
 	defer release()
+	if local {
+		return ks.Store.ReadAt(key, off, length, info.Version)
+	}
 	if off >= info.Size || length == 0 {
 		return []byte{}, info, nil
 	}

@@ -245,6 +245,11 @@ func (s *Service) Read(ctx context.Context, req *tyrpb.ReadRequest) (*tyrpb.Read
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	if req.GetUse() && req.GetVersion() == 0 {
+		// Counted after the read: a commit that supersedes the version
+		// meanwhile makes it garbage only after the linger time.
+		ks.Store.Use(string(req.GetKey()), info.Version)
+	}
 	return &tyrpb.ReadResponse{Data: data, Size: info.Size, Version: info.Version}, nil
 }
 

@@ -40,9 +40,13 @@ type Options struct {
 	CacheBytes int64
 	// MemTableBytes is each keyspace database's memtable size. Default 16 MiB.
 	MemTableBytes uint64
-	// Retention is how long superseded versions stay readable in MVCC
-	// keyspaces. Default 5 minutes.
+	// Retention is how long a superseded version stays readable in MVCC
+	// keyspaces while a running transaction uses it: the read timeout.
+	// Default 5 minutes.
 	Retention time.Duration
+	// Linger is how long a superseded version no transaction uses stays
+	// readable. Default mvcc.LingerDefault.
+	Linger time.Duration
 	// GCInterval is how often superseded versions are collected. Default 1s.
 	GCInterval time.Duration
 	Logger     *slog.Logger
@@ -106,7 +110,8 @@ func Open(opts Options) (*Engine, error) {
 	cache := pebble.NewCache(opts.CacheBytes)
 	e := &Engine{opts: opts, cache: cache, stop: make(chan struct{})}
 	e.newDB = func(dir string) (*pebble.DB, error) {
-		o := &pebble.Options{Cache: cache, MemTableSize: opts.MemTableBytes, Logger: quietLogger{opts.Logger}}
+		o := &pebble.Options{Cache: cache, MemTableSize: opts.MemTableBytes, Logger: quietLogger{opts.Logger},
+			FormatMajorVersion: mvcc.FormatMajorVersion}
 		// Blob records are read by point lookups; a Bloom filter lets a
 		// lookup skip the files that cannot hold the record.
 		for i := range o.Levels {
@@ -177,7 +182,7 @@ func (e *Engine) openKeyspace(name string, r record) (*Keyspace, error) {
 		return nil, fmt.Errorf("storage: open keyspace %q: %w", name, err)
 	}
 	ks.db = db
-	ks.Store, err = mvcc.Open(db, mvcc.Options{MVCC: r.Config.MVCC, Sync: r.Config.Sync, Retention: e.opts.Retention,
+	ks.Store, err = mvcc.Open(db, mvcc.Options{MVCC: r.Config.MVCC, Sync: r.Config.Sync, Retention: e.opts.Retention, Linger: e.opts.Linger,
 		ChunkBytes: r.Config.ChunkBytes})
 	if err != nil {
 		_ = db.Close()
