@@ -320,3 +320,19 @@ func (n *Node) soleHolder(pl Placement, cs uint64, ops []txn.Op, e versionEntry)
 	}
 	return nil
 }
+
+// SameHolders reports whether chunks a and b of key live on the same
+// nodes, so every chain member holds both or neither.
+func (p Placement) SameHolders(key string, a, b uint64) bool {
+	ra, errA := p.r.Replicas(p.seed, key, a, p.rf)
+	rb, errB := p.r.Replicas(p.seed, key, b, p.rf)
+	if errA != nil || errB != nil || len(ra) != len(rb) {
+		return false
+	}
+	for _, id := range ra {
+		if !slices.Contains(rb, id) {
+			return false
+		}
+	}
+	return true
+}

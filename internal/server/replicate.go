@@ -117,7 +117,7 @@ func (s *Service) clusterRead(ctx context.Context, ks *storage.Keyspace, req *ty
 		}
 		return s.forwardRead(markThrough(ctx), target, req)
 	}
-	data, info, err := s.node.ReadThrough(ctx, ks, pl, key, off, n, req.GetVersion())
+	data, info, err := s.node.ReadThrough(ctx, ks, pl, key, off, n, req.GetVersion(), req.GetUse() && req.GetVersion() == 0)
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -138,6 +138,11 @@ func (s *Service) forwardRead(ctx context.Context, target ring.NodeID, req *tyrp
 // be this node alone), or on the local store when not clustered.
 func (s *Service) commit(ctx context.Context, ks *storage.Keyspace, ops []txn.Op) ([]txn.Result, error) {
 	if s.node != nil {
+		if pl, err := s.node.Placement(ks.Name, int(ks.Config.Replication)); err == nil {
+			if turn := straddling(pl, ks.Store.ChunkBytes(), ops); len(turn) > 0 {
+				return s.commitStraddling(ctx, ks, ops, turn)
+			}
+		}
 		return s.node.Commit(ctx, ks.Name, int(ks.Config.Replication), ops)
 	}
 	return chain.Commit([]chain.Member{mvcc.Member{Store: ks.Store}}, ops)
