@@ -44,7 +44,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root.SetErr(stderr)
 	if err := root.ExecuteContext(context.Background()); err != nil {
 		fmt.Fprintln(stderr, errorLine(err))
-		return 1
+		return exitCode(err)
 	}
 	return 0
 }
