@@ -4,7 +4,7 @@ BIN         := bin/tyr
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.7.0
 FUZZTIME    ?= 10s
 
-.PHONY: build run test unit lint fuzz fuzz-long crash-long sim torture bench bench-peers bench-cluster proto clean
+.PHONY: build run test unit lint fuzz fuzz-long gc-soak crash-long sim torture bench bench-peers bench-cluster bench-txn proto clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/tyr
@@ -36,6 +36,10 @@ fuzz-long:
 	$(MAKE) fuzz FUZZTIME=10m
 
 # 50 rounds of kill -9 after acknowledged writes (3 rounds run in `make test`).
+# 10,000 overwrites of a 1 MiB blob: the data directory stays bounded.
+gc-soak:
+	TYR_GC_OVERWRITES=10000 $(GO) test -count=1 -timeout 60m -run 'TestVersionGCBounded' -v ./tests/e2e/
+
 crash-long:
 	TYR_CRASH_ROUNDS=50 $(GO) test -count=1 -timeout 60m -run 'TestCrash' -v ./tests/e2e/
 
@@ -64,8 +68,8 @@ bench: build
 	scripts/bench-single.sh
 
 # One node against PostgreSQL, etcd, durable Redis and ZooKeeper-locked
-# Redis (installed from apt if missing): counter and MonALISA at 1, 8 and 32
-# clients, reads against etcd, and the machine's limits, in one run.
+# Redis (installed from apt if missing): counter, MonALISA and bank at 1, 8
+# and 32 clients, reads against etcd, and the machine's limits, in one run.
 # Writes bench/results/peers-<date>.md and its PNG plots.
 bench-peers: build
 	scripts/bench-peers.sh
@@ -75,6 +79,12 @@ bench-peers: build
 # per write. Writes bench/results/cluster-<date>.md.
 bench-cluster: build
 	scripts/bench-cluster.sh
+
+# The same cluster against one node under transactions: the hot counter
+# (atomic add and read-modify-write) and the bank at 1, 8 and 32 clients,
+# with aborts per committed operation. Writes bench/results/txn-<date>.md.
+bench-txn: build
+	scripts/bench-cluster.sh txn
 
 proto:
 	protoc --go_out=. --go_opt=paths=source_relative \

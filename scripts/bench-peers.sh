@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Measures one tyr node against real peers on this machine, side by side in
 # one run, under the seeds' workloads: the hot counter and MonALISA (events
-# appended with per-minute aggregates updated in the same transaction), and
-# 4 KiB reads against etcd; with the machine's own limits (loopback round
-# trips and stream, fsync rate) measured in the same run. The peers, all
+# appended with per-minute aggregates updated in the same transaction), the
+# bank (transfers between random accounts, each a serializable transaction
+# of two balances, retried on conflict where the system aborts), and 4 KiB
+# reads against etcd; with the machine's own limits (loopback round trips
+# and stream, fsync rate) measured in the same run. The peers, all
 # durable:
 #
 #   PostgreSQL 15   fsync=on, synchronous_commit=on
 #   etcd            defaults (WAL fsynced per raft entry)
-#   Redis           appendonly yes, appendfsync always (INCRBY on the counter)
+#   Redis           appendonly yes, appendfsync always (INCRBY on the counter;
+#                   WATCH, then MULTI/EXEC in the bank)
 #   ZooKeeper+Redis the seeds' lock-based baseline: read-modify-write in the
 #                   durable Redis under ZooKeeper locks (defaults: transaction
 #                   log fsynced)
@@ -189,6 +192,10 @@ bench counter --endpoint "$TYR_ADDR" --duration "$DURATION" \
 	--peer redis --peer-addr "127.0.0.1:$REDIS_PORT"
 bench monalisa --endpoint "$TYR_ADDR" --duration "$DURATION" \
 	--postgres "$PG_URL" --zookeeper "127.0.0.1:$ZK_PORT" --zk-redis "127.0.0.1:$REDIS_PORT"
+bench bank --endpoint "$TYR_ADDR" --duration "$DURATION" \
+	--postgres "$PG_URL" --etcd "127.0.0.1:$ETCD_PORT" \
+	--zookeeper "127.0.0.1:$ZK_PORT" --zk-redis "127.0.0.1:$REDIS_PORT" \
+	--peer redis --peer-addr "127.0.0.1:$REDIS_PORT"
 bench read --endpoint "$TYR_ADDR" --duration "$DURATION" --value-size 4096 --etcd "127.0.0.1:$ETCD_PORT"
 
 {

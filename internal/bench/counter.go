@@ -118,31 +118,23 @@ func (c *tyrConn) Add(ctx context.Context, delta uint64) error {
 // of atomic ops. It shares the tyr system's keyspace and connections' setup.
 type tyrRMWSystem struct {
 	*tyrSystem
-	attempts, commits atomic.Uint64
-	clients           int // of the phase being measured
+	aborts atomic.Uint64
 }
 
 func (s *tyrRMWSystem) Name() string { return s.tyrSystem.Name() + "-rmw" }
 
-// Note reports the abort rate of the phase just measured.
 func (s *tyrRMWSystem) Note(workload string) string {
-	what := s.Name() + " counter: RunTx reading the counter and writing it back"
 	if workload == "monalisa" {
-		what = s.Name() + " monalisa: RunTx reading the event's 4 aggregate slots, writing them back and " +
-			"appending the event"
+		return s.Name() + " monalisa: RunTx reading the event's 4 aggregate slots, writing them back and " +
+			"appending the event, retried on conflict"
 	}
-	return abortNote(what, s.clients, &s.attempts, &s.commits)
+	return s.Name() + " counter: RunTx reading the counter and writing it back, retried on conflict"
 }
 
-// abortNote describes the aborts of optimistic transactions since the last
-// call, made by the clients of one phase, and starts counting afresh.
-func abortNote(what string, clients int, attempts, commits *atomic.Uint64) string {
-	a, c := attempts.Swap(0), commits.Swap(0)
-	if c == 0 {
-		return fmt.Sprintf("%s: nothing committed with %d clients", what, clients)
-	}
-	return fmt.Sprintf("%s: %.2f aborts per commit with %d clients", what, float64(a-c)/float64(c), clients)
-}
+// retries: every operation of tyr-rmw is a transaction retried on
+// conflict.
+func (s *tyrRMWSystem) retries(string) bool { return true }
+func (s *tyrRMWSystem) takeAborts() uint64  { return s.aborts.Swap(0) }
 
 // Open and Close do nothing: the tyr system owns the keyspace.
 func (s *tyrRMWSystem) Open(context.Context) error  { return nil }
@@ -155,32 +147,27 @@ func (s *tyrRMWSystem) CreateCounter(ctx context.Context) error {
 }
 
 func (s *tyrRMWSystem) Conns(ctx context.Context, n int) ([]conn, func() error, error) {
-	s.clients = n
 	conns, closeAll, err := s.tyrSystem.Conns(ctx, n)
 	if err != nil {
 		return nil, nil, err
 	}
 	wrapped := make([]conn, len(conns))
 	for i, c := range conns {
-		wrapped[i] = &tyrRMWConn{tyrConn: c.(*tyrConn), s: s}
+		tc := c.(*tyrConn)
+		tc.aborts = &s.aborts
+		wrapped[i] = &tyrRMWConn{tyrConn: tc}
 	}
 	return wrapped, closeAll, nil
 }
 
 type tyrRMWConn struct {
 	*tyrConn
-	s *tyrRMWSystem
 }
-
-// rmwOptions let a hot transaction retry long enough to commit under any
-// client count of the run, rather than fail as an error.
-var rmwOptions = &client.TxOptions{MaxRetries: 1000}
 
 // Add reads the counter, adds delta and writes it back in a transaction,
 // retried on conflict with RunTx's backoff.
 func (c *tyrRMWConn) Add(ctx context.Context, delta uint64) error {
-	err := c.c.RunTx(ctx, c.ks, func(tx *client.Tx) error {
-		c.s.attempts.Add(1)
+	return runTx(ctx, c.c, c.ks, c.aborts, func(tx *client.Tx) error {
 		b, err := tx.Read(ctx, counterKey, 0, 8)
 		if err != nil {
 			return err
@@ -190,11 +177,7 @@ func (c *tyrRMWConn) Add(ctx context.Context, delta uint64) error {
 		}
 		tx.Write(counterKey, 0, binary.LittleEndian.AppendUint64(nil, binary.LittleEndian.Uint64(b)+delta))
 		return nil
-	}, rmwOptions)
-	if err == nil {
-		c.s.commits.Add(1)
-	}
-	return err
+	})
 }
 
 // CreateCounter stores "0": Redis counts in decimal strings.

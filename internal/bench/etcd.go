@@ -10,6 +10,10 @@ package bench
 //            backoff of tyr's RunTx (1 ms doubling to 200 ms).
 //   read     Get of one key of --value-size bytes, linearizable (etcd's
 //            default, as tyr's reads are).
+//   bank     a key per account holding its balance in decimal: one Txn
+//            getting both accounts (linearizable), then Txn If
+//            ModRevision(from) and ModRevision(to) == the revisions read
+//            Then Put both; retried as the counter is.
 //
 // etcd runs with its defaults: every raft entry is fsynced to its WAL before
 // a write is acknowledged.
@@ -20,6 +24,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -33,8 +38,8 @@ type etcdSystem struct {
 	admin  *clientv3.Client
 	info   SystemInfo
 
-	attempts, commits atomic.Uint64
-	clients           int // of the phase being measured
+	// aborts counts the Txns whose condition failed.
+	aborts atomic.Uint64
 }
 
 // etcdTxnOpsMax and etcdRequestBytesMax stay within etcd's default limits
@@ -69,12 +74,21 @@ func (s *etcdSystem) Name() string     { return "etcd" }
 func (s *etcdSystem) Info() SystemInfo { return s.info }
 
 func (s *etcdSystem) Note(workload string) string {
-	if workload == "counter" {
-		return abortNote("etcd counter: Get, then Txn If ModRevision == read revision Then Put, retried",
-			s.clients, &s.attempts, &s.commits)
+	switch workload {
+	case "counter":
+		return "etcd counter: Get, then Txn If ModRevision == read revision Then Put, retried"
+	case "bank":
+		return "etcd bank: a key per account; Txn of 2 Gets, then Txn If both ModRevisions == those read " +
+			"Then 2 Puts, retried"
 	}
 	return ""
 }
+
+func (s *etcdSystem) retries(workload string) bool {
+	return workload == "counter" || workload == "bank"
+}
+
+func (s *etcdSystem) takeAborts() uint64 { return s.aborts.Swap(0) }
 
 func (s *etcdSystem) Open(context.Context) error { return nil }
 
@@ -108,7 +122,6 @@ func (s *etcdSystem) Preload(ctx context.Context, keys []string, value []byte) e
 
 // Conns opens one client, with its own connection, per bench client.
 func (s *etcdSystem) Conns(_ context.Context, n int) ([]conn, func() error, error) {
-	s.clients = n
 	var conns []conn
 	closeAll := func() error {
 		var err error
@@ -150,54 +163,97 @@ func (c *etcdConn) Get(ctx context.Context, key string, _ int) ([]byte, error) {
 	return resp.Kvs[0].Value, nil
 }
 
-// etcdRetriesMax bounds the attempts of one increment, as rmwOptions
-// bounds tyr's.
-const etcdRetriesMax = 1000
-
 func (c *etcdConn) Add(ctx context.Context, delta uint64) error {
 	key := c.s.key(counterKey)
-	backoff := time.Millisecond
-	for attempt := 0; ; attempt++ {
-		c.s.attempts.Add(1)
+	return retry(ctx, &c.s.aborts, func() (bool, error) {
 		resp, err := c.c.Get(ctx, key)
 		if err != nil {
-			return err
+			return false, err
 		}
 		if len(resp.Kvs) != 1 {
-			return fmt.Errorf("counter: %d values", len(resp.Kvs))
+			return false, fmt.Errorf("counter: %d values", len(resp.Kvs))
 		}
 		kv := resp.Kvs[0]
 		v, err := strconv.ParseUint(string(kv.Value), 10, 64)
 		if err != nil {
-			return fmt.Errorf("counter %q: %w", kv.Value, err)
+			return false, fmt.Errorf("counter %q: %w", kv.Value, err)
 		}
 		tr, err := c.c.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)).
 			Then(clientv3.OpPut(key, strconv.FormatUint(v+delta, 10))).Commit()
 		if err != nil {
-			return err
+			return false, err
 		}
-		if tr.Succeeded {
-			c.s.commits.Add(1)
-			return nil
-		}
-		if attempt+1 >= etcdRetriesMax {
-			return fmt.Errorf("counter increment gave up after %d attempts", attempt+1)
-		}
-		if err := sleepCtx(ctx, backoff/2+rand.N(backoff/2+1)); err != nil {
-			return err
-		}
-		backoff = min(2*backoff, 200*time.Millisecond)
-	}
+		return tr.Succeeded, nil
+	})
 }
 
-// sleepCtx sleeps for d or until ctx ends.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
+// CreateBank puts every account's initial balance.
+func (s *etcdSystem) CreateBank(ctx context.Context, l bankLayout) error {
+	keys := make([]string, l.accounts)
+	for a := range keys {
+		keys[a] = accountKey(a)
 	}
+	return s.Preload(ctx, keys, []byte(strconv.Itoa(bankInitial)))
+}
+
+// Balances gets every account in one Get of their prefix.
+func (s *etcdSystem) Balances(ctx context.Context, l bankLayout) ([]uint64, error) {
+	prefix := s.key(accountPrefix)
+	resp, err := s.admin.Get(ctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		return nil, err
+	}
+	out := make([]uint64, l.accounts)
+	seen := make([]bool, l.accounts)
+	for _, kv := range resp.Kvs {
+		a, err := strconv.Atoi(strings.TrimPrefix(string(kv.Key), prefix))
+		if err != nil || a < 0 || a >= l.accounts || seen[a] {
+			return nil, fmt.Errorf("unexpected key %q", kv.Key)
+		}
+		if out[a], err = strconv.ParseUint(string(kv.Value), 10, 64); err != nil {
+			return nil, fmt.Errorf("account %d: %w", a, err)
+		}
+		seen[a] = true
+	}
+	if len(resp.Kvs) != l.accounts {
+		return nil, fmt.Errorf("%d accounts, want %d", len(resp.Kvs), l.accounts)
+	}
+	return out, nil
+}
+
+// Transfer gets both balances with their revisions in one Txn, then puts
+// both if neither changed since.
+func (c *etcdConn) Transfer(ctx context.Context, _ bankLayout, t *transfer) error {
+	keys := [2]string{c.s.key(accountKey(t.from)), c.s.key(accountKey(t.to))}
+	return retry(ctx, &c.s.aborts, func() (bool, error) {
+		resp, err := c.c.Txn(ctx).Then(clientv3.OpGet(keys[0]), clientv3.OpGet(keys[1])).Commit()
+		if err != nil {
+			return false, err
+		}
+		if len(resp.Responses) != 2 {
+			return false, fmt.Errorf("a Txn of 2 Gets answered %d responses", len(resp.Responses))
+		}
+		var bal [2]uint64
+		var rev [2]int64
+		for i, r := range resp.Responses {
+			kvs := r.GetResponseRange().GetKvs()
+			if len(kvs) != 1 {
+				return false, fmt.Errorf("%s: %d values", keys[i], len(kvs))
+			}
+			if bal[i], err = strconv.ParseUint(string(kvs[0].Value), 10, 64); err != nil {
+				return false, fmt.Errorf("%s: %w", keys[i], err)
+			}
+			rev[i] = kvs[0].ModRevision
+		}
+		from, to := t.apply(bal[0], bal[1])
+		tr, err := c.c.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(keys[0]), "=", rev[0]),
+				clientv3.Compare(clientv3.ModRevision(keys[1]), "=", rev[1])).
+			Then(clientv3.OpPut(keys[0], strconv.FormatUint(from, 10)),
+				clientv3.OpPut(keys[1], strconv.FormatUint(to, 10))).Commit()
+		if err != nil {
+			return false, err
+		}
+		return tr.Succeeded, nil
+	})
 }

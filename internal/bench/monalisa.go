@@ -260,8 +260,7 @@ func (c *tyrConn) ReadAggregates(ctx context.Context, l *monalisaLayout, agg, fr
 // changed since it was read, and RunTx runs it again.
 func (c *tyrRMWConn) Record(ctx context.Context, l *monalisaLayout, w *monalisaWrite) error {
 	off := slotOffset(w.slot)
-	err := c.c.RunTx(ctx, c.ks, func(tx *client.Tx) error {
-		c.s.attempts.Add(1)
+	return runTx(ctx, c.c, c.ks, c.aborts, func(tx *client.Tx) error {
 		for _, a := range w.aggs {
 			k := l.aggKey(a)
 			old, err := tx.Read(ctx, k, off, slotBytes)
@@ -272,11 +271,7 @@ func (c *tyrRMWConn) Record(ctx context.Context, l *monalisaLayout, w *monalisaW
 		}
 		tx.Append(genKey(w.gen), w.event[:])
 		return nil
-	}, rmwOptions)
-	if err == nil {
-		c.s.commits.Add(1)
-	}
-	return err
+	})
 }
 
 // CreateMonalisa creates the logs and aggregates for both tyr systems,

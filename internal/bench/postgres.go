@@ -14,6 +14,13 @@ package bench
 //             or rolled back whole. A read is SELECT sum, cnt FROM agg WHERE
 //             agg = $1 AND slot >= $2 AND slot < $3 ORDER BY slot: 50 rows of
 //             16 bytes.
+//   bank      a row per account. A transfer is BEGIN ISOLATION LEVEL
+//             SERIALIZABLE and SELECT of both rows in one pipelined batch,
+//             then UPDATE of both (in id order, so transfers never
+//             deadlock) and COMMIT in a second batch: two round trips. A
+//             serialization failure (SQLSTATE 40001, or 40P01 should a
+//             deadlock happen all the same) is rolled back and the transfer
+//             run again with tyr's RunTx backoff, counted as an abort.
 //
 // The durability of the numbers is that of fsync = on and synchronous_commit
 // = on (read from the server and recorded with each result): a commit is
@@ -26,8 +33,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 type postgresSystem struct {
@@ -35,6 +44,9 @@ type postgresSystem struct {
 	schema string
 	admin  *pgx.Conn
 	info   SystemInfo
+
+	// aborts counts the bank's transactions that failed to serialize.
+	aborts atomic.Uint64
 }
 
 func newPostgresSystem(ctx context.Context, url string) (*postgresSystem, error) {
@@ -72,9 +84,15 @@ func (s *postgresSystem) Note(workload string) string {
 	case "monalisa":
 		return "postgres monalisa: INSERT event + 4 UPDATEs of aggregate rows in one transaction (one pipelined " +
 			"batch); a read is a SELECT of 50 aggregate rows"
+	case "bank":
+		return "postgres bank: a row per account; BEGIN ISOLATION LEVEL SERIALIZABLE + SELECT of both rows, " +
+			"then UPDATE both + COMMIT (two pipelined batches); serialization failures rolled back and retried"
 	}
 	return ""
 }
+
+func (s *postgresSystem) retries(workload string) bool { return workload == "bank" }
+func (s *postgresSystem) takeAborts() uint64           { return s.aborts.Swap(0) }
 
 func (s *postgresSystem) Open(ctx context.Context) error {
 	if _, err := s.admin.Exec(ctx, "CREATE SCHEMA "+s.schema); err != nil {
@@ -191,4 +209,131 @@ func (c *postgresConn) ReadAggregates(ctx context.Context, _ *monalisaLayout, ag
 		out = binary.LittleEndian.AppendUint64(out, uint64(cnt))
 	}
 	return out, rows.Err()
+}
+
+// CreateBank creates a row per account with its initial balance.
+func (s *postgresSystem) CreateBank(ctx context.Context, l bankLayout) error {
+	_, err := s.admin.Exec(ctx, fmt.Sprintf(`
+CREATE TABLE %[1]s (id int PRIMARY KEY, bal bigint NOT NULL);
+INSERT INTO %[1]s SELECT a, %[2]d FROM generate_series(0, %[3]d) a`, s.table("bank"), bankInitial, l.accounts-1))
+	if err != nil {
+		return err
+	}
+	_, err = s.admin.Exec(ctx, "VACUUM ANALYZE "+s.table("bank"))
+	return err
+}
+
+func (s *postgresSystem) Balances(ctx context.Context, l bankLayout) ([]uint64, error) {
+	rows, err := s.admin.Query(ctx, "SELECT id, bal FROM "+s.table("bank")+" ORDER BY id")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := make([]uint64, 0, l.accounts)
+	for rows.Next() {
+		var id, bal int64
+		if err := rows.Scan(&id, &bal); err != nil {
+			return nil, err
+		}
+		if id != int64(len(out)) {
+			return nil, fmt.Errorf("account %d missing", len(out))
+		}
+		if bal < 0 {
+			return nil, fmt.Errorf("account %d holds %d", id, bal)
+		}
+		out = append(out, uint64(bal))
+	}
+	return out, rows.Err()
+}
+
+// Transfer runs the transfer's transaction until it commits, rolling back
+// each attempt that failed to serialize.
+func (c *postgresConn) Transfer(ctx context.Context, _ bankLayout, t *transfer) error {
+	return retry(ctx, &c.s.aborts, func() (bool, error) {
+		err := c.transfer(ctx, t)
+		if err == nil {
+			return true, nil
+		}
+		if c.c.PgConn().TxStatus() != 'I' {
+			if _, rerr := c.c.Exec(ctx, "ROLLBACK"); rerr != nil {
+				return false, errors.Join(err, fmt.Errorf("rollback: %w", rerr))
+			}
+		}
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01") {
+			return false, nil
+		}
+		return false, err
+	})
+}
+
+// transfer is one attempt: it commits, or fails leaving the transaction
+// for the caller to roll back.
+func (c *postgresConn) transfer(ctx context.Context, t *transfer) error {
+	lo, hi := t.ordered()
+	read := &pgx.Batch{}
+	read.Queue("BEGIN ISOLATION LEVEL SERIALIZABLE")
+	read.Queue("SELECT id, bal FROM "+c.s.table("bank")+" WHERE id = $1 OR id = $2", lo, hi)
+	bal := map[int]int64{}
+	err := runBatch(c.c.SendBatch(ctx, read), func(res pgx.BatchResults) error {
+		if _, err := res.Exec(); err != nil {
+			return err
+		}
+		rows, err := res.Query()
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var id int
+			var b int64
+			if err := rows.Scan(&id, &b); err != nil {
+				rows.Close()
+				return err
+			}
+			bal[id] = b
+		}
+		rows.Close()
+		return rows.Err()
+	})
+	if err != nil {
+		return err
+	}
+	if len(bal) != 2 || bal[lo] < 0 || bal[hi] < 0 {
+		return fmt.Errorf("accounts %d and %d read as %v", lo, hi, bal)
+	}
+	from, to := t.apply(uint64(bal[t.from]), uint64(bal[t.to]))
+	after := map[int]uint64{t.from: from, t.to: to}
+	update := "UPDATE " + c.s.table("bank") + " SET bal = $1 WHERE id = $2"
+	write := &pgx.Batch{}
+	write.Queue(update, int64(after[lo]), lo)
+	write.Queue(update, int64(after[hi]), hi)
+	write.Queue("COMMIT")
+	return runBatch(c.c.SendBatch(ctx, write), func(res pgx.BatchResults) error {
+		for i := range 2 {
+			tag, err := res.Exec()
+			if err != nil {
+				return err
+			}
+			if tag.RowsAffected() != 1 {
+				return fmt.Errorf("update %d of the transfer changed %d rows, want 1", i, tag.RowsAffected())
+			}
+		}
+		tag, err := res.Exec()
+		if err == nil && tag.String() != "COMMIT" {
+			// PostgreSQL answers COMMIT of a failed transaction with
+			// ROLLBACK, not an error.
+			err = fmt.Errorf("commit answered %q", tag.String())
+		}
+		return err
+	})
+}
+
+// runBatch reads a batch's results with fn and closes it, which the
+// connection needs before its next statement.
+func runBatch(res pgx.BatchResults, fn func(pgx.BatchResults) error) error {
+	err := fn(res)
+	if cerr := res.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }

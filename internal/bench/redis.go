@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
@@ -16,6 +17,13 @@ import (
 // blob write is SET key value, a read is GET key, and a stream is one key per
 // part. Every key carries a random prefix and is deleted at the end, so a
 // shared Redis keeps nothing and loses nothing of its own.
+//
+// The bank keeps a key per account, its balance in decimal. Redis has no
+// serializable read-modify-write of several keys but optimistically: a
+// transfer WATCHes both keys and MGETs them (one pipeline), then MSETs both
+// in MULTI/EXEC; EXEC refuses the transaction if a watched key changed
+// since WATCH, and the transfer runs again with tyr's RunTx backoff,
+// counted as an abort.
 type redisSystem struct {
 	addr   string
 	name   string
@@ -24,6 +32,9 @@ type redisSystem struct {
 	info   SystemInfo
 	// keys remembers what was written so Close deletes exactly that.
 	keys []string
+
+	// aborts counts the bank's transactions EXEC refused.
+	aborts atomic.Uint64
 }
 
 // RedisPartBytes is the size of one stream part on Redis: each part is one
@@ -111,12 +122,19 @@ func redisName(ctx context.Context, c *redis.Client) string {
 func (s *redisSystem) Name() string { return s.name }
 
 func (s *redisSystem) Note(workload string) string {
-	if workload != "stream" {
-		return ""
+	switch workload {
+	case "stream":
+		return fmt.Sprintf("%s stream: the logical value is split into keys of %d MiB, "+
+			"put with SET and got with GET, one key per part", s.name, RedisPartBytes>>20)
+	case "bank":
+		return s.name + " bank: a key per account; WATCH both + MGET, then MSET in MULTI/EXEC, " +
+			"retried when EXEC refuses because a watched key changed"
 	}
-	return fmt.Sprintf("%s stream: the logical value is split into keys of %d MiB, "+
-		"put with SET and got with GET, one key per part", s.name, RedisPartBytes>>20)
+	return ""
 }
+
+func (s *redisSystem) retries(workload string) bool { return workload == "bank" }
+func (s *redisSystem) takeAborts() uint64           { return s.aborts.Swap(0) }
 
 func (s *redisSystem) Open(context.Context) error { return nil }
 
@@ -225,3 +243,81 @@ func (r *redisStream) GetPart(ctx context.Context, i int, _ int) ([]byte, error)
 // Close keeps the parts: they are deleted with the other keys when the
 // system closes.
 func (r *redisStream) Close() error { return r.pool.Close() }
+
+// CreateBank sets a key per account to its initial balance.
+func (s *redisSystem) CreateBank(ctx context.Context, l bankLayout) error {
+	keys := make([]string, l.accounts)
+	for a := range keys {
+		keys[a] = accountKey(a)
+	}
+	return s.Preload(ctx, keys, []byte(strconv.Itoa(bankInitial)))
+}
+
+func (s *redisSystem) Balances(ctx context.Context, l bankLayout) ([]uint64, error) {
+	out := make([]uint64, 0, l.accounts)
+	err := batches(l.accounts, 1000, func(lo, hi int) error {
+		keys := make([]string, 0, hi-lo)
+		for a := lo; a < hi; a++ {
+			keys = append(keys, s.key(accountKey(a)))
+		}
+		vals, err := s.admin.MGet(ctx, keys...).Result()
+		if err != nil {
+			return err
+		}
+		bal, err := parseBalances(keys, vals)
+		out = append(out, bal...)
+		return err
+	})
+	return out, err
+}
+
+// parseBalances parses what MGET answered for keys.
+func parseBalances(keys []string, vals []any) ([]uint64, error) {
+	if len(vals) != len(keys) {
+		return nil, fmt.Errorf("MGET of %d keys answered %d values", len(keys), len(vals))
+	}
+	out := make([]uint64, len(vals))
+	for i, v := range vals {
+		str, ok := v.(string)
+		if !ok {
+			return nil, fmt.Errorf("%s: no balance (%v)", keys[i], v)
+		}
+		b, err := strconv.ParseUint(str, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", keys[i], err)
+		}
+		out[i] = b
+	}
+	return out, nil
+}
+
+// Transfer is optimistic: WATCH both keys and read them, then write both
+// in MULTI/EXEC, which fails if a watched key changed; then run again.
+func (c *redisConn) Transfer(ctx context.Context, _ bankLayout, t *transfer) error {
+	keys := []string{c.s.key(accountKey(t.from)), c.s.key(accountKey(t.to))}
+	return retry(ctx, &c.s.aborts, func() (bool, error) {
+		var get *redis.SliceCmd
+		_, err := c.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.Do(ctx, "WATCH", keys[0], keys[1])
+			get = p.MGet(ctx, keys...)
+			return nil
+		})
+		var bal []uint64
+		if err == nil {
+			bal, err = parseBalances(keys, get.Val())
+		}
+		if err != nil {
+			// The connection is reused: leave nothing watched on it.
+			return false, errors.Join(err, c.c.Do(ctx, "UNWATCH").Err())
+		}
+		from, to := t.apply(bal[0], bal[1])
+		_, err = c.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.MSet(ctx, keys[0], from, keys[1], to)
+			return nil
+		})
+		if errors.Is(err, redis.TxFailedErr) {
+			return false, nil
+		}
+		return err == nil, err
+	})
+}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -52,6 +53,56 @@ type Result struct {
 	PeerMessages     uint64 `json:"peer_messages,omitempty"`
 	PeerDeliverCalls uint64 `json:"peer_deliver_calls,omitempty"`
 	ServedRequests   uint64 `json:"served_requests,omitempty"`
+
+	// RetriesOnConflict is set when the system ran each operation as a
+	// transaction that it aborts on conflict and runs again until it
+	// commits; Aborts are then the attempts aborted during the
+	// measurement (zero is a measurement too) and AbortsPerOp their number
+	// per committed operation (Ops). Without it, the system does not abort
+	// operations (it locks, or applies them on the server) and neither is
+	// measured.
+	RetriesOnConflict bool    `json:"retries_on_conflict,omitempty"`
+	Aborts            uint64  `json:"aborts,omitempty"`
+	AbortsPerOp       float64 `json:"aborts_per_op,omitempty"`
+}
+
+// setAborts records the aborts of a system that retries on conflict.
+func (r *Result) setAborts(aborts uint64) {
+	r.RetriesOnConflict = true
+	r.Aborts = aborts
+	r.AbortsPerOp = abortRate(aborts, r.Ops)
+}
+
+// abortRate is aborts per committed operation, or 0 when nothing
+// committed: aborts then are all there is, and the result's operations
+// per second (0) say so.
+func abortRate(aborts, ops uint64) float64 {
+	if ops == 0 {
+		return 0
+	}
+	return round(float64(aborts)/float64(ops), 4)
+}
+
+// abortCell formats r's aborts per committed operation: "–" when r's
+// system does not abort operations, or nothing committed.
+func abortCell(r Result) string {
+	if !r.RetriesOnConflict || r.Ops == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.3f", r.AbortsPerOp)
+}
+
+// abortsCell formats r's aborted attempts: "–" when r's system does not abort
+// operations.
+func abortsCell(r Result) string {
+	if !r.RetriesOnConflict {
+		return "–"
+	}
+	return strconv.FormatUint(r.Aborts, 10)
+}
+
+func anyRetries(results []Result) bool {
+	return slices.ContainsFunc(results, func(r Result) bool { return r.RetriesOnConflict })
 }
 
 // summarize turns raw counts into a Result. Only successful operations count
@@ -83,13 +134,23 @@ func WriteJSON(w io.Writer, r Result) error {
 	return err
 }
 
-// WriteTable writes results as an aligned table for people.
+// WriteTable writes results as an aligned table for people, with the
+// aborts per committed operation when a system retries on conflict.
 func WriteTable(w io.Writer, results []Result) error {
+	retried := anyRetries(results)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "workload\tsystem\tclients\tops/s\tMB/s\tp50 µs\tp99 µs\terrors\t")
+	fmt.Fprint(tw, "workload\tsystem\tclients\tops/s\tMB/s\tp50 µs\tp99 µs\terrors\t")
+	if retried {
+		fmt.Fprint(tw, "aborts\taborts/op\t")
+	}
+	fmt.Fprintln(tw)
 	for _, r := range results {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%.1f\t%.2f\t%.1f\t%.1f\t%d\t\n",
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.1f\t%.2f\t%.1f\t%.1f\t%d\t",
 			r.Workload, r.System, r.Clients, r.OpsPerS, r.MBPerS, r.P50us, r.P99us, r.Errors)
+		if retried {
+			fmt.Fprintf(tw, "%s\t%s\t", abortsCell(r), abortCell(r))
+		}
+		fmt.Fprintln(tw)
 	}
 	return tw.Flush()
 }
@@ -243,9 +304,14 @@ func WriteReport(w io.Writer, results []Result, base string, plots map[string]st
 
 	counted := slices.ContainsFunc(results, func(r Result) bool { return r.MetricsNodes > 0 })
 	limited := len(c.limits) > 0
+	retried := anyRetries(results)
 	b.WriteString("\nAll measurements:\n\n")
 	b.WriteString("| workload | system | clients | ops/s | MB/s | p50 µs | p99 µs | errors |")
 	sep := "|---|---|---:|---:|---:|---:|---:|---:|"
+	if retried {
+		b.WriteString(" aborts | aborts/op |")
+		sep += "---:|---:|"
+	}
 	if counted {
 		b.WriteString(" nodes | peer messages/op | Deliver calls/op | requests served/op |")
 		sep += "---:|---:|---:|---:|"
@@ -261,6 +327,9 @@ func WriteReport(w io.Writer, results []Result, base string, plots map[string]st
 		}
 		fmt.Fprintf(&b, "| %s | %s | %d | %.1f | %.2f | %.1f | %.1f | %d |",
 			r.Workload, r.System, r.Clients, r.OpsPerS, r.MBPerS, r.P50us, r.P99us, r.Errors)
+		if retried {
+			fmt.Fprintf(&b, " %s | %s |", abortsCell(r), abortCell(r))
+		}
 		if counted {
 			b.WriteString(countCells(r))
 		}
@@ -287,8 +356,11 @@ func WriteReport(w io.Writer, results []Result, base string, plots map[string]st
 }
 
 // writeRatioTable writes workload wl's table: base's and each peer's
-// operations per second, and their ratio, for every client count.
+// operations per second, and their ratio, for every client count; then,
+// when any of them retries on conflict, their aborts per committed
+// operation.
 func writeRatioTable(b *strings.Builder, c comparison, wl, plot string) {
+	defer writeAbortTable(b, c, wl)
 	peers := c.peersOf[wl]
 	fmt.Fprintf(b, "**%s**\n\n", wl)
 	if plot != "" {
@@ -310,6 +382,45 @@ func writeRatioTable(b *strings.Builder, c comparison, wl, plot string) {
 		for _, p := range peers {
 			peer, pok := c.by[k][p]
 			fmt.Fprintf(b, " %s | %s |", opsCell(peer, pok), c.ratioCell(k, p))
+		}
+		b.WriteString("\n")
+	}
+}
+
+// writeAbortTable writes, for workload wl, the aborts per committed
+// operation of each system that retries on conflict, by client count.
+func writeAbortTable(b *strings.Builder, c comparison, wl string) {
+	var systems []string
+	for _, sys := range append([]string{c.base}, c.peersOf[wl]...) {
+		for _, k := range c.cells {
+			if r, ok := c.by[k][sys]; ok && k.workload == wl && r.RetriesOnConflict {
+				systems = append(systems, sys)
+				break
+			}
+		}
+	}
+	if len(systems) == 0 {
+		return
+	}
+	b.WriteString("\nAborts per committed operation, of the systems that abort and retry on conflict:\n\n")
+	b.WriteString("| workload | clients |")
+	sep := "|---|---:|"
+	for _, sys := range systems {
+		fmt.Fprintf(b, " %s aborts/op |", sys)
+		sep += "---:|"
+	}
+	b.WriteString("\n" + sep + "\n")
+	for _, k := range c.cells {
+		if k.workload != wl {
+			continue
+		}
+		fmt.Fprintf(b, "| %s | %d |", k.workload, k.clients)
+		for _, sys := range systems {
+			cellText := "–"
+			if r, ok := c.by[k][sys]; ok {
+				cellText = abortCell(r)
+			}
+			fmt.Fprintf(b, " %s |", cellText)
 		}
 		b.WriteString("\n")
 	}

@@ -28,7 +28,7 @@ import (
 const maxValueBytes = limits.PayloadBytesMax
 
 // Workloads is every workload Run knows, in the order help lists them.
-var Workloads = []string{"write", "read", "stream", "counter", "monalisa", "limits"}
+var Workloads = []string{"write", "read", "stream", "counter", "monalisa", "bank", "limits"}
 
 // AggModes are the ways tyr updates counters and aggregates: atomic ops
 // applied on the server, or transactional read-modify-write.
@@ -78,6 +78,10 @@ type Config struct {
 	// the fraction of its operations that read aggregates.
 	Generators int
 	ReadRatio  float64
+	// Accounts and AccountsPerBlob: the bank workload's accounts, and how
+	// many of them tyr keeps side by side in one blob.
+	Accounts        int
+	AccountsPerBlob int
 
 	// Dir is where the limits workload measures the fsync rate: a
 	// directory on the disk the systems under test keep their data on.
@@ -105,21 +109,23 @@ type Config struct {
 // DefaultConfig holds the defaults of the command line.
 func DefaultConfig() Config {
 	return Config{
-		Clients:        []int{1},
-		Duration:       10 * time.Second,
-		ValueSize:      4096,
-		System:         BaseSystem,
-		Replication:    1,
-		KeysPerClient:  1000,
-		ReadKeys:       10000,
-		Agg:            slices.Clone(AggModes),
-		Generators:     1000,
-		ReadRatio:      0.65,
-		Dir:            os.TempDir(),
-		StreamSize:     1 << 30,
-		StreamInFlight: 4,
-		MaxErrors:      100,
-		OpTimeout:      30 * time.Second,
+		Clients:         []int{1},
+		Duration:        10 * time.Second,
+		ValueSize:       4096,
+		System:          BaseSystem,
+		Replication:     1,
+		KeysPerClient:   1000,
+		ReadKeys:        10000,
+		Agg:             slices.Clone(AggModes),
+		Generators:      1000,
+		ReadRatio:       0.65,
+		Accounts:        100,
+		AccountsPerBlob: 10,
+		Dir:             os.TempDir(),
+		StreamSize:      1 << 30,
+		StreamInFlight:  4,
+		MaxErrors:       100,
+		OpTimeout:       30 * time.Second,
 	}
 }
 
@@ -173,6 +179,13 @@ func (c *Config) validate() error {
 	if !(c.ReadRatio >= 0 && c.ReadRatio <= 1) {
 		problems = append(problems, fmt.Errorf("--read-ratio %v: must be in [0, 1]", c.ReadRatio))
 	}
+	if c.Accounts < 2 || c.Accounts > accountsMax {
+		problems = append(problems, fmt.Errorf("--accounts %d: must be in [2, %d]", c.Accounts, accountsMax))
+	}
+	if c.AccountsPerBlob < 1 || c.AccountsPerBlob > accountsPerBlobMax {
+		problems = append(problems, fmt.Errorf("--accounts-per-blob %d: must be in [1, %d]",
+			c.AccountsPerBlob, accountsPerBlobMax))
+	}
 	if c.Workload == "limits" && c.Dir == "" {
 		problems = append(problems, errors.New("--dir: need a directory for the fsync limit"))
 	}
@@ -202,7 +215,7 @@ func (c *Config) progress(format string, args ...any) {
 
 // system is one store under test, set up for one run. What else it can do
 // decides the workloads it runs: writeSystem, readSystem, streamSystem,
-// counterSystem and monalisaSystem.
+// counterSystem, monalisaSystem and bankSystem.
 type system interface {
 	Name() string
 	// Note says how the workload maps onto the system when that is not
@@ -226,9 +239,20 @@ type SystemInfo struct {
 }
 
 // conn is one client's connection; the workloads' own operations are in
-// putConn, getConn, counterConn and monalisaConn.
+// putConn, getConn, counterConn, monalisaConn and bankConn.
 type conn interface {
 	Ping(ctx context.Context) error
+}
+
+// retrier is a system that runs some workloads' operations as
+// transactions it aborts on conflict and runs again. Each result of such a
+// workload carries the aborts counted during its measurement.
+type retrier interface {
+	// retries reports whether the system runs workload's operations so.
+	retries(workload string) bool
+	// takeAborts returns the attempts aborted since the last call, and
+	// starts counting afresh.
+	takeAborts() uint64
 }
 
 // writeSystem runs the write workload: Create makes empty values under
@@ -281,6 +305,8 @@ func runs(s system, workload string) bool {
 		_, ok = s.(counterSystem)
 	case "monalisa":
 		_, ok = s.(monalisaSystem)
+	case "bank":
+		_, ok = s.(bankSystem)
 	}
 	return ok
 }
@@ -369,6 +395,8 @@ func Run(ctx context.Context, cfg Config, emit func(Result) error) (err error) {
 		return runCounter(ctx, &cfg, systems, emit)
 	case "monalisa":
 		return runMonalisa(ctx, &cfg, systems, emit)
+	case "bank":
+		return runBank(ctx, &cfg, systems, emit)
 	default:
 		return runStream(ctx, &cfg, systems, emit)
 	}
@@ -473,9 +501,17 @@ func forEachPhase(ctx context.Context, cfg *Config, systems []system, emit func(
 	for _, n := range cfg.Clients {
 		for _, s := range systems {
 			cfg.progress("%s: %s with %d clients for %s", s.Name(), cfg.Workload, n, cfg.Duration)
+			rt, retrying := s.(retrier)
+			retrying = retrying && rt.retries(cfg.Workload)
+			if retrying {
+				rt.takeAborts() // those of the setup, or of the phase before
+			}
 			r, err := timed(ctx, cfg, s, n, op)
 			if err != nil {
 				return fmt.Errorf("%s: %w", s.Name(), err)
+			}
+			if retrying {
+				r.setAborts(rt.takeAborts())
 			}
 			r.Note = s.Note(cfg.Workload)
 			info := s.Info()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"github.com/tyrstore/tyr/client"
@@ -27,6 +28,9 @@ type tyrSystem struct {
 	metrics []string      // the nodes' metrics endpoints
 	before  clusterCounts // their counters when the measurement began
 	info    SystemInfo
+
+	// aborts counts the conflicting attempts of the bank's transactions.
+	aborts atomic.Uint64
 }
 
 func newTyrSystem(cfg *Config) (*tyrSystem, error) {
@@ -51,9 +55,17 @@ func (s *tyrSystem) Note(workload string) string {
 	case "monalisa":
 		return s.name + " monalisa: one commit of the event's append and two atomic adds (sum, count) per " +
 			"aggregate; a read is one ReadPart of 800 bytes"
+	case "bank":
+		return s.name + " bank: RunTx reading both balances and writing both back, retried on conflict; " +
+			"balances are 8-byte integers side by side in blobs, so transfers conflict per blob"
 	}
 	return ""
 }
+
+// retries: tyr's bank transfers are transactions retried on conflict; its
+// counter and monalisa operations are atomic ops that never conflict.
+func (s *tyrSystem) retries(workload string) bool { return workload == "bank" }
+func (s *tyrSystem) takeAborts() uint64           { return s.aborts.Swap(0) }
 
 func (s *tyrSystem) Info() SystemInfo { return s.info }
 
@@ -184,7 +196,7 @@ func (s *tyrSystem) Conns(_ context.Context, n int) ([]conn, func() error, error
 		if err != nil {
 			return nil, nil, errors.Join(err, closeAll())
 		}
-		tc := &tyrConn{c: c, ks: s.keyspace}
+		tc := &tyrConn{c: c, ks: s.keyspace, aborts: &s.aborts}
 		if s.routes != nil {
 			tc.routes = s.routes
 			for _, addr := range s.routes.addrs {
@@ -203,6 +215,8 @@ func (s *tyrSystem) Conns(_ context.Context, n int) ([]conn, func() error, error
 type tyrConn struct {
 	c  *client.Client
 	ks string
+	// aborts counts the conflicting attempts of its transactions.
+	aborts *atomic.Uint64
 	// With --direct: a connection to each node of routes.addrs.
 	routes *routes
 	nodes  []*client.Client

@@ -17,6 +17,10 @@ package bench
 //             APPENDs the event to its generator's log in one MULTI/EXEC;
 //             then releases the locks. A read is one GETRANGE of 800 bytes,
 //             without a lock: each slot changes in one MULTI/EXEC.
+//   bank      a lock and a Redis key per account; a transfer takes the
+//             locks of both accounts (in account order, so that clients
+//             never deadlock), MGETs both balances, MSETs both (one
+//             command, so both change or neither), and releases the locks.
 //
 // ZooKeeper runs with its defaults (its transaction log fsynced before a
 // lock node is acknowledged) and Redis with an fsync per write (appendonly
@@ -118,6 +122,8 @@ func (s *zkRedisSystem) Note(workload string) string {
 	case "monalisa":
 		return s.name + " monalisa: ZooKeeper locks on the event's 4 aggregate slots, GETRANGE each, SETRANGE each " +
 			"+ APPEND in one MULTI/EXEC, unlock; a read is one GETRANGE of 800 bytes"
+	case "bank":
+		return s.name + " bank: ZooKeeper locks on both accounts (in account order), MGET, MSET, unlock"
 	}
 	return ""
 }
@@ -224,6 +230,24 @@ func (s *zkRedisSystem) CreateMonalisa(ctx context.Context, l *monalisaLayout) e
 	return s.redis.Preload(ctx, aggs, make([]byte, monalisaSlots*slotBytes))
 }
 
+func accountLock(a int) string { return "acct-" + strconv.Itoa(a) }
+
+// CreateBank creates a lock per account and the accounts in Redis.
+func (s *zkRedisSystem) CreateBank(ctx context.Context, l bankLayout) error {
+	locks := make([]string, l.accounts)
+	for a := range locks {
+		locks[a] = accountLock(a)
+	}
+	if err := s.createLocks(locks); err != nil {
+		return fmt.Errorf("zookeeper: %w", err)
+	}
+	return s.redis.CreateBank(ctx, l)
+}
+
+func (s *zkRedisSystem) Balances(ctx context.Context, l bankLayout) ([]uint64, error) {
+	return s.redis.Balances(ctx, l)
+}
+
 // Conns gives each client a ZooKeeper session and a Redis connection of
 // its own.
 func (s *zkRedisSystem) Conns(ctx context.Context, n int) ([]conn, func() error, error) {
@@ -328,4 +352,21 @@ func (c *zkRedisConn) Record(ctx context.Context, l *monalisaLayout, w *monalisa
 func (c *zkRedisConn) ReadAggregates(ctx context.Context, l *monalisaLayout, agg, from, n int) ([]byte, error) {
 	off := int64(slotOffset(from))
 	return c.r.c.GetRange(ctx, c.s.redis.key(l.aggKey(agg)), off, off+int64(n*slotBytes)-1).Bytes()
+}
+
+func (c *zkRedisConn) Transfer(ctx context.Context, _ bankLayout, t *transfer) error {
+	lo, hi := t.ordered()
+	keys := []string{c.s.redis.key(accountKey(t.from)), c.s.redis.key(accountKey(t.to))}
+	return c.locked([]string{accountLock(lo), accountLock(hi)}, func() error {
+		vals, err := c.r.c.MGet(ctx, keys...).Result()
+		if err != nil {
+			return err
+		}
+		bal, err := parseBalances(keys, vals)
+		if err != nil {
+			return err
+		}
+		from, to := t.apply(bal[0], bal[1])
+		return c.r.c.MSet(ctx, keys[0], from, keys[1], to).Err()
+	})
 }

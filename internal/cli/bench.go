@@ -41,26 +41,38 @@ Workloads:
             per-minute aggregates (sum, count) of its machine, cluster, site
             and to one global aggregate, the hot spot; --read-ratio of the
             operations read 800 bytes of an aggregate chosen by a power law
+  bank      --accounts accounts of 1000; each operation moves 1 to 100
+            between two random accounts in one serializable transaction
+            (read both balances, write both), run again when it aborts on a
+            conflict; afterwards the balances must still add up, on every
+            system. tyr keeps --accounts-per-blob 8-byte balances side by
+            side in a blob and runs RunTx
   limits    no server: loopback TCP round trips, loopback stream MB/s and
             small appends with fsync in --dir, the limits the other results
             can be read against
 
 For counter and monalisa, --agg says how tyr updates: with atomic ops in the
-commit ("tyr") and/or as transactional read-modify-write ("tyr-rmw").
+commit ("tyr") and/or as transactional read-modify-write ("tyr-rmw"). A
+system that aborts and retries on conflict (tyr-rmw, and tyr, PostgreSQL,
+etcd and Redis in the bank) reports its aborts and aborts per committed
+operation with each result.
 
 tyr runs in a keyspace of its own (bench-<random>: 64 MiB chunks, sync on,
 MVCC on, --replication copies) that is dropped at the end. Peers, each
 measured as a system of its own, with their data removed at the end:
   --peer redis --peer-addr ADDR  write (SET), read (GET), stream (a key per
-                                 4 MiB part), counter (INCRBY)
+                                 4 MiB part), counter (INCRBY), bank (WATCH
+                                 and MGET, then MSET in MULTI/EXEC, retried)
   --postgres URL                 counter (UPDATE ... RETURNING), monalisa (an
-                                 INSERT and 4 UPDATEs in one transaction)
+                                 INSERT and 4 UPDATEs in one transaction),
+                                 bank (SERIALIZABLE SELECT, UPDATEs, retried)
   --etcd ADDR                    counter (Get, then Txn on ModRevision, with
-                                 retry), read (Get)
+                                 retry), read (Get), bank (Gets, then Txn on
+                                 both ModRevisions, with retry)
   --zookeeper ADDR --zk-redis ADDR
-                                 counter and monalisa as read-modify-write in
-                                 Redis under ZooKeeper locks, one per
-                                 aggregate slot
+                                 counter, monalisa and bank as
+                                 read-modify-write in Redis under ZooKeeper
+                                 locks, one per aggregate slot or account
 Each client is one goroutine with its own connection.
 
 Against a cluster, --direct sends each operation to the node that serves
@@ -124,6 +136,8 @@ var workloadShort = map[string]string{
 	"counter": "Every client adds 1 to one shared 8-byte counter: atomic add vs transactional read-modify-write (and peers)",
 	"monalisa": "MonALISA events appended with per-minute aggregates updated in the same transaction, " +
 		"and power-law aggregate reads",
+	"bank": "Transfers between random accounts, each a serializable read-modify-write transaction of two " +
+		"balances; the balances' sum is checked afterwards",
 	"limits": "The machine's loopback round trips, loopback stream and fsync rate, for reading the other results",
 }
 
@@ -162,6 +176,10 @@ func newBenchWorkloadCommand(e *env, workload string) *cobra.Command {
 	case "monalisa":
 		f.IntVar(&cfg.Generators, "generators", cfg.Generators, "event generators, each appending to a log of its own")
 		f.Float64Var(&cfg.ReadRatio, "read-ratio", cfg.ReadRatio, "fraction of operations that read aggregates, in [0, 1]")
+	case "bank":
+		f.IntVar(&cfg.Accounts, "accounts", cfg.Accounts, "accounts transfers move money between")
+		f.IntVar(&cfg.AccountsPerBlob, "accounts-per-blob", cfg.AccountsPerBlob,
+			"balances tyr keeps side by side in one blob (transfers conflict per blob)")
 	case "limits":
 		f.StringVar(&cfg.Dir, "dir", cfg.Dir, "directory to measure the fsync rate in: one on the disk the servers use")
 	}
@@ -232,6 +250,9 @@ func writeBenchSummary(w io.Writer, cfg bench.Config, results []bench.Result) {
 	case "monalisa":
 		fmt.Fprintf(w, "monalisa: %d generators, %.0f%% reads, %s per measurement, seed %d, tyr at %s\n\n",
 			cfg.Generators, 100*cfg.ReadRatio, cfg.Duration, cfg.Seed, cfg.Endpoint)
+	case "bank":
+		fmt.Fprintf(w, "bank: %d accounts, %d per blob on tyr, %s per measurement, seed %d, tyr at %s\n\n",
+			cfg.Accounts, cfg.AccountsPerBlob, cfg.Duration, cfg.Seed, cfg.Endpoint)
 	case "limits":
 		fmt.Fprintf(w, "limits: %s per measurement, fsync in %s\n\n", cfg.Duration, cfg.Dir)
 	default:
