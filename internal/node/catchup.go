@@ -140,11 +140,17 @@ func (n *Node) tick() {
 // startCatchUp makes the node catch up, if it is not already.
 func (n *Node) startCatchUp(reason string) {
 	if n.catch.active.CompareAndSwap(false, true) {
-		n.cfg.Log.Warn("catching up", "reason", reason)
-		select {
-		case n.catch.wake <- struct{}{}:
-		default:
-		}
+		n.wakeCatchUp(reason)
+	}
+}
+
+// wakeCatchUp starts the round that catch.active, which the caller set,
+// announces.
+func (n *Node) wakeCatchUp(reason string) {
+	n.cfg.Log.Warn("catching up", "reason", reason)
+	select {
+	case n.catch.wake <- struct{}{}:
+	default:
 	}
 }
 

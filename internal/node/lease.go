@@ -173,10 +173,13 @@ func (n *Node) checkLease() {
 	switch held, was := n.leaseHeld(), n.leaseWasHeld.Load(); {
 	case held && !was:
 		// The others may have committed without this node while it held
-		// no lease: it catches up before it serves (CatchingUp is true
-		// until leaseWasHeld is set, and then the catch-up is on).
-		n.startCatchUp("read lease granted: catching up on what the others may have committed without this node")
+		// no lease: it catches up before it serves. CatchingUp stays true
+		// throughout: the catch-up is on before leaseWasHeld is set, and
+		// leaseWasHeld is set before the wake-up, so a round that ended
+		// without it (and waits for another) gets one.
+		n.catch.active.Store(true)
 		n.leaseWasHeld.Store(true)
+		n.wakeCatchUp("read lease granted: catching up on what the others may have committed without this node")
 	case !held && was:
 		n.leaseWasHeld.Store(false)
 		n.startCatchUp("read lease ended: no grants from a majority of the cluster")
