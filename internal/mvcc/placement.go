@@ -364,6 +364,15 @@ func (s *Store) Pin(key string, version uint64, use bool) (BlobInfo, func(), err
 	return m.info(key), release, nil
 }
 
+// Settle returns once no commit of blob key that was in progress on this
+// store when it was called is still in progress (staged, not yet committed
+// or aborted).
+func (s *Store) Settle(key string) {
+	keys := []string{key}
+	s.locks.lock(keys)
+	s.locks.unlock(keys)
+}
+
 // checkPinned refuses, with errs.ErrConflict, a read at version (0: the
 // newest, always served) of pages [lo, hi) of key that this store may no
 // longer hold as they were at that version: the version is older than the

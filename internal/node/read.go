@@ -18,8 +18,10 @@ import (
 // reads each chunk of the range at that version, from the local store
 // where this node holds the chunk and from the chunk's read target
 // otherwise, in parallel. Every holder committed the version before this
-// version manager did, so the bytes are those of one blob version: a read
-// that spans chunks never mixes two commits.
+// version manager did, except one that is also a version manager ahead of
+// this one in the chain, which may still have it staged and waits for it
+// (ReadChunks); so the bytes are those of one blob version: a read that
+// spans chunks never mixes two commits.
 //
 // Where this node holds every chunk of the range, it reads from one
 // snapshot of its store instead (mvcc.Store.ReadAt): a shrinking truncate
@@ -137,6 +139,13 @@ func (n *Node) ReadChunks(_ context.Context, req *peerpb.ReadChunksRequest) (*pe
 	}
 	data, err := ks.Store.ReadChunks(req.GetKey(), off, length, req.GetVersion(), req.GetSize(), req.GetExpect())
 	var behind *mvcc.ChunkMismatchError
+	if errors.As(err, &behind) && behind.Have < behind.Want {
+		// A holder that is also a version manager ahead of the reader in
+		// the chain commits after it: the commit may be staged here still.
+		// Once it is done, the chunk is in step, or this copy missed it.
+		ks.Store.Settle(req.GetKey())
+		data, err = ks.Store.ReadChunks(req.GetKey(), off, length, req.GetVersion(), req.GetSize(), req.GetExpect())
+	}
 	if errors.As(err, &behind) && behind.Have < behind.Want {
 		n.startCatchUp(fmt.Sprintf("keyspace %q: a read expected %v", ks.Name, err))
 	}
