@@ -111,7 +111,8 @@ func distinctColors(img image.Image) int {
 
 func TestLimitsMeasureTheMachine(t *testing.T) {
 	cfg := DefaultConfig()
-	cfg.Workload, cfg.Clients, cfg.Duration, cfg.Dir = "limits", []int{1, 2}, 100*time.Millisecond, t.TempDir()
+	// Long enough for a few 1 MiB writes on a loaded machine.
+	cfg.Workload, cfg.Clients, cfg.Duration, cfg.Dir = "limits", []int{1, 2}, 500*time.Millisecond, t.TempDir()
 	var results []Result
 	err := Run(context.Background(), cfg, func(r Result) error { results = append(results, r); return nil })
 	if err != nil {
