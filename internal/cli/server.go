@@ -30,6 +30,7 @@ type serverFlags struct {
 	readyFile     string
 	retention     time.Duration
 	linger        time.Duration
+	lingerSet     bool // --version-linger given
 	cluster       clusterFlags
 }
 
@@ -40,6 +41,7 @@ func newServerCommand(e *env) *cobra.Command {
 		Short: "Run a tyr server on an embedded store",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			f.lingerSet = cmd.Flags().Changed("version-linger")
 			return runServer(cmd.Context(), e, f)
 		},
 	}
@@ -71,6 +73,9 @@ func runServer(ctx context.Context, e *env, f serverFlags) error {
 	}
 	if f.retention <= 0 {
 		return fmt.Errorf("invalid --version-retention %s: must be positive", f.retention)
+	}
+	if !f.lingerSet {
+		f.linger = min(f.linger, f.retention) // the default follows a shorter read timeout
 	}
 	if f.linger <= 0 || f.linger > f.retention {
 		return fmt.Errorf("invalid --version-linger %s: must be positive and at most --version-retention (%s)", f.linger, f.retention)
