@@ -26,16 +26,14 @@ import (
 // returns the blob's version), computes the new value, and commits a write
 // of it together with a read check of that version. If the blob changed
 // in between, the commit fails as a conflict and the coordinator reads and
-// tries again, up to straddleTriesMax times; the caller sees one atomic op.
+// tries again for up to node.CommitRetryMax; the caller sees one atomic op.
 //
 // Only an op whose blob no earlier op of the same commit touches is turned
 // so (the value read must be the one the op would see); any other keeps
 // the chain's refusal (errs.ErrInvalidArgument). A commit whose own read
-// checks fail is tried straddleTriesMax times and then fails as a conflict,
-// as it would have at once.
+// checks fail is tried for node.CommitRetryMax and then fails as a
+// conflict, as it would have at once.
 
-// straddleTriesMax bounds the tries of a commit with turned atomic ops.
-const straddleTriesMax = 32
 
 // straddling returns the indexes of the atomic ops in ops to turn into
 // read-modify-writes (see above).
@@ -58,7 +56,8 @@ func straddling(pl node.Placement, cs uint64, ops []txn.Op) []int {
 // indexes turn into read-modify-writes (see above).
 func (s *Service) commitStraddling(ctx context.Context, ks *storage.Keyspace, ops []txn.Op, turn []int) ([]txn.Result, error) {
 	backoff := time.Millisecond
-	for try := 1; ; try++ {
+	deadline := time.Now().Add(node.CommitRetryMax)
+	for {
 		run := append(make([]txn.Op, 0, len(ops)+len(turn)), ops...)
 		values := make([]uint64, len(turn))
 		for j, i := range turn {
@@ -82,7 +81,7 @@ func (s *Service) commitStraddling(ctx context.Context, ks *storage.Keyspace, op
 			}
 			return results[:len(ops)], nil
 		}
-		if !errors.Is(err, errs.ErrConflict) || try == straddleTriesMax {
+		if !errors.Is(err, errs.ErrConflict) || time.Now().After(deadline) {
 			return nil, err
 		}
 		select {
@@ -90,7 +89,7 @@ func (s *Service) commitStraddling(ctx context.Context, ks *storage.Keyspace, op
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
-		backoff = min(2*backoff, 20*time.Millisecond)
+		backoff = min(2*backoff, 50*time.Millisecond)
 	}
 }
 
