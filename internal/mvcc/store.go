@@ -329,7 +329,7 @@ func (s *Store) prepareLocked(ops []txn.Op, keys []string, o prepareOpts) (*Pend
 		if err != nil {
 			return nil, err
 		}
-		b.InUse = s.uses.of(key, s.opts.Now())
+		b.InUse = s.uses.of(key, time.Unix(0, now))
 		bases[key] = b
 	}
 	switch {

@@ -139,7 +139,10 @@ func TestUsesSummary(t *testing.T) {
 	if got := u.of("k", now.Add(2*time.Minute)); got != (InUse{}) {
 		t.Fatalf("after the noted summary was cleared and the local use lapsed: %+v", got)
 	}
-	u.release("nothing", 1) // releasing what is not counted is harmless
+	u.release("nothing", 1) // releasing what is not counted leaves the rest
+	if got := u.of("k", now); got != (InUse{}) {
+		t.Fatalf("after releasing an uncounted use: %+v", got)
+	}
 }
 
 // TestUsesReachHolders: a holder of a blob's chunk, which serves no
