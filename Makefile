@@ -35,11 +35,11 @@ fuzz:
 fuzz-long:
 	$(MAKE) fuzz FUZZTIME=10m
 
-# 50 rounds of kill -9 after acknowledged writes (3 rounds run in `make test`).
 # 10,000 overwrites of a 1 MiB blob: the data directory stays bounded.
 gc-soak:
 	TYR_GC_OVERWRITES=10000 $(GO) test -count=1 -timeout 60m -run 'TestVersionGCBounded' -v ./tests/e2e/
 
+# 50 rounds of kill -9 after acknowledged writes (3 rounds run in `make test`).
 crash-long:
 	TYR_CRASH_ROUNDS=50 $(GO) test -count=1 -timeout 60m -run 'TestCrash' -v ./tests/e2e/
 

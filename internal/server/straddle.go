@@ -34,7 +34,6 @@ import (
 // checks fail is tried for node.CommitRetryMax and then fails as a
 // conflict, as it would have at once.
 
-
 // straddling returns the indexes of the atomic ops in ops to turn into
 // read-modify-writes (see above).
 func straddling(pl node.Placement, cs uint64, ops []txn.Op) []int {
