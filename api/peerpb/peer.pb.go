@@ -909,8 +909,11 @@ type Base struct {
 	Chunks map[uint64]uint64 `protobuf:"bytes,4,rep,name=chunks,proto3" json:"chunks,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	// the oldest version of the blob in use by a running transaction on the
 	// version manager (0: none), and when its last use lapses (unix ns)
-	InUseOldest   uint64 `protobuf:"varint,5,opt,name=in_use_oldest,json=inUseOldest,proto3" json:"in_use_oldest,omitempty"`
-	InUseUntil    int64  `protobuf:"varint,6,opt,name=in_use_until,json=inUseUntil,proto3" json:"in_use_until,omitempty"`
+	InUseOldest uint64 `protobuf:"varint,5,opt,name=in_use_oldest,json=inUseOldest,proto3" json:"in_use_oldest,omitempty"`
+	InUseUntil  int64  `protobuf:"varint,6,opt,name=in_use_until,json=inUseUntil,proto3" json:"in_use_until,omitempty"`
+	// the versions of the commits queued before this one on the blob at the
+	// version manager (mvcc.Base.Ahead)
+	Ahead         []uint64 `protobuf:"varint,7,rep,packed,name=ahead,proto3" json:"ahead,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -985,6 +988,13 @@ func (x *Base) GetInUseUntil() int64 {
 		return x.InUseUntil
 	}
 	return 0
+}
+
+func (x *Base) GetAhead() []uint64 {
+	if x != nil {
+		return x.Ahead
+	}
+	return nil
 }
 
 // Op is one internal/txn.Op.
@@ -1444,7 +1454,7 @@ const file_api_peerpb_peer_proto_rawDesc = "" +
 	"\x0fbegun_unix_nano\x18\x0f \x01(\x03R\rbegunUnixNano\x12'\n" +
 	"\x05bases\x18\x12 \x03(\v2\x11.tyr.peer.v1.BaseR\x05bases\x12\x14\n" +
 	"\x05fresh\x18\x13 \x01(\bR\x05fresh\x12\x14\n" +
-	"\x05probe\x18\x14 \x01(\bR\x05probeJ\x04\b\x10\x10\x11J\x04\b\x11\x10\x12\"\xfe\x01\n" +
+	"\x05probe\x18\x14 \x01(\bR\x05probeJ\x04\b\x10\x10\x11J\x04\b\x11\x10\x12\"\x94\x02\n" +
 	"\x04Base\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x12\n" +
@@ -1452,7 +1462,8 @@ const file_api_peerpb_peer_proto_rawDesc = "" +
 	"\x06chunks\x18\x04 \x03(\v2\x1d.tyr.peer.v1.Base.ChunksEntryR\x06chunks\x12\"\n" +
 	"\rin_use_oldest\x18\x05 \x01(\x04R\vinUseOldest\x12 \n" +
 	"\fin_use_until\x18\x06 \x01(\x03R\n" +
-	"inUseUntil\x1a9\n" +
+	"inUseUntil\x12\x14\n" +
+	"\x05ahead\x18\a \x03(\x04R\x05ahead\x1a9\n" +
 	"\vChunksEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x04R\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\xfc\x01\n" +

@@ -208,6 +208,15 @@ type Staged interface {
 	Results() []txn.Result
 }
 
+// Ordered is implemented by a Staged that may have to wait before its
+// Commit: the Stager queued it behind transactions staged earlier on the
+// same keys, which must be committed or aborted here first (see "Ordering"
+// in replica.go). Ready reports whether it may commit now. A Staged that is
+// not Ordered is always ready.
+type Ordered interface {
+	Ready() bool
+}
+
 // Errors returned or carried by the protocol.
 var (
 	// ErrBusy is the backpressure error: the replica already stages

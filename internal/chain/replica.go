@@ -76,7 +76,23 @@ import (
 // of bounds. Invariant 1 across a forgotten transaction, and 3 across the
 // whole chain, need a view of every member: the simulator checks them.
 //
-// # Not yet here
+// # Ordering
+//
+// The Stager may stage a transaction behind others staged earlier on the
+// same keys instead of refusing it (for mvcc, commits that only apply
+// atomic ops to a blob; see mvcc/order.go), so that it travels down the
+// chain while they are undecided. Such a Staged is Ordered: once its
+// transaction is committed here (the tail prepared it, or a commit Backward
+// arrived), it may not be ready to apply. The member then holds it in the
+// applying phase: the outcome is known, the Ack to the downstream member is
+// sent, but nothing goes upstream until the local Commit is done
+// (invariant 5). After every Step and Tick the replica applies, in the
+// order they began to wait, those that became ready, which happens when
+// the transactions ahead of them are committed or aborted here. The Stager
+// orders each key's queue by a total order that every member shares (the
+// commit version), so a transaction waits only for ones that never wait for
+// it. A tail that waits has told nobody yet, so if its Commit then fails it
+// still aborts.
 //
 // # Re-execution
 //
@@ -233,9 +249,12 @@ const (
 	// phaseReleased: acknowledged; kept for OutcomeRetentionTicks against
 	// delayed duplicate Forwards, then forgotten.
 	phaseReleased
+	// phaseApplying: committed, still staged, waiting for the Stager to
+	// let it apply (see "Ordering"); nothing sent upstream yet.
+	phaseApplying
 )
 
-var phaseNames = [...]string{"invalid", "waiting", "decided", "released"}
+var phaseNames = [...]string{"invalid", "waiting", "decided", "released", "applying"}
 
 // record is one transaction at one member.
 type record struct {
@@ -269,6 +288,9 @@ type record struct {
 	// (see probe); refusal is this member's own refusal, if it refused.
 	probing bool
 	refusal string
+	// point marks a tail that prepared the transaction itself: the commit
+	// point, which may still abort if its Commit fails.
+	point bool
 }
 
 func (r *record) String() string {
@@ -283,8 +305,12 @@ func (r *record) isTail() bool { return r.index == len(r.chain)-1 }
 type Replica struct {
 	cfg  ReplicaConfig
 	txns map[TxnID]*record
-	// staged counts records in phaseWaiting; it never exceeds PendingMax.
-	staged   int
+	// staged counts records holding a Staged (waiting or applying); it
+	// never exceeds PendingMax.
+	staged int
+	// applying lists the transactions in phaseApplying, in the order they
+	// entered it.
+	applying []TxnID
 	out      Output
 	tickIDs  []TxnID
 	counters ReplicaCounters
@@ -358,6 +384,7 @@ func (r *Replica) Step(m Message) error {
 	default:
 		return fmt.Errorf("%w: a replica does not take %s", ErrInvalidMessage, m.Type)
 	}
+	r.applyReady()
 	r.assertBounds(m.Txn)
 	return err
 }
@@ -432,14 +459,10 @@ func (r *Replica) stepForward(m Message) error {
 		return nil
 	}
 	if rec.isTail() {
-		// The commit point. A tail whose storage fails to commit has made
-		// nothing durable and told nobody, so it may still abort.
-		results := staged.Results()
-		if err := staged.Commit(results); err != nil {
-			r.decide(m.Txn, rec, false, fmt.Sprintf("chain tail %s: %v", r.cfg.ID, err), nil, nil)
-			return nil
-		}
-		r.decide(m.Txn, rec, true, "", results, nil)
+		// The commit point.
+		rec.staged, rec.point = staged, true
+		r.staged++
+		r.apply(m.Txn, rec, nil)
 		return nil
 	}
 	rec.phase = phaseWaiting
@@ -477,6 +500,9 @@ func (r *Replica) probe(id TxnID, rec *record, ops []txn.Op, errText string) {
 // order, is refused with ErrReexecution, and so is an older chain arriving
 // after a newer one.
 func (r *Replica) reroute(m Message, rec *record) error {
+	if isSubsequence(rec.chain, m.Chain) && rec.phase == phaseApplying {
+		return nil // Answered on a repeat, once applied here.
+	}
 	if isSubsequence(rec.chain, m.Chain) && rec.phase != phaseWaiting {
 		// From a member the re-execution left out that still waits on the
 		// older chain: tell it the outcome, which it adopts like any
@@ -502,12 +528,7 @@ func (r *Replica) reroute(m Message, rec *record) error {
 			return nil
 		}
 		if rec.isTail() {
-			staged := rec.staged
-			rec.staged = nil
-			r.staged--
-			results := staged.Results()
-			commitErr := staged.Commit(results)
-			r.decide(m.Txn, rec, true, "", results, commitErr)
+			r.apply(m.Txn, rec, nil)
 			return nil
 		}
 	case phaseReleased:
@@ -602,11 +623,10 @@ func (r *Replica) stepBackward(m Message) error {
 		r.send(ack)
 		return nil
 	}
-	staged := rec.staged
-	rec.staged = nil
-	r.staged--
 	if !m.Committed {
-		staged.Abort()
+		rec.staged.Abort()
+		rec.staged = nil
+		r.staged--
 		r.decide(m.Txn, rec, false, m.Err, nil, nil)
 		r.send(ack)
 		return nil
@@ -614,11 +634,59 @@ func (r *Replica) stepBackward(m Message) error {
 	// The tail committed, so the transaction is committed whatever happens
 	// here: a local storage failure is reported to the caller for repair,
 	// and the commit still travels upstream.
-	results := txn.MergeResults(staged.Results(), m.Results)
-	commitErr := staged.Commit(results)
-	r.decide(m.Txn, rec, true, "", results, commitErr)
+	r.apply(m.Txn, rec, m.Results)
 	r.send(ack)
 	return nil
+}
+
+// apply commits what the member staged for a committed transaction, and
+// decides, once the Stager lets it; until then the transaction waits in
+// phaseApplying (see "Ordering"). downstream are the results of the member
+// after this one (nil at the tail).
+func (r *Replica) apply(id TxnID, rec *record, downstream []txn.Result) {
+	if o, ok := rec.staged.(Ordered); ok && !o.Ready() {
+		if rec.phase != phaseApplying {
+			rec.phase = phaseApplying
+			rec.committed = true
+			rec.results = downstream
+			rec.ops = nil
+			r.applying = append(r.applying, id)
+		}
+		return
+	}
+	staged := rec.staged
+	rec.staged = nil
+	r.staged--
+	results := txn.MergeResults(staged.Results(), downstream)
+	commitErr := staged.Commit(results)
+	results = txn.MergeResults(staged.Results(), results)
+	if rec.point && commitErr != nil {
+		// A tail whose storage fails to commit has made nothing durable
+		// and told nobody, so it may still abort.
+		r.decide(id, rec, false, fmt.Sprintf("chain tail %s: %v", r.cfg.ID, commitErr), nil, nil)
+		return
+	}
+	r.decide(id, rec, true, "", results, commitErr)
+}
+
+// applyReady applies the waiting transactions that became ready, until
+// none does.
+func (r *Replica) applyReady() {
+	for progress := true; progress && len(r.applying) > 0; {
+		progress = false
+		waiting := r.applying[:0]
+		for _, id := range r.applying {
+			rec := r.txns[id]
+			if rec.staged.(Ordered).Ready() {
+				r.apply(id, rec, rec.results)
+				progress = true
+			} else {
+				waiting = append(waiting, id)
+			}
+		}
+		clear(r.applying[len(waiting):])
+		r.applying = waiting
+	}
 }
 
 func (r *Replica) stepAck(m Message) error {
@@ -644,6 +712,8 @@ func (r *Replica) stepAck(m Message) error {
 			return nil
 		}
 		r.fail(m.Txn, rec, "Ack before this member sent an outcome", &m)
+	case phaseApplying:
+		r.fail(m.Txn, rec, "Ack before this member sent an outcome", &m)
 	case phaseDecided:
 		rec.phase = phaseReleased
 		rec.ticks = 0
@@ -654,6 +724,7 @@ func (r *Replica) stepAck(m Message) error {
 // Tick advances the replica's logical clock by one tick: it retransmits what
 // is unanswered and forgets what has been retained long enough.
 func (r *Replica) Tick() {
+	r.applyReady()
 	ids := r.tickIDs[:0]
 	for id := range r.txns {
 		ids = append(ids, id)
@@ -724,6 +795,9 @@ func (r *Replica) decide(id TxnID, rec *record, committed bool, errText string, 
 // resend repeats what this member last sent for the transaction and
 // restarts its retransmission timer.
 func (r *Replica) resend(id TxnID, rec *record) {
+	if rec.phase == phaseApplying {
+		return // Nothing may go upstream before the local commit.
+	}
 	if rec.phase == phaseWaiting {
 		r.send(r.forwardMessage(id, rec))
 	} else {

@@ -42,6 +42,11 @@ type fakeStager struct {
 	log       *[]string
 	refuse    map[string]bool
 	committed map[chain.TxnID][]txn.Result
+	// ordered stages every transaction behind the ones staged before it
+	// and not yet committed or aborted: an Ordered Staged, ready once they
+	// are done.
+	ordered bool
+	staged  []*fakeStaged
 }
 
 func (s *fakeStager) Committed(id chain.TxnID) ([]txn.Result, bool, error) {
@@ -57,7 +62,34 @@ func (s *fakeStager) Prepare(id chain.TxnID, ops []txn.Op) (chain.Staged, error)
 		}
 	}
 	*s.log = append(*s.log, "prepare "+id.String())
-	return &fakeStaged{id: id, log: s.log, n: len(ops), committed: s.committed}, nil
+	staged := &fakeStaged{id: id, log: s.log, n: len(ops), committed: s.committed}
+	if !s.ordered {
+		return staged, nil
+	}
+	o := orderedStaged{fakeStaged: staged, before: slices.Clone(s.staged)}
+	s.staged = append(s.staged, staged)
+	return o, nil
+}
+
+type orderedStaged struct {
+	*fakeStaged
+	before []*fakeStaged
+}
+
+func (s orderedStaged) Ready() bool {
+	for _, b := range s.before {
+		if !b.done {
+			return false
+		}
+	}
+	return true
+}
+
+func (s orderedStaged) Commit(results []txn.Result) error {
+	if !s.Ready() {
+		panic("Commit before Ready")
+	}
+	return s.fakeStaged.Commit(results)
 }
 
 type fakeStaged struct {
@@ -167,12 +199,13 @@ type scenario struct {
 	pending   int
 	txns      int
 	knob      int
+	ordered   bool
 	steps     []step
 }
 
 func (sc scenario) run(t *testing.T) {
 	var log []string
-	stager := &fakeStager{log: &log, refuse: map[string]bool{}, committed: map[chain.TxnID][]txn.Result{}}
+	stager := &fakeStager{log: &log, refuse: map[string]bool{}, committed: map[chain.TxnID][]txn.Result{}, ordered: sc.ordered}
 	for _, k := range sc.refuse {
 		stager.refuse[k] = true
 	}
@@ -307,6 +340,44 @@ func TestReplicaScenarios(t *testing.T) {
 				deliver(back(1, 1, true), ackTo3),  // and a late Backward acknowledged
 				deliver(back(1, 1, false), ackTo3), // even a contradicting one: we cannot know
 				deliver(fwd(2, 1), "prepare c/2", strings.ReplaceAll(fwdTo3, "c/1", "c/2")), // others go on
+			},
+		},
+		{
+			name: "a transaction committed behind an undecided one waits to apply, then goes upstream",
+			node: 1, ordered: true,
+			steps: []step{
+				deliver(fwd(1, 1), prepare1, fwdTo3),
+				deliver(fwd(2, 1), "prepare c/2", strings.ReplaceAll(fwdTo3, "c/1", "c/2")),
+				// Committed downstream: acknowledged, but not applied
+				// before c/1 is decided here, and nothing goes upstream.
+				deliver(back(2, 1, true), strings.ReplaceAll(ackTo3, "c/1", "c/2")),
+				deliver(fwd(2, 1)), // a duplicate Forward gets no answer yet
+				deliver(back(2, 1, true), strings.ReplaceAll(ackTo3, "c/1", "c/2")), // a repeat is acknowledged
+				tick(3, fwdTo3), // only the undecided c/1 is retransmitted
+				deliver(back(1, 1, true), commit1, "commit c/2", commitTo1, ackTo3,
+					strings.ReplaceAll(commitTo1, "c/1", "c/2"), finCommitted, "finish c/2 committed=true"),
+				deliver(fwd(2, 1), strings.ReplaceAll(commitTo1, "c/1", "c/2")),
+			},
+		},
+		{
+			name: "a transaction waiting to apply behind an aborted one applies",
+			node: 1, ordered: true,
+			steps: []step{
+				deliver(fwd(1, 1), prepare1, fwdTo3),
+				deliver(fwd(2, 1), "prepare c/2", strings.ReplaceAll(fwdTo3, "c/1", "c/2")),
+				deliver(back(2, 1, true), strings.ReplaceAll(ackTo3, "c/1", "c/2")),
+				deliver(back(1, 1, false), abort1, "commit c/2", abortTo1, ackTo3,
+					strings.ReplaceAll(commitTo1, "c/1", "c/2"), finAborted, "finish c/2 committed=true"),
+			},
+		},
+		{
+			name: "an Ack for a transaction waiting to apply is impossible",
+			node: 1, ordered: true,
+			steps: []step{
+				deliver(fwd(1, 1), prepare1, fwdTo3),
+				deliver(fwd(2, 1), "prepare c/2", strings.ReplaceAll(fwdTo3, "c/1", "c/2")),
+				deliver(back(2, 1, true), strings.ReplaceAll(ackTo3, "c/1", "c/2")),
+				{msg: ptr(ack(2, 1)), wantPanic: "Ack before this member sent an outcome"},
 			},
 		},
 		{

@@ -1,6 +1,8 @@
 package mvcc
 
 import (
+	"errors"
+
 	"github.com/tyrstore/tyr/internal/chain"
 	"github.com/tyrstore/tyr/internal/txn"
 )
@@ -24,7 +26,8 @@ type Stager struct{ Store *Store }
 
 var (
 	_ chain.Stager = Stager{}
-	_ chain.Staged = ChainStaged{}
+	_ chain.Staged  = ChainStaged{}
+	_ chain.Ordered = ChainStaged{}
 )
 
 // Prepare implements chain.Stager.
@@ -61,8 +64,17 @@ type ChainStaged struct {
 	ID chain.TxnID
 }
 
-// Commit implements chain.Staged.
+// Commit implements chain.Staged. A commit queued behind others is rebased
+// first (see order.go): its own results may change, and are recorded in
+// place of the ones results holds for them.
 func (s ChainStaged) Commit(results []txn.Result) error {
+	if err := s.P.Rebase(); err != nil {
+		if !errors.Is(err, ErrNotReady) {
+			s.P.Abort()
+		}
+		return err
+	}
+	results = txn.MergeResults(s.P.Results(), results)
 	if err := s.P.RecordTxn(s.ID.String(), txn.EncodeResults(results)); err != nil {
 		s.P.Abort()
 		return err
@@ -72,6 +84,9 @@ func (s ChainStaged) Commit(results []txn.Result) error {
 
 // Abort implements chain.Staged.
 func (s ChainStaged) Abort() { s.P.Abort() }
+
+// Ready implements chain.Ordered.
+func (s ChainStaged) Ready() bool { return s.P.Ready() }
 
 // Results implements chain.Staged.
 func (s ChainStaged) Results() []txn.Result { return s.P.Results() }

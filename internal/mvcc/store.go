@@ -178,6 +178,13 @@ type Pending struct {
 	bases   map[string]Base
 	given   map[string]Base // the bases an earlier member handed on
 	touched map[string]Touched
+	// ticket is the commit's place in its blobs' queues, nil if it holds
+	// its locks alone; ops and opts rebuild it on the blobs as the commits
+	// before it in a queue left them (see order.go).
+	ticket  *ticket
+	ops     []txn.Op
+	opts    prepareOpts
+	rebased bool
 }
 
 // Touched returns, for each blob the commit changes, the parts of it the
@@ -233,6 +240,10 @@ type prepareOpts struct {
 	// copied marks a copy from another replica (Install): version is taken
 	// as it is, without acceptVersion's checks.
 	copied bool
+	// rebase rebuilds a queued commit whose checks passed when it was
+	// staged (see Pending.Rebase): they are not made again, and its read
+	// checks release no use a second time.
+	rebase bool
 }
 
 // prepareLocked builds the commit of ops on keys, whose locks the caller
@@ -266,7 +277,7 @@ func (s *Store) prepareLocked(ops []txn.Op, keys []string, o prepareOpts) (*Pend
 		b, given := o.bases[key]
 		switch {
 		case given && manages[key]:
-			if have := w.version(); have != b.Version {
+			if have := w.version(); have != b.Version && !o.rebase && !slices.Contains(b.Ahead, have) {
 				return nil, &BaseMismatchError{Key: key, Have: have, Want: b.Version}
 			}
 		case given:
@@ -284,7 +295,7 @@ func (s *Store) prepareLocked(ops []txn.Op, keys []string, o prepareOpts) (*Pend
 	// Read checks first: the transaction's reads are still current only if
 	// no blob it read changed since, and then its ops apply as it saw them.
 	for i, op := range ops {
-		if op.Kind != txn.OpReadCheck || !manages[op.Key] {
+		if op.Kind != txn.OpReadCheck || !manages[op.Key] || o.rebase {
 			continue // the version managers check reads
 		}
 		w := blobs[op.Key]
@@ -313,7 +324,7 @@ func (s *Store) prepareLocked(ops []txn.Op, keys []string, o prepareOpts) (*Pend
 	}
 	for _, key := range keys {
 		w := blobs[key]
-		if b, given := o.bases[key]; given && !manages[key] {
+		if b, given := o.bases[key]; given && !manages[key] && !o.rebase {
 			if err := w.checkHeld(snap, b); err != nil {
 				return nil, err
 			}
@@ -374,8 +385,17 @@ func (s *Store) prepareLocked(ops []txn.Op, keys []string, o prepareOpts) (*Pend
 }
 
 // Commit makes the prepared ops durable (when Sync) and visible, atomically.
+// A commit queued behind others (see order.go) must be Ready; it is rebased
+// first.
 func (p *Pending) Commit() error {
-	defer p.store.locks.unlock(p.keys)
+	if err := p.Rebase(); err != nil {
+		if errors.Is(err, ErrNotReady) {
+			return err
+		}
+		p.Abort()
+		return fmt.Errorf("%w: commit: %w", errs.ErrUnavailable, err)
+	}
+	defer p.store.locks.release(p.keys, p.ticket)
 	opt := pebble.NoSync
 	if p.store.opts.Sync {
 		opt = pebble.Sync
@@ -398,7 +418,7 @@ func (p *Pending) Commit() error {
 // Abort drops the prepared ops.
 func (p *Pending) Abort() {
 	_ = p.batch.Close()
-	p.store.locks.unlock(p.keys)
+	p.store.locks.release(p.keys, p.ticket)
 }
 
 // BlobInfo describes a blob.

@@ -90,48 +90,65 @@ func (s *Store) TryPrepareStep(ops []txn.Op, st Step) (*Pending, error) {
 	if err != nil {
 		return nil, err
 	}
-	if busy, ok := s.locks.tryLock(keys); !ok {
+	tk := newTicket(ops, st.Version)
+	if busy, ok := s.locks.tryLock(keys, tk, tk.atomicOnly); !ok {
 		return nil, fmt.Errorf("%w: %w: blob %q", errs.ErrConflict, ErrLocked, busy)
 	}
-	p, err := s.prepareLocked(ops, keys, prepareOpts{version: st.Version, bases: st.Bases, placement: st.Placement})
+	o := prepareOpts{version: st.Version, bases: st.Bases, placement: st.Placement}
+	p, err := s.prepareLocked(ops, keys, o)
 	if err != nil {
-		s.locks.unlock(keys)
+		s.locks.release(keys, tk)
 		return nil, err
+	}
+	p.ticket, p.ops, p.opts = tk, ops, o
+	if tk != nil {
+		for key, ahead := range tk.ahead {
+			if _, given := st.Bases[key]; !given {
+				b := p.bases[key]
+				b.Ahead = ahead
+				p.bases[key] = b
+			}
+		}
 	}
 	return p, nil
 }
 
 // tryLock locks all of sortedKeys, or none: if one is held, it releases the
 // ones it took and returns that key. It never waits for a key's lock; it
-// holds the table's mutex throughout, which lock and unlock only hold
-// briefly, so the reference counts change atomically with the locking.
-func (t *lockTable) tryLock(sortedKeys []string) (string, bool) {
+// holds the table's mutex throughout, which lock and release only hold
+// briefly, so the reference counts and queues change atomically with the
+// locking. With a ticket, a key for which shared reports true is held in a
+// queue that later commits may join (see order.go).
+func (t *lockTable) tryLock(sortedKeys []string, tk *ticket, shared func(key string) bool) (string, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.locks == nil {
-		t.locks = map[string]*keyLock{}
-	}
 	for i, key := range sortedKeys {
-		l := t.locks[key]
-		if l == nil {
-			l = &keyLock{}
-			t.locks[key] = l
-		}
-		if !l.mu.TryLock() {
+		l := t.entry(key)
+		inQueue := tk != nil && shared(key)
+		switch {
+		case l.mu.TryLock():
+			if inQueue {
+				l.queue = []*ticket{tk}
+				tk.shared = append(tk.shared, key)
+			}
+		case inQueue && tk.mayJoin(l):
+			for _, before := range l.queue {
+				tk.ahead[key] = append(tk.ahead[key], before.version)
+			}
+			l.queue = append(l.queue, tk)
+			tk.shared = append(tk.shared, key)
+			tk.behind = true
+		default:
+			l.refs--
 			if l.refs == 0 {
 				delete(t.locks, key)
 			}
 			for _, taken := range sortedKeys[:i] {
-				tl := t.locks[taken]
-				tl.mu.Unlock()
-				tl.refs--
-				if tl.refs == 0 {
-					delete(t.locks, taken)
-				}
+				t.releaseLocked(taken, tk)
 			}
+			tk.reset()
 			return key, false
 		}
-		l.refs++
 	}
 	return "", true
 }

@@ -328,7 +328,9 @@ func (s *Store) queueSuperseded(batch *pebble.Batch, w *blobWork, idx uint64, de
 }
 
 // lockTable holds one mutex per blob key in use. Keys are always locked in
-// sorted order, so two commits never wait on each other in a cycle.
+// sorted order, so two commits never wait on each other in a cycle. A key's
+// mutex is held by one commit alone, or by a queue of commits that each only
+// apply atomic ops to the key (see order.go).
 type lockTable struct {
 	mu    sync.Mutex
 	locks map[string]*keyLock // guarded by mu
@@ -337,34 +339,70 @@ type lockTable struct {
 type keyLock struct {
 	mu   sync.Mutex
 	refs int // guarded by lockTable.mu
+	// queue lists, in version order, the commits that hold mu together;
+	// nil while mu is free or held by one holder alone. Guarded by
+	// lockTable.mu.
+	queue []*ticket
+	// waiting counts the lockers blocked on mu. While any waits, no commit
+	// joins queue, so it drains and the waiter gets its turn. Guarded by
+	// lockTable.mu.
+	waiting int
+}
+
+// entry returns key's lock, made if need be, with its reference taken. The
+// caller holds t.mu.
+func (t *lockTable) entry(key string) *keyLock {
+	if t.locks == nil {
+		t.locks = map[string]*keyLock{}
+	}
+	l := t.locks[key]
+	if l == nil {
+		l = &keyLock{}
+		t.locks[key] = l
+	}
+	l.refs++
+	return l
 }
 
 func (t *lockTable) lock(sortedKeys []string) {
 	for _, key := range sortedKeys {
 		t.mu.Lock()
-		if t.locks == nil {
-			t.locks = map[string]*keyLock{}
-		}
-		l := t.locks[key]
-		if l == nil {
-			l = &keyLock{}
-			t.locks[key] = l
-		}
-		l.refs++
+		l := t.entry(key)
+		l.waiting++
 		t.mu.Unlock()
 		l.mu.Lock()
+		t.mu.Lock()
+		l.waiting--
+		t.mu.Unlock()
 	}
 }
 
-func (t *lockTable) unlock(sortedKeys []string) {
+func (t *lockTable) unlock(sortedKeys []string) { t.release(sortedKeys, nil) }
+
+// release gives up what tk (nil: a holder outside any queue) holds of
+// sortedKeys: its place in a key's queue, and the key's mutex when it held
+// it alone or was the last in the queue.
+func (t *lockTable) release(sortedKeys []string, tk *ticket) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, key := range sortedKeys {
-		l := t.locks[key]
-		l.mu.Unlock()
-		l.refs--
-		if l.refs == 0 {
-			delete(t.locks, key)
+		t.releaseLocked(key, tk)
+	}
+}
+
+func (t *lockTable) releaseLocked(key string, tk *ticket) {
+	l := t.locks[key]
+	if i := slices.Index(l.queue, tk); tk != nil && i >= 0 {
+		l.queue = slices.Delete(l.queue, i, i+1)
+		if len(l.queue) == 0 {
+			l.queue = nil
+			l.mu.Unlock()
 		}
+	} else {
+		l.mu.Unlock()
+	}
+	l.refs--
+	if l.refs == 0 {
+		delete(t.locks, key)
 	}
 }

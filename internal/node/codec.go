@@ -43,7 +43,7 @@ func encodeEnvelope(e envelope) *peerpb.Message {
 	}
 	for key, b := range e.bases {
 		out.Bases = append(out.Bases, &peerpb.Base{Key: key, Version: b.Version, Size: b.Size, Chunks: b.Chunks,
-			InUseOldest: b.InUse.Oldest, InUseUntil: b.InUse.Until})
+			InUseOldest: b.InUse.Oldest, InUseUntil: b.InUse.Until, Ahead: b.Ahead})
 	}
 	for _, id := range m.Chain {
 		out.Chain = append(out.Chain, string(id))
@@ -99,6 +99,9 @@ func decodeEnvelope(in *peerpb.Message) (envelope, error) {
 	}
 	var bases map[string]mvcc.Base
 	for _, b := range in.GetBases() {
+		if len(b.GetAhead()) > mvcc.QueueMax {
+			return envelope{}, fmt.Errorf("%w: base of blob %q with %d queued versions", errs.ErrInvalidArgument, b.GetKey(), len(b.GetAhead()))
+		}
 		if len(b.GetChunks()) > basesChunksMax {
 			return envelope{}, fmt.Errorf("%w: base of blob %q with %d chunk versions", errs.ErrInvalidArgument, b.GetKey(), len(b.GetChunks()))
 		}
@@ -106,7 +109,7 @@ func decodeEnvelope(in *peerpb.Message) (envelope, error) {
 			bases = map[string]mvcc.Base{}
 		}
 		bases[b.GetKey()] = mvcc.Base{Version: b.GetVersion(), Size: b.GetSize(), Chunks: b.GetChunks(),
-			InUse: mvcc.InUse{Oldest: b.GetInUseOldest(), Until: b.GetInUseUntil()}}
+			InUse: mvcc.InUse{Oldest: b.GetInUseOldest(), Until: b.GetInUseUntil()}, Ahead: b.GetAhead()}
 	}
 	return envelope{keyspace: in.GetKeyspace(), version: in.GetVersion(), begun: in.GetBegunUnixNano(),
 		msg: m, sent: in.GetSentUnixNano(), bases: bases}, nil

@@ -1,0 +1,171 @@
+package mvcc
+
+import (
+	"encoding/binary"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/tyrstore/tyr/internal/errs"
+	"github.com/tyrstore/tyr/internal/txn"
+)
+
+func addOp(key string, n uint64) txn.Op {
+	return txn.Op{Key: key, Kind: txn.OpAtomic, Offset: 0, Width: 8, Func: txn.FuncAdd, Operand: n}
+}
+
+// counterStore returns a store holding an 8-byte zero counter "c", and the
+// counter's version.
+func counterStore(t *testing.T) (*Store, uint64) {
+	t.Helper()
+	s := openStore(t, Options{MVCC: true, Now: newFakeClock().Now})
+	mustCommit(t, s, txn.Op{Key: "c", Kind: txn.OpWrite, Data: make([]byte, 8), Create: true})
+	info, err := s.Stat("c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, info.Version
+}
+
+func counter(t *testing.T, s *Store) uint64 {
+	t.Helper()
+	return binary.LittleEndian.Uint64(mustRead(t, s, "c", 0, 8))
+}
+
+func TestQueueOrdersAtomicCommits(t *testing.T) {
+	for _, first := range []string{"commit", "abort"} {
+		t.Run(first, func(t *testing.T) {
+			s, v := counterStore(t)
+			p1, err := s.TryPrepareAt([]txn.Op{addOp("c", 1)}, v+10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p2, err := s.TryPrepareAt([]txn.Op{addOp("c", 2)}, v+20)
+			if err != nil {
+				t.Fatalf("an atomic commit above the queued one was refused: %v", err)
+			}
+			if got := p2.Bases()["c"].Ahead; !slices.Equal(got, []uint64{v + 10}) {
+				t.Fatalf("second commit's base names %v ahead, want [%d]", got, v+10)
+			}
+			if p1.Ready() == false || p2.Ready() {
+				t.Fatalf("ready: first %t, second %t; want true, false", p1.Ready(), p2.Ready())
+			}
+			if err := p2.Commit(); !errors.Is(err, ErrNotReady) {
+				t.Fatalf("commit of the second before the first decided: %v, want ErrNotReady", err)
+			}
+			for _, refused := range []struct {
+				name string
+				ops  []txn.Op
+				v    uint64
+			}{
+				{"an atomic commit below the last queued version", []txn.Op{addOp("c", 4)}, v + 15},
+				{"a write", []txn.Op{{Key: "c", Kind: txn.OpWrite, Data: []byte{9}}}, v + 30},
+				{"a read check", []txn.Op{{Key: "c", Kind: txn.OpReadCheck, Version: v}, addOp("c", 4)}, v + 30},
+			} {
+				if p, err := s.TryPrepareAt(refused.ops, refused.v); !errors.Is(err, errs.ErrConflict) {
+					t.Fatalf("%s joined the queue: %v, %v", refused.name, p, err)
+				}
+			}
+			want := uint64(2)
+			if first == "commit" {
+				if err := p1.Commit(); err != nil {
+					t.Fatal(err)
+				}
+				want = 3
+			} else {
+				p1.Abort()
+			}
+			if !p2.Ready() {
+				t.Fatal("second commit not ready once the first is decided")
+			}
+			if err := p2.Commit(); err != nil {
+				t.Fatal(err)
+			}
+			if got := counter(t, s); got != want {
+				t.Fatalf("counter %d, want %d", got, want)
+			}
+			if got := p2.Results()[0].Value; got != want {
+				t.Fatalf("second commit's result %d, want the value it left, %d", got, want)
+			}
+			if info, _ := s.Stat("c"); info.Version != v+20 {
+				t.Fatalf("version %d, want %d", info.Version, v+20)
+			}
+			if n := lockedKeys(s); n != 0 {
+				t.Fatalf("%d keys still locked", n)
+			}
+		})
+	}
+}
+
+// A blocking locker waits for the queue to drain, and no commit joins
+// while it waits.
+func TestQueueDrainsForWaiters(t *testing.T) {
+	s, v := counterStore(t)
+	p1, err := s.TryPrepareAt([]txn.Op{addOp("c", 1)}, v+10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	locked := make(chan struct{})
+	go func() {
+		s.locks.lock([]string{"c"})
+		close(locked)
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		s.locks.mu.Lock()
+		waiting := s.locks.locks["c"].waiting
+		s.locks.mu.Unlock()
+		if waiting == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the locker never waited")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if p, err := s.TryPrepareAt([]txn.Op{addOp("c", 2)}, v+20); !errors.Is(err, errs.ErrConflict) {
+		t.Fatalf("a commit joined the queue while a locker waited: %v, %v", p, err)
+	}
+	select {
+	case <-locked:
+		t.Fatal("the locker got the lock while a commit held it")
+	default:
+	}
+	if err := p1.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	<-locked
+	s.locks.unlock([]string{"c"})
+	if n := lockedKeys(s); n != 0 {
+		t.Fatalf("%d keys still locked", n)
+	}
+}
+
+// A member after the version manager may already have applied the commits
+// queued ahead of this one there: its record at one of Base.Ahead is in
+// step; any other version is not.
+func TestQueueBaseAhead(t *testing.T) {
+	s, v := counterStore(t)
+	mustCommit(t, s, addOp("c", 1))
+	info, err := s.Stat("c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := Base{Version: v, Size: 8}
+	var mismatch *BaseMismatchError
+	if p, err := s.TryPrepareStep([]txn.Op{addOp("c", 2)}, Step{Version: info.Version + 10, Bases: map[string]Base{"c": base}}); !errors.As(err, &mismatch) {
+		t.Fatalf("record one commit past the base, none ahead: %v, %v; want a BaseMismatchError", p, err)
+	}
+	base.Ahead = []uint64{info.Version}
+	p, err := s.TryPrepareStep([]txn.Op{addOp("c", 2)}, Step{Version: info.Version + 10, Bases: map[string]Base{"c": base}})
+	if err != nil {
+		t.Fatalf("record at a version queued ahead: %v", err)
+	}
+	if err := p.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if got := counter(t, s); got != 3 {
+		t.Fatalf("counter %d, want 3", got)
+	}
+}
