@@ -41,6 +41,10 @@ import (
 //  3. The key's mutex is held while the queue is not empty; blocking
 //     lockers (reads that count a use, catch-up, Settle) wait for the queue
 //     to drain, and while one waits no commit joins, so it does drain.
+//     Likewise, once a commit that may not queue (a read-modify-write, a
+//     compare-and-swap) is refused because of the queue, no commit joins
+//     until it drains, so the refused one is not starved by a stream of
+//     atomic ops.
 //
 // A queue is bounded (QueueMax): beyond it, or when the versions are out of
 // order, a commit is refused as before and its coordinator tries again.
@@ -98,7 +102,7 @@ func (tk *ticket) atomicOnly(key string) bool { return tk.atomic[key] }
 // The caller holds the lock table's mutex.
 func (tk *ticket) mayJoin(l *keyLock) bool {
 	n := len(l.queue)
-	return n > 0 && n < QueueMax && l.waiting == 0 && tk.version > l.queue[n-1].version
+	return n > 0 && n < QueueMax && l.waiting == 0 && !l.wanted && tk.version > l.queue[n-1].version
 }
 
 // reset forgets the queues of a lock attempt that failed.

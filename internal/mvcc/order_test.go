@@ -67,6 +67,11 @@ func TestQueueOrdersAtomicCommits(t *testing.T) {
 					t.Fatalf("%s joined the queue: %v, %v", refused.name, p, err)
 				}
 			}
+			// The refused write keeps later atomic commits out until the
+			// queue drains.
+			if p, err := s.TryPrepareAt([]txn.Op{addOp("c", 8)}, v+40); !errors.Is(err, errs.ErrConflict) {
+				t.Fatalf("an atomic commit joined after a write was refused: %v, %v", p, err)
+			}
 			want := uint64(2)
 			if first == "commit" {
 				if err := p1.Commit(); err != nil {
@@ -94,6 +99,8 @@ func TestQueueOrdersAtomicCommits(t *testing.T) {
 			if n := lockedKeys(s); n != 0 {
 				t.Fatalf("%d keys still locked", n)
 			}
+			// Drained: the write goes through.
+			mustCommit(t, s, txn.Op{Key: "c", Kind: txn.OpWrite, Data: []byte{9}})
 		})
 	}
 }

@@ -139,6 +139,9 @@ func (t *lockTable) tryLock(sortedKeys []string, tk *ticket, shared func(key str
 			tk.shared = append(tk.shared, key)
 			tk.behind = true
 		default:
+			if !inQueue && len(l.queue) > 0 {
+				l.wanted = true
+			}
 			l.refs--
 			if l.refs == 0 {
 				delete(t.locks, key)

@@ -347,6 +347,11 @@ type keyLock struct {
 	// joins queue, so it drains and the waiter gets its turn. Guarded by
 	// lockTable.mu.
 	waiting int
+	// wanted is set when a commit that may not queue was refused because
+	// of the queue: no other joins until the queue drains, so the refused
+	// commit finds the key free when its coordinator tries again. Guarded
+	// by lockTable.mu.
+	wanted bool
 }
 
 // entry returns key's lock, made if need be, with its reference taken. The
@@ -395,7 +400,7 @@ func (t *lockTable) releaseLocked(key string, tk *ticket) {
 	if i := slices.Index(l.queue, tk); tk != nil && i >= 0 {
 		l.queue = slices.Delete(l.queue, i, i+1)
 		if len(l.queue) == 0 {
-			l.queue = nil
+			l.queue, l.wanted = nil, false
 			l.mu.Unlock()
 		}
 	} else {
