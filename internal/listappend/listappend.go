@@ -55,7 +55,7 @@ func run(ctx context.Context, cfg Config, rec *history.Recorder, clientOf func(i
 	for i := 0; ctx.Err() == nil && (cfg.TxnsEach == 0 || i < cfg.TxnsEach); i++ {
 		ops := make([]history.MicroOp, 1+rng.IntN(4))
 		for j := range ops {
-			key := "k" + strconv.Itoa(rng.IntN(cfg.Keys))
+			key := Key(rng.IntN(cfg.Keys))
 			if rng.IntN(2) == 0 {
 				ops[j] = history.Append(key, p*1_000_000+i*10+j)
 			} else {
@@ -83,6 +83,9 @@ func run(ctx context.Context, cfg Config, rec *history.Recorder, clientOf func(i
 		}
 	}
 }
+
+// Key returns the name of list i, 0 <= i < Config.Keys.
+func Key(i int) string { return "k" + strconv.Itoa(i) }
 
 // Txn runs one transaction of micro-ops through c and fills in its reads.
 func Txn(ctx context.Context, c *client.Client, ks string, ops []history.MicroOp) error {
