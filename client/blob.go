@@ -102,25 +102,45 @@ type OpResult struct {
 
 // Commit applies ops to blobs of keyspace ks atomically: all take effect, at
 // once, or none does. Ops apply in order, so a later op sees earlier ones.
+//
+// If the answer is lost (the connection breaks, or the node coordinating
+// the commit dies), Commit asks the cluster's nodes for the outcome for up
+// to ResolveTimeout (see resolve.go): it returns the results if the commit
+// took effect, an ErrConflict error if it did not and never will, and an
+// error wrapping ErrOutcomeUnknown if the outcome could not be learnt.
 func (c *Client) Commit(ctx context.Context, ks string, ops ...Op) ([]OpResult, error) {
-	return c.commit(ctx, ks, ops, nil)
+	return c.commit(ctx, ks, ops, nil, true)
 }
 
-func (c *Client) commit(ctx context.Context, ks string, ops []Op, reads []*tyrpb.ReadCheck) ([]OpResult, error) {
-	req := &tyrpb.CommitRequest{Keyspace: []byte(ks), Ops: make([]*tyrpb.Op, len(ops)), Reads: reads}
+// commit sends a commit, resolving its outcome if its answer is lost and
+// resolve is set.
+func (c *Client) commit(ctx context.Context, ks string, ops []Op, reads []*tyrpb.ReadCheck, resolve bool) ([]OpResult, error) {
+	req := &tyrpb.CommitRequest{Keyspace: []byte(ks), Ops: make([]*tyrpb.Op, len(ops)), Reads: reads, TxnId: newTxnID()}
 	for i, op := range ops {
 		req.Ops[i] = op.pb
 	}
+	if resolve && c.router != nil {
+		// Resolution must reach other nodes when the endpoint is the
+		// node that died, so the client learns them first (once).
+		c.router.current(ctx)
+	}
 	resp, err := c.api.Commit(ctx, req)
 	if err != nil {
-		return nil, fromStatus(err)
+		err = fromStatus(err)
+		if resolve && !refused(err) && ctx.Err() == nil {
+			return c.resolve(ctx, req, err)
+		}
+		return nil, err
 	}
-	if len(resp.GetResults()) != len(ops) {
-		return nil, fmt.Errorf("tyr: %w: commit of %d ops answered with %d results",
-			ErrCorruption, len(ops), len(resp.GetResults()))
+	return opResults(len(ops), resp.GetResults())
+}
+
+func opResults(n int, in []*tyrpb.OpResult) ([]OpResult, error) {
+	if len(in) != n {
+		return nil, fmt.Errorf("tyr: %w: commit of %d ops answered with %d results", ErrCorruption, n, len(in))
 	}
-	out := make([]OpResult, len(ops))
-	for i, r := range resp.GetResults() {
+	out := make([]OpResult, n)
+	for i, r := range in {
 		out[i] = OpResult{Offset: r.GetOffset(), Size: r.GetSize(), Version: r.GetVersion(), Value: r.GetValue()}
 	}
 	return out, nil

@@ -424,3 +424,26 @@ func (c *Client) readRPC(ctx context.Context, req *tyrpb.ReadRequest) (*tyrpb.Re
 func (c *Client) statRPC(ctx context.Context, req *tyrpb.StatRequest) (*tyrpb.BlobInfo, error) {
 	return routed(ctx, c, string(req.GetKeyspace()), string(req.GetKey()), readShape{}, req, tyrpb.TyrClient.Stat)
 }
+
+// members returns a client for every other member of the ring the client
+// knows, fetching the ring first if it has none; nil without routing.
+func (r *router) members(ctx context.Context) []tyrpb.TyrClient {
+	if r == nil {
+		return nil
+	}
+	t := r.current(ctx)
+	if t == nil || t.ring == nil {
+		return nil
+	}
+	var out []tyrpb.TyrClient
+	for _, id := range slices.Sorted(maps.Keys(t.members)) {
+		m := t.members[id]
+		if m.addr == "" {
+			continue
+		}
+		if conn, err := r.conn(m.addr); err == nil {
+			out = append(out, tyrpb.NewTyrClient(conn))
+		}
+	}
+	return out
+}

@@ -253,7 +253,7 @@ func (tx *Tx) Commit(ctx context.Context) error {
 	for i, k := range keys {
 		checks[i] = &tyrpb.ReadCheck{Key: []byte(k), Version: tx.reads[k].version}
 	}
-	results, err := tx.c.commit(ctx, tx.ks, tx.ops, checks)
+	results, err := tx.c.commit(ctx, tx.ks, tx.ops, checks, true)
 	if err != nil {
 		return err
 	}
@@ -294,7 +294,7 @@ const rollbackTimeout = 2 * time.Second
 func (c *Client) release(ks string, checks []*tyrpb.ReadCheck) {
 	ctx, cancel := context.WithTimeout(context.Background(), rollbackTimeout)
 	defer cancel()
-	_, _ = c.commit(ctx, ks, nil, checks)
+	_, _ = c.commit(ctx, ks, nil, checks, false)
 }
 
 // TxOptions tune RunTx. The zero value means the defaults.

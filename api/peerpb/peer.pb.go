@@ -737,8 +737,11 @@ type Message struct {
 	Bases []*Base `protobuf:"bytes,18,rep,name=bases,proto3" json:"bases,omitempty"`
 	// fresh and probe are internal/chain.Message's Fresh and Probe (Forward
 	// only).
-	Fresh         bool `protobuf:"varint,19,opt,name=fresh,proto3" json:"fresh,omitempty"`
-	Probe         bool `protobuf:"varint,20,opt,name=probe,proto3" json:"probe,omitempty"`
+	Fresh bool `protobuf:"varint,19,opt,name=fresh,proto3" json:"fresh,omitempty"`
+	Probe bool `protobuf:"varint,20,opt,name=probe,proto3" json:"probe,omitempty"`
+	// client_txn is the client's transaction ID (tyr.v1.CommitRequest.txn_id)
+	// of the commit (Forward only; empty if the client gave none).
+	ClientTxn     []byte `protobuf:"bytes,21,opt,name=client_txn,json=clientTxn,proto3" json:"client_txn,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -897,6 +900,13 @@ func (x *Message) GetProbe() bool {
 		return x.Probe
 	}
 	return false
+}
+
+func (x *Message) GetClientTxn() []byte {
+	if x != nil {
+		return x.ClientTxn
+	}
+	return nil
 }
 
 // Base is one internal/mvcc.Base.
@@ -1386,6 +1396,130 @@ func (x *RevokeResponse) GetAgeNanos() int64 {
 	return 0
 }
 
+type PeerResolveRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keyspace      string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	ClientTxn     []byte                 `protobuf:"bytes,2,opt,name=client_txn,json=clientTxn,proto3" json:"client_txn,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PeerResolveRequest) Reset() {
+	*x = PeerResolveRequest{}
+	mi := &file_api_peerpb_peer_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PeerResolveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PeerResolveRequest) ProtoMessage() {}
+
+func (x *PeerResolveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_peerpb_peer_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PeerResolveRequest.ProtoReflect.Descriptor instead.
+func (*PeerResolveRequest) Descriptor() ([]byte, []int) {
+	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *PeerResolveRequest) GetKeyspace() string {
+	if x != nil {
+		return x.Keyspace
+	}
+	return ""
+}
+
+func (x *PeerResolveRequest) GetClientTxn() []byte {
+	if x != nil {
+		return x.ClientTxn
+	}
+	return nil
+}
+
+type PeerResolveResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// internal/node.Verdict
+	Verdict uint32 `protobuf:"varint,1,opt,name=verdict,proto3" json:"verdict,omitempty"`
+	// Committed: the results the receiver recorded (internal/txn.EncodeResults).
+	Results []byte `protobuf:"bytes,2,opt,name=results,proto3" json:"results,omitempty"`
+	// Fenced: the receiver was in every chain that could have carried the
+	// commit (see internal/node/resolve.go).
+	Vouched       bool   `protobuf:"varint,3,opt,name=vouched,proto3" json:"vouched,omitempty"`
+	Detail        string `protobuf:"bytes,4,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PeerResolveResponse) Reset() {
+	*x = PeerResolveResponse{}
+	mi := &file_api_peerpb_peer_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PeerResolveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PeerResolveResponse) ProtoMessage() {}
+
+func (x *PeerResolveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_peerpb_peer_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PeerResolveResponse.ProtoReflect.Descriptor instead.
+func (*PeerResolveResponse) Descriptor() ([]byte, []int) {
+	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *PeerResolveResponse) GetVerdict() uint32 {
+	if x != nil {
+		return x.Verdict
+	}
+	return 0
+}
+
+func (x *PeerResolveResponse) GetResults() []byte {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+func (x *PeerResolveResponse) GetVouched() bool {
+	if x != nil {
+		return x.Vouched
+	}
+	return false
+}
+
+func (x *PeerResolveResponse) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
 var File_api_peerpb_peer_proto protoreflect.FileDescriptor
 
 const file_api_peerpb_peer_proto_rawDesc = "" +
@@ -1434,7 +1568,7 @@ const file_api_peerpb_peer_proto_rawDesc = "" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\"B\n" +
 	"\x0eDeliverRequest\x120\n" +
 	"\bmessages\x18\x01 \x03(\v2\x14.tyr.peer.v1.MessageR\bmessages\"\x11\n" +
-	"\x0fDeliverResponse\"\x96\x04\n" +
+	"\x0fDeliverResponse\"\xb5\x04\n" +
 	"\aMessage\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\rR\x04type\x12\x12\n" +
@@ -1454,7 +1588,9 @@ const file_api_peerpb_peer_proto_rawDesc = "" +
 	"\x0fbegun_unix_nano\x18\x0f \x01(\x03R\rbegunUnixNano\x12'\n" +
 	"\x05bases\x18\x12 \x03(\v2\x11.tyr.peer.v1.BaseR\x05bases\x12\x14\n" +
 	"\x05fresh\x18\x13 \x01(\bR\x05fresh\x12\x14\n" +
-	"\x05probe\x18\x14 \x01(\bR\x05probeJ\x04\b\x10\x10\x11J\x04\b\x11\x10\x12\"\x94\x02\n" +
+	"\x05probe\x18\x14 \x01(\bR\x05probe\x12\x1d\n" +
+	"\n" +
+	"client_txn\x18\x15 \x01(\fR\tclientTxnJ\x04\b\x10\x10\x11J\x04\b\x11\x10\x12\"\x94\x02\n" +
 	"\x04Base\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x12\n" +
@@ -1494,7 +1630,16 @@ const file_api_peerpb_peer_proto_rawDesc = "" +
 	"\x04node\x18\x01 \x01(\tR\x04node\"G\n" +
 	"\x0eRevokeResponse\x12\x18\n" +
 	"\agranted\x18\x01 \x01(\bR\agranted\x12\x1b\n" +
-	"\tage_nanos\x18\x02 \x01(\x03R\bageNanos2\xf0\x03\n" +
+	"\tage_nanos\x18\x02 \x01(\x03R\bageNanos\"O\n" +
+	"\x12PeerResolveRequest\x12\x1a\n" +
+	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1d\n" +
+	"\n" +
+	"client_txn\x18\x02 \x01(\fR\tclientTxn\"{\n" +
+	"\x13PeerResolveResponse\x12\x18\n" +
+	"\averdict\x18\x01 \x01(\rR\averdict\x12\x18\n" +
+	"\aresults\x18\x02 \x01(\fR\aresults\x12\x18\n" +
+	"\avouched\x18\x03 \x01(\bR\avouched\x12\x16\n" +
+	"\x06detail\x18\x04 \x01(\tR\x06detail2\xbe\x04\n" +
 	"\x04Peer\x12D\n" +
 	"\aDeliver\x12\x1b.tyr.peer.v1.DeliverRequest\x1a\x1c.tyr.peer.v1.DeliverResponse\x12>\n" +
 	"\x05Lease\x12\x19.tyr.peer.v1.LeaseRequest\x1a\x1a.tyr.peer.v1.LeaseResponse\x12A\n" +
@@ -1503,7 +1648,8 @@ const file_api_peerpb_peer_proto_rawDesc = "" +
 	"\bVersions\x12\x1c.tyr.peer.v1.VersionsRequest\x1a\x1d.tyr.peer.v1.VersionsResponse\x12A\n" +
 	"\x06Chunks\x12\x1a.tyr.peer.v1.ChunksRequest\x1a\x1b.tyr.peer.v1.ChunksResponse\x12M\n" +
 	"\n" +
-	"ReadChunks\x12\x1e.tyr.peer.v1.ReadChunksRequest\x1a\x1f.tyr.peer.v1.ReadChunksResponseB$Z\"github.com/tyrstore/tyr/api/peerpbb\x06proto3"
+	"ReadChunks\x12\x1e.tyr.peer.v1.ReadChunksRequest\x1a\x1f.tyr.peer.v1.ReadChunksResponse\x12L\n" +
+	"\aResolve\x12\x1f.tyr.peer.v1.PeerResolveRequest\x1a .tyr.peer.v1.PeerResolveResponseB$Z\"github.com/tyrstore/tyr/api/peerpbb\x06proto3"
 
 var (
 	file_api_peerpb_peer_proto_rawDescOnce sync.Once
@@ -1517,29 +1663,31 @@ func file_api_peerpb_peer_proto_rawDescGZIP() []byte {
 	return file_api_peerpb_peer_proto_rawDescData
 }
 
-var file_api_peerpb_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_api_peerpb_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_api_peerpb_peer_proto_goTypes = []any{
-	(*ReadChunksRequest)(nil),  // 0: tyr.peer.v1.ReadChunksRequest
-	(*ReadChunksResponse)(nil), // 1: tyr.peer.v1.ReadChunksResponse
-	(*BarrierRequest)(nil),     // 2: tyr.peer.v1.BarrierRequest
-	(*BarrierResponse)(nil),    // 3: tyr.peer.v1.BarrierResponse
-	(*VersionsRequest)(nil),    // 4: tyr.peer.v1.VersionsRequest
-	(*VersionsResponse)(nil),   // 5: tyr.peer.v1.VersionsResponse
-	(*BlobVersion)(nil),        // 6: tyr.peer.v1.BlobVersion
-	(*ChunksRequest)(nil),      // 7: tyr.peer.v1.ChunksRequest
-	(*ChunksResponse)(nil),     // 8: tyr.peer.v1.ChunksResponse
-	(*ChunkVersion)(nil),       // 9: tyr.peer.v1.ChunkVersion
-	(*DeliverRequest)(nil),     // 10: tyr.peer.v1.DeliverRequest
-	(*DeliverResponse)(nil),    // 11: tyr.peer.v1.DeliverResponse
-	(*Message)(nil),            // 12: tyr.peer.v1.Message
-	(*Base)(nil),               // 13: tyr.peer.v1.Base
-	(*Op)(nil),                 // 14: tyr.peer.v1.Op
-	(*Result)(nil),             // 15: tyr.peer.v1.Result
-	(*LeaseRequest)(nil),       // 16: tyr.peer.v1.LeaseRequest
-	(*LeaseResponse)(nil),      // 17: tyr.peer.v1.LeaseResponse
-	(*RevokeRequest)(nil),      // 18: tyr.peer.v1.RevokeRequest
-	(*RevokeResponse)(nil),     // 19: tyr.peer.v1.RevokeResponse
-	nil,                        // 20: tyr.peer.v1.Base.ChunksEntry
+	(*ReadChunksRequest)(nil),   // 0: tyr.peer.v1.ReadChunksRequest
+	(*ReadChunksResponse)(nil),  // 1: tyr.peer.v1.ReadChunksResponse
+	(*BarrierRequest)(nil),      // 2: tyr.peer.v1.BarrierRequest
+	(*BarrierResponse)(nil),     // 3: tyr.peer.v1.BarrierResponse
+	(*VersionsRequest)(nil),     // 4: tyr.peer.v1.VersionsRequest
+	(*VersionsResponse)(nil),    // 5: tyr.peer.v1.VersionsResponse
+	(*BlobVersion)(nil),         // 6: tyr.peer.v1.BlobVersion
+	(*ChunksRequest)(nil),       // 7: tyr.peer.v1.ChunksRequest
+	(*ChunksResponse)(nil),      // 8: tyr.peer.v1.ChunksResponse
+	(*ChunkVersion)(nil),        // 9: tyr.peer.v1.ChunkVersion
+	(*DeliverRequest)(nil),      // 10: tyr.peer.v1.DeliverRequest
+	(*DeliverResponse)(nil),     // 11: tyr.peer.v1.DeliverResponse
+	(*Message)(nil),             // 12: tyr.peer.v1.Message
+	(*Base)(nil),                // 13: tyr.peer.v1.Base
+	(*Op)(nil),                  // 14: tyr.peer.v1.Op
+	(*Result)(nil),              // 15: tyr.peer.v1.Result
+	(*LeaseRequest)(nil),        // 16: tyr.peer.v1.LeaseRequest
+	(*LeaseResponse)(nil),       // 17: tyr.peer.v1.LeaseResponse
+	(*RevokeRequest)(nil),       // 18: tyr.peer.v1.RevokeRequest
+	(*RevokeResponse)(nil),      // 19: tyr.peer.v1.RevokeResponse
+	(*PeerResolveRequest)(nil),  // 20: tyr.peer.v1.PeerResolveRequest
+	(*PeerResolveResponse)(nil), // 21: tyr.peer.v1.PeerResolveResponse
+	nil,                         // 22: tyr.peer.v1.Base.ChunksEntry
 }
 var file_api_peerpb_peer_proto_depIdxs = []int32{
 	6,  // 0: tyr.peer.v1.VersionsResponse.blobs:type_name -> tyr.peer.v1.BlobVersion
@@ -1548,7 +1696,7 @@ var file_api_peerpb_peer_proto_depIdxs = []int32{
 	14, // 3: tyr.peer.v1.Message.ops:type_name -> tyr.peer.v1.Op
 	15, // 4: tyr.peer.v1.Message.results:type_name -> tyr.peer.v1.Result
 	13, // 5: tyr.peer.v1.Message.bases:type_name -> tyr.peer.v1.Base
-	20, // 6: tyr.peer.v1.Base.chunks:type_name -> tyr.peer.v1.Base.ChunksEntry
+	22, // 6: tyr.peer.v1.Base.chunks:type_name -> tyr.peer.v1.Base.ChunksEntry
 	10, // 7: tyr.peer.v1.Peer.Deliver:input_type -> tyr.peer.v1.DeliverRequest
 	16, // 8: tyr.peer.v1.Peer.Lease:input_type -> tyr.peer.v1.LeaseRequest
 	18, // 9: tyr.peer.v1.Peer.Revoke:input_type -> tyr.peer.v1.RevokeRequest
@@ -1556,15 +1704,17 @@ var file_api_peerpb_peer_proto_depIdxs = []int32{
 	4,  // 11: tyr.peer.v1.Peer.Versions:input_type -> tyr.peer.v1.VersionsRequest
 	7,  // 12: tyr.peer.v1.Peer.Chunks:input_type -> tyr.peer.v1.ChunksRequest
 	0,  // 13: tyr.peer.v1.Peer.ReadChunks:input_type -> tyr.peer.v1.ReadChunksRequest
-	11, // 14: tyr.peer.v1.Peer.Deliver:output_type -> tyr.peer.v1.DeliverResponse
-	17, // 15: tyr.peer.v1.Peer.Lease:output_type -> tyr.peer.v1.LeaseResponse
-	19, // 16: tyr.peer.v1.Peer.Revoke:output_type -> tyr.peer.v1.RevokeResponse
-	3,  // 17: tyr.peer.v1.Peer.Barrier:output_type -> tyr.peer.v1.BarrierResponse
-	5,  // 18: tyr.peer.v1.Peer.Versions:output_type -> tyr.peer.v1.VersionsResponse
-	8,  // 19: tyr.peer.v1.Peer.Chunks:output_type -> tyr.peer.v1.ChunksResponse
-	1,  // 20: tyr.peer.v1.Peer.ReadChunks:output_type -> tyr.peer.v1.ReadChunksResponse
-	14, // [14:21] is the sub-list for method output_type
-	7,  // [7:14] is the sub-list for method input_type
+	20, // 14: tyr.peer.v1.Peer.Resolve:input_type -> tyr.peer.v1.PeerResolveRequest
+	11, // 15: tyr.peer.v1.Peer.Deliver:output_type -> tyr.peer.v1.DeliverResponse
+	17, // 16: tyr.peer.v1.Peer.Lease:output_type -> tyr.peer.v1.LeaseResponse
+	19, // 17: tyr.peer.v1.Peer.Revoke:output_type -> tyr.peer.v1.RevokeResponse
+	3,  // 18: tyr.peer.v1.Peer.Barrier:output_type -> tyr.peer.v1.BarrierResponse
+	5,  // 19: tyr.peer.v1.Peer.Versions:output_type -> tyr.peer.v1.VersionsResponse
+	8,  // 20: tyr.peer.v1.Peer.Chunks:output_type -> tyr.peer.v1.ChunksResponse
+	1,  // 21: tyr.peer.v1.Peer.ReadChunks:output_type -> tyr.peer.v1.ReadChunksResponse
+	21, // 22: tyr.peer.v1.Peer.Resolve:output_type -> tyr.peer.v1.PeerResolveResponse
+	15, // [15:23] is the sub-list for method output_type
+	7,  // [7:15] is the sub-list for method input_type
 	7,  // [7:7] is the sub-list for extension type_name
 	7,  // [7:7] is the sub-list for extension extendee
 	0,  // [0:7] is the sub-list for field type_name
@@ -1581,7 +1731,7 @@ func file_api_peerpb_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_peerpb_peer_proto_rawDesc), len(file_api_peerpb_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

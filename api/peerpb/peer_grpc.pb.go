@@ -33,6 +33,7 @@ const (
 	Peer_Versions_FullMethodName   = "/tyr.peer.v1.Peer/Versions"
 	Peer_Chunks_FullMethodName     = "/tyr.peer.v1.Peer/Chunks"
 	Peer_ReadChunks_FullMethodName = "/tyr.peer.v1.Peer/ReadChunks"
+	Peer_Resolve_FullMethodName    = "/tyr.peer.v1.Peer/Resolve"
 )
 
 // PeerClient is the client API for Peer service.
@@ -69,6 +70,11 @@ type PeerClient interface {
 	// blob version, for a version manager serving a read that spans chunks
 	// or names a version (the version manager gives the version and size).
 	ReadChunks(ctx context.Context, in *ReadChunksRequest, opts ...grpc.CallOption) (*ReadChunksResponse, error)
+	// Resolve reports what the receiver knows of the commit a client named
+	// client_txn: committed here, staged here and undecided, or neither;
+	// in the last case the receiver fences the ID first, so that it never
+	// stages a commit carrying it (internal/node/resolve.go).
+	Resolve(ctx context.Context, in *PeerResolveRequest, opts ...grpc.CallOption) (*PeerResolveResponse, error)
 }
 
 type peerClient struct {
@@ -149,6 +155,16 @@ func (c *peerClient) ReadChunks(ctx context.Context, in *ReadChunksRequest, opts
 	return out, nil
 }
 
+func (c *peerClient) Resolve(ctx context.Context, in *PeerResolveRequest, opts ...grpc.CallOption) (*PeerResolveResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PeerResolveResponse)
+	err := c.cc.Invoke(ctx, Peer_Resolve_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PeerServer is the server API for Peer service.
 // All implementations must embed UnimplementedPeerServer
 // for forward compatibility.
@@ -183,6 +199,11 @@ type PeerServer interface {
 	// blob version, for a version manager serving a read that spans chunks
 	// or names a version (the version manager gives the version and size).
 	ReadChunks(context.Context, *ReadChunksRequest) (*ReadChunksResponse, error)
+	// Resolve reports what the receiver knows of the commit a client named
+	// client_txn: committed here, staged here and undecided, or neither;
+	// in the last case the receiver fences the ID first, so that it never
+	// stages a commit carrying it (internal/node/resolve.go).
+	Resolve(context.Context, *PeerResolveRequest) (*PeerResolveResponse, error)
 	mustEmbedUnimplementedPeerServer()
 }
 
@@ -213,6 +234,9 @@ func (UnimplementedPeerServer) Chunks(context.Context, *ChunksRequest) (*ChunksR
 }
 func (UnimplementedPeerServer) ReadChunks(context.Context, *ReadChunksRequest) (*ReadChunksResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReadChunks not implemented")
+}
+func (UnimplementedPeerServer) Resolve(context.Context, *PeerResolveRequest) (*PeerResolveResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Resolve not implemented")
 }
 func (UnimplementedPeerServer) mustEmbedUnimplementedPeerServer() {}
 func (UnimplementedPeerServer) testEmbeddedByValue()              {}
@@ -361,6 +385,24 @@ func _Peer_ReadChunks_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Peer_Resolve_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PeerResolveRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PeerServer).Resolve(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Peer_Resolve_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerServer).Resolve(ctx, req.(*PeerResolveRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Peer_ServiceDesc is the grpc.ServiceDesc for Peer service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -395,6 +437,10 @@ var Peer_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReadChunks",
 			Handler:    _Peer_ReadChunks_Handler,
+		},
+		{
+			MethodName: "Resolve",
+			Handler:    _Peer_Resolve_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -104,6 +104,66 @@ func (AtomicFunc) EnumDescriptor() ([]byte, []int) {
 	return file_api_tyrpb_tyr_proto_rawDescGZIP(), []int{0}
 }
 
+type Outcome int32
+
+const (
+	Outcome_OUTCOME_UNSPECIFIED Outcome = 0
+	// The commit took effect; results are its op results.
+	Outcome_OUTCOME_COMMITTED Outcome = 1
+	// The commit changed nothing and never will.
+	Outcome_OUTCOME_ABORTED Outcome = 2
+	// The commit is still running: ask again.
+	Outcome_OUTCOME_PENDING Outcome = 3
+	// The outcome cannot be learnt now (a replica is unreachable or
+	// restarted, or the commit is too old): asking again may help.
+	Outcome_OUTCOME_UNKNOWN Outcome = 4
+)
+
+// Enum value maps for Outcome.
+var (
+	Outcome_name = map[int32]string{
+		0: "OUTCOME_UNSPECIFIED",
+		1: "OUTCOME_COMMITTED",
+		2: "OUTCOME_ABORTED",
+		3: "OUTCOME_PENDING",
+		4: "OUTCOME_UNKNOWN",
+	}
+	Outcome_value = map[string]int32{
+		"OUTCOME_UNSPECIFIED": 0,
+		"OUTCOME_COMMITTED":   1,
+		"OUTCOME_ABORTED":     2,
+		"OUTCOME_PENDING":     3,
+		"OUTCOME_UNKNOWN":     4,
+	}
+)
+
+func (x Outcome) Enum() *Outcome {
+	p := new(Outcome)
+	*p = x
+	return p
+}
+
+func (x Outcome) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Outcome) Descriptor() protoreflect.EnumDescriptor {
+	return file_api_tyrpb_tyr_proto_enumTypes[1].Descriptor()
+}
+
+func (Outcome) Type() protoreflect.EnumType {
+	return &file_api_tyrpb_tyr_proto_enumTypes[1]
+}
+
+func (x Outcome) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Outcome.Descriptor instead.
+func (Outcome) EnumDescriptor() ([]byte, []int) {
+	return file_api_tyrpb_tyr_proto_rawDescGZIP(), []int{1}
+}
+
 type KeyspaceConfig struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Bytes per chunk: a power of two in [4 KiB, 1 GiB]. 0 means the default,
@@ -1102,7 +1162,13 @@ type CommitRequest struct {
 	// Checked, with every op's blob locked, before any op applies. A commit
 	// may carry only read checks and no ops: it validates a read-only
 	// transaction.
-	Reads         []*ReadCheck `protobuf:"bytes,3,rep,name=reads,proto3" json:"reads,omitempty"`
+	Reads []*ReadCheck `protobuf:"bytes,3,rep,name=reads,proto3" json:"reads,omitempty"`
+	// txn_id, if set, names the commit so that its outcome can be learnt
+	// with Resolve when the answer is lost: 16 bytes, the client's clock in
+	// unix nanoseconds (big-endian, 8 bytes) then 8 random bytes. A commit
+	// whose time is more than 30 seconds away from the server's clock is
+	// refused with INVALID_ARGUMENT. Never reuse one.
+	TxnId         []byte `protobuf:"bytes,4,opt,name=txn_id,json=txnId,proto3" json:"txn_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1154,6 +1220,13 @@ func (x *CommitRequest) GetOps() []*Op {
 func (x *CommitRequest) GetReads() []*ReadCheck {
 	if x != nil {
 		return x.Reads
+	}
+	return nil
+}
+
+func (x *CommitRequest) GetTxnId() []byte {
+	if x != nil {
+		return x.TxnId
 	}
 	return nil
 }
@@ -2184,6 +2257,112 @@ func (x *RingResponse) GetKeyspaces() []*RingKeyspace {
 	return nil
 }
 
+type ResolveRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The commit as it was sent: keyspace, ops, read checks and txn_id.
+	Commit        *CommitRequest `protobuf:"bytes,1,opt,name=commit,proto3" json:"commit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResolveRequest) Reset() {
+	*x = ResolveRequest{}
+	mi := &file_api_tyrpb_tyr_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResolveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResolveRequest) ProtoMessage() {}
+
+func (x *ResolveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tyrpb_tyr_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResolveRequest.ProtoReflect.Descriptor instead.
+func (*ResolveRequest) Descriptor() ([]byte, []int) {
+	return file_api_tyrpb_tyr_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *ResolveRequest) GetCommit() *CommitRequest {
+	if x != nil {
+		return x.Commit
+	}
+	return nil
+}
+
+type ResolveResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Outcome Outcome                `protobuf:"varint,1,opt,name=outcome,proto3,enum=tyr.v1.Outcome" json:"outcome,omitempty"`
+	Results []*OpResult            `protobuf:"bytes,2,rep,name=results,proto3" json:"results,omitempty"`
+	// Why the outcome is UNKNOWN or PENDING.
+	Detail        string `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResolveResponse) Reset() {
+	*x = ResolveResponse{}
+	mi := &file_api_tyrpb_tyr_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResolveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResolveResponse) ProtoMessage() {}
+
+func (x *ResolveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tyrpb_tyr_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResolveResponse.ProtoReflect.Descriptor instead.
+func (*ResolveResponse) Descriptor() ([]byte, []int) {
+	return file_api_tyrpb_tyr_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *ResolveResponse) GetOutcome() Outcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return Outcome_OUTCOME_UNSPECIFIED
+}
+
+func (x *ResolveResponse) GetResults() []*OpResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+func (x *ResolveResponse) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
 var File_api_tyrpb_tyr_proto protoreflect.FileDescriptor
 
 const file_api_tyrpb_tyr_proto_rawDesc = "" +
@@ -2247,12 +2426,13 @@ const file_api_tyrpb_tyr_proto_rawDesc = "" +
 	"\x04data\x18\x03 \x01(\fR\x04data\"7\n" +
 	"\tReadCheck\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\x04R\aversion\"r\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\"\x89\x01\n" +
 	"\rCommitRequest\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\fR\bkeyspace\x12\x1c\n" +
 	"\x03ops\x18\x02 \x03(\v2\n" +
 	".tyr.v1.OpR\x03ops\x12'\n" +
-	"\x05reads\x18\x03 \x03(\v2\x11.tyr.v1.ReadCheckR\x05reads\"f\n" +
+	"\x05reads\x18\x03 \x03(\v2\x11.tyr.v1.ReadCheckR\x05reads\x12\x15\n" +
+	"\x06txn_id\x18\x04 \x01(\fR\x05txnId\"f\n" +
 	"\bOpResult\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x04R\x06offset\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x04R\x04size\x12\x18\n" +
@@ -2332,7 +2512,13 @@ const file_api_tyrpb_tyr_proto_rawDesc = "" +
 	"\n" +
 	"tokens_max\x18\x06 \x01(\rR\ttokensMax\x12!\n" +
 	"\fhash_version\x18\a \x01(\rR\vhashVersion\x122\n" +
-	"\tkeyspaces\x18\b \x03(\v2\x14.tyr.v1.RingKeyspaceR\tkeyspaces*\xaf\x02\n" +
+	"\tkeyspaces\x18\b \x03(\v2\x14.tyr.v1.RingKeyspaceR\tkeyspaces\"?\n" +
+	"\x0eResolveRequest\x12-\n" +
+	"\x06commit\x18\x01 \x01(\v2\x15.tyr.v1.CommitRequestR\x06commit\"\x80\x01\n" +
+	"\x0fResolveResponse\x12)\n" +
+	"\aoutcome\x18\x01 \x01(\x0e2\x0f.tyr.v1.OutcomeR\aoutcome\x12*\n" +
+	"\aresults\x18\x02 \x03(\v2\x10.tyr.v1.OpResultR\aresults\x12\x16\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail*\xaf\x02\n" +
 	"\n" +
 	"AtomicFunc\x12\x1b\n" +
 	"\x17ATOMIC_FUNC_UNSPECIFIED\x10\x00\x12\x13\n" +
@@ -2347,7 +2533,13 @@ const file_api_tyrpb_tyr_proto_rawDesc = "" +
 	"\x18ATOMIC_FUNC_MIN_UNSIGNED\x10\t\x12\x1c\n" +
 	"\x18ATOMIC_FUNC_MAX_UNSIGNED\x10\n" +
 	"\x12\x13\n" +
-	"\x0fATOMIC_FUNC_SET\x10\v2\xf5\x04\n" +
+	"\x0fATOMIC_FUNC_SET\x10\v*x\n" +
+	"\aOutcome\x12\x17\n" +
+	"\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11OUTCOME_COMMITTED\x10\x01\x12\x13\n" +
+	"\x0fOUTCOME_ABORTED\x10\x02\x12\x13\n" +
+	"\x0fOUTCOME_PENDING\x10\x03\x12\x13\n" +
+	"\x0fOUTCOME_UNKNOWN\x10\x042\xb1\x05\n" +
 	"\x03Tyr\x12E\n" +
 	"\x0eCreateKeyspace\x12\x1d.tyr.v1.CreateKeyspaceRequest\x1a\x14.tyr.v1.KeyspaceInfo\x12I\n" +
 	"\fDropKeyspace\x12\x1b.tyr.v1.DropKeyspaceRequest\x1a\x1c.tyr.v1.DropKeyspaceResponse\x12L\n" +
@@ -2358,7 +2550,8 @@ const file_api_tyrpb_tyr_proto_rawDesc = "" +
 	"\x04Stat\x12\x13.tyr.v1.StatRequest\x1a\x10.tyr.v1.BlobInfo\x121\n" +
 	"\x04List\x12\x13.tyr.v1.ListRequest\x1a\x14.tyr.v1.ListResponse\x12L\n" +
 	"\rClusterStatus\x12\x1c.tyr.v1.ClusterStatusRequest\x1a\x1d.tyr.v1.ClusterStatusResponse\x121\n" +
-	"\x04Ring\x12\x13.tyr.v1.RingRequest\x1a\x14.tyr.v1.RingResponseB#Z!github.com/tyrstore/tyr/api/tyrpbb\x06proto3"
+	"\x04Ring\x12\x13.tyr.v1.RingRequest\x1a\x14.tyr.v1.RingResponse\x12:\n" +
+	"\aResolve\x12\x16.tyr.v1.ResolveRequest\x1a\x17.tyr.v1.ResolveResponseB#Z!github.com/tyrstore/tyr/api/tyrpbb\x06proto3"
 
 var (
 	file_api_tyrpb_tyr_proto_rawDescOnce sync.Once
@@ -2372,89 +2565,97 @@ func file_api_tyrpb_tyr_proto_rawDescGZIP() []byte {
 	return file_api_tyrpb_tyr_proto_rawDescData
 }
 
-var file_api_tyrpb_tyr_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_api_tyrpb_tyr_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_api_tyrpb_tyr_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_api_tyrpb_tyr_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_api_tyrpb_tyr_proto_goTypes = []any{
 	(AtomicFunc)(0),               // 0: tyr.v1.AtomicFunc
-	(*KeyspaceConfig)(nil),        // 1: tyr.v1.KeyspaceConfig
-	(*CreateKeyspaceRequest)(nil), // 2: tyr.v1.CreateKeyspaceRequest
-	(*KeyspaceInfo)(nil),          // 3: tyr.v1.KeyspaceInfo
-	(*DropKeyspaceRequest)(nil),   // 4: tyr.v1.DropKeyspaceRequest
-	(*DropKeyspaceResponse)(nil),  // 5: tyr.v1.DropKeyspaceResponse
-	(*ListKeyspacesRequest)(nil),  // 6: tyr.v1.ListKeyspacesRequest
-	(*ListKeyspacesResponse)(nil), // 7: tyr.v1.ListKeyspacesResponse
-	(*GetKeyspaceRequest)(nil),    // 8: tyr.v1.GetKeyspaceRequest
-	(*CreateOp)(nil),              // 9: tyr.v1.CreateOp
-	(*WriteOp)(nil),               // 10: tyr.v1.WriteOp
-	(*AppendOp)(nil),              // 11: tyr.v1.AppendOp
-	(*TruncateOp)(nil),            // 12: tyr.v1.TruncateOp
-	(*DeleteOp)(nil),              // 13: tyr.v1.DeleteOp
-	(*Op)(nil),                    // 14: tyr.v1.Op
-	(*AtomicOp)(nil),              // 15: tyr.v1.AtomicOp
-	(*CasOp)(nil),                 // 16: tyr.v1.CasOp
-	(*ReadCheck)(nil),             // 17: tyr.v1.ReadCheck
-	(*CommitRequest)(nil),         // 18: tyr.v1.CommitRequest
-	(*OpResult)(nil),              // 19: tyr.v1.OpResult
-	(*CommitResponse)(nil),        // 20: tyr.v1.CommitResponse
-	(*ReadRequest)(nil),           // 21: tyr.v1.ReadRequest
-	(*ReadResponse)(nil),          // 22: tyr.v1.ReadResponse
-	(*StatRequest)(nil),           // 23: tyr.v1.StatRequest
-	(*BlobInfo)(nil),              // 24: tyr.v1.BlobInfo
-	(*ListRequest)(nil),           // 25: tyr.v1.ListRequest
-	(*ListResponse)(nil),          // 26: tyr.v1.ListResponse
-	(*ClusterStatusRequest)(nil),  // 27: tyr.v1.ClusterStatusRequest
-	(*ClusterMember)(nil),         // 28: tyr.v1.ClusterMember
-	(*ClusterStatusResponse)(nil), // 29: tyr.v1.ClusterStatusResponse
-	(*RingRequest)(nil),           // 30: tyr.v1.RingRequest
-	(*RingMember)(nil),            // 31: tyr.v1.RingMember
-	(*RingKeyspace)(nil),          // 32: tyr.v1.RingKeyspace
-	(*RingResponse)(nil),          // 33: tyr.v1.RingResponse
+	(Outcome)(0),                  // 1: tyr.v1.Outcome
+	(*KeyspaceConfig)(nil),        // 2: tyr.v1.KeyspaceConfig
+	(*CreateKeyspaceRequest)(nil), // 3: tyr.v1.CreateKeyspaceRequest
+	(*KeyspaceInfo)(nil),          // 4: tyr.v1.KeyspaceInfo
+	(*DropKeyspaceRequest)(nil),   // 5: tyr.v1.DropKeyspaceRequest
+	(*DropKeyspaceResponse)(nil),  // 6: tyr.v1.DropKeyspaceResponse
+	(*ListKeyspacesRequest)(nil),  // 7: tyr.v1.ListKeyspacesRequest
+	(*ListKeyspacesResponse)(nil), // 8: tyr.v1.ListKeyspacesResponse
+	(*GetKeyspaceRequest)(nil),    // 9: tyr.v1.GetKeyspaceRequest
+	(*CreateOp)(nil),              // 10: tyr.v1.CreateOp
+	(*WriteOp)(nil),               // 11: tyr.v1.WriteOp
+	(*AppendOp)(nil),              // 12: tyr.v1.AppendOp
+	(*TruncateOp)(nil),            // 13: tyr.v1.TruncateOp
+	(*DeleteOp)(nil),              // 14: tyr.v1.DeleteOp
+	(*Op)(nil),                    // 15: tyr.v1.Op
+	(*AtomicOp)(nil),              // 16: tyr.v1.AtomicOp
+	(*CasOp)(nil),                 // 17: tyr.v1.CasOp
+	(*ReadCheck)(nil),             // 18: tyr.v1.ReadCheck
+	(*CommitRequest)(nil),         // 19: tyr.v1.CommitRequest
+	(*OpResult)(nil),              // 20: tyr.v1.OpResult
+	(*CommitResponse)(nil),        // 21: tyr.v1.CommitResponse
+	(*ReadRequest)(nil),           // 22: tyr.v1.ReadRequest
+	(*ReadResponse)(nil),          // 23: tyr.v1.ReadResponse
+	(*StatRequest)(nil),           // 24: tyr.v1.StatRequest
+	(*BlobInfo)(nil),              // 25: tyr.v1.BlobInfo
+	(*ListRequest)(nil),           // 26: tyr.v1.ListRequest
+	(*ListResponse)(nil),          // 27: tyr.v1.ListResponse
+	(*ClusterStatusRequest)(nil),  // 28: tyr.v1.ClusterStatusRequest
+	(*ClusterMember)(nil),         // 29: tyr.v1.ClusterMember
+	(*ClusterStatusResponse)(nil), // 30: tyr.v1.ClusterStatusResponse
+	(*RingRequest)(nil),           // 31: tyr.v1.RingRequest
+	(*RingMember)(nil),            // 32: tyr.v1.RingMember
+	(*RingKeyspace)(nil),          // 33: tyr.v1.RingKeyspace
+	(*RingResponse)(nil),          // 34: tyr.v1.RingResponse
+	(*ResolveRequest)(nil),        // 35: tyr.v1.ResolveRequest
+	(*ResolveResponse)(nil),       // 36: tyr.v1.ResolveResponse
 }
 var file_api_tyrpb_tyr_proto_depIdxs = []int32{
-	1,  // 0: tyr.v1.CreateKeyspaceRequest.config:type_name -> tyr.v1.KeyspaceConfig
-	1,  // 1: tyr.v1.KeyspaceInfo.config:type_name -> tyr.v1.KeyspaceConfig
-	3,  // 2: tyr.v1.ListKeyspacesResponse.keyspaces:type_name -> tyr.v1.KeyspaceInfo
-	9,  // 3: tyr.v1.Op.create:type_name -> tyr.v1.CreateOp
-	10, // 4: tyr.v1.Op.write:type_name -> tyr.v1.WriteOp
-	11, // 5: tyr.v1.Op.append:type_name -> tyr.v1.AppendOp
-	12, // 6: tyr.v1.Op.truncate:type_name -> tyr.v1.TruncateOp
-	13, // 7: tyr.v1.Op.delete:type_name -> tyr.v1.DeleteOp
-	15, // 8: tyr.v1.Op.atomic:type_name -> tyr.v1.AtomicOp
-	16, // 9: tyr.v1.Op.cas:type_name -> tyr.v1.CasOp
+	2,  // 0: tyr.v1.CreateKeyspaceRequest.config:type_name -> tyr.v1.KeyspaceConfig
+	2,  // 1: tyr.v1.KeyspaceInfo.config:type_name -> tyr.v1.KeyspaceConfig
+	4,  // 2: tyr.v1.ListKeyspacesResponse.keyspaces:type_name -> tyr.v1.KeyspaceInfo
+	10, // 3: tyr.v1.Op.create:type_name -> tyr.v1.CreateOp
+	11, // 4: tyr.v1.Op.write:type_name -> tyr.v1.WriteOp
+	12, // 5: tyr.v1.Op.append:type_name -> tyr.v1.AppendOp
+	13, // 6: tyr.v1.Op.truncate:type_name -> tyr.v1.TruncateOp
+	14, // 7: tyr.v1.Op.delete:type_name -> tyr.v1.DeleteOp
+	16, // 8: tyr.v1.Op.atomic:type_name -> tyr.v1.AtomicOp
+	17, // 9: tyr.v1.Op.cas:type_name -> tyr.v1.CasOp
 	0,  // 10: tyr.v1.AtomicOp.func:type_name -> tyr.v1.AtomicFunc
-	14, // 11: tyr.v1.CommitRequest.ops:type_name -> tyr.v1.Op
-	17, // 12: tyr.v1.CommitRequest.reads:type_name -> tyr.v1.ReadCheck
-	19, // 13: tyr.v1.CommitResponse.results:type_name -> tyr.v1.OpResult
-	24, // 14: tyr.v1.ListResponse.blobs:type_name -> tyr.v1.BlobInfo
-	28, // 15: tyr.v1.ClusterStatusResponse.members:type_name -> tyr.v1.ClusterMember
-	3,  // 16: tyr.v1.ClusterStatusResponse.keyspaces:type_name -> tyr.v1.KeyspaceInfo
-	31, // 17: tyr.v1.RingResponse.members:type_name -> tyr.v1.RingMember
-	32, // 18: tyr.v1.RingResponse.keyspaces:type_name -> tyr.v1.RingKeyspace
-	2,  // 19: tyr.v1.Tyr.CreateKeyspace:input_type -> tyr.v1.CreateKeyspaceRequest
-	4,  // 20: tyr.v1.Tyr.DropKeyspace:input_type -> tyr.v1.DropKeyspaceRequest
-	6,  // 21: tyr.v1.Tyr.ListKeyspaces:input_type -> tyr.v1.ListKeyspacesRequest
-	8,  // 22: tyr.v1.Tyr.GetKeyspace:input_type -> tyr.v1.GetKeyspaceRequest
-	18, // 23: tyr.v1.Tyr.Commit:input_type -> tyr.v1.CommitRequest
-	21, // 24: tyr.v1.Tyr.Read:input_type -> tyr.v1.ReadRequest
-	23, // 25: tyr.v1.Tyr.Stat:input_type -> tyr.v1.StatRequest
-	25, // 26: tyr.v1.Tyr.List:input_type -> tyr.v1.ListRequest
-	27, // 27: tyr.v1.Tyr.ClusterStatus:input_type -> tyr.v1.ClusterStatusRequest
-	30, // 28: tyr.v1.Tyr.Ring:input_type -> tyr.v1.RingRequest
-	3,  // 29: tyr.v1.Tyr.CreateKeyspace:output_type -> tyr.v1.KeyspaceInfo
-	5,  // 30: tyr.v1.Tyr.DropKeyspace:output_type -> tyr.v1.DropKeyspaceResponse
-	7,  // 31: tyr.v1.Tyr.ListKeyspaces:output_type -> tyr.v1.ListKeyspacesResponse
-	3,  // 32: tyr.v1.Tyr.GetKeyspace:output_type -> tyr.v1.KeyspaceInfo
-	20, // 33: tyr.v1.Tyr.Commit:output_type -> tyr.v1.CommitResponse
-	22, // 34: tyr.v1.Tyr.Read:output_type -> tyr.v1.ReadResponse
-	24, // 35: tyr.v1.Tyr.Stat:output_type -> tyr.v1.BlobInfo
-	26, // 36: tyr.v1.Tyr.List:output_type -> tyr.v1.ListResponse
-	29, // 37: tyr.v1.Tyr.ClusterStatus:output_type -> tyr.v1.ClusterStatusResponse
-	33, // 38: tyr.v1.Tyr.Ring:output_type -> tyr.v1.RingResponse
-	29, // [29:39] is the sub-list for method output_type
-	19, // [19:29] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	15, // 11: tyr.v1.CommitRequest.ops:type_name -> tyr.v1.Op
+	18, // 12: tyr.v1.CommitRequest.reads:type_name -> tyr.v1.ReadCheck
+	20, // 13: tyr.v1.CommitResponse.results:type_name -> tyr.v1.OpResult
+	25, // 14: tyr.v1.ListResponse.blobs:type_name -> tyr.v1.BlobInfo
+	29, // 15: tyr.v1.ClusterStatusResponse.members:type_name -> tyr.v1.ClusterMember
+	4,  // 16: tyr.v1.ClusterStatusResponse.keyspaces:type_name -> tyr.v1.KeyspaceInfo
+	32, // 17: tyr.v1.RingResponse.members:type_name -> tyr.v1.RingMember
+	33, // 18: tyr.v1.RingResponse.keyspaces:type_name -> tyr.v1.RingKeyspace
+	19, // 19: tyr.v1.ResolveRequest.commit:type_name -> tyr.v1.CommitRequest
+	1,  // 20: tyr.v1.ResolveResponse.outcome:type_name -> tyr.v1.Outcome
+	20, // 21: tyr.v1.ResolveResponse.results:type_name -> tyr.v1.OpResult
+	3,  // 22: tyr.v1.Tyr.CreateKeyspace:input_type -> tyr.v1.CreateKeyspaceRequest
+	5,  // 23: tyr.v1.Tyr.DropKeyspace:input_type -> tyr.v1.DropKeyspaceRequest
+	7,  // 24: tyr.v1.Tyr.ListKeyspaces:input_type -> tyr.v1.ListKeyspacesRequest
+	9,  // 25: tyr.v1.Tyr.GetKeyspace:input_type -> tyr.v1.GetKeyspaceRequest
+	19, // 26: tyr.v1.Tyr.Commit:input_type -> tyr.v1.CommitRequest
+	22, // 27: tyr.v1.Tyr.Read:input_type -> tyr.v1.ReadRequest
+	24, // 28: tyr.v1.Tyr.Stat:input_type -> tyr.v1.StatRequest
+	26, // 29: tyr.v1.Tyr.List:input_type -> tyr.v1.ListRequest
+	28, // 30: tyr.v1.Tyr.ClusterStatus:input_type -> tyr.v1.ClusterStatusRequest
+	31, // 31: tyr.v1.Tyr.Ring:input_type -> tyr.v1.RingRequest
+	35, // 32: tyr.v1.Tyr.Resolve:input_type -> tyr.v1.ResolveRequest
+	4,  // 33: tyr.v1.Tyr.CreateKeyspace:output_type -> tyr.v1.KeyspaceInfo
+	6,  // 34: tyr.v1.Tyr.DropKeyspace:output_type -> tyr.v1.DropKeyspaceResponse
+	8,  // 35: tyr.v1.Tyr.ListKeyspaces:output_type -> tyr.v1.ListKeyspacesResponse
+	4,  // 36: tyr.v1.Tyr.GetKeyspace:output_type -> tyr.v1.KeyspaceInfo
+	21, // 37: tyr.v1.Tyr.Commit:output_type -> tyr.v1.CommitResponse
+	23, // 38: tyr.v1.Tyr.Read:output_type -> tyr.v1.ReadResponse
+	25, // 39: tyr.v1.Tyr.Stat:output_type -> tyr.v1.BlobInfo
+	27, // 40: tyr.v1.Tyr.List:output_type -> tyr.v1.ListResponse
+	30, // 41: tyr.v1.Tyr.ClusterStatus:output_type -> tyr.v1.ClusterStatusResponse
+	34, // 42: tyr.v1.Tyr.Ring:output_type -> tyr.v1.RingResponse
+	36, // 43: tyr.v1.Tyr.Resolve:output_type -> tyr.v1.ResolveResponse
+	33, // [33:44] is the sub-list for method output_type
+	22, // [22:33] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_api_tyrpb_tyr_proto_init() }
@@ -2476,8 +2677,8 @@ func file_api_tyrpb_tyr_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_tyrpb_tyr_proto_rawDesc), len(file_api_tyrpb_tyr_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   33,
+			NumEnums:      2,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

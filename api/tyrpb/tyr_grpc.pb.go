@@ -34,6 +34,7 @@ const (
 	Tyr_List_FullMethodName           = "/tyr.v1.Tyr/List"
 	Tyr_ClusterStatus_FullMethodName  = "/tyr.v1.Tyr/ClusterStatus"
 	Tyr_Ring_FullMethodName           = "/tyr.v1.Tyr/Ring"
+	Tyr_Resolve_FullMethodName        = "/tyr.v1.Tyr/Resolve"
 )
 
 // TyrClient is the client API for Tyr service.
@@ -68,6 +69,12 @@ type TyrClient interface {
 	// in the header of every reply, so a client notices when its copy is
 	// out of date. Without cluster membership it answers UNAVAILABLE.
 	Ring(ctx context.Context, in *RingRequest, opts ...grpc.CallOption) (*RingResponse, error)
+	// Resolve reports the outcome of a commit sent with a txn_id whose answer
+	// was lost (the connection broke, or the node coordinating it died). Any
+	// node answers: it asks the version managers of the commit's blobs. It
+	// answers ABORTED only once no attempt of the commit can commit any more.
+	// Without cluster membership it answers UNAVAILABLE.
+	Resolve(ctx context.Context, in *ResolveRequest, opts ...grpc.CallOption) (*ResolveResponse, error)
 }
 
 type tyrClient struct {
@@ -178,6 +185,16 @@ func (c *tyrClient) Ring(ctx context.Context, in *RingRequest, opts ...grpc.Call
 	return out, nil
 }
 
+func (c *tyrClient) Resolve(ctx context.Context, in *ResolveRequest, opts ...grpc.CallOption) (*ResolveResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResolveResponse)
+	err := c.cc.Invoke(ctx, Tyr_Resolve_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TyrServer is the server API for Tyr service.
 // All implementations must embed UnimplementedTyrServer
 // for forward compatibility.
@@ -210,6 +227,12 @@ type TyrServer interface {
 	// in the header of every reply, so a client notices when its copy is
 	// out of date. Without cluster membership it answers UNAVAILABLE.
 	Ring(context.Context, *RingRequest) (*RingResponse, error)
+	// Resolve reports the outcome of a commit sent with a txn_id whose answer
+	// was lost (the connection broke, or the node coordinating it died). Any
+	// node answers: it asks the version managers of the commit's blobs. It
+	// answers ABORTED only once no attempt of the commit can commit any more.
+	// Without cluster membership it answers UNAVAILABLE.
+	Resolve(context.Context, *ResolveRequest) (*ResolveResponse, error)
 	mustEmbedUnimplementedTyrServer()
 }
 
@@ -249,6 +272,9 @@ func (UnimplementedTyrServer) ClusterStatus(context.Context, *ClusterStatusReque
 }
 func (UnimplementedTyrServer) Ring(context.Context, *RingRequest) (*RingResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Ring not implemented")
+}
+func (UnimplementedTyrServer) Resolve(context.Context, *ResolveRequest) (*ResolveResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Resolve not implemented")
 }
 func (UnimplementedTyrServer) mustEmbedUnimplementedTyrServer() {}
 func (UnimplementedTyrServer) testEmbeddedByValue()             {}
@@ -451,6 +477,24 @@ func _Tyr_Ring_Handler(srv interface{}, ctx context.Context, dec func(interface{
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Tyr_Resolve_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResolveRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TyrServer).Resolve(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Tyr_Resolve_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TyrServer).Resolve(ctx, req.(*ResolveRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Tyr_ServiceDesc is the grpc.ServiceDesc for Tyr service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -497,6 +541,10 @@ var Tyr_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Ring",
 			Handler:    _Tyr_Ring_Handler,
+		},
+		{
+			MethodName: "Resolve",
+			Handler:    _Tyr_Resolve_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -40,8 +40,10 @@ const (
 	txnCommitted = "committed"
 	// txnAborted: the transaction certainly changed nothing.
 	txnAborted = "aborted"
-	// txnUnknown: the commit was sent and its outcome was not learnt; it
-	// may or may not have taken effect.
+	// txnUnknown: the commit was sent, its answer was lost, and asking
+	// the cluster for it (client.Commit resolves a lost outcome for up to
+	// client.ResolveTimeout) did not tell; it may or may not have taken
+	// effect.
 	txnUnknown = "unknown"
 )
 
@@ -513,8 +515,10 @@ Ops, run in order; reads see the transaction's earlier ops, "data" and
 Output, results in op order:
   {"status":"committed","results":[{"data":"..."},{}]}
   {"status":"aborted","error":"line N: ..."}    certainly changed nothing
-  {"status":"unknown","error":"line N: ..."}    the commit was sent and its
-                                                outcome is not known
+  {"status":"unknown","error":"line N: ..."}    the commit was sent, its
+                                                answer was lost and the
+                                                cluster could not tell
+                                                its outcome within 30s
 A read of a missing blob gives {"data":"","missing":true}. A line that is
 not a valid transaction, or names blobs of two keyspaces, is aborted before
 anything runs. Blank lines are skipped. A line holds at most 32 MiB, and the

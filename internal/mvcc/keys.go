@@ -21,6 +21,7 @@ import (
 //	'c' key 0x00 chunk(8)            -> version of the last commit that changed the chunk (placement.go)
 //	'f' key                          -> floor: the oldest version reads of the blob may name (catchup.go)
 //	't' txnid                        -> a chain transaction committed here, with its results (txns.go)
+//	'k' clientid                     -> a client's commit ID: committed here as a chain transaction, or fenced (txns.go)
 //
 // History records let a read name an older version of a blob (a
 // transaction's repeatable read): the size at that version comes from the

@@ -25,7 +25,7 @@ func (m Member) Prepare(ops []txn.Op) (chain.Prepared, error) {
 type Stager struct{ Store *Store }
 
 var (
-	_ chain.Stager = Stager{}
+	_ chain.Stager  = Stager{}
 	_ chain.Staged  = ChainStaged{}
 	_ chain.Ordered = ChainStaged{}
 )
@@ -46,7 +46,12 @@ func (s Stager) Committed(id chain.TxnID) ([]txn.Result, bool, error) {
 
 // CommittedTxn looks transaction id up in store's transaction records.
 func CommittedTxn(store *Store, id chain.TxnID) ([]txn.Result, bool, error) {
-	payload, ok, err := store.Txn(id.String())
+	return CommittedTxnString(store, id.String())
+}
+
+// CommittedTxnString is CommittedTxn for a transaction ID as recorded.
+func CommittedTxnString(store *Store, id string) ([]txn.Result, bool, error) {
+	payload, ok, err := store.Txn(id)
 	if err != nil || !ok {
 		return nil, false, err
 	}
@@ -62,6 +67,9 @@ func CommittedTxn(store *Store, id chain.TxnID) ([]txn.Result, bool, error) {
 type ChainStaged struct {
 	P  *Pending
 	ID chain.TxnID
+	// Client is the client's transaction ID the commit carries, if any;
+	// the commit records it too (see Store.Client).
+	Client []byte
 }
 
 // Commit implements chain.Staged. A commit queued behind others is rebased
@@ -78,6 +86,12 @@ func (s ChainStaged) Commit(results []txn.Result) error {
 	if err := s.P.RecordTxn(s.ID.String(), txn.EncodeResults(results)); err != nil {
 		s.P.Abort()
 		return err
+	}
+	if len(s.Client) > 0 {
+		if err := s.P.RecordClient(s.Client, s.ID.String()); err != nil {
+			s.P.Abort()
+			return err
+		}
 	}
 	return s.P.Commit()
 }

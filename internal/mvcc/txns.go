@@ -81,3 +81,106 @@ func (s *Store) Txn(id string) ([]byte, bool, error) {
 	}
 	return append([]byte(nil), v[1:]...), true, nil
 }
+
+// Client transaction records: a client may name its commit with an ID of
+// its own (tyr.v1.CommitRequest.txn_id), so that it can learn the outcome
+// when the answer is lost (internal/node/resolve.go). A member that commits
+// such a commit records the client ID beside the chain transaction ID, in
+// the same batch; a member asked for an outcome it has no record of fences
+// the client ID, and never stages a commit carrying it afterwards.
+//
+//	'k' clientid -> format(1) kind(1) payload
+//
+// kind 1 (committed): payload is the chain transaction ID, whose 't' record
+// holds the results. kind 2 (fenced): payload is one byte, 1 if the fence
+// was vouched for (see internal/node.Verdict). Records are collected after
+// TxnRecordRetention, like transaction records.
+const prefixClient = 'k'
+
+const (
+	clientFormat    = 1
+	clientCommitted = 1
+	clientFenced    = 2
+)
+
+// ClientIDBytesMax bounds a client transaction ID.
+const ClientIDBytesMax = 64
+
+// ClientRecord is what a store recorded for a client transaction ID.
+type ClientRecord struct {
+	// Committed: a commit carrying the ID committed here as chain
+	// transaction Txn.
+	Committed bool
+	Txn       string
+	// Fenced: no commit carrying the ID may be staged here any more;
+	// Vouched is what the fence recorded with it.
+	Fenced  bool
+	Vouched bool
+}
+
+func clientKey(id []byte) []byte {
+	k := make([]byte, 0, 1+len(id))
+	k = append(k, prefixClient)
+	return append(k, id...)
+}
+
+func (s *Store) setClient(b *pebble.Batch, id []byte, kind byte, payload []byte) error {
+	if len(id) == 0 || len(id) > ClientIDBytesMax {
+		return fmt.Errorf("%w: client transaction ID of %d bytes, want 1 to %d", errs.ErrInvalidArgument, len(id), ClientIDBytesMax)
+	}
+	k := clientKey(id)
+	v := append([]byte{clientFormat, kind}, payload...)
+	if err := b.Set(k, v, nil); err != nil {
+		return err
+	}
+	return b.Set(histGCKey(s.opts.Now().Add(TxnRecordRetention), k), nil, nil)
+}
+
+// RecordClient adds to the commit a record that the commit, chain
+// transaction txnID, carries client transaction ID client. Call it after
+// RecordTxn, which holds the results.
+func (p *Pending) RecordClient(client []byte, txnID string) error {
+	return p.store.setClient(p.batch, client, clientCommitted, []byte(txnID))
+}
+
+// PutClient records that the chain transaction txnID carrying client
+// transaction ID client committed here, for a commit that changed nothing
+// in this store (it passed through).
+func (s *Store) PutClient(client []byte, txnID string) error {
+	b := s.db.NewBatch()
+	return commitBatch(b, s.setClient(b, client, clientCommitted, []byte(txnID)), s.opts.Sync)
+}
+
+// FenceClient records durably (fsynced whatever the keyspace's sync) that
+// no commit carrying client transaction ID client may be staged here. The
+// caller has checked that there is no record of it and serializes this
+// with its stages.
+func (s *Store) FenceClient(client []byte, vouched bool) error {
+	v := byte(0)
+	if vouched {
+		v = 1
+	}
+	b := s.db.NewBatch()
+	return commitBatch(b, s.setClient(b, client, clientFenced, []byte{v}), true)
+}
+
+// Client returns what is recorded for client transaction ID client, and
+// whether anything is.
+func (s *Store) Client(client []byte) (ClientRecord, bool, error) {
+	v, closer, err := s.db.Get(clientKey(client))
+	if err == pebble.ErrNotFound {
+		return ClientRecord{}, false, nil
+	}
+	if err != nil {
+		return ClientRecord{}, false, fmt.Errorf("%w: client transaction record: %w", errs.ErrUnavailable, err)
+	}
+	defer closer.Close()
+	switch {
+	case len(v) >= 2 && v[0] == clientFormat && v[1] == clientCommitted:
+		return ClientRecord{Committed: true, Txn: string(v[2:])}, true, nil
+	case len(v) == 3 && v[0] == clientFormat && v[1] == clientFenced:
+		return ClientRecord{Fenced: true, Vouched: v[2] == 1}, true, nil
+	}
+	return ClientRecord{}, false, fmt.Errorf("%w: client transaction record %x of %d bytes, format %d",
+		errs.ErrCorruption, client, len(v), firstByte(v))
+}

@@ -85,3 +85,77 @@ func TestResultsRoundTrip(t *testing.T) {
 		t.Fatalf("a truncated encoding decoded: %v", err)
 	}
 }
+
+// TestClientRecords: a commit's client ID record is written with the
+// commit (not without it) and names the chain transaction; a fence is
+// read back with its vouched bit; both are collected after
+// TxnRecordRetention.
+func TestClientRecords(t *testing.T) {
+	clock := newFakeClock()
+	s := openStore(t, Options{MVCC: true, Now: clock.Now})
+	committed, aborted, passed, fenced := []byte("client-1"), []byte("client-2"), []byte("client-3"), []byte("client-4")
+	p, err := s.TryPrepare([]txn.Op{writeOp("a", "one")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := errors.Join(p.RecordTxn("c/1", []byte("results")), p.RecordClient(committed, "c/1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := s.Client(committed); ok || err != nil {
+		t.Fatalf("client record visible before the commit: %t, %v", ok, err)
+	}
+	if err := p.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	p, err = s.TryPrepare([]txn.Op{writeOp("a", "two")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.RecordClient(aborted, "c/2"); err != nil {
+		t.Fatal(err)
+	}
+	p.Abort()
+	if err := errors.Join(s.PutClient(passed, "c/3"), s.FenceClient(fenced, true)); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		id   []byte
+		ok   bool
+		want ClientRecord
+	}{
+		{committed, true, ClientRecord{Committed: true, Txn: "c/1"}},
+		{aborted, false, ClientRecord{}},
+		{passed, true, ClientRecord{Committed: true, Txn: "c/3"}},
+		{fenced, true, ClientRecord{Fenced: true, Vouched: true}},
+	} {
+		got, ok, err := s.Client(tc.id)
+		if err != nil || ok != tc.ok || got != tc.want {
+			t.Fatalf("Client(%s) = %+v, %t, %v; want %+v, %t", tc.id, got, ok, err, tc.want, tc.ok)
+		}
+	}
+	if err := s.FenceClient([]byte("client-5"), false); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok, err := s.Client([]byte("client-5")); err != nil || !ok || got.Vouched || !got.Fenced {
+		t.Fatalf("unvouched fence read back as %+v, %t, %v", got, ok, err)
+	}
+	if err := s.FenceClient(nil, false); !errors.Is(err, errs.ErrInvalidArgument) {
+		t.Fatalf("fence of an empty client ID: %v, want ErrInvalidArgument", err)
+	}
+	clock.Advance(TxnRecordRetention - 1)
+	if _, err := s.CollectGarbage(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := s.Client(fenced); !ok {
+		t.Fatal("fence collected before its retention passed")
+	}
+	clock.Advance(2)
+	if _, err := s.CollectGarbage(); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range [][]byte{committed, passed, fenced} {
+		if _, ok, err := s.Client(id); ok || err != nil {
+			t.Fatalf("client record %s after its retention: %t, %v", id, ok, err)
+		}
+	}
+}

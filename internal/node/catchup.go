@@ -185,14 +185,15 @@ type passThrough struct {
 	id       chain.TxnID
 	ops      []txn.Op
 	version  uint64
+	client   []byte
 }
 
 // passThrough marks its blobs when staged, so that a catch-up round that
 // ends meanwhile does not finish with them left out, and again with the
 // commit's version once committed, catching up anew if the round ended.
-func (n *Node) passThrough(keyspace string, id chain.TxnID, ops []txn.Op, version uint64) passThrough {
+func (n *Node) passThrough(keyspace string, id chain.TxnID, ops []txn.Op, version uint64, client []byte) passThrough {
 	n.catch.markDirty(keyspace, ops, 0)
-	return passThrough{n: n, keyspace: keyspace, id: id, ops: ops, version: version}
+	return passThrough{n: n, keyspace: keyspace, id: id, ops: ops, version: version, client: client}
 }
 
 func (p passThrough) Commit(results []txn.Result) error {
@@ -203,7 +204,13 @@ func (p passThrough) Commit(results []txn.Result) error {
 		return err
 	}
 	defer ks.Release()
-	return ks.Store.PutTxn(p.id.String(), txn.EncodeResults(results))
+	if err := ks.Store.PutTxn(p.id.String(), txn.EncodeResults(results)); err != nil {
+		return err
+	}
+	if len(p.client) > 0 {
+		return ks.Store.PutClient(p.client, p.id.String())
+	}
+	return nil
 }
 
 func (p passThrough) Abort()                {}

@@ -27,6 +27,8 @@ type envelope struct {
 	// bases: Forward: the blobs as the first version manager of each in
 	// the chain found them (see mvcc.Base), for the members after it.
 	bases map[string]mvcc.Base
+	// client: Forward: the client's ID of the commit, if any (resolve.go).
+	client []byte
 }
 
 // basesChunksMax bounds the chunk versions a Forward may carry per blob:
@@ -39,7 +41,7 @@ func encodeEnvelope(e envelope) *peerpb.Message {
 		Keyspace: e.keyspace, Type: uint32(m.Type), From: string(m.From), To: string(m.To),
 		TxnCoordinator: string(m.Txn.Coordinator), TxnSeq: m.Txn.Seq, Index: uint32(m.Index),
 		Committed: m.Committed, Err: m.Err, SentUnixNano: e.sent, Version: e.version,
-		BegunUnixNano: e.begun, Fresh: m.Fresh, Probe: m.Probe,
+		BegunUnixNano: e.begun, Fresh: m.Fresh, Probe: m.Probe, ClientTxn: e.client,
 	}
 	for key, b := range e.bases {
 		out.Bases = append(out.Bases, &peerpb.Base{Key: key, Version: b.Version, Size: b.Size, Chunks: b.Chunks,
@@ -64,6 +66,9 @@ func encodeEnvelope(e envelope) *peerpb.Message {
 // decodeEnvelope checks what a replica cannot: field ranges. The chain
 // state machines validate the rest (addressing, chain shape, ops).
 func decodeEnvelope(in *peerpb.Message) (envelope, error) {
+	if n := len(in.GetClientTxn()); n != 0 && n != ClientIDBytes {
+		return envelope{}, fmt.Errorf("%w: client transaction ID of %d bytes", errs.ErrInvalidArgument, n)
+	}
 	if in.GetType() == 0 || in.GetType() > 255 {
 		return envelope{}, fmt.Errorf("%w: message type %d", errs.ErrInvalidArgument, in.GetType())
 	}
@@ -112,7 +117,7 @@ func decodeEnvelope(in *peerpb.Message) (envelope, error) {
 			InUse: mvcc.InUse{Oldest: b.GetInUseOldest(), Until: b.GetInUseUntil()}, Ahead: b.GetAhead()}
 	}
 	return envelope{keyspace: in.GetKeyspace(), version: in.GetVersion(), begun: in.GetBegunUnixNano(),
-		msg: m, sent: in.GetSentUnixNano(), bases: bases}, nil
+		msg: m, sent: in.GetSentUnixNano(), bases: bases, client: in.GetClientTxn()}, nil
 }
 
 // A refusal travels up the chain as text (chain.Message.Err). So that the

@@ -178,6 +178,7 @@ func (n *Node) checkLease() {
 		// leaseWasHeld is set before the wake-up, so a round that ended
 		// without it (and waits for another) gets one.
 		n.catch.active.Store(true)
+		n.leaseSince.Store(time.Now().UnixNano())
 		n.leaseWasHeld.Store(true)
 		n.wakeCatchUp("read lease granted: catching up on what the others may have committed without this node")
 	case !held && was:

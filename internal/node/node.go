@@ -159,8 +159,11 @@ type Node struct {
 	lease        *lease.Tracker
 	leaseUntil   atomic.Int64
 	leaseWasHeld atomic.Bool
-	leaseDone    chan struct{}
-	excl         exclusions
+	// leaseSince is when the lease last began to hold (unix nanoseconds),
+	// for outcome resolution (resolve.go).
+	leaseSince atomic.Int64
+	leaseDone  chan struct{}
+	excl       exclusions
 
 	inbox  chan envelope
 	begins chan beginReq
@@ -182,6 +185,9 @@ type Node struct {
 
 	catch    catchUp
 	inflight tracker
+	// clients tracks the commits staged here that carry a client ID
+	// (resolve.go).
+	clients  clients
 	stats    counters
 	lastTick atomic.Int64 // unix nanoseconds of the loop's last tick
 
@@ -214,6 +220,8 @@ type versionEntry struct {
 	bases map[string]mvcc.Base
 	// chain is the chain the Forward named.
 	chain []ring.NodeID
+	// client is the client ID the commit carries, if any (resolve.go).
+	client []byte
 }
 
 type beginReq struct {
@@ -221,6 +229,7 @@ type beginReq struct {
 	ops      []txn.Op
 	chain    []ring.NodeID
 	version  uint64
+	client   []byte
 	done     chan beginResult
 }
 
@@ -409,13 +418,23 @@ func (n *Node) nextVersion(floor uint64) uint64 {
 // version below a replica's, or by a head that is catching up, is tried
 // again with backoff, on a chain computed anew, for up to CommitRetryMax;
 // other refusals return the refusing member's error. If ctx ends first the
-// outcome is unknown: the commit may still take effect.
-func (n *Node) Commit(ctx context.Context, keyspace string, rf int, ops []txn.Op) ([]txn.Result, error) {
+// outcome is unknown: the commit may still take effect. client, if not
+// empty, is the client's ID of the commit (see resolve.go): every attempt
+// carries it, and none begins once its time is ClientClockSkewMax past.
+func (n *Node) Commit(ctx context.Context, keyspace string, rf int, ops []txn.Op, client []byte) ([]txn.Result, error) {
 	deadline := time.Now().Add(CommitRetryMax)
 	backoff := time.Millisecond
 	floor := uint64(0)
 	for {
-		o, err := n.attempt(ctx, keyspace, rf, ops, n.nextVersion(floor))
+		if len(client) > 0 {
+			// Attempts begin only inside the window the members' stage
+			// windows and resolution rely on. Every earlier attempt
+			// aborted, so nothing was applied.
+			if err := CheckClientID(client, time.Now()); err != nil {
+				return nil, fmt.Errorf("%w: gave up the commit: %v", errs.ErrConflict, err)
+			}
+		}
+		o, err := n.attempt(ctx, keyspace, rf, ops, n.nextVersion(floor), client)
 		if err != nil {
 			return nil, err
 		}
@@ -444,7 +463,7 @@ func (n *Node) Commit(ctx context.Context, keyspace string, rf int, ops []txn.Op
 
 // attempt runs one try of a commit. It is tracked from before its chain is
 // computed until it ends (see Barrier).
-func (n *Node) attempt(ctx context.Context, keyspace string, rf int, ops []txn.Op, version uint64) (chain.Outcome, error) {
+func (n *Node) attempt(ctx context.Context, keyspace string, rf int, ops []txn.Op, version uint64, client []byte) (chain.Outcome, error) {
 	defer n.Track()()
 	if !n.majority() {
 		return chain.Outcome{}, fmt.Errorf("%w: node %s does not see a majority of the cluster alive", errs.ErrUnavailable, n.self)
@@ -458,7 +477,7 @@ func (n *Node) attempt(ctx context.Context, keyspace string, rf int, ops []txn.O
 	} else if r.Len() > 1 {
 		// Even a chain of this node alone checks that it holds every chunk
 		// the commit changes (see checkCovered).
-		return n.run(ctx, keyspace, ops, members, version)
+		return n.run(ctx, keyspace, ops, members, version, client)
 	}
 	if n.CatchingUp() {
 		return chain.Outcome{Err: taggedError{fmt.Errorf("node %s is the only live replica: %w", n.self, errCatchingUp)}.Error()}, nil
@@ -468,16 +487,20 @@ func (n *Node) attempt(ctx context.Context, keyspace string, rf int, ops []txn.O
 		return chain.Outcome{}, err
 	}
 	defer ks.Release()
-	results, err := chain.Commit([]chain.Member{mvcc.Member{Store: ks.Store}}, ops)
+	var member chain.Member = mvcc.Member{Store: ks.Store}
+	if len(client) > 0 {
+		member = clientMember{n: n, keyspace: keyspace, store: ks.Store, client: client}
+	}
+	results, err := chain.Commit([]chain.Member{member}, ops)
 	if err != nil {
 		return chain.Outcome{}, err
 	}
 	return chain.Outcome{Committed: true, Results: results}, nil
 }
 
-func (n *Node) run(ctx context.Context, keyspace string, ops []txn.Op, members []ring.NodeID, version uint64) (chain.Outcome, error) {
+func (n *Node) run(ctx context.Context, keyspace string, ops []txn.Op, members []ring.NodeID, version uint64, client []byte) (chain.Outcome, error) {
 	done := make(chan beginResult, 1)
-	req := beginReq{keyspace: keyspace, ops: ops, chain: slices.Clone(members), version: version, done: done}
+	req := beginReq{keyspace: keyspace, ops: ops, chain: slices.Clone(members), version: version, client: client, done: done}
 	select {
 	case n.begins <- req:
 	case <-ctx.Done():
@@ -612,7 +635,7 @@ func (n *Node) begin(req beginReq) {
 	key := waiterKey{req.keyspace, id}
 	n.waiters[key] = req.done
 	now := time.Now()
-	n.versions[key] = versionEntry{version: req.version, begun: now.UnixNano(), at: now}
+	n.versions[key] = versionEntry{version: req.version, begun: now.UnixNano(), at: now, client: req.client}
 	n.flush(req.keyspace, g)
 }
 
@@ -630,7 +653,7 @@ func (n *Node) step(env envelope) {
 	if env.msg.Type == chain.MsgForward && !g.replica.Knows(env.msg.Txn) {
 		e, ok := n.versions[key]
 		if !ok {
-			e = versionEntry{version: env.version, begun: env.begun, at: time.Now()}
+			e = versionEntry{version: env.version, begun: env.begun, at: time.Now(), client: env.client}
 		}
 		if e.bases == nil {
 			e.bases = env.bases
@@ -691,7 +714,7 @@ func (n *Node) emit(keyspace string, msgs []chain.Message) {
 		env := envelope{keyspace: keyspace, msg: m, sent: now}
 		if m.Type == chain.MsgForward {
 			v := n.versions[waiterKey{keyspace, m.Txn}]
-			env.version, env.begun, env.bases = v.version, v.begun, v.bases
+			env.version, env.begun, env.bases, env.client = v.version, v.begun, v.bases, v.client
 		}
 		if m.To == n.self {
 			n.local = append(n.local, env)
@@ -720,6 +743,31 @@ type stager struct {
 }
 
 func (s stager) Prepare(id chain.TxnID, ops []txn.Op) (chain.Staged, error) {
+	client := s.n.versions[waiterKey{s.keyspace, id}].client
+	if len(client) == 0 {
+		return s.prepare(id, ops)
+	}
+	// A commit a client named is staged only if its client ID is not
+	// fenced here, and stays marked staged until it is recorded or aborted
+	// (resolve.go).
+	ks, err := s.n.cfg.Engine.Acquire(s.keyspace)
+	if err != nil {
+		return nil, taggedError{err}
+	}
+	err = s.n.clients.stage(ks.Store, s.keyspace, client, id, time.Now())
+	ks.Release()
+	if err != nil {
+		return nil, taggedError{err}
+	}
+	st, err := s.prepare(id, ops)
+	if err != nil {
+		s.n.clients.done(s.keyspace, client, id)
+		return nil, err
+	}
+	return clientStaged{Staged: st, n: s.n, keyspace: s.keyspace, client: client, id: id}, nil
+}
+
+func (s stager) prepare(id chain.TxnID, ops []txn.Op) (chain.Staged, error) {
 	key := waiterKey{s.keyspace, id}
 	e := s.n.versions[key]
 	ks, err := s.n.cfg.Engine.Acquire(s.keyspace)
@@ -756,7 +804,7 @@ func (s stager) Prepare(id chain.TxnID, ops []txn.Op) (chain.Staged, error) {
 		if sole != nil {
 			return nil, taggedError{sole}
 		}
-		return s.n.passThrough(s.keyspace, id, ops, e.version), nil
+		return s.n.passThrough(s.keyspace, id, ops, e.version, e.client), nil
 	}
 	if err != nil {
 		ks.Release()
@@ -773,7 +821,7 @@ func (s stager) Prepare(id chain.TxnID, ops []txn.Op) (chain.Staged, error) {
 	}
 	e.bases = p.Bases()
 	s.n.versions[key] = e
-	return staged{ChainStaged: mvcc.ChainStaged{P: p, ID: id}, release: ks.Release}, nil
+	return staged{ChainStaged: mvcc.ChainStaged{P: p, ID: id, Client: e.client}, release: ks.Release}, nil
 }
 
 // Committed implements chain.Stager from the keyspace's transaction

@@ -100,6 +100,8 @@ func (c netConn) Invoke(ctx context.Context, method string, args, reply any, _ .
 		resp, err = n.Lease(ctx, args.(*peerpb.LeaseRequest))
 	case peerpb.Peer_Revoke_FullMethodName:
 		resp, err = n.Revoke(ctx, args.(*peerpb.RevokeRequest))
+	case peerpb.Peer_Resolve_FullMethodName:
+		resp, err = n.Resolve(ctx, args.(*peerpb.PeerResolveRequest))
 	default:
 		return fmt.Errorf("netConn: %s not supported", method)
 	}
@@ -211,7 +213,7 @@ func startClusterWith(t testing.TB, size, rf int, loss float64, seed uint64, lea
 }
 
 func (tc *testCluster) commit(ctx context.Context, via int, ops ...txn.Op) ([]txn.Result, error) {
-	return tc.nodes[via].Commit(ctx, testKeyspace, tc.rf, ops)
+	return tc.nodes[via].Commit(ctx, testKeyspace, tc.rf, ops, nil)
 }
 
 // read returns blob key as stored on node i, with its version.

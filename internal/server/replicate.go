@@ -135,15 +135,17 @@ func (s *Service) forwardRead(ctx context.Context, target ring.NodeID, req *tyrp
 }
 
 // commit runs ops on ks: through the chain of their replicas (which may
-// be this node alone), or on the local store when not clustered.
-func (s *Service) commit(ctx context.Context, ks *storage.Keyspace, ops []txn.Op) ([]txn.Result, error) {
+// be this node alone), or on the local store when not clustered. client is
+// the client's ID of the commit, if it gave one (node/resolve.go); without
+// a node it is not recorded, and Resolve is unavailable.
+func (s *Service) commit(ctx context.Context, ks *storage.Keyspace, ops []txn.Op, client []byte) ([]txn.Result, error) {
 	if s.node != nil {
 		if pl, err := s.node.Placement(ks.Name, int(ks.Config.Replication)); err == nil {
 			if turn := straddling(pl, ks.Store.ChunkBytes(), ops); len(turn) > 0 {
-				return s.commitStraddling(ctx, ks, ops, turn)
+				return s.commitStraddling(ctx, ks, ops, turn, client)
 			}
 		}
-		return s.node.Commit(ctx, ks.Name, int(ks.Config.Replication), ops)
+		return s.node.Commit(ctx, ks.Name, int(ks.Config.Replication), ops, client)
 	}
 	return chain.Commit([]chain.Member{mvcc.Member{Store: ks.Store}}, ops)
 }

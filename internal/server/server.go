@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"time"
 	"unicode/utf8"
 
 	"google.golang.org/grpc"
@@ -210,12 +211,17 @@ func (s *Service) Commit(ctx context.Context, req *tyrpb.CommitRequest) (*tyrpb.
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	if len(req.GetTxnId()) > 0 {
+		if err := node.CheckClientID(req.GetTxnId(), time.Now()); err != nil {
+			return nil, toStatus(err)
+		}
+	}
 	ks, err := s.engine.Acquire(string(req.GetKeyspace()))
 	if err != nil {
 		return nil, toStatus(err)
 	}
 	defer ks.Release()
-	results, err := s.commit(ctx, ks, ops)
+	results, err := s.commit(ctx, ks, ops, req.GetTxnId())
 	if err != nil {
 		return nil, toStatus(err)
 	}

@@ -53,7 +53,7 @@ func straddling(pl node.Placement, cs uint64, ops []txn.Op) []int {
 
 // commitStraddling runs ops on a cluster, turning the atomic ops at the
 // indexes turn into read-modify-writes (see above).
-func (s *Service) commitStraddling(ctx context.Context, ks *storage.Keyspace, ops []txn.Op, turn []int) ([]txn.Result, error) {
+func (s *Service) commitStraddling(ctx context.Context, ks *storage.Keyspace, ops []txn.Op, turn []int, client []byte) ([]txn.Result, error) {
 	backoff := time.Millisecond
 	deadline := time.Now().Add(node.CommitRetryMax)
 	for {
@@ -73,7 +73,7 @@ func (s *Service) commitStraddling(ctx context.Context, ks *storage.Keyspace, op
 			run[i] = txn.Op{Kind: txn.OpWrite, Key: op.Key, Offset: op.Offset, Data: cur[:op.Width]}
 			run = append(run, txn.Op{Kind: txn.OpReadCheck, Key: op.Key, Version: resp.GetVersion()})
 		}
-		results, err := s.node.Commit(ctx, ks.Name, int(ks.Config.Replication), run)
+		results, err := s.node.Commit(ctx, ks.Name, int(ks.Config.Replication), run, client)
 		if err == nil {
 			for j, i := range turn {
 				results[i].Value = values[j]
