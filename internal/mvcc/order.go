@@ -7,7 +7,7 @@ import (
 	"github.com/tyrstore/tyr/internal/txn"
 )
 
-// Ordering commits that only apply atomic ops.
+// Ordering blind updates of a blob.
 //
 // A staged commit holds its blobs' locks until its chain decides it, which
 // takes a round trip down the chain and back. A second commit that finds a
@@ -15,17 +15,25 @@ import (
 // so on a hot blob the commits take turns, one round trip each, and most
 // tries are wasted.
 //
-// Atomic ops need not wait. A commit whose every op on a blob is an atomic
-// op (no read check, no compare-and-swap, nothing that changes the blob's
-// size) cannot fail on that blob because of what the commits staged before
-// it do there: those are atomic ops too, so the blob exists and has the same
+// Blind updates need not wait. A commit whose every op on a blob is an
+// atomic op or a write that ends inside the blob (no read check, no
+// compare-and-swap, nothing that changes the blob's size or existence)
+// cannot fail on that blob because of what the commits staged before it do
+// there: those are such updates too, so the blob exists and has the same
 // size whatever they decide. Such a commit joins the blob's queue instead of
 // being refused, is validated at once, and travels down its chain while the
-// commits before it are still undecided. It is applied only after each of
-// them has been committed or aborted on this store (Pending.Ready), on the
-// blob as they left it (Pending.Rebase): the ordering of conflicting
-// transactions the chain protocol of Týr (after Warp) keeps in a dependency
-// graph, here one queue per blob.
+// commits before it are still undecided. Whether a write ends inside the
+// blob is known only once the blob's record is read, so a commit is queued
+// provisionally and checked after it is prepared: one that turns out to
+// change the size leaves the queue (refused if it joined behind another,
+// holding the blob alone if it started the queue), and no commit joins a
+// queue whose first commit is not checked yet.
+//
+// A queued commit is applied only after each commit ahead of it has been
+// committed or aborted on this store (Pending.Ready), on the blob as they
+// left it (Pending.Rebase): the ordering of conflicting transactions the
+// chain protocol of Týr (after Warp) keeps in a dependency graph, here one
+// queue per blob.
 //
 // Invariants:
 //
@@ -34,17 +42,17 @@ import (
 //     in version order, the same order everywhere, and a commit only ever
 //     waits for commits of lower versions, which never wait for it: no
 //     cycle, no deadlock.
-//  2. Every commit in a queue applies only atomic ops to the blob, so its
-//     size and existence are those of the last commit before the queue, and
-//     a commit validated against them stays valid whatever the others
-//     decide.
+//  2. Every checked commit in a queue applies only atomic ops and writes
+//     to the blob and keeps its size and existence, which are therefore
+//     those of the last commit before the queue, and a commit validated
+//     against them stays valid whatever the others decide.
 //  3. The key's mutex is held while the queue is not empty; blocking
 //     lockers (reads that count a use, catch-up, Settle) wait for the queue
 //     to drain, and while one waits no commit joins, so it does drain.
 //     Likewise, once a commit that may not queue (a read-modify-write, a
 //     compare-and-swap) is refused because of the queue, no commit joins
 //     until it drains, so the refused one is not starved by a stream of
-//     atomic ops.
+//     blind updates.
 //
 // A queue is bounded (QueueMax): beyond it, or when the versions are out of
 // order, a commit is refused as before and its coordinator tries again.
@@ -59,8 +67,12 @@ var ErrNotReady = errors.New("commit queued behind undecided commits of the same
 // ticket is a commit's place in the queues of the blobs it holds shared.
 type ticket struct {
 	version uint64
-	// atomic are the blobs the commit applies only atomic ops to.
-	atomic map[string]bool
+	// blind are the blobs the commit applies only atomic ops and writes
+	// to: those it may queue on.
+	blind map[string]bool
+	// checked is set once the commit is prepared and known to keep the
+	// size of every blob it queues on.
+	checked bool
 	// shared are the blobs it holds in a queue; behind is whether it
 	// joined one after another commit, and so must be rebased.
 	shared []string
@@ -70,39 +82,67 @@ type ticket struct {
 }
 
 // newTicket returns the ticket of a commit at version, or nil if the commit
-// may not queue: its version is not fixed, or it applies only atomic ops to
-// no blob.
+// may not queue: its version is not fixed, or it applies only blind updates
+// to no blob.
 func newTicket(ops []txn.Op, version uint64) *ticket {
 	if version == 0 {
 		return nil
 	}
-	atomic := map[string]bool{}
+	blind := map[string]bool{}
 	for _, op := range ops {
-		if _, seen := atomic[op.Key]; !seen {
-			atomic[op.Key] = true
+		if _, seen := blind[op.Key]; !seen {
+			blind[op.Key] = true
 		}
-		if op.Kind != txn.OpAtomic {
-			atomic[op.Key] = false
+		if op.Kind != txn.OpAtomic && op.Kind != txn.OpWrite {
+			blind[op.Key] = false
 		}
 	}
-	for key, ok := range atomic {
+	for key, ok := range blind {
 		if !ok {
-			delete(atomic, key)
+			delete(blind, key)
 		}
 	}
-	if len(atomic) == 0 {
+	if len(blind) == 0 {
 		return nil
 	}
-	return &ticket{version: version, atomic: atomic, ahead: map[string][]uint64{}}
+	return &ticket{version: version, blind: blind, ahead: map[string][]uint64{}}
 }
 
-func (tk *ticket) atomicOnly(key string) bool { return tk.atomic[key] }
+func (tk *ticket) blindOn(key string) bool { return tk.blind[key] }
 
 // mayJoin reports whether the commit may join l's queue (see "Ordering").
 // The caller holds the lock table's mutex.
 func (tk *ticket) mayJoin(l *keyLock) bool {
 	n := len(l.queue)
-	return n > 0 && n < QueueMax && l.waiting == 0 && !l.wanted && tk.version > l.queue[n-1].version
+	return n > 0 && n < QueueMax && l.queue[0].checked && l.waiting == 0 && !l.wanted &&
+		tk.version > l.queue[n-1].version
+}
+
+// check settles a provisional ticket once its commit is prepared: it keeps
+// its place on the blobs whose size and existence the commit keeps, and
+// gives up the others (see "Ordering"). If it joined a queue behind another
+// commit on a blob it changes otherwise, it fails: the commit must be
+// refused. On a blob it started the queue of, it holds the blob alone.
+func (t *lockTable) check(tk *ticket, keeps func(key string) bool) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	shared := tk.shared[:0]
+	for _, key := range tk.shared {
+		l := t.locks[key]
+		switch {
+		case keeps(key):
+			shared = append(shared, key)
+		case l.queue[0] != tk:
+			return false
+		default:
+			// Started the queue; nobody joined it, since tk was not
+			// checked: hold the key alone.
+			l.queue = nil
+		}
+	}
+	tk.shared = shared
+	tk.checked = true
+	return true
 }
 
 // reset forgets the queues of a lock attempt that failed.
@@ -149,7 +189,8 @@ func (p *Pending) Rebase() error {
 	q, err := p.store.prepareLocked(p.ops, p.keys, o)
 	if err != nil {
 		// Invariant 2 rules this out: the checks that could fail passed
-		// at Prepare and nothing they depend on changed.
+		// at Prepare, nothing they depend on changed, and the version
+		// check is not made again.
 		return fmt.Errorf("rebasing a queued commit: %w", err)
 	}
 	_ = p.batch.Close()

@@ -60,14 +60,15 @@ func TestQueueOrdersAtomicCommits(t *testing.T) {
 				v    uint64
 			}{
 				{"an atomic commit below the last queued version", []txn.Op{addOp("c", 4)}, v + 15},
-				{"a write", []txn.Op{{Key: "c", Kind: txn.OpWrite, Data: []byte{9}}}, v + 30},
+				{"an append", []txn.Op{{Key: "c", Kind: txn.OpAppend, Data: []byte{9}}}, v + 30},
+				{"a write past the end", []txn.Op{{Key: "c", Kind: txn.OpWrite, Offset: 6, Data: []byte{1, 2, 3, 4}}}, v + 30},
 				{"a read check", []txn.Op{{Key: "c", Kind: txn.OpReadCheck, Version: v}, addOp("c", 4)}, v + 30},
 			} {
 				if p, err := s.TryPrepareAt(refused.ops, refused.v); !errors.Is(err, errs.ErrConflict) {
 					t.Fatalf("%s joined the queue: %v, %v", refused.name, p, err)
 				}
 			}
-			// The refused write keeps later atomic commits out until the
+			// The refused append keeps later atomic commits out until the
 			// queue drains.
 			if p, err := s.TryPrepareAt([]txn.Op{addOp("c", 8)}, v+40); !errors.Is(err, errs.ErrConflict) {
 				t.Fatalf("an atomic commit joined after a write was refused: %v, %v", p, err)
@@ -174,5 +175,48 @@ func TestQueueBaseAhead(t *testing.T) {
 	}
 	if got := counter(t, s); got != 3 {
 		t.Fatalf("counter %d, want 3", got)
+	}
+}
+
+// A write inside the blob queues like an atomic op; a write that turns out
+// to change the size is refused behind others, and holds the blob alone if
+// it came first.
+func TestQueueBlindWrites(t *testing.T) {
+	s, v := counterStore(t)
+	p1, err := s.TryPrepareAt([]txn.Op{addOp("c", 1)}, v+10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2, err := s.TryPrepareAt([]txn.Op{{Key: "c", Kind: txn.OpWrite, Offset: 1, Data: []byte{7}}}, v+20)
+	if err != nil {
+		t.Fatalf("a write inside the blob was refused: %v", err)
+	}
+	if err := errors.Join(p1.Commit(), p2.Commit()); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := counter(t, s), uint64(1+7<<8); got != want {
+		t.Fatalf("counter %#x, want %#x", got, want)
+	}
+	if n := lockedKeys(s); n != 0 {
+		t.Fatalf("%d keys still locked", n)
+	}
+
+	info, _ := s.Stat("c")
+	grow := []txn.Op{{Key: "c", Kind: txn.OpWrite, Offset: 6, Data: []byte{1, 2, 3, 4}}}
+	p3, err := s.TryPrepareAt(grow, info.Version+10)
+	if err != nil {
+		t.Fatalf("a growing write on a free blob: %v", err)
+	}
+	if p, err := s.TryPrepareAt([]txn.Op{addOp("c", 1)}, info.Version+20); !errors.Is(err, errs.ErrConflict) {
+		t.Fatalf("an atomic commit queued behind a write that grows the blob: %v, %v", p, err)
+	}
+	if err := p3.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if info, _ := s.Stat("c"); info.Size != 10 {
+		t.Fatalf("size %d after the growing write, want 10", info.Size)
+	}
+	if n := lockedKeys(s); n != 0 {
+		t.Fatalf("%d keys still locked", n)
 	}
 }

@@ -185,6 +185,8 @@ type Pending struct {
 	ops     []txn.Op
 	opts    prepareOpts
 	rebased bool
+	// kept are the blobs whose size and existence the commit keeps.
+	kept map[string]bool
 }
 
 // Touched returns, for each blob the commit changes, the parts of it the
@@ -286,11 +288,13 @@ func (s *Store) prepareLocked(ops []txn.Op, keys []string, o prepareOpts) (*Pend
 			return nil, fmt.Errorf("%w: blob %q: %w", errs.ErrConflict, key, ErrNoBase)
 		}
 	}
-	for _, w := range blobs {
+	existed := make(map[string]bool, len(keys))
+	for key, w := range blobs {
 		if w.exists {
 			w.start = w.meta.Size
 		}
 		w.low = w.start
+		existed[key] = w.exists
 	}
 	// Read checks first: the transaction's reads are still current only if
 	// no blob it read changed since, and then its ops apply as it saw them.
@@ -348,7 +352,9 @@ func (s *Store) prepareLocked(ops []txn.Op, keys []string, o prepareOpts) (*Pend
 		s.versionMu.Lock()
 		s.lastVersion = max(s.lastVersion, version)
 		s.versionMu.Unlock()
-	case version != 0:
+	case version != 0 && !o.rebase:
+		// A rebased commit's version was accepted when it was staged; its
+		// own records and the floor have moved past it since.
 		if err := s.acceptVersion(blobs, keys, version); err != nil {
 			return nil, err
 		}
@@ -376,12 +382,15 @@ func (s *Store) prepareLocked(ops []txn.Op, keys []string, o prepareOpts) (*Pend
 		}
 	}
 	touched := make(map[string]Touched, len(keys))
+	kept := make(map[string]bool, len(keys))
 	for _, key := range keys {
-		if w := blobs[key]; w.changed {
+		w := blobs[key]
+		if w.changed {
 			touched[key] = w.touched()
 		}
+		kept[key] = existed[key] && w.exists && w.meta.Size == w.start && w.low == w.start && w.cutPage == noCut
 	}
-	return &Pending{store: s, batch: batch, keys: keys, results: results, bases: bases, given: o.bases, touched: touched}, nil
+	return &Pending{store: s, batch: batch, keys: keys, results: results, bases: bases, given: o.bases, touched: touched, kept: kept}, nil
 }
 
 // Commit makes the prepared ops durable (when Sync) and visible, atomically.

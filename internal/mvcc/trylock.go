@@ -91,7 +91,7 @@ func (s *Store) TryPrepareStep(ops []txn.Op, st Step) (*Pending, error) {
 		return nil, err
 	}
 	tk := newTicket(ops, st.Version)
-	if busy, ok := s.locks.tryLock(keys, tk, tk.atomicOnly); !ok {
+	if busy, ok := s.locks.tryLock(keys, tk, tk.blindOn); !ok {
 		return nil, fmt.Errorf("%w: %w: blob %q", errs.ErrConflict, ErrLocked, busy)
 	}
 	o := prepareOpts{version: st.Version, bases: st.Bases, placement: st.Placement}
@@ -101,6 +101,10 @@ func (s *Store) TryPrepareStep(ops []txn.Op, st Step) (*Pending, error) {
 		return nil, err
 	}
 	p.ticket, p.ops, p.opts = tk, ops, o
+	if tk != nil && !s.locks.check(tk, func(key string) bool { return p.kept[key] }) {
+		p.Abort()
+		return nil, fmt.Errorf("%w: %w: a blob queued on changes size or existence; it waits for the commits before it", errs.ErrConflict, ErrLocked)
+	}
 	if tk != nil {
 		for key, ahead := range tk.ahead {
 			if _, given := st.Bases[key]; !given {

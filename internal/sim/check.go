@@ -27,8 +27,12 @@ const anomaliesMax = 20
 //   - atomicity: no transaction is committed on one member and aborted on
 //     another, and none the coordinator saw aborted is committed anywhere;
 //   - replicas agree: the replicas of each key committed the same
-//     transactions in the same order, and hold the bytes that replaying
-//     those transactions' ops from nothing produces;
+//     transactions in the same order, and hold the bytes and version that
+//     replaying those transactions' ops from nothing produces;
+//   - order: on mvcc, each key's commits apply in increasing version order
+//     (a commit queued behind others applies after them, see mvcc/order.go);
+//   - results: the value each committed atomic op reported to its client
+//     is the one it finds in that replay;
 //   - each store saw at most one Prepare per transaction and at most one
 //     Commit or Abort after it.
 func (w *world) check() []string {
@@ -121,32 +125,71 @@ func (w *world) checkKeys(add func(string, ...any)) {
 		}
 		model := &blob{}
 		for _, id := range firstLog {
-			for _, op := range w.txns[id].ops {
+			t := w.txns[id]
+			for i, op := range t.ops {
 				if op.Key != k {
 					continue
 				}
-				if _, err := model.apply(op); err != nil {
+				r, err := model.apply(op)
+				if err != nil {
 					add("replay: %s on %s fails in the model: %v", id, k, err)
+				}
+				if got, ok := w.reportedValue(t, i); ok && op.Kind == txn.OpAtomic && got != r.Value {
+					add("results: %s op %d (%s on %s) reported value %#x, the replay gives %#x", id, i, op.Kind, k, got, r.Value)
 				}
 			}
 		}
-		// Only MemStore's versions, commit counts, agree across replicas;
-		// mvcc draws them from the clock at each replica's Prepare.
-		sameVersions := w.cfg.Store == StoreMem
+		// A MemStore's version of a key counts the commits that changed it;
+		// an mvcc store's is the version of the last one, which its
+		// coordinator chose, and there is none once the key is deleted.
+		wantVersion := model.version
+		if w.cfg.Store == StoreMVCC {
+			wantVersion = 0
+			if model.exists && len(firstLog) > 0 {
+				wantVersion = w.txns[firstLog[len(firstLog)-1]].version
+			}
+		}
 		for _, n := range replicas {
 			log := w.stores[n].keyLog(k)
 			if !slices.Equal(log, firstLog) {
 				add("agreement: %s has %s log %v, %s has %v", n, k, log, replicas[0], firstLog)
+			}
+			if w.cfg.Store == StoreMVCC {
+				// A commit's version must exceed the key's, so a commit
+				// applied out of version order would have been refused.
+				for i := 1; i < len(log); i++ {
+					if a, b := w.txns[log[i-1]].version, w.txns[log[i]].version; a >= b {
+						add("order: %s applied %s at version %d after %s at version %d on %s", n, log[i], b, log[i-1], a, k)
+					}
+				}
 			}
 			b, err := w.stores[n].keyState(k)
 			if err != nil {
 				add("read: %s cannot read %s: %v", n, k, err)
 				continue
 			}
-			if b.exists != model.exists || !bytes.Equal(b.data, model.data) || (sameVersions && b.version != model.version) {
+			if b.exists != model.exists || !bytes.Equal(b.data, model.data) || b.version != wantVersion {
 				add("agreement: %s holds %s exists=%t version=%d %q, replay gives exists=%t version=%d %q",
-					n, k, b.exists, b.version, b.data, model.exists, model.version, model.data)
+					n, k, b.exists, b.version, b.data, model.exists, wantVersion, model.data)
 			}
 		}
 	}
+}
+
+// reportedValue is the value the client of committed transaction t was
+// told for its op i, if the report can be checked: the coordinator reports
+// the head's results, and the head knows the values of the ops on the keys
+// it stores, unless its copy of the key fell behind (its results may then
+// have been computed on the stale copy, or taken from a member that does
+// not store the key).
+func (w *world) reportedValue(t *txnRecord, i int) (uint64, bool) {
+	results := t.outcome.Results
+	if !t.finished || !t.outcome.Committed || len(results) != len(t.ops) {
+		return 0, false
+	}
+	head, key := t.chain[0], t.ops[i].Key
+	if !slices.Contains(w.placement[key], head) || w.behind[key][head] {
+		return 0, false
+	}
+	return results[i].Value, true
 }

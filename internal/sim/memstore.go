@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"encoding/binary"
 	"fmt"
 	"slices"
 
@@ -25,9 +26,9 @@ func (b *blob) clone() *blob {
 	return &blob{exists: b.exists, data: slices.Clone(b.data), version: b.version, log: b.log}
 }
 
-// apply runs one op on b, the way mvcc does: create refuses an existing
-// blob, and everything but a creating write or append refuses a missing
-// one. It is the model the checkers replay, too.
+// apply runs one op on b, the way mvcc does (see mvcc's blobWork.apply):
+// create refuses an existing blob, and everything but a creating write or
+// append refuses a missing one. It is the model the checkers replay, too.
 func (b *blob) apply(op txn.Op) (txn.Result, error) {
 	if !b.exists && op.Kind != txn.OpCreate && !((op.Kind == txn.OpWrite || op.Kind == txn.OpAppend) && op.Create) {
 		return txn.Result{}, fmt.Errorf("%w: %s of %q", errs.ErrNotFound, op.Kind, op.Key)
@@ -45,19 +46,31 @@ func (b *blob) apply(op txn.Op) (txn.Result, error) {
 		if op.Kind == txn.OpAppend {
 			offset = uint64(len(b.data))
 		}
-		if end := offset + uint64(len(op.Data)); end > uint64(len(b.data)) {
-			b.data = append(b.data, make([]byte, end-uint64(len(b.data)))...)
-		}
+		b.grow(offset + uint64(len(op.Data)))
 		copy(b.data[offset:], op.Data)
 		r.Offset = offset
+	case txn.OpAtomic:
+		// The little-endian integer of Width bytes at Offset, bytes past
+		// the end reading as zeros; the op extends the blob to cover it.
+		var cur [8]byte
+		if op.Offset < uint64(len(b.data)) {
+			copy(cur[:op.Width], b.data[op.Offset:])
+		}
+		v := op.Func.Apply(op.Width, binary.LittleEndian.Uint64(cur[:]), op.Operand)
+		binary.LittleEndian.PutUint64(cur[:], v)
+		b.grow(op.Offset + uint64(op.Width))
+		copy(b.data[op.Offset:], cur[:op.Width])
+		r.Offset, r.Value = op.Offset, v
 	case txn.OpTruncate:
 		if op.Size <= uint64(len(b.data)) {
 			b.data = b.data[:op.Size]
 		} else {
-			b.data = append(b.data, make([]byte, op.Size-uint64(len(b.data)))...)
+			b.grow(op.Size)
 		}
 	case txn.OpDelete:
 		b.exists, b.data = false, nil
+	default:
+		return txn.Result{}, fmt.Errorf("%w: the model has no %s", errs.ErrInvalidArgument, op.Kind)
 	}
 	b.version++
 	r.Size = uint64(len(b.data))
@@ -65,6 +78,13 @@ func (b *blob) apply(op txn.Op) (txn.Result, error) {
 		r.Version = b.version
 	}
 	return r, nil
+}
+
+// grow extends b's data with zeros to end bytes, if it is shorter.
+func (b *blob) grow(end uint64) {
+	if end > uint64(len(b.data)) {
+		b.data = append(b.data, make([]byte, end-uint64(len(b.data)))...)
+	}
 }
 
 // status is where a transaction stands in one MemStore. Zero is "never
@@ -241,5 +261,9 @@ func (s *MemStore) keyState(key string) (blob, error) {
 	}
 	return blob{}, nil
 }
+
+// ordering reports nothing: MemStore refuses a commit on a locked key, so
+// none ever queues.
+func (s *MemStore) ordering() (queued, waited map[chain.TxnID]bool) { return nil, nil }
 
 func (s *MemStore) close() error { return nil }

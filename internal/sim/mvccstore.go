@@ -3,6 +3,7 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -23,7 +24,8 @@ const (
 	// StoreMem is MemStore, the simulator's in-memory model of mvcc.
 	StoreMem StoreKind = iota
 	// StoreMVCC is a real mvcc.Store over an in-memory Pebble database,
-	// staged through mvcc.Stager.
+	// staged the way a node stages a chain's commits: at the version the
+	// coordinator chose, wrapped in an mvcc.ChainStaged.
 	StoreMVCC
 )
 
@@ -53,9 +55,14 @@ type nodeStore interface {
 	// again what it staged or aborted; commits stay.
 	crash()
 	// keyState is key's current content here. Its version is the
-	// MemStore's commit count, which replicas agree on, or mvcc's version,
-	// which each replica draws from the clock at its own Prepare.
+	// MemStore's commit count or, on mvcc, the version of the last commit
+	// that changed it, which its coordinator chose (0 when it is absent):
+	// either way, replicas that applied the same commits agree on it.
 	keyState(key string) (b blob, err error)
+	// ordering returns the transactions that joined a blob's queue here
+	// behind undecided ones, and those of them that then waited in the
+	// replica's applying phase (see "Ordering" in chain/replica.go).
+	ordering() (queued, waited map[chain.TxnID]bool)
 	close() error
 }
 
@@ -70,27 +77,37 @@ func (quietLogger) Fatalf(f string, args ...any) { panic(fmt.Sprintf("pebble: "+
 // simEpoch is virtual tick 0 as wall time; a tick is a millisecond.
 var simEpoch = time.Unix(1_700_000_000, 0)
 
-// mvccNode is a node backed by a real mvcc.Store. It wraps mvcc.Stager to
-// skip the ops on keys the node does not store and to record, for the
-// checkers, what the replica did with each transaction: the same history
-// MemStore keeps.
+// mvccNode is a node backed by a real mvcc.Store. It stages each commit
+// as a node does, at the version its coordinator chose, so commits that
+// only apply atomic ops to a blob queue behind its undecided ones instead
+// of being refused (see mvcc/order.go). It skips the ops on keys the node
+// does not store and records, for the checkers, what the replica did with
+// each transaction: the same history MemStore keeps.
 type mvccNode struct {
-	node   ring.NodeID
-	owns   func(key string) bool
-	db     *pebble.DB
-	store  *mvcc.Store
-	stager mvcc.Stager
-	status map[chain.TxnID]status
-	staged map[chain.TxnID]*mvccStaged
-	logs   map[string][]chain.TxnID
+	node  ring.NodeID
+	owns  func(key string) bool
+	db    *pebble.DB
+	store *mvcc.Store
+	// versionOf is each transaction's commit version, the same on every
+	// member: what a node learns with the Forward.
+	versionOf func(id chain.TxnID) uint64
+	trace     func(format string, args ...any)
+	status    map[chain.TxnID]status
+	staged    map[chain.TxnID]*mvccStaged
+	logs      map[string][]chain.TxnID
+	// queued and waited are what ordering reports.
+	queued, waited map[chain.TxnID]bool
 	// anomalies are contract breaches seen by the wrapper, such as a second
 	// Prepare of one transaction.
 	anomalies []string
 }
 
 // newMVCCNode opens an mvcc.Store for node over a fresh in-memory Pebble
-// database. now is the simulator's clock, so versions replay exactly.
-func newMVCCNode(node ring.NodeID, owns func(key string) bool, now func() time.Time) (*mvccNode, error) {
+// database. now is the simulator's clock, so what the store stamps with it
+// replays exactly; versionOf gives each transaction's commit version, and
+// trace records the store's ordering events in the run's trace.
+func newMVCCNode(node ring.NodeID, owns func(key string) bool, now func() time.Time,
+	versionOf func(id chain.TxnID) uint64, trace func(format string, args ...any)) (*mvccNode, error) {
 	db, err := pebble.Open("db", &pebble.Options{
 		FS: vfs.NewMem(), MemTableSize: 256 << 10, Logger: quietLogger{},
 	})
@@ -102,8 +119,10 @@ func newMVCCNode(node ring.NodeID, owns func(key string) bool, now func() time.T
 		_ = db.Close()
 		return nil, err
 	}
-	return &mvccNode{node: node, owns: owns, db: db, store: store, stager: mvcc.Stager{Store: store},
-		status: map[chain.TxnID]status{}, staged: map[chain.TxnID]*mvccStaged{}, logs: map[string][]chain.TxnID{}}, nil
+	return &mvccNode{node: node, owns: owns, db: db, store: store,
+		versionOf: versionOf, trace: trace,
+		status: map[chain.TxnID]status{}, staged: map[chain.TxnID]*mvccStaged{}, logs: map[string][]chain.TxnID{},
+		queued: map[chain.TxnID]bool{}, waited: map[chain.TxnID]bool{}}, nil
 }
 
 // Prepare implements chain.Stager.
@@ -125,17 +144,27 @@ func (s *mvccNode) Prepare(id chain.TxnID, ops []txn.Op) (chain.Staged, error) {
 			keys = append(keys, op.Key)
 		}
 	}
-	results := make([]txn.Result, len(ops))
-	p := &mvccStaged{node: s, id: id, keys: keys, results: results}
+	p := &mvccStaged{node: s, id: id, keys: keys, index: index, results: make([]txn.Result, len(ops))}
 	if len(local) > 0 {
-		inner, err := s.stager.Prepare(id, local)
+		pending, err := s.store.TryPrepareAt(local, s.versionOf(id))
 		if err != nil {
 			return nil, err
 		}
-		for j, r := range inner.Results() {
-			results[index[j]] = r
+		p.inner = &mvcc.ChainStaged{P: pending, ID: id}
+		p.refresh()
+		if !p.inner.Ready() {
+			// Staged behind undecided commits of a blob it only applies
+			// atomic ops to: the path the ordering statistics count.
+			s.queued[id] = true
+			for _, k := range keys {
+				if ahead := pending.Bases()[k].Ahead; len(ahead) > 0 {
+					s.trace("%s queues %s at version %d on %s behind %v", s.node, id, s.versionOf(id), k, ahead)
+				}
+			}
 		}
-		p.inner = inner
+		// Nothing, except in a tyr_broken_unordered build (see
+		// TestSimCatchesUnordered).
+		mvcc.BreakOrder(pending)
 	}
 	s.status[id] = statusStaged
 	s.staged[id] = p
@@ -143,8 +172,9 @@ func (s *mvccNode) Prepare(id chain.TxnID, ops []txn.Op) (chain.Staged, error) {
 }
 
 func (s *mvccNode) crash() {
-	for _, p := range s.staged {
-		if p.inner != nil {
+	ids := slices.SortedFunc(maps.Keys(s.staged), chain.TxnID.Compare)
+	for _, id := range ids {
+		if p := s.staged[id]; p.inner != nil {
 			p.inner.Abort()
 		}
 	}
@@ -153,11 +183,32 @@ func (s *mvccNode) crash() {
 }
 
 type mvccStaged struct {
-	node    *mvccNode
-	id      chain.TxnID
-	keys    []string     // in first-touched order, which is deterministic
-	inner   chain.Staged // nil when the node stores none of the keys
+	node *mvccNode
+	id   chain.TxnID
+	keys []string // in first-touched order, which is deterministic
+	// index[j] is the position in the transaction's ops of the j-th op
+	// this node stores.
+	index []int
+	inner *mvcc.ChainStaged // nil when the node stores none of the keys
+	// results has an entry per op of the transaction; those of the ops on
+	// keys this node does not store stay zero.
 	results []txn.Result
+	waited  bool
+}
+
+var (
+	_ chain.Staged  = (*mvccStaged)(nil)
+	_ chain.Ordered = (*mvccStaged)(nil)
+)
+
+// refresh copies the inner commit's results into results. It makes a new
+// slice: the replica may hold the one Results returned before.
+func (p *mvccStaged) refresh() {
+	results := slices.Clone(p.results)
+	for j, r := range p.inner.Results() {
+		results[p.index[j]] = r
+	}
+	p.results = results
 }
 
 func (p *mvccStaged) finish(st status) {
@@ -171,18 +222,28 @@ func (p *mvccStaged) finish(st status) {
 
 // Committed implements chain.Stager.
 func (s *mvccNode) Committed(id chain.TxnID) ([]txn.Result, bool, error) {
-	return s.stager.Committed(id)
+	return mvcc.CommittedTxn(s.store, id)
 }
 
 // Commit implements chain.Staged.
 func (p *mvccStaged) Commit(results []txn.Result) error {
-	p.finish(statusCommitted)
+	var err error
 	if p.inner == nil {
-		if err := p.node.store.PutTxn(p.id.String(), txn.EncodeResults(results)); err != nil {
-			return err
-		}
-	} else if err := p.inner.Commit(results); err != nil {
+		err = p.node.store.PutTxn(p.id.String(), txn.EncodeResults(results))
+	} else {
+		err = p.inner.Commit(results)
+	}
+	if err != nil {
+		// The store applied nothing and released what it held: as far as
+		// this copy goes, the transaction aborted.
+		p.finish(statusAborted)
 		return err
+	}
+	p.finish(statusCommitted)
+	if p.inner != nil {
+		// A commit that was queued is rebased as it applies: its atomic
+		// ops found the values the commits ahead of it left.
+		p.refresh()
 	}
 	for _, k := range p.keys {
 		p.node.logs[k] = append(p.node.logs[k], p.id)
@@ -200,6 +261,21 @@ func (p *mvccStaged) Abort() {
 
 // Results implements chain.Staged.
 func (p *mvccStaged) Results() []txn.Result { return p.results }
+
+// Ready implements chain.Ordered. The replica asks it once its transaction
+// is committed; false then means the transaction waits in the applying
+// phase for the commits queued ahead of it here.
+func (p *mvccStaged) Ready() bool {
+	if p.inner == nil || p.inner.Ready() {
+		return true
+	}
+	if !p.waited {
+		p.waited = true
+		p.node.waited[p.id] = true
+		p.node.trace("%s holds %s, committed, until the commits ahead of it are decided", p.node.node, p.id)
+	}
+	return false
+}
 
 func (s *mvccNode) statusOf(id chain.TxnID) status { return s.status[id] }
 
@@ -234,5 +310,7 @@ func (s *mvccNode) keyState(key string) (blob, error) {
 	}
 	return blob{exists: true, data: data, version: info.Version}, nil
 }
+
+func (s *mvccNode) ordering() (queued, waited map[chain.TxnID]bool) { return s.queued, s.waited }
 
 func (s *mvccNode) close() error { return s.db.Close() }

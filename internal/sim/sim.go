@@ -13,8 +13,14 @@
 //
 // Each node stores its keys in a MemStore, the simulator's model of mvcc,
 // or, with Config.Store = StoreMVCC, in a real mvcc.Store over an in-memory
-// Pebble database whose clock is the virtual time, so its versions replay
-// too.
+// Pebble database whose clock is the virtual time. Each transaction has one
+// commit version, which its client picks from its clock when it begins, as
+// a node's coordinator does; the mvcc stores commit it under that version
+// on every member. Some keys are counters, which mostly receive atomic
+// ops: on mvcc, commits that only apply atomic ops to a counter queue
+// behind the undecided ones there instead of being refused, and apply
+// later in version order (see "Ordering" in chain/replica.go), a path the
+// run counts in Stats.Queued and Stats.Waited.
 //
 // Nodes crash and restart too: a crash loses the node's replica state and
 // what its store had staged, and keeps what the store committed, including
@@ -40,6 +46,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -88,11 +95,13 @@ const (
 // profile is the shape and fault mix one seed picks.
 type profile struct {
 	nodes, clients, keys, replicationFactor int
-	dropPct, duplicatePct                   int
-	delayTicksMax                           int
-	retentionTicks                          int
-	beginPct, clientInflightMax             int
-	partitions                              int
+	// counters is how many keys, the first ones, are counters.
+	counters                    int
+	dropPct, duplicatePct       int
+	delayTicksMax               int
+	retentionTicks              int
+	beginPct, clientInflightMax int
+	partitions                  int
 	// crashes is how many node crashes the fault phase plans; each node
 	// stays down for 1 to crashDownTicksMax ticks.
 	crashes int
@@ -111,6 +120,7 @@ func pickProfile(rng *rand.Rand, cfg Config) profile {
 		clientInflightMax: 1 + rng.IntN(4),
 	}
 	p.replicationFactor = 1 + rng.IntN(min(3, p.nodes))
+	p.counters = 1 + rng.IntN((p.keys+1)/2)
 	if rng.IntN(4) != 0 {
 		p.dropPct = rng.IntN(31)
 	}
@@ -171,6 +181,12 @@ type Stats struct {
 	Partitions                       int
 	Crashes, Lost, StagesLost        int
 	Ticks                            int
+	// Queued counts the transactions that joined a blob's queue behind
+	// undecided commits on at least one member (mvcc only), and
+	// QueuedCommitted those of them that committed; Waited counts those
+	// that, once committed, waited on some member for the commits ahead
+	// of them to be decided before they applied.
+	Queued, QueuedCommitted, Waited int
 }
 
 // eventKind is what an event does. Zero is invalid.
@@ -217,7 +233,8 @@ func (q *eventQueue) Pop() any {
 // txnRecord is the simulator's knowledge of one transaction, for checking.
 type txnRecord struct {
 	id       chain.TxnID
-	begun    int // tick
+	begun    int    // tick
+	version  uint64 // the commit version, the same on every member
 	ops      []txn.Op
 	chain    []ring.NodeID
 	finished bool
@@ -233,10 +250,13 @@ type world struct {
 	seq   uint64
 	queue eventQueue
 	// nodes and clients are sorted by ID; everything walks them in order.
-	nodes     []ring.NodeID
-	replicas  map[ring.NodeID]*chain.Replica
-	stores    map[ring.NodeID]nodeStore
-	clients   []*chain.Coordinator
+	nodes    []ring.NodeID
+	replicas map[ring.NodeID]*chain.Replica
+	stores   map[ring.NodeID]nodeStore
+	clients  []*chain.Coordinator
+	// skews are how many ticks each client's clock runs ahead of the
+	// virtual time, so that versions do not follow begin order exactly.
+	skews     []int
 	keys      []string
 	placement map[string][]ring.NodeID // sorted replicas of each key
 	txns      map[chain.TxnID]*txnRecord
@@ -286,6 +306,7 @@ func Run(cfg Config) Result {
 		w.loop()
 	}()
 	w.traceStores()
+	w.countOrdering()
 	anomalies := slices.Clone(w.failures)
 	if len(anomalies) == 0 {
 		anomalies = w.check()
@@ -316,7 +337,7 @@ func (w *world) build() {
 		case StoreMem:
 			store = NewMemStore(n, owns)
 		case StoreMVCC:
-			s, err := newMVCCNode(n, owns, w.clock)
+			s, err := newMVCCNode(n, owns, w.clock, w.versionOf, w.trace)
 			if err != nil {
 				panic(err)
 			}
@@ -336,6 +357,7 @@ func (w *world) build() {
 			panic(err)
 		}
 		w.clients = append(w.clients, c)
+		w.skews = append(w.skews, w.rng.IntN(3))
 	}
 }
 
@@ -376,9 +398,37 @@ func (w *world) scheduleCrashes(rng *rand.Rand) {
 }
 
 // clock is the virtual time as wall time, a millisecond a tick: the clock
-// of the mvcc stores, so their versions replay exactly.
+// of the mvcc stores, so what they stamp with it replays exactly.
 func (w *world) clock() time.Time {
 	return simEpoch.Add(time.Duration(w.now) * time.Millisecond)
+}
+
+// newVersion is the commit version of a transaction client i begins now:
+// its clock's reading in nanoseconds, as a node's coordinator picks one,
+// plus i, unique among the clients, as the low part. A client begins at
+// most one transaction a tick, so no two transactions share a version.
+func (w *world) newVersion(i int) uint64 {
+	at := simEpoch.Add(time.Duration(w.now+w.skews[i]) * time.Millisecond)
+	return uint64(at.UnixNano()) + uint64(i)
+}
+
+// versionOf is transaction id's commit version.
+func (w *world) versionOf(id chain.TxnID) uint64 { return w.txns[id].version }
+
+// countOrdering fills the ordering statistics from the stores.
+func (w *world) countOrdering() {
+	queued, waited := map[chain.TxnID]bool{}, map[chain.TxnID]bool{}
+	for _, n := range w.nodes {
+		q, wt := w.stores[n].ordering()
+		maps.Copy(queued, q)
+		maps.Copy(waited, wt)
+	}
+	w.stats.Queued, w.stats.Waited = len(queued), len(waited)
+	for id := range queued {
+		if t := w.txns[id]; t.finished && t.outcome.Committed {
+			w.stats.QueuedCommitted++
+		}
+	}
 }
 
 // closeStores releases the stores' databases. A failure to close is a
@@ -552,23 +602,27 @@ func (w *world) tick() {
 		w.replicas[n].Tick()
 		w.flushReplica(n)
 	}
-	for _, c := range w.clients {
+	for i, c := range w.clients {
 		c.Tick()
 		if w.now < faultTicks && w.rng.IntN(100) < w.p.beginPct {
-			w.begin(c)
+			w.begin(c, i)
 		}
 		w.flushClient(c)
 	}
 }
 
-// begin starts a random transaction on one to three keys. Its chain is the
-// sorted union of the keys' replicas, so every transaction on a key passes
-// through all of that key's replicas, in the same order.
-func (w *world) begin(c *chain.Coordinator) {
+// begin starts a random transaction of client ci on one to three keys,
+// half of them counters. Its chain is the sorted union of the keys'
+// replicas, so every transaction on a key passes through all of that key's
+// replicas, in the same order.
+func (w *world) begin(c *chain.Coordinator, ci int) {
 	ops := make([]txn.Op, 1+w.rng.IntN(3))
 	var members []ring.NodeID
 	for i := range ops {
 		key := w.keys[w.rng.IntN(len(w.keys))]
+		if w.rng.IntN(2) == 0 {
+			key = w.keys[w.rng.IntN(w.p.counters)]
+		}
 		ops[i] = w.randomOp(key)
 		members = append(members, w.placement[key]...)
 	}
@@ -580,17 +634,28 @@ func (w *world) begin(c *chain.Coordinator) {
 		return
 	}
 	w.stats.Begun++
-	w.txns[id] = &txnRecord{id: id, begun: w.now, ops: ops, chain: members}
+	t := &txnRecord{id: id, begun: w.now, version: w.newVersion(ci), ops: ops, chain: members}
+	w.txns[id] = t
 	w.order = append(w.order, id)
-	w.trace("%s begin %s chain=%v ops=%v", c.ID(), id, members, opsString(ops))
+	w.trace("%s begin %s version=%d chain=%v ops=%v", c.ID(), id, t.version, members, opsString(ops))
+}
+
+// isCounter reports whether key is one of the counters.
+func (w *world) isCounter(key string) bool {
+	return slices.Index(w.keys, key) < w.p.counters
 }
 
 func (w *world) randomOp(key string) txn.Op {
+	if w.isCounter(key) {
+		return w.counterOp(key)
+	}
 	data := make([]byte, 1+w.rng.IntN(6))
 	for i := range data {
 		data[i] = byte('a' + w.rng.IntN(26))
 	}
 	switch n := w.rng.IntN(100); {
+	case n < 8:
+		return w.atomicOp(key)
 	case n < 35:
 		return txn.Op{Key: key, Kind: txn.OpWrite, Offset: uint64(w.rng.IntN(12)), Data: data, Create: w.rng.IntN(4) != 0}
 	case n < 60:
@@ -604,9 +669,41 @@ func (w *world) randomOp(key string) txn.Op {
 	}
 }
 
+// counterOp is an op on a counter: mostly an atomic op, sometimes a write
+// that creates it with 8 to 16 bytes, or overwrites them, and rarely a
+// delete, so that the atomic ops also meet missing counters and commits
+// that may not queue.
+func (w *world) counterOp(key string) txn.Op {
+	switch n := w.rng.IntN(100); {
+	case n < 85:
+		return w.atomicOp(key)
+	case n < 97:
+		data := make([]byte, 8+w.rng.IntN(9))
+		for i := range data {
+			data[i] = byte(w.rng.IntN(4))
+		}
+		return txn.Op{Key: key, Kind: txn.OpWrite, Data: data, Create: true}
+	default:
+		return txn.Op{Key: key, Kind: txn.OpDelete}
+	}
+}
+
+// atomicOp is an atomic op of any function and width at a small offset,
+// so that the ops on a counter overlap and their order shows in its bytes.
+func (w *world) atomicOp(key string) txn.Op {
+	widths := [...]int{1, 2, 4, 8}
+	operand := w.rng.Uint64() >> w.rng.IntN(64)
+	return txn.Op{Key: key, Kind: txn.OpAtomic, Offset: uint64(w.rng.IntN(9)), Width: widths[w.rng.IntN(len(widths))],
+		Func: txn.FuncAdd + txn.AtomicFunc(w.rng.IntN(int(txn.FuncSet))), Operand: operand}
+}
+
 func opsString(ops []txn.Op) string {
 	parts := make([]string, len(ops))
 	for i, op := range ops {
+		if op.Kind == txn.OpAtomic {
+			parts[i] = fmt.Sprintf("%s(%s,%d,%s/%d,%#x)", op.Kind, op.Key, op.Offset, op.Func, op.Width, op.Operand)
+			continue
+		}
 		parts[i] = fmt.Sprintf("%s(%s,%d,%d,%q,%t)", op.Kind, op.Key, op.Offset, op.Size, op.Data, op.Create)
 	}
 	return strings.Join(parts, " ")
@@ -740,8 +837,9 @@ func (w *world) summary() string {
 	p := w.p
 	return fmt.Sprintf("seed=%d store=%s nodes=%d clients=%d keys=%d rf=%d drop=%d%% dup=%d%% delay<=%d retention=%d "+
 		"pending<=%d txns<=%d partitions=%d crashes=%d "+
-		"| txns=%d committed=%d aborted=%d msgs=%d dropped=%d cut=%d dups=%d lost=%d stages-lost=%d ticks=%d",
+		"| txns=%d committed=%d aborted=%d queued=%d (committed %d) waited=%d msgs=%d dropped=%d cut=%d dups=%d lost=%d stages-lost=%d ticks=%d",
 		w.cfg.Seed, w.cfg.Store, p.nodes, p.clients, p.keys, p.replicationFactor, p.dropPct, p.duplicatePct, p.delayTicksMax,
 		p.retentionTicks, p.pendingMax, p.txnsMax, w.stats.Partitions, w.stats.Crashes, w.stats.Begun, w.stats.Committed, w.stats.Aborted,
+		w.stats.Queued, w.stats.QueuedCommitted, w.stats.Waited,
 		w.stats.Sent, w.stats.Dropped, w.stats.Partitioned, w.stats.Dups, w.stats.Lost, w.stats.StagesLost, w.now)
 }

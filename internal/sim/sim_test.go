@@ -8,9 +8,12 @@
 //   - the checkers have teeth: a replica that aborts on timeout after
 //     forwarding, the bug the protocol exists to avoid, is caught within a
 //     few hundred lossy seeds, and so are replicas that forget outcomes
-//     while duplicates of a Forward may still arrive, and restarted
-//     replicas that take a transaction their earlier run handled for a
-//     new one.
+//     while duplicates of a Forward may still arrive, restarted replicas
+//     that take a transaction their earlier run handled for a new one, and
+//     mvcc stores that apply queued atomic commits out of version order
+//     (TestSimCatchesUnordered, which runs itself again in a test binary
+//     built with the tyr_broken_unordered tag; run that part alone with
+//     go test -tags tyr_broken_unordered ./internal/sim -run 'TestSimCatchesUnordered$' -v).
 //
 // By default TestSim runs seeds 1 to 200, the odd ones on the in-memory
 // model store and the even ones on real mvcc stores over in-memory Pebble
@@ -30,6 +33,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -136,7 +141,7 @@ func TestSim(t *testing.T) {
 	start := time.Now()
 	results := runSeeds(*firstFlag, n, func(seed uint64) sim.Config { return sim.Config{Seed: seed, Store: storeFor(t, seed)} })
 	var total sim.Stats
-	failed, partitioned, lossy, onMVCC := 0, 0, 0, 0
+	failed, partitioned, lossy, onMVCC, ordered := 0, 0, 0, 0, 0
 	for _, r := range results {
 		if storeOf(r) == "mvcc" {
 			onMVCC++
@@ -153,6 +158,12 @@ func TestSim(t *testing.T) {
 		total.Sent += r.Stats.Sent
 		total.Dropped += r.Stats.Dropped
 		total.Partitioned += r.Stats.Partitioned
+		total.Queued += r.Stats.Queued
+		total.QueuedCommitted += r.Stats.QueuedCommitted
+		total.Waited += r.Stats.Waited
+		if r.Stats.Waited > 0 {
+			ordered++
+		}
 		if r.Stats.Partitions > 0 {
 			partitioned++
 		}
@@ -160,11 +171,16 @@ func TestSim(t *testing.T) {
 			lossy++
 		}
 	}
-	t.Logf("seeds %d..%d (%d on mvcc): %d failed in %v; %d lossy, %d partitioned; %d transactions (%d committed, %d aborted), %d messages (%d dropped, %d cut)",
+	t.Logf("seeds %d..%d (%d on mvcc): %d failed in %v; %d lossy, %d partitioned; %d transactions (%d committed, %d aborted), %d messages (%d dropped, %d cut); "+
+		"ordering: %d transactions queued behind undecided ones (%d committed), %d waited to apply, on %d seeds",
 		*firstFlag, *firstFlag+uint64(n)-1, onMVCC, failed, time.Since(start).Round(time.Millisecond), lossy, partitioned,
-		total.Begun, total.Committed, total.Aborted, total.Sent, total.Dropped, total.Partitioned)
+		total.Begun, total.Committed, total.Aborted, total.Sent, total.Dropped, total.Partitioned,
+		total.Queued, total.QueuedCommitted, total.Waited, ordered)
 	if total.Committed == 0 || total.Aborted == 0 {
 		t.Errorf("the workload is degenerate: %d committed, %d aborted", total.Committed, total.Aborted)
+	}
+	if onMVCC >= 20 && total.Waited == 0 {
+		t.Errorf("the workload is degenerate: no committed transaction waited behind a queued one on %d mvcc seeds", onMVCC)
 	}
 }
 
@@ -256,6 +272,58 @@ func TestSimCatchesShortRetention(t *testing.T) {
 		}
 	}
 	t.Fatalf("no anomaly in %d lossy seeds with a retention of one tick", seedsMax)
+}
+
+// caughtUnordered is how TestSimCatchesUnordered, in the tagged binary,
+// reports the seed that caught the bug.
+var caughtUnordered = regexp.MustCompile(`caught the unordered commits at seed (\d+)`)
+
+// TestSimCatchesUnordered runs mvcc seeds with stores whose commits queued
+// behind others apply as soon as their chain commits them, out of version
+// order and on the blob as it was when they were staged (mvcc.BreakOrder,
+// in binaries built with tyr_broken_unordered), and expects the checkers
+// to report what that breaks: replicas that disagree, a key's commits out
+// of version order, atomic ops that reported values the replay does not
+// give. In a real build it runs itself in a binary built with the tag, and
+// then checks that the seed that caught the bug passes without it.
+func TestSimCatchesUnordered(t *testing.T) {
+	if !brokenUnordered {
+		if testing.Short() {
+			t.Skip("builds a test binary with the tyr_broken_unordered tag")
+		}
+		cmd := exec.Command("go", "test", "-tags", "tyr_broken_unordered", "-count=1", "-run", "^TestSimCatchesUnordered$", "-v", ".")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("with tyr_broken_unordered: %v\n%s", err, out)
+		}
+		m := caughtUnordered.FindSubmatch(out)
+		if m == nil {
+			t.Fatalf("with tyr_broken_unordered, no seed reported:\n%s", out)
+		}
+		seed, err := strconv.ParseUint(string(m[1]), 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("with tyr_broken_unordered, %s", m[0])
+		if clean := sim.Run(sim.Config{Seed: seed, Store: sim.StoreMVCC}); len(clean.Anomalies) > 0 {
+			report(t, clean)
+		}
+		return
+	}
+	const seedsMax = 400
+	batch := runtime.GOMAXPROCS(0)
+	for first := uint64(1); first <= seedsMax; first += uint64(batch) {
+		results := runSeeds(first, batch, func(seed uint64) sim.Config { return sim.Config{Seed: seed, Store: sim.StoreMVCC} })
+		for _, r := range results {
+			for _, a := range r.Anomalies {
+				if strings.HasPrefix(a, "agreement: ") || strings.HasPrefix(a, "order: ") || strings.HasPrefix(a, "results: ") {
+					t.Logf("caught the unordered commits at seed %d: %s\n\t%s", r.Seed, r.Summary, strings.Join(r.Anomalies, "\n\t"))
+					return
+				}
+			}
+		}
+	}
+	t.Fatalf("no anomaly in %d mvcc seeds with queued commits applied out of order", seedsMax)
 }
 
 func Example() {
