@@ -56,6 +56,13 @@ import (
 //
 // A queue is bounded (QueueMax): beyond it, or when the versions are out of
 // order, a commit is refused as before and its coordinator tries again.
+//
+// Reads do not conflict with reads: commits that only read-check a blob
+// hold it together (keyLock.readers), in any order, since none changes it.
+// A commit that changes the blob is refused while they hold it, and one
+// that read-checks it is refused while a commit that changes it holds it:
+// a transaction may not read what an undecided one writes, nor write what
+// an undecided one read.
 
 // QueueMax bounds the commits queued on one blob (see "Ordering").
 const QueueMax = 64
@@ -73,6 +80,10 @@ type ticket struct {
 	// checked is set once the commit is prepared and known to keep the
 	// size of every blob it queues on.
 	checked bool
+	// read are the blobs the commit only read-checks, reads those it holds
+	// together with other such commits.
+	read  map[string]bool
+	reads []string
 	// shared are the blobs it holds in a queue; behind is whether it
 	// joined one after another commit, and so must be rebased.
 	shared []string
@@ -82,33 +93,35 @@ type ticket struct {
 }
 
 // newTicket returns the ticket of a commit at version, or nil if the commit
-// may not queue: its version is not fixed, or it applies only blind updates
-// to no blob.
+// holds every blob alone: its version is not fixed, or no blob gets only
+// blind updates or only read checks from it.
 func newTicket(ops []txn.Op, version uint64) *ticket {
 	if version == 0 {
 		return nil
 	}
-	blind := map[string]bool{}
-	for _, op := range ops {
-		if _, seen := blind[op.Key]; !seen {
-			blind[op.Key] = true
-		}
-		if op.Kind != txn.OpAtomic && op.Kind != txn.OpWrite {
-			blind[op.Key] = false
-		}
-	}
-	for key, ok := range blind {
-		if !ok {
-			delete(blind, key)
-		}
-	}
-	if len(blind) == 0 {
+	blind := onlyOps(ops, func(op txn.Op) bool { return op.Kind == txn.OpAtomic || op.Kind == txn.OpWrite })
+	read := onlyOps(ops, func(op txn.Op) bool { return op.Kind == txn.OpReadCheck })
+	if len(blind) == 0 && len(read) == 0 {
 		return nil
 	}
-	return &ticket{version: version, blind: blind, ahead: map[string][]uint64{}}
+	return &ticket{version: version, blind: blind, read: read, ahead: map[string][]uint64{}}
 }
 
-func (tk *ticket) blindOn(key string) bool { return tk.blind[key] }
+// onlyOps returns the blobs whose every op in ops is one that ok accepts.
+func onlyOps(ops []txn.Op, ok func(txn.Op) bool) map[string]bool {
+	only := map[string]bool{}
+	for _, op := range ops {
+		if was, seen := only[op.Key]; !seen || was {
+			only[op.Key] = ok(op)
+		}
+	}
+	for key, yes := range only {
+		if !yes {
+			delete(only, key)
+		}
+	}
+	return only
+}
 
 // mayJoin reports whether the commit may join l's queue (see "Ordering").
 // The caller holds the lock table's mutex.
@@ -148,7 +161,7 @@ func (t *lockTable) check(tk *ticket, keeps func(key string) bool) bool {
 // reset forgets the queues of a lock attempt that failed.
 func (tk *ticket) reset() {
 	if tk != nil {
-		tk.shared, tk.behind = nil, false
+		tk.shared, tk.reads, tk.behind = nil, nil, false
 		clear(tk.ahead)
 	}
 }

@@ -220,3 +220,46 @@ func TestQueueBlindWrites(t *testing.T) {
 		t.Fatalf("%d keys still locked", n)
 	}
 }
+
+// Commits that only read-check a blob hold it together; one that changes it
+// waits for them, and keeps further readers out until they are done.
+func TestReadersShare(t *testing.T) {
+	s, v := counterStore(t)
+	check := []txn.Op{{Key: "c", Kind: txn.OpReadCheck, Version: v}}
+	r1, err := s.TryPrepareAt(check, v+10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := s.TryPrepareAt(check, v+5)
+	if err != nil {
+		t.Fatalf("a second read check was refused: %v", err)
+	}
+	if p, err := s.TryPrepareAt([]txn.Op{addOp("c", 1)}, v+20); !errors.Is(err, errs.ErrConflict) {
+		t.Fatalf("an atomic commit while readers hold the blob: %v, %v", p, err)
+	}
+	if p, err := s.TryPrepareAt(check, v+30); !errors.Is(err, errs.ErrConflict) {
+		t.Fatalf("a reader joined after a writer was refused: %v, %v", p, err)
+	}
+	if err := errors.Join(r2.Commit(), r1.Commit()); err != nil {
+		t.Fatal(err)
+	}
+	if n := lockedKeys(s); n != 0 {
+		t.Fatalf("%d keys still locked", n)
+	}
+	w, err := s.TryPrepareAt([]txn.Op{addOp("c", 1)}, v+40)
+	if err != nil {
+		t.Fatalf("the writer after the readers: %v", err)
+	}
+	if p, err := s.TryPrepareAt(check, v+50); !errors.Is(err, errs.ErrConflict) {
+		t.Fatalf("a read check while a writer holds the blob: %v, %v", p, err)
+	}
+	if err := w.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.TryPrepareAt(check, v+60); !errors.Is(err, errs.ErrConflict) {
+		t.Fatalf("a read check of a changed version passed: %v", err)
+	}
+	if n := lockedKeys(s); n != 0 {
+		t.Fatalf("%d keys still locked", n)
+	}
+}

@@ -91,7 +91,7 @@ func (s *Store) TryPrepareStep(ops []txn.Op, st Step) (*Pending, error) {
 		return nil, err
 	}
 	tk := newTicket(ops, st.Version)
-	if busy, ok := s.locks.tryLock(keys, tk, tk.blindOn); !ok {
+	if busy, ok := s.locks.tryLock(keys, tk); !ok {
 		return nil, fmt.Errorf("%w: %w: blob %q", errs.ErrConflict, ErrLocked, busy)
 	}
 	o := prepareOpts{version: st.Version, bases: st.Bases, placement: st.Placement}
@@ -121,29 +121,37 @@ func (s *Store) TryPrepareStep(ops []txn.Op, st Step) (*Pending, error) {
 // ones it took and returns that key. It never waits for a key's lock; it
 // holds the table's mutex throughout, which lock and release only hold
 // briefly, so the reference counts and queues change atomically with the
-// locking. With a ticket, a key for which shared reports true is held in a
-// queue that later commits may join (see order.go).
-func (t *lockTable) tryLock(sortedKeys []string, tk *ticket, shared func(key string) bool) (string, bool) {
+// locking. With a ticket, a key the commit only updates blindly is held in a
+// queue that later such commits may join, and one it only read-checks is
+// held together with other commits that only read-check it (see order.go).
+func (t *lockTable) tryLock(sortedKeys []string, tk *ticket) (string, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for i, key := range sortedKeys {
 		l := t.entry(key)
-		inQueue := tk != nil && shared(key)
+		blind := tk != nil && tk.blind[key]
+		reader := tk != nil && tk.read[key]
 		switch {
 		case l.mu.TryLock():
-			if inQueue {
+			if blind {
 				l.queue = []*ticket{tk}
 				tk.shared = append(tk.shared, key)
+			} else if reader {
+				l.readers = 1
+				tk.reads = append(tk.reads, key)
 			}
-		case inQueue && tk.mayJoin(l):
+		case blind && tk.mayJoin(l):
 			for _, before := range l.queue {
 				tk.ahead[key] = append(tk.ahead[key], before.version)
 			}
 			l.queue = append(l.queue, tk)
 			tk.shared = append(tk.shared, key)
 			tk.behind = true
+		case reader && l.readers > 0 && l.waiting == 0 && !l.wanted:
+			l.readers++
+			tk.reads = append(tk.reads, key)
 		default:
-			if !inQueue && len(l.queue) > 0 {
+			if (!blind && len(l.queue) > 0) || (!reader && l.readers > 0) {
 				l.wanted = true
 			}
 			l.refs--

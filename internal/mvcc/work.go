@@ -347,10 +347,14 @@ type keyLock struct {
 	// joins queue, so it drains and the waiter gets its turn. Guarded by
 	// lockTable.mu.
 	waiting int
-	// wanted is set when a commit that may not queue was refused because
-	// of the queue: no other joins until the queue drains, so the refused
-	// commit finds the key free when its coordinator tries again. Guarded
-	// by lockTable.mu.
+	// readers counts the commits that hold mu together because each only
+	// read-checks the key (see order.go); 0 when mu is free or held
+	// otherwise. Guarded by lockTable.mu.
+	readers int
+	// wanted is set when a commit was refused because of the queue or the
+	// readers it could not join: no other joins until they drain, so the
+	// refused commit finds the key free when its coordinator tries again.
+	// Guarded by lockTable.mu.
 	wanted bool
 }
 
@@ -397,7 +401,13 @@ func (t *lockTable) release(sortedKeys []string, tk *ticket) {
 
 func (t *lockTable) releaseLocked(key string, tk *ticket) {
 	l := t.locks[key]
-	if i := slices.Index(l.queue, tk); tk != nil && i >= 0 {
+	if tk != nil && slices.Contains(tk.reads, key) {
+		l.readers--
+		if l.readers == 0 {
+			l.wanted = false
+			l.mu.Unlock()
+		}
+	} else if i := slices.Index(l.queue, tk); tk != nil && i >= 0 {
 		l.queue = slices.Delete(l.queue, i, i+1)
 		if len(l.queue) == 0 {
 			l.queue, l.wanted = nil, false
