@@ -3,6 +3,7 @@ package mvcc
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/tyrstore/tyr/internal/errs"
@@ -98,6 +99,14 @@ func blobPagesEnd(key string) []byte {
 	k := pagePrefix(key)
 	k[len(k)-1] = 1
 	return k
+}
+
+// olderPageVersions returns the span [start, end) of the keys of every
+// version of page key newer's page older than newer's. The version is
+// stored inverted, so they are the page's keys after newer: start is the
+// least key after newer, end the least key past every key of the page.
+func olderPageVersions(newer []byte) (start, end []byte) {
+	return slices.Concat(newer, []byte{0}), prefixUpperBound(newer[:len(newer)-8])
 }
 
 // decodePageKey returns page and version of a page key whose blob prefix has

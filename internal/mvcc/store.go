@@ -23,10 +23,12 @@ package mvcc
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -85,6 +87,13 @@ type Store struct {
 
 	// uses counts the versions running transactions read (uses.go).
 	uses uses
+
+	// collectMu is held by CollectGarbage throughout.
+	collectMu sync.Mutex
+	// collected holds the blobs whose page versions the collector deleted
+	// since compactCollected last looked at them, at most collectBatchMax
+	// (the others are left to Pebble). Guarded by collectMu.
+	collected map[string]bool
 }
 
 // Open wraps db, which the caller opened and closes after the Store is done.
@@ -112,7 +121,8 @@ func Open(db *pebble.DB, opts Options) (*Store, error) {
 	if opts.ChunkBytes&(opts.ChunkBytes-1) != 0 {
 		return nil, fmt.Errorf("%w: chunk size %d is not a power of two", errs.ErrInvalidArgument, opts.ChunkBytes)
 	}
-	// The collector's sized deletes need this format (see collectBatch).
+	// Every store is kept at one format: storage creates new ones at it,
+	// and older ones are upgraded here.
 	if db.FormatMajorVersion() < FormatMajorVersion {
 		if err := db.RatchetFormatMajorVersion(FormatMajorVersion); err != nil {
 			return nil, fmt.Errorf("%w: upgrading the store's format: %w", errs.ErrUnavailable, err)
@@ -673,14 +683,19 @@ func prefixUpperBound(p []byte) []byte {
 // large backlog is worked off in steps of bounded memory.
 const collectBatchMax = 4096
 
-// CollectGarbage deletes superseded page versions whose retention has passed
-// and returns how many it deleted. It is idempotent and safe to run
+// CollectGarbage works off the collector records that are due and returns
+// how many pages it collected: the records whose older page versions it
+// deleted, each a page superseded by a commit; records put off because a
+// version is in use are not counted. It is idempotent and safe to run
 // concurrently with everything else.
 //
 // It first drops history records past their deadline, then page versions,
 // with one clock reading, so no history record outlives the pages it
-// describes; the count covers page versions only.
+// describes. When there was nothing to collect, it compacts the space
+// of what it collected before (see compactCollected).
 func (s *Store) CollectGarbage() (int, error) {
+	s.collectMu.Lock()
+	defer s.collectMu.Unlock()
 	now := s.opts.Now()
 	for {
 		n, err := s.collectHistoryBatch(now)
@@ -693,12 +708,59 @@ func (s *Store) CollectGarbage() (int, error) {
 	}
 	total := 0
 	for {
-		records, deleted, err := s.collectBatch(now)
-		total += deleted
-		if err != nil || records < collectBatchMax {
+		records, collected, err := s.collectBatch(now)
+		total += collected
+		if err != nil {
 			return total, err
 		}
+		if records < collectBatchMax {
+			break
+		}
 	}
+	if total > 0 {
+		return total, nil
+	}
+	return 0, s.compactCollected()
+}
+
+// compactSlack is how much more space than twice its size a blob's pages
+// must take before compactCollected compacts them.
+const compactSlack = 64 << 20
+
+// compactCollected compacts the pages of each blob collected since it last
+// ran whose deleted versions take much of their space, and forgets the
+// blobs.
+//
+// Pebble compacts as writes come in, so under steady writes deleted
+// versions go in time; but when writes stop, what is left may stay for
+// good: a collector's range deletion covers one page's versions while
+// each file holds many pages', so no file is deleted whole. So this runs
+// when a collector pass finds nothing to do, never while one finds work:
+// compacting under writes competes with the compactions they need.
+//
+// Its work is about the space the blob's pages take, plus at each level
+// the files at the span's ends, which may hold other blobs. Compacting
+// only when that space is above twice the blob's size plus compactSlack
+// keeps the rest under twice the space reclaimed.
+func (s *Store) compactCollected() error {
+	for _, key := range slices.Sorted(maps.Keys(s.collected)) {
+		delete(s.collected, key)
+		start, end := pagePrefix(key), blobPagesEnd(key)
+		used, err := s.db.EstimateDiskUsage(start, end)
+		if err != nil {
+			return err
+		}
+		m, _, err := getMeta(s.db, key)
+		if err != nil {
+			return err
+		}
+		if used > 2*m.Size+compactSlack {
+			if err := s.db.Compact(context.Background(), start, end, false); err != nil {
+				return fmt.Errorf("compacting the pages of blob %q: %w", key, err)
+			}
+		}
+	}
+	return nil
 }
 
 // collectHistoryBatch deletes up to collectBatchMax due history records and
@@ -729,40 +791,38 @@ func (s *Store) collectHistoryBatch(now time.Time) (int, error) {
 	return n, batch.Commit(pebble.NoSync)
 }
 
-// collectBatch works off up to collectBatchMax due collector records. A
-// record names a page version; every older version of that page was
-// superseded when it was written, so all of them go.
-func (s *Store) collectBatch(now time.Time) (records, deleted int, err error) {
+// collectBatch works off up to collectBatchMax due collector records and
+// returns how many it worked off and how many of those it collected; it
+// notes the blobs collected in s.collected. The caller holds collectMu.
+//
+// A record names a page version, newer; every older version of that page
+// was superseded when it was written, so all of them go, in one range
+// deletion that holds no version at or above newer. Its cost does not
+// grow with the page's history: a walk over the older versions would step
+// over every deleted one compaction has not yet dropped, so on a page
+// overwritten often each record would cost more than the last.
+func (s *Store) collectBatch(now time.Time) (records, collected int, err error) {
 	upper := garbageKey(now, nil)
 	due, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixGarbage}, UpperBound: upper})
 	if err != nil {
 		return 0, 0, err
 	}
 	defer due.Close()
-	pages, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixPage}, UpperBound: []byte{prefixPage + 1}})
-	if err != nil {
-		return 0, 0, err
-	}
-	defer pages.Close()
 	batch := s.db.NewBatch()
 	defer batch.Close()
-	// The page iterator does not see this batch's deletions. collectedBelow
-	// remembers, per page, the version below which the batch already deletes
-	// everything, so no version is deleted (or counted) twice.
-	collectedBelow := map[string]uint64{}
 	for ok := due.First(); ok && records < collectBatchMax; ok = due.Next() {
 		k := due.Key()
 		if len(k) < 9+1+1+16 {
-			return records, deleted, fmt.Errorf("%w: garbage key %x", errs.ErrCorruption, k)
+			return records, collected, fmt.Errorf("%w: garbage key %x", errs.ErrCorruption, k)
 		}
 		newer := k[9:]
-		versionless := newer[:len(newer)-8]
 		newerVersion := ^binary.BigEndian.Uint64(newer[len(newer)-8:])
 		key := pageBlob(newer)
 		value, err := due.ValueAndErr()
 		if err != nil {
-			return records, deleted, err
+			return records, collected, err
 		}
+		records++
 		latest := garbageLatest(value, int64(binary.BigEndian.Uint64(k[1:9])))
 		if u := s.uses.of(key, now); u.Oldest != 0 && u.Oldest < newerVersion && now.UnixNano() < latest {
 			// A transaction may still read an older version: look again
@@ -770,45 +830,31 @@ func (s *Store) collectBatch(now time.Time) (records, deleted int, err error) {
 			// uses.go).
 			later := garbageKey(time.Unix(0, min(u.Until, now.Add(s.opts.Linger).UnixNano(), latest)), newer)
 			if err := errors.Join(batch.Delete(k, nil), batch.Set(later, value, nil)); err != nil {
-				return records, deleted, err
+				return records, collected, err
 			}
-			records++
 			continue
 		}
 		// No read at a version older than newer's may find the pages gone.
-		if err := batch.DeleteRange(historyKey(key, newerVersion-1), historyEnd(key), nil); err != nil {
-			return records, deleted, err
+		start, end := olderPageVersions(newer)
+		err = errors.Join(
+			batch.DeleteRange(historyKey(key, newerVersion-1), historyEnd(key), nil),
+			batch.DeleteRange(start, end, nil),
+			batch.Delete(k, nil))
+		if err != nil {
+			return records, collected, err
 		}
-		floor := collectedBelow[string(versionless)]
-		ok := pages.SeekGE(newer)
-		if ok && bytes.Equal(pages.Key(), newer) {
-			ok = pages.Next()
+		collected++
+		if s.collected == nil {
+			s.collected = map[string]bool{}
 		}
-		for ; ok && bytes.HasPrefix(pages.Key(), versionless); ok = pages.Next() {
-			if ^binary.BigEndian.Uint64(pages.Key()[len(pages.Key())-8:]) < floor {
-				break
-			}
-			// Each page version is written once: a sized delete tells the
-			// LSM how much space compacting it away reclaims.
-			lv := pages.LazyValue()
-			if err := batch.DeleteSized(pages.Key(), uint32(lv.Len()), nil); err != nil {
-				return records, deleted, err
-			}
-			deleted++
+		if len(s.collected) < collectBatchMax {
+			s.collected[key] = true
 		}
-		collectedBelow[string(versionless)] = max(floor, newerVersion)
-		if err := errors.Join(pages.Error(), batch.Delete(k, nil)); err != nil {
-			return records, deleted, err
-		}
-		records++
 	}
-	if err := due.Error(); err != nil {
-		return records, deleted, err
+	if err := due.Error(); err != nil || records == 0 {
+		return records, collected, err
 	}
-	if records == 0 {
-		return 0, 0, nil
-	}
-	return records, deleted, batch.Commit(pebble.NoSync)
+	return records, collected, batch.Commit(pebble.NoSync)
 }
 
 // DiskBytes is the approximate space the keyspace uses on disk.

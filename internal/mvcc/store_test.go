@@ -20,6 +20,11 @@
 //     changes nothing; Abort and Commit release the blob locks.
 //   - TestVersionGC: superseded versions survive until their retention
 //     passes, are then collected exactly, and reads never change.
+//   - TestCollectRecord, TestOlderPageVersions: a due collector record
+//     deletes every older version of its page, however many, and nothing
+//     else: not its version or newer ones, not other pages or blobs, not
+//     a version in use. TestCollectCompacts: the space of collected
+//     versions is compacted once the collector finds nothing to do.
 //   - TestList: prefix, startAfter, limit paging and byte order.
 //   - TestReadPage: a page read at a version returns the newest page version
 //     not newer than it, never another page's or another blob's.
@@ -42,6 +47,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -51,6 +57,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/tyrstore/tyr/internal/errs"
@@ -514,7 +521,7 @@ func TestModel(t *testing.T) {
 		keys: []string{"a", "a/b", "ü/日本", "z z", "\U0010FFFF"}}
 	h := newHarness(t, fmt.Sprintf("seed %d", seed), seed%2 == 0)
 	defer func() {
-		t.Logf("%d commits applied, %d failed as the model said; %d page versions collected; largest blob %d bytes",
+		t.Logf("%d commits applied, %d failed as the model said; %d superseded pages collected; largest blob %d bytes",
 			h.committed, h.failed, h.collected, h.maxSize)
 	}()
 	for step := 0; step < steps; step++ {
@@ -1282,6 +1289,198 @@ func TestVersionGC(t *testing.T) {
 	}
 	if p, g := countKeys(t, off, prefixPage), countKeys(t, off, prefixGarbage); p != pages || g != 0 {
 		t.Fatalf("MVCC off: %d page keys and %d garbage keys, want %d and 0", p, g, pages)
+	}
+}
+
+// TestCollectRecord: a due collector record deletes every version of its
+// page older than the one it names, however many, and nothing else: not
+// that version or newer ones, not the other pages of the blob (page 255
+// and 256 differ first in a byte other than the last), not another blob's
+// pages, and not while an older version of the blob is in use.
+func TestCollectRecord(t *testing.T) {
+	const linger, retention = 10 * time.Second, time.Hour
+	clock := newFakeClock()
+	s := openStore(t, Options{MVCC: true, Retention: retention, Linger: linger, Now: clock.Now})
+	write := func(key string, pages ...uint64) uint64 {
+		t.Helper()
+		var ops []txn.Op
+		for _, p := range pages {
+			ops = append(ops, txn.Op{Key: key, Kind: txn.OpWrite, Offset: p * PageBytes, Data: []byte{byte(p), 1}, Create: true})
+		}
+		v := mustCommit(t, s, ops...)[0].Version
+		clock.Advance(time.Second)
+		return v
+	}
+	// versions lists the stored versions of a page, newest first.
+	versions := func(key string, page uint64) []uint64 {
+		t.Helper()
+		prefix := pageKeyVersionless(key, page)
+		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixUpperBound(prefix)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer it.Close()
+		var out []uint64
+		for ok := it.First(); ok; ok = it.Next() {
+			out = append(out, ^binary.BigEndian.Uint64(it.Key()[len(prefix):]))
+		}
+		return out
+	}
+	check := func(when, key string, page uint64, want ...uint64) {
+		t.Helper()
+		if got := versions(key, page); !slices.Equal(got, want) {
+			t.Fatalf("%s: versions of page %d of %q: %v, want %v", when, page, key, got, want)
+		}
+	}
+	collect := func(when string, want int) {
+		t.Helper()
+		if n, err := s.CollectGarbage(); err != nil || n != want {
+			t.Fatalf("%s: collected %d pages (%v), want %d", when, n, err, want)
+		}
+	}
+	readable := func(version uint64) bool {
+		t.Helper()
+		_, _, err := s.ReadAt("k", 255*PageBytes, 2, version)
+		if err != nil && !errors.Is(err, errs.ErrConflict) {
+			t.Fatal(err)
+		}
+		return err == nil
+	}
+
+	start := clock.Now()
+	at := func(d time.Duration) { clock.Advance(start.Add(d).Sub(clock.Now())) }
+	v0 := write("k", 254, 255, 256)
+	other := write("k0", 255)
+	// The record of the j-th overwrite is due linger after start+(j+1)s.
+	hot := []uint64{v0}
+	for range 20 {
+		hot = append(hot, write("k", 255))
+	}
+	slices.Reverse(hot) // newest first, as stored
+
+	// Only the first overwrite's record is due; it takes the one older
+	// version, the 19 records queued after it take none yet.
+	at(linger + 2500*time.Millisecond)
+	collect("first record due", 1)
+	check("first record due", "k", 255, hot[:20]...)
+	if readable(v0) || !readable(hot[19]) {
+		t.Fatalf("first record due: version %d readable %v, version %d readable %v", v0, readable(v0), hot[19], readable(hot[19]))
+	}
+	// Ten more due at once: the versions below the newest of them go.
+	at(linger + 12500*time.Millisecond)
+	collect("ten more due", 10)
+	check("ten more due", "k", 255, hot[:10]...)
+
+	// A version in use stays, and so do the versions after it, while
+	// the records of the versions before it go.
+	_, release, err := s.Pin("k", 0, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release()
+	inUse := hot[0]
+	later := []uint64{write("k", 255), write("k", 255)}
+	clock.Advance(retention / 2)
+	collect("in use", 9)
+	check("in use", "k", 255, later[1], later[0], inUse)
+	if !readable(inUse) {
+		t.Fatal("version in use collected")
+	}
+	if _, err := commit(s, txn.Op{Key: "k", Kind: txn.OpReadCheck, Version: inUse}); !errors.Is(err, errs.ErrConflict) {
+		t.Fatalf("stale read check: %v, want a conflict", err)
+	}
+	clock.Advance(linger + time.Second)
+	collect("released", 2)
+	check("released", "k", 255, later[1])
+	collect("again", 0)
+
+	check("end", "k", 254, v0)
+	check("end", "k", 256, v0)
+	check("end", "k0", 255, other)
+	if n := countKeys(t, s, prefixGarbage); n != 0 {
+		t.Fatalf("%d collector records left", n)
+	}
+}
+
+// TestCollectCompacts: with Pebble not compacting on its own, the space of
+// collected versions stays while the collector finds work, and is
+// reclaimed by the first pass that finds none.
+func TestCollectCompacts(t *testing.T) {
+	opts := &pebble.Options{FS: vfs.NewMem(), Logger: testLogger{},
+		DisableAutomaticCompactions: true, L0StopWritesThreshold: 1 << 20}
+	for i := range opts.Levels { // pages take the space written
+		opts.Levels[i].Compression = func() *sstable.CompressionProfile { return sstable.NoCompression }
+	}
+	db, err := pebble.Open("db", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	clock := newFakeClock()
+	s, err := Open(db, Options{MVCC: true, Retention: time.Hour, Linger: time.Second, Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const size, overwrites = 1 << 20, compactSlack/(1<<20) + 8
+	data := make([]byte, size)
+	for i := range overwrites {
+		for p := 0; p < size; p += PageBytes {
+			binary.LittleEndian.PutUint64(data[p:], uint64(i))
+		}
+		mustCommit(t, s, txn.Op{Key: "k", Kind: txn.OpWrite, Data: data, Create: true})
+	}
+	used := func() uint64 {
+		t.Helper()
+		n, err := db.EstimateDiskUsage(pagePrefix("k"), blobPagesEnd("k"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	clock.Advance(2 * time.Second)
+	if n, err := s.CollectGarbage(); err != nil || n != (overwrites-1)*size/PageBytes {
+		t.Fatalf("collected %d pages (%v), want %d", n, err, (overwrites-1)*size/PageBytes)
+	}
+	if u := used(); u < compactSlack {
+		t.Fatalf("pages take %d bytes after a pass that collected: compacted already, or the test wrote too little", u)
+	}
+	if n, err := s.CollectGarbage(); err != nil || n != 0 {
+		t.Fatalf("second pass: collected %d pages (%v), want 0", n, err)
+	}
+	if u := used(); u > 2*size {
+		t.Fatalf("pages take %d bytes after a pass with nothing to collect, want at most %d", u, 2*size)
+	}
+	if got := mustRead(t, s, "k", 0, size); !bytes.Equal(got, data) {
+		t.Fatalf("content after compaction: %s", diff(got, data))
+	}
+}
+
+// TestOlderPageVersions: the span a collector record deletes holds exactly
+// the versions of its page older than the one it names.
+func TestOlderPageVersions(t *testing.T) {
+	const key = "k"
+	for _, page := range []uint64{0, 255, 1 << 32, math.MaxUint64} {
+		for _, version := range []uint64{1, 2, 1 << 40, math.MaxUint64} {
+			start, end := olderPageVersions(pageKey(key, page, version))
+			in := func(k []byte) bool { return bytes.Compare(start, k) <= 0 && bytes.Compare(k, end) < 0 }
+			for _, v := range []uint64{0, 1, version - 1, version, version + 1, math.MaxUint64} {
+				if got, want := in(pageKey(key, page, v)), v < version; got != want {
+					t.Errorf("page %d, version %d: version %d in the span: %v, want %v", page, version, v, got, want)
+				}
+			}
+			outside := [][]byte{pagePrefix(key), blobPagesEnd(key), pageKey(key+"0", page, 0), pageKey("j", page, 0)}
+			if page > 0 {
+				outside = append(outside, pageKey(key, page-1, 0))
+			}
+			if page < math.MaxUint64 {
+				outside = append(outside, pageKey(key, page+1, math.MaxUint64), pageKeyVersionless(key, page+1))
+			}
+			for _, k := range outside {
+				if in(k) {
+					t.Errorf("page %d, version %d: key %x of another page in the span", page, version, k)
+				}
+			}
+		}
 	}
 }
 
