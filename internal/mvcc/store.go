@@ -795,12 +795,16 @@ func (s *Store) collectHistoryBatch(now time.Time) (int, error) {
 // returns how many it worked off and how many of those it collected; it
 // notes the blobs collected in s.collected. The caller holds collectMu.
 //
-// A record names a page version, newer; every older version of that page
-// was superseded when it was written, so all of them go, in one range
-// deletion that holds no version at or above newer. Its cost does not
-// grow with the page's history: a walk over the older versions would step
-// over every deleted one compaction has not yet dropped, so on a page
-// overwritten often each record would cost more than the last.
+// A record names a page version, newer, and is due to delete the version
+// newer superseded, with the history records of the blob versions that
+// would read it. Every page version is superseded once, so each is deleted
+// by one record, and the cost of a record does not grow with the page's
+// history: it never walks over the versions deleted before, which
+// compaction may not have dropped yet (a walk made each record on a page
+// overwritten often cost more than the last). It issues no range
+// deletions either: every iterator built over a memtable fragments all of
+// its range deletions, and thousands of them (a hot blob's backlog) made
+// each read and commit slow and took gigabytes.
 func (s *Store) collectBatch(now time.Time) (records, collected int, err error) {
 	upper := garbageKey(now, nil)
 	due, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixGarbage}, UpperBound: upper})
@@ -808,8 +812,22 @@ func (s *Store) collectBatch(now time.Time) (records, collected int, err error) 
 		return 0, 0, err
 	}
 	defer due.Close()
+	// Bounds are set for each record, so no seek steps outside the span
+	// the record covers.
+	pages, err := s.db.NewIter(nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer pages.Close()
+	history, err := s.db.NewIter(nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer history.Close()
 	batch := s.db.NewBatch()
 	defer batch.Close()
+	// The iterators do not see this batch's deletions.
+	deleted := map[string]bool{}
 	for ok := due.First(); ok && records < collectBatchMax; ok = due.Next() {
 		k := due.Key()
 		if len(k) < 9+1+1+16 {
@@ -834,13 +852,44 @@ func (s *Store) collectBatch(now time.Time) (records, collected int, err error) 
 			}
 			continue
 		}
-		// No read at a version older than newer's may find the pages gone.
+		if err := batch.Delete(k, nil); err != nil {
+			return records, collected, err
+		}
+		// The page version newer superseded is the newest older one still
+		// stored; the versions before it went with the records of the
+		// versions that superseded them. So one point deletion, found
+		// without stepping over the deletions of those: they sort after it.
 		start, end := olderPageVersions(newer)
-		err = errors.Join(
-			batch.DeleteRange(historyKey(key, newerVersion-1), historyEnd(key), nil),
-			batch.DeleteRange(start, end, nil),
-			batch.Delete(k, nil))
-		if err != nil {
+		pages.SetBounds(start, end)
+		found := pages.First()
+		for found && deleted[string(pages.Key())] {
+			found = pages.Next()
+		}
+		if err := pages.Error(); err != nil {
+			return records, collected, err
+		}
+		if !found {
+			continue
+		}
+		older := slices.Clone(pages.Key())
+		deleted[string(older)] = true
+		olderVersion := ^binary.BigEndian.Uint64(older[len(older)-8:])
+		// Each page version is written once: a sized delete tells the LSM
+		// how much space compacting it away reclaims.
+		lv := pages.LazyValue()
+		if err := batch.DeleteSized(older, uint32(lv.Len()), nil); err != nil {
+			return records, collected, err
+		}
+		// No read at a blob version that would find the deleted page may
+		// be served: its history records go with it (from newer's version
+		// down to the deleted page's).
+		history.SetBounds(historyKey(key, newerVersion-1), slices.Concat(historyKey(key, olderVersion), []byte{0}))
+		for ok := history.First(); ok; ok = history.Next() {
+			if err := batch.Delete(history.Key(), nil); err != nil {
+				return records, collected, err
+			}
+		}
+		if err := history.Error(); err != nil {
 			return records, collected, err
 		}
 		collected++
