@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tyrstore/tyr/client"
+	"github.com/tyrstore/tyr/internal/txn"
 )
 
 func init() { commandAdders = append(commandAdders, addAtomicCommands) }
@@ -38,8 +39,7 @@ func exitCode(err error) int {
 
 // atomicFunc is an atomic function as the command line names it.
 type atomicFunc struct {
-	name string
-	fn   client.AtomicFunc
+	fn client.AtomicFunc
 	// signed: the function reads values as two's complement of the width,
 	// so it takes negative operands and its new value prints signed.
 	signed bool
@@ -48,35 +48,38 @@ type atomicFunc struct {
 	negative bool
 }
 
-// atomicFuncs are the functions of `tyr atomic` and of the "atomic" op of
-// `tyr txn`. The names are those of the server's functions
+// name is the function's name on the command line: the server's
 // (txn.AtomicFunc.String), so error messages and the command line agree.
+func (f atomicFunc) name() string { return txn.AtomicFunc(f.fn).String() }
+
+// atomicFuncs are the functions of `tyr atomic` and of the "atomic" op of
+// `tyr txn`.
 var atomicFuncs = []atomicFunc{
-	{name: "add", fn: client.FuncAdd, negative: true},
-	{name: "sub", fn: client.FuncSub, negative: true},
-	{name: "mul", fn: client.FuncMul},
-	{name: "and", fn: client.FuncAnd},
-	{name: "or", fn: client.FuncOr},
-	{name: "xor", fn: client.FuncXor},
-	{name: "min-signed", fn: client.FuncMinSigned, signed: true, negative: true},
-	{name: "max-signed", fn: client.FuncMaxSigned, signed: true, negative: true},
-	{name: "min-unsigned", fn: client.FuncMinUnsigned},
-	{name: "max-unsigned", fn: client.FuncMaxUnsigned},
-	{name: "set", fn: client.FuncSet},
+	{fn: client.FuncAdd, negative: true},
+	{fn: client.FuncSub, negative: true},
+	{fn: client.FuncMul},
+	{fn: client.FuncAnd},
+	{fn: client.FuncOr},
+	{fn: client.FuncXor},
+	{fn: client.FuncMinSigned, signed: true, negative: true},
+	{fn: client.FuncMaxSigned, signed: true, negative: true},
+	{fn: client.FuncMinUnsigned},
+	{fn: client.FuncMaxUnsigned},
+	{fn: client.FuncSet},
 }
 
 // atomicFuncNames lists the names for error messages.
 func atomicFuncNames() string {
 	names := make([]string, len(atomicFuncs))
 	for i, f := range atomicFuncs {
-		names[i] = f.name
+		names[i] = f.name()
 	}
 	return strings.Join(names, ", ")
 }
 
 func parseAtomicFunc(name string) (atomicFunc, error) {
 	for _, f := range atomicFuncs {
-		if f.name == name {
+		if f.name() == name {
 			return f, nil
 		}
 	}
@@ -111,7 +114,7 @@ func parseOperand(f atomicFunc, width int, s string) (uint64, error) {
 	}
 	if strings.HasPrefix(s, "-") {
 		if !f.negative {
-			return 0, fmt.Errorf("invalid value %q: %s takes no negative value; give the bits in hex (0x...)", s, f.name)
+			return 0, fmt.Errorf("invalid value %q: %s takes no negative value; give the bits in hex (0x...)", s, f.name())
 		}
 		v, err := strconv.ParseInt(s, 10, 64)
 		if lo := -int64(1) << (bits - 1); err != nil || v < lo {
@@ -126,7 +129,7 @@ func parseOperand(f atomicFunc, width int, s string) (uint64, error) {
 	v, err := strconv.ParseUint(s, 10, 64)
 	if err != nil || v > hi {
 		return 0, fmt.Errorf("invalid value %q: want a decimal of at most %d, or hex with 0x, for %s of width %d",
-			s, hi, f.name, width)
+			s, hi, f.name(), width)
 	}
 	return v, nil
 }

@@ -12,19 +12,18 @@ import (
 	"testing"
 
 	"github.com/tyrstore/tyr/client"
-	"github.com/tyrstore/tyr/internal/txn"
 )
 
-// TestCLIAtomicFuncNames checks that the command line names each atomic
-// function as the server does, and names every one of them.
+// TestCLIAtomicFuncNames checks that the command line has every atomic
+// function, once, each with a name the server knows.
 func TestCLIAtomicFuncNames(t *testing.T) {
 	seen := map[client.AtomicFunc]bool{}
 	for _, f := range atomicFuncs {
-		if got := txn.AtomicFunc(f.fn).String(); got != f.name {
-			t.Errorf("%s: the server names it %q", f.name, got)
+		if strings.HasPrefix(f.name(), "AtomicFunc(") {
+			t.Errorf("%d: the server has no name for it", f.fn)
 		}
 		if f.signed && !f.negative {
-			t.Errorf("%s: signed but takes no negative operand", f.name)
+			t.Errorf("%s: signed but takes no negative operand", f.name())
 		}
 		seen[f.fn] = true
 	}
@@ -33,8 +32,8 @@ func TestCLIAtomicFuncNames(t *testing.T) {
 	}
 	help := newAtomic(&env{}).Long
 	for _, f := range atomicFuncs {
-		if !strings.Contains(help, f.name) {
-			t.Errorf("the help of tyr atomic does not name %s", f.name)
+		if !strings.Contains(help, f.name()) {
+			t.Errorf("the help of tyr atomic does not name %s", f.name())
 		}
 	}
 	if _, err := parseAtomicFunc("min"); err == nil || !strings.Contains(err.Error(), "min-signed") {
@@ -102,11 +101,11 @@ func TestCLIParseOperand(t *testing.T) {
 		got, err := parseOperand(tc.f, tc.width, tc.in)
 		switch {
 		case tc.err == "" && err != nil:
-			t.Errorf("%s width %d %q: %v", tc.f.name, tc.width, tc.in, err)
+			t.Errorf("%s width %d %q: %v", tc.f.name(), tc.width, tc.in, err)
 		case tc.err == "" && got != tc.want:
-			t.Errorf("%s width %d %q = %#x, want %#x", tc.f.name, tc.width, tc.in, got, tc.want)
+			t.Errorf("%s width %d %q = %#x, want %#x", tc.f.name(), tc.width, tc.in, got, tc.want)
 		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
-			t.Errorf("%s width %d %q: %#x, %v; want an error with %q", tc.f.name, tc.width, tc.in, got, err, tc.err)
+			t.Errorf("%s width %d %q: %#x, %v; want an error with %q", tc.f.name(), tc.width, tc.in, got, err, tc.err)
 		}
 	}
 }
@@ -128,7 +127,7 @@ func TestCLIFormatValue(t *testing.T) {
 		{add, 8, 1<<64 - 1, "18446744073709551615"},
 	} {
 		if got := formatValue(tc.f, tc.width, tc.v); got != tc.want {
-			t.Errorf("formatValue(%s, %d, %#x) = %s, want %s", tc.f.name, tc.width, tc.v, got, tc.want)
+			t.Errorf("formatValue(%s, %d, %#x) = %s, want %s", tc.f.name(), tc.width, tc.v, got, tc.want)
 		}
 	}
 }
