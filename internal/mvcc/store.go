@@ -298,13 +298,12 @@ func (s *Store) prepareLocked(ops []txn.Op, keys []string, o prepareOpts) (*Pend
 			return nil, fmt.Errorf("%w: blob %q: %w", errs.ErrConflict, key, ErrNoBase)
 		}
 	}
-	existed := make(map[string]bool, len(keys))
-	for key, w := range blobs {
+	for _, w := range blobs {
 		if w.exists {
 			w.start = w.meta.Size
 		}
 		w.low = w.start
-		existed[key] = w.exists
+		w.existed = w.exists
 	}
 	// Read checks first: the transaction's reads are still current only if
 	// no blob it read changed since, and then its ops apply as it saw them.
@@ -392,13 +391,19 @@ func (s *Store) prepareLocked(ops []txn.Op, keys []string, o prepareOpts) (*Pend
 		}
 	}
 	touched := make(map[string]Touched, len(keys))
-	kept := make(map[string]bool, len(keys))
+	var kept map[string]bool
+	if version != 0 {
+		// Only a commit at a fixed version may queue (see order.go).
+		kept = make(map[string]bool, len(keys))
+	}
 	for _, key := range keys {
 		w := blobs[key]
 		if w.changed {
 			touched[key] = w.touched()
 		}
-		kept[key] = existed[key] && w.exists && w.meta.Size == w.start && w.low == w.start && w.cutPage == noCut
+		if kept != nil {
+			kept[key] = w.existed && w.exists && w.meta.Size == w.start && w.low == w.start && w.cutPage == noCut
+		}
 	}
 	return &Pending{store: s, batch: batch, keys: keys, results: results, bases: bases, given: o.bases, touched: touched, kept: kept}, nil
 }

@@ -45,8 +45,10 @@ type blobWork struct {
 	// Placement).
 	holds func(c uint64) bool
 	// start is the size the commit starts from, low the smallest size it
-	// passed through (a truncate or delete drops the pages past it).
+	// passed through (a truncate or delete drops the pages past it);
+	// existed is whether the blob existed when the commit started.
 	start, low uint64
+	existed    bool
 }
 
 // version is the blob's version before the commit, 0 if it was absent.
