@@ -276,7 +276,8 @@ type record struct {
 	// ticks counts ticks since the last (re)transmission while waiting or
 	// decided, and since the Ack once released.
 	ticks int
-	// waited counts ticks spent waiting, for TestingKnobs.
+	// waited counts ticks spent waiting, for TestingKnobs, and applying,
+	// for Stalled.
 	waited int
 	// forcedAbort marks an abort made by TestingKnobs, whose later
 	// contradiction by a Backward is the injected bug, not an assertion.
@@ -744,6 +745,8 @@ func (r *Replica) Tick() {
 				r.counters.Retransmits++
 				r.resend(id, rec)
 			}
+		case phaseApplying:
+			rec.waited++
 		case phaseDecided:
 			if rec.ticks >= r.cfg.RetransmitTicks {
 				r.counters.Retransmits++
@@ -849,6 +852,26 @@ func (r *Replica) fail(id TxnID, rec *record, invariant string, m *Message) {
 		e.Message = m.String()
 	}
 	panic(e)
+}
+
+// Stalled describes the transactions that have been waiting for their
+// outcome, or waiting to apply, for ticks ticks or more, for the logs: a
+// commit stays there only while a member downstream does not answer or
+// commits queued before it stay undecided.
+func (r *Replica) Stalled(ticks int) []string {
+	var out []string
+	for id, rec := range r.txns {
+		if (rec.phase != phaseWaiting && rec.phase != phaseApplying) || rec.waited < ticks {
+			continue
+		}
+		s := fmt.Sprintf("%s %v waited %d ticks", id, rec, rec.waited)
+		if w, ok := rec.staged.(interface{ Waits() string }); ok {
+			s += "; " + w.Waits()
+		}
+		out = append(out, s)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // HasReady reports whether Ready has anything to hand out.

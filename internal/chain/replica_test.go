@@ -860,3 +860,38 @@ func TestFresh(t *testing.T) {
 		}
 	}
 }
+
+// TestReplicaStalled checks that a transaction waiting for its outcome or
+// waiting to apply is reported once it has waited the given ticks, and
+// no longer once decided.
+func TestReplicaStalled(t *testing.T) {
+	var log []string
+	stager := &fakeStager{log: &log, committed: map[chain.TxnID][]txn.Result{}, ordered: true}
+	r, err := chain.NewReplica(chain.ReplicaConfig{ID: "n2", Stager: stager, RetransmitTicks: 3, OutcomeRetentionTicks: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []chain.Message{fwd(1, 1), fwd(2, 1), back(2, 1, true)} {
+		if err := r.Step(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 4 {
+		r.Tick()
+	}
+	if got := r.Stalled(5); len(got) != 0 {
+		t.Fatalf("Stalled(5) after 4 ticks: %q, want none", got)
+	}
+	r.Tick()
+	got := r.Stalled(5)
+	if len(got) != 2 || !strings.Contains(got[0], "c/1") || !strings.Contains(got[0], "phase=waiting") ||
+		!strings.Contains(got[1], "c/2") || !strings.Contains(got[1], "phase=applying") {
+		t.Fatalf("Stalled(5) after 5 ticks: %q, want c/1 waiting and c/2 applying", got)
+	}
+	if err := r.Step(back(1, 1, true)); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Stalled(0); len(got) != 0 {
+		t.Fatalf("Stalled(0) once both committed: %q, want none", got)
+	}
+}

@@ -102,5 +102,9 @@ func (s ChainStaged) Abort() { s.P.Abort() }
 // Ready implements chain.Ordered.
 func (s ChainStaged) Ready() bool { return s.P.Ready() }
 
+// Waits describes what the commit waits for, for the logs (see
+// chain.Replica.Stalled).
+func (s ChainStaged) Waits() string { return s.P.Waits() }
+
 // Results implements chain.Staged.
 func (s ChainStaged) Results() []txn.Result { return s.P.Results() }

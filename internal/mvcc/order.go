@@ -3,6 +3,8 @@ package mvcc
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/tyrstore/tyr/internal/txn"
 )
@@ -182,6 +184,38 @@ func (t *lockTable) first(tk *ticket) bool {
 // before it on a blob has been committed or aborted here.
 func (p *Pending) Ready() bool {
 	return p.ticket == nil || !p.ticket.behind || p.rebased || p.store.locks.first(p.ticket)
+}
+
+// Waits describes the commit's place in the queues it holds, for the logs:
+// per blob, the versions queued there (checked ones marked so) with its
+// own in brackets.
+func (p *Pending) Waits() string {
+	if p.ticket == nil {
+		return fmt.Sprintf("holds its blobs alone (%d)", len(p.keys))
+	}
+	t := &p.store.locks
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var b strings.Builder
+	fmt.Fprintf(&b, "version %d behind=%t rebased=%t", p.ticket.version, p.ticket.behind, p.rebased)
+	for _, key := range p.ticket.shared {
+		l := t.locks[key]
+		fmt.Fprintf(&b, "; blob %q waiting=%d wanted=%t queue", key, l.waiting, l.wanted)
+		for _, tk := range l.queue {
+			v := strconv.FormatUint(tk.version, 10)
+			if !tk.checked {
+				v += "?"
+			}
+			if tk == p.ticket {
+				v = "[" + v + "]"
+			}
+			b.WriteString(" " + v)
+		}
+	}
+	if len(p.ticket.reads) > 0 {
+		fmt.Fprintf(&b, "; reads %q", p.ticket.reads)
+	}
+	return b.String()
 }
 
 // Rebase builds the commit anew on the blobs as the commits queued before it

@@ -3,6 +3,7 @@ package mvcc
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -262,4 +263,22 @@ func TestReadersShare(t *testing.T) {
 	if n := lockedKeys(s); n != 0 {
 		t.Fatalf("%d keys still locked", n)
 	}
+}
+
+func TestQueueWaits(t *testing.T) {
+	s, v := counterStore(t)
+	p1, err := s.TryPrepareAt([]txn.Op{addOp("c", 1)}, v+10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2, err := s.TryPrepareAt([]txn.Op{addOp("c", 2)}, v+20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("version %d behind=true rebased=false; blob \"c\" waiting=0 wanted=false queue %d [%d]", v+20, v+10, v+20)
+	if got := p2.Waits(); got != want {
+		t.Fatalf("Waits of the second commit:\n got %s\nwant %s", got, want)
+	}
+	p1.Abort()
+	p2.Abort()
 }

@@ -59,6 +59,10 @@ import (
 const (
 	// Tick is the state machines' clock period.
 	Tick = 10 * time.Millisecond
+	// StalledAfter: a commit this node is a member of that has had no
+	// outcome, or waited to apply, for this long is logged (and again
+	// every StalledAfter).
+	StalledAfter = 5 * time.Second
 	// RetransmitTicks: a Forward, Backward or Reply unanswered for 200ms is
 	// sent again.
 	RetransmitTicks = 20
@@ -543,7 +547,7 @@ func (n *Node) loop() {
 	defer close(n.done)
 	ticker := time.NewTicker(Tick)
 	defer ticker.Stop()
-	sweep := time.Now()
+	sweep, stalls := time.Now(), time.Now()
 	for {
 		select {
 		case <-n.stop:
@@ -568,11 +572,25 @@ func (n *Node) loop() {
 				n.sweepVersions()
 				sweep = time.Now()
 			}
+			if time.Since(stalls) > StalledAfter {
+				n.logStalled()
+				stalls = time.Now()
+			}
 		}
 		for len(n.local) > 0 {
 			env := n.local[0]
 			n.local = n.local[1:]
 			n.step(env)
+		}
+	}
+}
+
+// logStalled logs the commits this node has been a member of for longer
+// than StalledAfter without an outcome, or waiting that long to apply.
+func (n *Node) logStalled() {
+	for name, g := range n.groups {
+		for _, s := range g.replica.Stalled(int(StalledAfter / Tick)) {
+			n.cfg.Log.Warn("commit stalled", "keyspace", name, "txn", s)
 		}
 	}
 }

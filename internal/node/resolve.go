@@ -236,6 +236,15 @@ func (s clientStaged) Ready() bool {
 	return true
 }
 
+// Waits passes on the description of what the Staged waits for, if it
+// has one (chain.Replica.Stalled).
+func (s clientStaged) Waits() string {
+	if w, ok := s.Staged.(interface{ Waits() string }); ok {
+		return w.Waits()
+	}
+	return ""
+}
+
 // heldSince is when this node's read lease began holding without a break
 // since, or the zero time if it does not hold now.
 func (n *Node) heldSince() time.Time {
