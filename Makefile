@@ -4,7 +4,7 @@ BIN         := bin/tyr
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.7.0
 FUZZTIME    ?= 10s
 
-.PHONY: build run test unit lint fuzz fuzz-long gc-soak crash-long sim torture bench bench-peers bench-cluster bench-txn proto clean
+.PHONY: build run test unit lint fuzz fuzz-long gc-soak crash-long sim ring-sim torture bench bench-peers bench-cluster bench-txn proto clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/tyr
@@ -63,6 +63,14 @@ ifdef SEED
 else
 	$(GO) test ./internal/sim -count=1 -timeout 60m -run 'TestSim$$' -sim.seeds=$(SEEDS) -v
 endif
+
+# The placement simulation of load-aware ring weights (internal/balance):
+# 256 and 1,024 nodes of capacities 1:2:4 holding Pareto-sized blobs, three
+# seeds each; asserts max/mean utilization <= 1.05 and the movement bounds,
+# and prints the table of bench/results/ring-<date>.md. A 256-node run is
+# part of `make test`.
+ring-sim:
+	TYR_RING_SIM=1 $(GO) test ./internal/balance -count=1 -timeout 30m -run 'TestSimulateLoadAware$$' -v
 
 bench: build
 	scripts/bench-single.sh

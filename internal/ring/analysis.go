@@ -131,3 +131,100 @@ func Compare(from, to *Ring, sample []Placement, rf int) (Movement, error) {
 	}
 	return m, nil
 }
+
+// Token is one virtual node: a position on the ring and the member that owns
+// it.
+type Token struct {
+	// Position is the token's place on the ring, in [0, 2^64).
+	Position uint64
+	// Node is the member owning the token.
+	Node NodeID
+}
+
+// Tokens returns every token of the ring in ring order: ascending position,
+// and tokens at one position in the order the ring breaks the tie. The
+// primary of a position p is the Node of the first token whose Position is
+// at least p, or of the first token if there is none. Analysis tools use it
+// to place many positions with one merge pass instead of a search each; it
+// costs 24 bytes per token. The caller owns the slice.
+func (r *Ring) Tokens() []Token {
+	tokens := make([]Token, len(r.positions))
+	for i, position := range r.positions {
+		tokens[i] = Token{Position: position, Node: r.nodes[r.owners[i]].ID}
+	}
+	return tokens
+}
+
+// MovedFraction returns the fraction of the hash space, in [0, 1], whose
+// primary differs between from and to: the fraction of uniformly hashed
+// chunks that change primary owner when the cluster switches from one ring
+// to the other. It is exact, not sampled: it walks the union of both rings'
+// tokens once. When the rings differ by one node joining or leaving, it is
+// that node's Ownership; MovedFraction(a, b) equals MovedFraction(b, a).
+// The zero Ring owns nothing: against a ring with nodes the result is 1, and
+// against another zero Ring 0.
+func MovedFraction(from, to *Ring) float64 {
+	switch {
+	case len(from.positions) == 0 && len(to.positions) == 0:
+		return 0
+	case len(from.positions) == 0 || len(to.positions) == 0:
+		return 1
+	}
+	last := max(from.positions[len(from.positions)-1], to.positions[len(to.positions)-1])
+	if min(from.positions[0], to.positions[0]) == last {
+		// Every token of both rings at one position: one owner each, for
+		// the whole ring.
+		if from.primaryID(0) != to.primaryID(0) {
+			return 1
+		}
+		return 0
+	}
+	// Walk the distinct positions b of the union in order. Between b and
+	// the union position before it, neither ring has a token, so every
+	// position of that arc has, in each ring, the primary of b: the first
+	// token at or after b. i and j always index those tokens (or the end,
+	// which wraps to token 0). The arcs are summed exactly, as in
+	// Ownership; the first arc wraps past the top of the ring.
+	var hi, lo uint64
+	previous := last
+	i, j := 0, 0
+	for i < len(from.positions) || j < len(to.positions) {
+		b := unionNext(from.positions, to.positions, i, j)
+		if from.primaryID(i) != to.primaryID(j) {
+			var carry uint64
+			lo, carry = bits.Add64(lo, b-previous, 0)
+			hi += carry
+		}
+		for i < len(from.positions) && from.positions[i] == b {
+			i++
+		}
+		for j < len(to.positions) && to.positions[j] == b {
+			j++
+		}
+		previous = b
+	}
+	const ringSize = 1 << 64 // as a float64 constant
+	return float64(hi) + float64(lo)/ringSize
+}
+
+// primaryID returns the owner of token i, or of token 0 if i is past the
+// last token: the primary of every position in the arc ending at token i.
+func (r *Ring) primaryID(i int) NodeID {
+	if i == len(r.owners) {
+		i = 0
+	}
+	return r.nodes[r.owners[i]].ID
+}
+
+// unionNext returns the smaller of a[i] and b[j], skipping a slice whose
+// index has reached its end; at least one index must be in range.
+func unionNext(a, b []uint64, i, j int) uint64 {
+	switch {
+	case i == len(a):
+		return b[j]
+	case j == len(b):
+		return a[i]
+	default:
+		return min(a[i], b[j])
+	}
+}
