@@ -155,13 +155,20 @@ func (n *Node) wakeCatchUp(reason string) {
 }
 
 // markDirty records that a commit at version passed through this node
-// without changing its copy of the blobs of ops.
+// without changing its copy of the blobs of ops. A blob the commit only
+// read-checks is fetched too, since this copy was found out of step, but
+// at no particular version: the commit did not change it, so its version
+// managers' copies need not ever reach version.
 func (c *catchUp) markDirty(keyspace string, ops []txn.Op, version uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, op := range ops {
 		ref := blobRef{keyspace, op.Key}
-		c.dirty[ref] = max(c.dirty[ref], version)
+		want := version
+		if op.Kind == txn.OpReadCheck {
+			want = 0
+		}
+		c.dirty[ref] = max(c.dirty[ref], want)
 	}
 }
 

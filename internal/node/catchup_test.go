@@ -333,3 +333,36 @@ func (tc *testCluster) reconnect(id ring.NodeID) {
 	tc.net.mu.Unlock()
 	tc.dead.Delete(id)
 }
+
+// A commit that only reads a blob, passing through a member whose copy of
+// it is behind, makes the member fetch that blob, but not wait for it to
+// reach the commit's version: the commit did not change it, and a version
+// manager's copy may stay older for good once writes to it stop.
+func TestCatchUpAfterReadPassesThrough(t *testing.T) {
+	tc := startCluster(t, 3, 0, 1)
+	tc.waitCaughtUp(t, 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	must := func(ops ...txn.Op) {
+		t.Helper()
+		if _, err := tc.commit(ctx, 0, ops...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(appendOp("read", "a"), appendOp("written", "w"))
+	tc.disconnect("n3")
+	must(appendOp("read", "b")) // n3 misses it and does not know
+	tc.reconnect("n3")
+	_, version := tc.read(t, 0, "read")
+	must(txn.Op{Key: "read", Kind: txn.OpReadCheck, Version: version}, appendOp("written", "x"))
+	if !tc.nodes[2].CatchingUp() {
+		t.Fatal("n3 passed a commit through without catching up")
+	}
+	tc.waitCaughtUp(t, 10*time.Second)
+	for _, key := range []string{"read", "written"} {
+		want, wantVersion := tc.read(t, 0, key)
+		if got, gotVersion := tc.read(t, 2, key); got != want || gotVersion != wantVersion {
+			t.Errorf("n3: %s = %q@%d, want %q@%d", key, got, gotVersion, want, wantVersion)
+		}
+	}
+}
