@@ -50,9 +50,12 @@ type Coordinator struct {
 
 type inflight struct {
 	chain []ring.NodeID
-	// first is the chain Begin was given; a Reply may come from any of its
-	// members, since a rerouted transaction may still be answered by a head
-	// that was only suspected.
+	// first is the chain Begin was given. A rerouted transaction may still
+	// be answered by a head the re-execution left out (it was only
+	// suspected): its Reply is acknowledged, and taken only if it says
+	// committed. An abort from such a head may be its own refusal of a
+	// Forward that reached it late, while the re-execution commits; only
+	// the current head's abort is the transaction's.
 	first []ring.NodeID
 	ops   []txn.Op
 	ticks int
@@ -122,6 +125,10 @@ func (c *Coordinator) Step(m Message) error {
 	if t, ok := c.inflight[m.Txn]; ok {
 		if !slices.Contains(t.first, m.From) {
 			return fmt.Errorf("%w: Reply for %s from %q, not a member of its chain %v", ErrInvalidMessage, m.Txn, m.From, t.first)
+		}
+		if m.From != t.chain[0] && !m.Committed {
+			c.send(Message{Type: MsgAck, From: c.cfg.ID, To: m.From, Txn: m.Txn})
+			return nil
 		}
 		delete(c.inflight, m.Txn)
 		c.out.Finished = append(c.out.Finished, Outcome{

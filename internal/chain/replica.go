@@ -282,8 +282,11 @@ type record struct {
 	// forcedAbort marks an abort made by TestingKnobs, whose later
 	// contradiction by a Backward is the injected bug, not an assertion.
 	forcedAbort bool
-	// rerouted marks a transaction moved onto a re-execution's chain:
-	// messages from the old chain may still arrive, and are dropped.
+	// rerouted marks a transaction that may have run here on another chain
+	// before: moved onto a re-execution's chain, or first known from a
+	// repeated (not fresh) Forward, which may be a re-execution's reaching
+	// a member that forgot the transaction or restarted since. Messages
+	// from an older chain may still arrive, and are dropped.
 	rerouted bool
 	// probing marks a transaction forwarded without being staged here
 	// (see probe); refusal is this member's own refusal, if it refused.
@@ -426,7 +429,7 @@ func (r *Replica) stepForward(m Message) error {
 	if err != nil {
 		return err
 	}
-	rec := &record{chain: m.Chain, index: m.Index}
+	rec := &record{chain: m.Chain, index: m.Index, rerouted: !m.Fresh}
 	r.txns[m.Txn] = rec
 	if committed {
 		// An earlier run of this member committed it and lost its record

@@ -895,3 +895,80 @@ func TestReplicaStalled(t *testing.T) {
 		t.Fatalf("Stalled(0) once both committed: %q, want none", got)
 	}
 }
+
+// TestCoordinatorRepliesAfterReroute: once a transaction is rerouted, an
+// abort from a head the re-execution left out is acknowledged and
+// ignored (it may be that head's own refusal of a late Forward, while the
+// re-execution commits); the current head's Reply decides, and a commit
+// reported by a left-out head is taken, since only the tail decides a
+// commit.
+func TestCoordinatorRepliesAfterReroute(t *testing.T) {
+	for _, oldSays := range []bool{false, true} {
+		t.Run(fmt.Sprintf("left-out head says committed=%t", oldSays), func(t *testing.T) {
+			c, err := chain.NewCoordinator(chain.CoordinatorConfig{ID: "c", FirstSeq: 1, RetransmitTicks: 100})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Begin(ops1, chain3); err != nil {
+				t.Fatal(err)
+			}
+			c.Reroute(func(id ring.NodeID) bool { return id != "n1" })
+			c.Advance(c.Ready())
+			old := chain.Message{Type: chain.MsgReply, From: "n1", To: "c", Txn: id(1), Committed: oldSays}
+			if !oldSays {
+				old.Err = "conflict"
+			}
+			if err := c.Step(old); err != nil {
+				t.Fatal(err)
+			}
+			o := c.Ready()
+			c.Advance(o)
+			if len(o.Messages) != 1 || o.Messages[0].Type != chain.MsgAck || o.Messages[0].To != "n1" {
+				t.Fatalf("Reply of the left-out head: sent %v, want an Ack to n1", o.Messages)
+			}
+			if oldSays {
+				if len(o.Finished) != 1 || !o.Finished[0].Committed {
+					t.Fatalf("a commit reported by the left-out head: finished %v, want committed", o.Finished)
+				}
+				return
+			}
+			if len(o.Finished) != 0 {
+				t.Fatalf("an abort from the left-out head finished the transaction: %v", o.Finished)
+			}
+			if err := c.Step(chain.Message{Type: chain.MsgReply, From: "n2", To: "c", Txn: id(1), Committed: true}); err != nil {
+				t.Fatal(err)
+			}
+			if o := c.Ready(); len(o.Finished) != 1 || !o.Finished[0].Committed {
+				t.Fatalf("the current head's commit: finished %v, want committed", o.Finished)
+			}
+		})
+	}
+}
+
+// TestReplicaForgotThenRerouted: a member that forgot a committed
+// transaction (or restarted) and learns it again from a re-execution's
+// Forward answers from its record; a Backward its old downstream still
+// repeats on the older chain is refused as a message of another chain,
+// not taken for a broken invariant.
+func TestReplicaForgotThenRerouted(t *testing.T) {
+	var log []string
+	stager := &fakeStager{log: &log, committed: map[chain.TxnID][]txn.Result{id(1): {{}}}}
+	r, err := chain.NewReplica(chain.ReplicaConfig{ID: "n2", Stager: stager, RetransmitTicks: 3, OutcomeRetentionTicks: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rerouted := []ring.NodeID{"n2", "n3"}
+	if err := r.Step(chain.Message{Type: chain.MsgForward, From: "c", To: "n2", Txn: id(1), Index: 0,
+		Chain: rerouted, Ops: ops1}); err != nil {
+		t.Fatal(err)
+	}
+	o := r.Ready()
+	r.Advance(o)
+	if len(o.Messages) != 1 || o.Messages[0].Type != chain.MsgReply || !o.Messages[0].Committed {
+		t.Fatalf("re-execution's Forward of a recorded commit: sent %v, want a committed Reply", o.Messages)
+	}
+	err = r.Step(back(1, 1, true)) // n3 at index 2 of chain3, to n2 at index 1
+	if !errors.Is(err, chain.ErrInvalidMessage) {
+		t.Fatalf("Backward of the older chain: %v, want ErrInvalidMessage", err)
+	}
+}
