@@ -33,6 +33,29 @@
 // repairs it by catch-up, which is outside the simulator, so the checkers
 // leave those copies out.
 //
+// Each client stands for the node its coordinator runs on and has that
+// node's failure detector (see detector): it leaves a node out of its
+// chains once it has not reached it for a number of ticks the seed draws,
+// because the node is down, across a partition, or suspected though it is
+// up and reachable, unless that would leave no more than half of the
+// nodes in. Views differ between clients and are often wrong. A client
+// begins a transaction on the replicas its view keeps, and every tick, as
+// a node's loop does, re-executes on the members left each transaction in
+// flight whose chain has a member its view leaves out
+// (chain.Coordinator.Reroute; see "Re-execution" in chain/replica.go); the
+// run counts these reroutes in Stats. A member left out may be alive and
+// still hold what it staged, including commits queued behind others: it
+// learns the outcome from the member after it in the older chain, and must
+// commit or abort like the rest. As on a node, a replica does not stage a
+// Forward of a transaction it does not know that began more than half its
+// outcome retention ago (see forwardAgeTicks), so that a left-out member
+// that keeps sending the older chain's Forward cannot start the
+// transaction again on a member that forgot it. A left-out member that did
+// not commit a transaction that committed misses its writes; a node
+// revokes the read lease of a member before it leaves it out of chains, so
+// that member catches up before it serves again, and the checkers treat
+// its copies like those of a member that missed a commit in a crash.
+//
 // A run has two phases. In the fault phase clients begin transactions
 // while the network misbehaves. Then the network heals for good and stops
 // losing messages (it still delays, reorders and repeats them), clients stop
@@ -80,6 +103,14 @@ type Config struct {
 	// every replica: the bug that lets a restarted member take a
 	// transaction it handled before for a new one.
 	IgnoreEarlierRuns bool
+	// Suspicious forces a failure detector that suspects nodes wrongly at
+	// least twice and leaves a node out after a few ticks (see detector),
+	// for tests that need re-executions on most seeds.
+	Suspicious bool
+	// NoReroutes makes every client keep every node in its chains, as if
+	// its failure detector never took a node for dead: no transaction is
+	// re-executed, or begun on fewer than all its keys' replicas.
+	NoReroutes bool
 	// Trace, if set, receives one line per event, for replaying a seed.
 	Trace func(line string)
 }
@@ -187,6 +218,22 @@ type Stats struct {
 	// that, once committed, waited on some member for the commits ahead
 	// of them to be decided before they applied.
 	Queued, QueuedCommitted, Waited int
+	// Reroutes counts the re-executions the coordinators sent
+	// (chain.Coordinator.Reroute), Rerouted the transactions re-executed
+	// at least once and RerouteCommitted those of them that committed.
+	Reroutes, Rerouted, RerouteCommitted int
+	// LeftOut counts the members of finished transactions that their
+	// final chain left out (at Begin or by a reroute), LeftStaged those
+	// of them that had staged the transaction and then learned its
+	// outcome, and LeftBehind the copies that missed a commit that way
+	// (a member and a transaction; see the package doc).
+	LeftOut, LeftStaged, LeftBehind int
+	// OldChain counts the messages of a chain a reroute replaced that a
+	// replica dropped (see "Re-execution" in chain/replica.go).
+	OldChain int
+	// Behind counts the copies (a key on one of its replicas) that missed
+	// a commit, and that the key checks leave out; Copies counts them all.
+	Behind, Copies int
 }
 
 // eventKind is what an event does. Zero is invalid.
@@ -232,13 +279,21 @@ func (q *eventQueue) Pop() any {
 
 // txnRecord is the simulator's knowledge of one transaction, for checking.
 type txnRecord struct {
-	id       chain.TxnID
-	begun    int    // tick
-	version  uint64 // the commit version, the same on every member
-	ops      []txn.Op
-	chain    []ring.NodeID
-	finished bool
-	outcome  chain.Outcome
+	id      chain.TxnID
+	begun   int    // tick
+	version uint64 // the commit version, the same on every member
+	ops     []txn.Op
+	// placed are the replicas of every key the transaction writes; chain
+	// those of them its client's view kept at Begin, and final the chain
+	// of its last re-execution (chain when there was none). Each is a
+	// subsequence of the one before.
+	placed, chain, final []ring.NodeID
+	reroutes             int
+	finished             bool
+	outcome              chain.Outcome
+	// replier is the member whose Reply finished the transaction: the
+	// head of some chain it ran on.
+	replier ring.NodeID
 }
 
 // world is one run's state.
@@ -266,10 +321,17 @@ type world struct {
 	// down holds the crashed nodes; restarted is when each node last
 	// restarted; behind holds, per key, the nodes whose copy missed a
 	// commit (see the package doc).
-	down        map[ring.NodeID]bool
-	restarted   map[ring.NodeID]int
-	behind      map[string]map[ring.NodeID]bool
-	stageLost   map[chain.TxnID][]ring.NodeID
+	down      map[ring.NodeID]bool
+	restarted map[ring.NodeID]int
+	behind    map[string]map[ring.NodeID]bool
+	stageLost map[chain.TxnID][]ring.NodeID
+	// det is the failure detector; views holds, per client, the nodes it
+	// leaves out of chains now (sorted), and lostSince, per client and
+	// node, the tick since which the node has been out of the client's
+	// reach, or -1.
+	det         detector
+	views       [][]ring.NodeID
+	lostSince   [][]int
 	inFlight    int // deliveries queued
 	stats       Stats
 	failures    []string
@@ -289,6 +351,7 @@ func Run(cfg Config) Result {
 	h := fnv.New64a()
 	w.traceHasher = func(b []byte) { _, _ = h.Write(b) }
 	defer w.closeStores()
+	w.pickDetector(detectorSource(cfg.Seed))
 	w.build()
 	w.schedulePartitions()
 	w.scheduleCrashes(crashSource(cfg.Seed ^ 1))
@@ -305,6 +368,11 @@ func Run(cfg Config) Result {
 		}()
 		w.loop()
 	}()
+	w.markLeftBehind()
+	for _, k := range w.keys {
+		w.stats.Behind += len(w.behind[k])
+		w.stats.Copies += len(w.placement[k])
+	}
 	w.traceStores()
 	w.countOrdering()
 	anomalies := slices.Clone(w.failures)
@@ -373,10 +441,14 @@ func (w *world) newReplica(n ring.NodeID) *chain.Replica {
 		OutcomeRetentionTicks: w.p.retentionTicks, PendingMax: w.p.pendingMax, TxnsMax: w.p.txnsMax,
 		TestingKnobs: knobs,
 		// An earlier run may have seen the transactions begun before the
-		// last restart.
+		// last restart; and a transaction begun long ago counts as one
+		// this member may have handled (see forwardAgeTicks).
 		EarlierRun: func(id chain.TxnID) bool {
-			at, ok := w.restarted[n]
-			return ok && w.txns[id].begun <= at
+			t := w.txns[id]
+			if at, ok := w.restarted[n]; ok && t.begun <= at {
+				return true
+			}
+			return w.now-t.begun >= w.forwardAgeTicks()
 		},
 	})
 	if err != nil {
@@ -595,6 +667,7 @@ func (w *world) done() bool {
 }
 
 func (w *world) tick() {
+	w.updateViews()
 	for _, n := range w.nodes {
 		if w.down[n] {
 			continue
@@ -603,7 +676,10 @@ func (w *world) tick() {
 		w.flushReplica(n)
 	}
 	for i, c := range w.clients {
+		// As a node's loop does: retransmit, then re-execute what runs on
+		// members this client's view no longer keeps in chains.
 		c.Tick()
+		c.Reroute(w.inChains(i))
 		if w.now < faultTicks && w.rng.IntN(100) < w.p.beginPct {
 			w.begin(c, i)
 		}
@@ -613,28 +689,40 @@ func (w *world) tick() {
 
 // begin starts a random transaction of client ci on one to three keys,
 // half of them counters. Its chain is the sorted union of the keys'
-// replicas, so every transaction on a key passes through all of that key's
-// replicas, in the same order.
+// replicas that the client's view keeps in chains, so every transaction on
+// a key passes through all of that key's replicas the view keeps, in the
+// same order; as a node does, the client refuses a transaction on a key
+// none of whose replicas it keeps.
 func (w *world) begin(c *chain.Coordinator, ci int) {
 	ops := make([]txn.Op, 1+w.rng.IntN(3))
-	var members []ring.NodeID
+	var placed []ring.NodeID
+	unavailable := ""
+	inChains := w.inChains(ci)
 	for i := range ops {
 		key := w.keys[w.rng.IntN(len(w.keys))]
 		if w.rng.IntN(2) == 0 {
 			key = w.keys[w.rng.IntN(w.p.counters)]
 		}
 		ops[i] = w.randomOp(key)
-		members = append(members, w.placement[key]...)
+		placed = append(placed, w.placement[key]...)
+		if !slices.ContainsFunc(w.placement[key], inChains) {
+			unavailable = key
+		}
 	}
-	slices.Sort(members)
-	members = slices.Compact(members)
+	if unavailable != "" {
+		w.trace("%s begin refused: no replica of %s in chains (%v left out)", c.ID(), unavailable, w.views[ci])
+		return
+	}
+	slices.Sort(placed)
+	placed = slices.Compact(placed)
+	members := slices.DeleteFunc(slices.Clone(placed), func(n ring.NodeID) bool { return !inChains(n) })
 	id, err := c.Begin(ops, members)
 	if err != nil {
 		w.trace("%s begin refused: %v", c.ID(), err)
 		return
 	}
 	w.stats.Begun++
-	t := &txnRecord{id: id, begun: w.now, version: w.newVersion(ci), ops: ops, chain: members}
+	t := &txnRecord{id: id, begun: w.now, version: w.newVersion(ci), ops: ops, placed: placed, chain: members, final: members}
 	w.txns[id] = t
 	w.order = append(w.order, id)
 	w.trace("%s begin %s version=%d chain=%v ops=%v", c.ID(), id, t.version, members, opsString(ops))
@@ -718,6 +806,9 @@ func (w *world) deliver(m chain.Message, sent int) {
 	w.traceMessage("deliver", m)
 	if m.Type == chain.MsgReply {
 		c := w.client(m.To)
+		if t := w.txns[m.Txn]; t != nil && !t.finished {
+			t.replier = m.From
+		}
 		if err := c.Step(m); err != nil {
 			w.failures = append(w.failures, fmt.Sprintf("tick %d: %s refused %s: %v", w.now, m.To, m, err))
 		}
@@ -730,7 +821,15 @@ func (w *world) deliver(m chain.Message, sent int) {
 		return
 	}
 	if err := w.replicas[m.To].Step(m); err != nil {
-		w.failures = append(w.failures, fmt.Sprintf("tick %d: %s refused %s: %v", w.now, m.To, m, err))
+		if t := w.txns[m.Txn]; t != nil && t.reroutes > 0 &&
+			(errors.Is(err, chain.ErrInvalidMessage) || errors.Is(err, chain.ErrReexecution)) {
+			// A message of a chain a reroute replaced, which the replica
+			// drops (see "Re-execution" in chain/replica.go).
+			w.stats.OldChain++
+			w.trace("%s dropped %s: %v", m.To, m, err)
+		} else {
+			w.failures = append(w.failures, fmt.Sprintf("tick %d: %s refused %s: %v", w.now, m.To, m, err))
+		}
 	}
 	w.flushReplica(m.To)
 }
@@ -776,6 +875,11 @@ func (w *world) stageLostAt(n ring.NodeID, id chain.TxnID) {
 		w.failures = append(w.failures, fmt.Sprintf("tick %d: %s reports missing %s, never begun", w.now, n, id))
 		return
 	}
+	w.markBehind(n, t)
+}
+
+// markBehind marks node n's copies of the keys t wrote as behind.
+func (w *world) markBehind(n ring.NodeID, t *txnRecord) {
 	for _, op := range t.ops {
 		if slices.Contains(w.placement[op.Key], n) {
 			if w.behind[op.Key] == nil {
@@ -803,6 +907,15 @@ func (w *world) flushClient(c *chain.Coordinator) {
 		w.trace("%s finished %s committed=%t err=%q", c.ID(), f.Txn, f.Committed, f.Err)
 	}
 	for _, m := range o.Messages {
+		if t := w.txns[m.Txn]; m.Type == chain.MsgForward && t != nil && !slices.Equal(m.Chain, t.final) {
+			if t.reroutes == 0 {
+				w.stats.Rerouted++
+			}
+			t.final = m.Chain
+			t.reroutes++
+			w.stats.Reroutes++
+			w.trace("%s reroutes %s onto %v", c.ID(), m.Txn, m.Chain)
+		}
 		w.send(m)
 	}
 }
@@ -837,9 +950,14 @@ func (w *world) summary() string {
 	p := w.p
 	return fmt.Sprintf("seed=%d store=%s nodes=%d clients=%d keys=%d rf=%d drop=%d%% dup=%d%% delay<=%d retention=%d "+
 		"pending<=%d txns<=%d partitions=%d crashes=%d "+
-		"| txns=%d committed=%d aborted=%d queued=%d (committed %d) waited=%d msgs=%d dropped=%d cut=%d dups=%d lost=%d stages-lost=%d ticks=%d",
+		"detect=%d suspicions=%d "+
+		"| txns=%d committed=%d aborted=%d queued=%d (committed %d) waited=%d msgs=%d dropped=%d cut=%d dups=%d lost=%d stages-lost=%d "+
+		"reroutes=%d rerouted=%d (committed %d) left-out=%d (staged %d, behind %d) old-chain=%d behind=%d/%d ticks=%d",
 		w.cfg.Seed, w.cfg.Store, p.nodes, p.clients, p.keys, p.replicationFactor, p.dropPct, p.duplicatePct, p.delayTicksMax,
-		p.retentionTicks, p.pendingMax, p.txnsMax, w.stats.Partitions, w.stats.Crashes, w.stats.Begun, w.stats.Committed, w.stats.Aborted,
+		p.retentionTicks, p.pendingMax, p.txnsMax, w.stats.Partitions, w.stats.Crashes, w.det.detectTicks, len(w.det.suspicions),
+		w.stats.Begun, w.stats.Committed, w.stats.Aborted,
 		w.stats.Queued, w.stats.QueuedCommitted, w.stats.Waited,
-		w.stats.Sent, w.stats.Dropped, w.stats.Partitioned, w.stats.Dups, w.stats.Lost, w.stats.StagesLost, w.now)
+		w.stats.Sent, w.stats.Dropped, w.stats.Partitioned, w.stats.Dups, w.stats.Lost, w.stats.StagesLost,
+		w.stats.Reroutes, w.stats.Rerouted, w.stats.RerouteCommitted, w.stats.LeftOut, w.stats.LeftStaged, w.stats.LeftBehind,
+		w.stats.OldChain, w.stats.Behind, w.stats.Copies, w.now)
 }

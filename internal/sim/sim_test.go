@@ -18,7 +18,10 @@
 // By default TestSim runs seeds 1 to 200, the odd ones on the in-memory
 // model store and the even ones on real mvcc stores over in-memory Pebble
 // (-sim.store=both); -sim.store=mem or -sim.store=mvcc runs every seed on
-// one. Run more, or other ones, with
+// one. The clients' failure detectors re-execute transactions on most
+// seeds; -sim.reroutes=false keeps every node in every chain, and
+// -sim.suspicious makes them suspect live nodes on every seed. Run more,
+// or other ones, with
 //
 //	go test ./internal/sim -run TestSim$ -sim.seeds=5000 -sim.first=1
 //	TYR_SIM_SEEDS=5000 go test ./internal/sim -run TestSim$ -sim.store=mvcc
@@ -46,12 +49,19 @@ import (
 )
 
 var (
-	seedsFlag = flag.Int("sim.seeds", 200, "number of seeds TestSim runs (also TYR_SIM_SEEDS)")
-	firstFlag = flag.Uint64("sim.first", 1, "first seed TestSim runs")
-	seedFlag  = flag.Uint64("sim.seed", 0, "run only this seed, verbosely (also TYR_SIM_SEED)")
-	traceFlag = flag.Bool("sim.trace", false, "with -sim.seed, log every event")
-	storeFlag = flag.String("sim.store", "both", "storage of the simulated nodes: mem, mvcc, or both (odd seeds mem, even seeds mvcc)")
+	seedsFlag   = flag.Int("sim.seeds", 200, "number of seeds TestSim runs (also TYR_SIM_SEEDS)")
+	firstFlag   = flag.Uint64("sim.first", 1, "first seed TestSim runs")
+	seedFlag    = flag.Uint64("sim.seed", 0, "run only this seed, verbosely (also TYR_SIM_SEED)")
+	traceFlag   = flag.Bool("sim.trace", false, "with -sim.seed, log every event")
+	storeFlag   = flag.String("sim.store", "both", "storage of the simulated nodes: mem, mvcc, or both (odd seeds mem, even seeds mvcc)")
+	rerouteFlag = flag.Bool("sim.reroutes", true, "let the clients' failure detectors leave nodes out of chains, so that transactions are re-executed")
+	suspectFlag = flag.Bool("sim.suspicious", false, "make the failure detectors suspect live nodes on every seed, so that most seeds re-execute transactions")
 )
+
+// config is the configuration TestSim runs seed with under the flags.
+func config(t *testing.T, seed uint64) sim.Config {
+	return sim.Config{Seed: seed, Store: storeFor(t, seed), NoReroutes: !*rerouteFlag, Suspicious: *suspectFlag}
+}
 
 // storeFor is the storage seed runs on under -sim.store.
 func storeFor(t *testing.T, seed uint64) sim.StoreKind {
@@ -105,8 +115,15 @@ func runSeeds(first uint64, n int, cfg func(seed uint64) sim.Config) []sim.Resul
 
 func report(t *testing.T, r sim.Result) {
 	t.Helper()
-	t.Errorf("seed %d failed: %s\n\t%s\nreproduce: go test ./internal/sim -run 'TestSim$' -sim.seed=%d -sim.store=%s -sim.trace -v",
-		r.Seed, r.Summary, strings.Join(r.Anomalies, "\n\t"), r.Seed, storeOf(r))
+	flags := ""
+	if !*rerouteFlag {
+		flags += " -sim.reroutes=false"
+	}
+	if *suspectFlag {
+		flags += " -sim.suspicious"
+	}
+	t.Errorf("seed %d failed: %s\n\t%s\nreproduce: go test ./internal/sim -run 'TestSim$' -sim.seed=%d -sim.store=%s%s -sim.trace -v",
+		r.Seed, r.Summary, strings.Join(r.Anomalies, "\n\t"), r.Seed, storeOf(r), flags)
 }
 
 // storeOf recovers the store a result ran on from its summary.
@@ -123,7 +140,7 @@ func TestSim(t *testing.T) {
 		seed, one = s, true
 	}
 	if one {
-		cfg := sim.Config{Seed: seed, Store: storeFor(t, seed)}
+		cfg := config(t, seed)
 		if *traceFlag {
 			cfg.Trace = func(line string) { t.Log(line) }
 		}
@@ -139,9 +156,9 @@ func TestSim(t *testing.T) {
 		n = int(s)
 	}
 	start := time.Now()
-	results := runSeeds(*firstFlag, n, func(seed uint64) sim.Config { return sim.Config{Seed: seed, Store: storeFor(t, seed)} })
+	results := runSeeds(*firstFlag, n, func(seed uint64) sim.Config { return config(t, seed) })
 	var total sim.Stats
-	failed, partitioned, lossy, onMVCC, ordered := 0, 0, 0, 0, 0
+	failed, partitioned, lossy, onMVCC, ordered, rerouted := 0, 0, 0, 0, 0, 0
 	for _, r := range results {
 		if storeOf(r) == "mvcc" {
 			onMVCC++
@@ -164,6 +181,18 @@ func TestSim(t *testing.T) {
 		if r.Stats.Waited > 0 {
 			ordered++
 		}
+		total.Reroutes += r.Stats.Reroutes
+		total.Rerouted += r.Stats.Rerouted
+		total.RerouteCommitted += r.Stats.RerouteCommitted
+		total.LeftOut += r.Stats.LeftOut
+		total.LeftStaged += r.Stats.LeftStaged
+		total.LeftBehind += r.Stats.LeftBehind
+		total.OldChain += r.Stats.OldChain
+		total.Behind += r.Stats.Behind
+		total.Copies += r.Stats.Copies
+		if r.Stats.Reroutes > 0 {
+			rerouted++
+		}
 		if r.Stats.Partitions > 0 {
 			partitioned++
 		}
@@ -172,15 +201,22 @@ func TestSim(t *testing.T) {
 		}
 	}
 	t.Logf("seeds %d..%d (%d on mvcc): %d failed in %v; %d lossy, %d partitioned; %d transactions (%d committed, %d aborted), %d messages (%d dropped, %d cut); "+
-		"ordering: %d transactions queued behind undecided ones (%d committed), %d waited to apply, on %d seeds",
+		"ordering: %d transactions queued behind undecided ones (%d committed), %d waited to apply, on %d seeds; "+
+		"reroutes: %d re-executions of %d transactions (%d committed) on %d seeds, %d members left out (%d had staged, %d missed a commit), %d old-chain messages dropped; "+
+		"%d of %d copies of keys behind at the end, left out of the key checks",
 		*firstFlag, *firstFlag+uint64(n)-1, onMVCC, failed, time.Since(start).Round(time.Millisecond), lossy, partitioned,
 		total.Begun, total.Committed, total.Aborted, total.Sent, total.Dropped, total.Partitioned,
-		total.Queued, total.QueuedCommitted, total.Waited, ordered)
+		total.Queued, total.QueuedCommitted, total.Waited, ordered,
+		total.Reroutes, total.Rerouted, total.RerouteCommitted, rerouted, total.LeftOut, total.LeftStaged, total.LeftBehind, total.OldChain,
+		total.Behind, total.Copies)
 	if total.Committed == 0 || total.Aborted == 0 {
 		t.Errorf("the workload is degenerate: %d committed, %d aborted", total.Committed, total.Aborted)
 	}
 	if onMVCC >= 20 && total.Waited == 0 {
 		t.Errorf("the workload is degenerate: no committed transaction waited behind a queued one on %d mvcc seeds", onMVCC)
+	}
+	if *rerouteFlag && n >= 50 && 5*rerouted < n {
+		t.Errorf("the workload is degenerate: only %d of %d seeds re-executed a transaction", rerouted, n)
 	}
 }
 
@@ -213,14 +249,14 @@ func TestSimCatchesAbortOnTimeout(t *testing.T) {
 	batch := runtime.GOMAXPROCS(0)
 	for first := uint64(1); first <= seedsMax; first += uint64(batch) {
 		results := runSeeds(first, batch, func(seed uint64) sim.Config {
-			return sim.Config{Seed: seed, Lossy: true, AbortOnTimeout: true, Store: storeFor(t, seed)}
+			return sim.Config{Seed: seed, Lossy: true, AbortOnTimeout: true, Store: storeFor(t, seed), NoReroutes: !*rerouteFlag}
 		})
 		for _, r := range results {
 			if len(r.Anomalies) == 0 {
 				continue
 			}
 			t.Logf("seed %d caught the bug: %s\n\t%s", r.Seed, r.Summary, strings.Join(r.Anomalies, "\n\t"))
-			if clean := sim.Run(sim.Config{Seed: r.Seed, Lossy: true, Store: storeFor(t, r.Seed)}); len(clean.Anomalies) > 0 {
+			if clean := sim.Run(sim.Config{Seed: r.Seed, Lossy: true, Store: storeFor(t, r.Seed), NoReroutes: !*rerouteFlag}); len(clean.Anomalies) > 0 {
 				report(t, clean)
 			}
 			return
@@ -238,14 +274,14 @@ func TestSimCatchesIgnoredRestarts(t *testing.T) {
 	batch := runtime.GOMAXPROCS(0)
 	for first := uint64(1); first <= seedsMax; first += uint64(batch) {
 		results := runSeeds(first, batch, func(seed uint64) sim.Config {
-			return sim.Config{Seed: seed, Lossy: true, Crashy: true, IgnoreEarlierRuns: true, Store: storeFor(t, seed)}
+			return sim.Config{Seed: seed, Lossy: true, Crashy: true, IgnoreEarlierRuns: true, Store: storeFor(t, seed), NoReroutes: !*rerouteFlag}
 		})
 		for _, r := range results {
 			if len(r.Anomalies) == 0 {
 				continue
 			}
 			t.Logf("seed %d caught the bug: %s\n\t%s", r.Seed, r.Summary, strings.Join(r.Anomalies, "\n\t"))
-			if clean := sim.Run(sim.Config{Seed: r.Seed, Lossy: true, Crashy: true, Store: storeFor(t, r.Seed)}); len(clean.Anomalies) > 0 {
+			if clean := sim.Run(sim.Config{Seed: r.Seed, Lossy: true, Crashy: true, Store: storeFor(t, r.Seed), NoReroutes: !*rerouteFlag}); len(clean.Anomalies) > 0 {
 				report(t, clean)
 			}
 			return
@@ -262,7 +298,7 @@ func TestSimCatchesShortRetention(t *testing.T) {
 	batch := runtime.GOMAXPROCS(0)
 	for first := uint64(1); first <= seedsMax; first += uint64(batch) {
 		results := runSeeds(first, batch, func(seed uint64) sim.Config {
-			return sim.Config{Seed: seed, Lossy: true, RetentionTicks: 1, Store: storeFor(t, seed)}
+			return sim.Config{Seed: seed, Lossy: true, RetentionTicks: 1, Store: storeFor(t, seed), NoReroutes: !*rerouteFlag}
 		})
 		for _, r := range results {
 			if len(r.Anomalies) > 0 {
