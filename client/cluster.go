@@ -85,3 +85,40 @@ func (c *Client) ClusterStatus(ctx context.Context) (ClusterStatus, error) {
 	}
 	return out, nil
 }
+
+// NodeUsage is one node's own figures for balancing, as it reports them.
+type NodeUsage struct {
+	// NodeID is the answering node's ID; empty for a server without
+	// cluster membership.
+	NodeID string
+	// CapacityBytes is the node's capacity, at least 1: its --capacity, or
+	// the size of the file system holding its data directory.
+	CapacityBytes uint64
+	// CapacityConfigured is true when CapacityBytes is the configured
+	// --capacity, false when it was measured.
+	CapacityConfigured bool
+	// StoredBytes is the approximate space the node's keyspaces occupy on
+	// disk, every replica it holds included.
+	StoredBytes uint64
+	// OpsPerSecond is the rate of client operations (commits, reads, stats
+	// and listings) the node answered, averaged over OpsWindow.
+	OpsPerSecond float64
+	// OpsWindow is the span of that average: the last minute, or the time
+	// since the server started if shorter; 0 in the server's first second.
+	OpsWindow time.Duration
+}
+
+// NodeUsage returns the figures of the node the client is connected to
+// (the endpoint given to Dial; never routed elsewhere). A server older than
+// the call answers with an error whose Code is codes.Unimplemented.
+func (c *Client) NodeUsage(ctx context.Context) (NodeUsage, error) {
+	resp, err := c.api.NodeUsage(ctx, &tyrpb.NodeUsageRequest{})
+	if err != nil {
+		return NodeUsage{}, fromStatus(err)
+	}
+	return NodeUsage{
+		NodeID: resp.GetNodeId(), CapacityBytes: resp.GetCapacityBytes(), CapacityConfigured: resp.GetCapacityConfigured(),
+		StoredBytes: resp.GetStoredBytes(), OpsPerSecond: resp.GetOpsPerSecond(),
+		OpsWindow: time.Duration(resp.GetOpsWindowSeconds() * float64(time.Second)),
+	}, nil
+}

@@ -2363,6 +2363,139 @@ func (x *ResolveResponse) GetDetail() string {
 	return ""
 }
 
+type NodeUsageRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeUsageRequest) Reset() {
+	*x = NodeUsageRequest{}
+	mi := &file_api_tyrpb_tyr_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeUsageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeUsageRequest) ProtoMessage() {}
+
+func (x *NodeUsageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tyrpb_tyr_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeUsageRequest.ProtoReflect.Descriptor instead.
+func (*NodeUsageRequest) Descriptor() ([]byte, []int) {
+	return file_api_tyrpb_tyr_proto_rawDescGZIP(), []int{35}
+}
+
+type NodeUsageResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The answering node's ID; empty for a server without cluster
+	// membership.
+	NodeId string `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// The node's capacity in bytes, at least 1: its --capacity, else the
+	// total size of the file system holding its data directory.
+	CapacityBytes uint64 `protobuf:"varint,2,opt,name=capacity_bytes,json=capacityBytes,proto3" json:"capacity_bytes,omitempty"`
+	// True when capacity_bytes is the configured --capacity, false when it
+	// was measured.
+	CapacityConfigured bool `protobuf:"varint,3,opt,name=capacity_configured,json=capacityConfigured,proto3" json:"capacity_configured,omitempty"`
+	// Approximate bytes the node's keyspaces occupy on disk (tables and
+	// write-ahead logs of every keyspace, all the replicas it holds).
+	StoredBytes uint64 `protobuf:"varint,4,opt,name=stored_bytes,json=storedBytes,proto3" json:"stored_bytes,omitempty"`
+	// Client operations (Commit, Read, Stat and List calls, failed ones
+	// included) the node answered per second, averaged over the last
+	// ops_window_seconds.
+	OpsPerSecond float64 `protobuf:"fixed64,5,opt,name=ops_per_second,json=opsPerSecond,proto3" json:"ops_per_second,omitempty"`
+	// The span ops_per_second is averaged over, in seconds: 60, or the time
+	// since the server started if that is shorter (at least 1).
+	OpsWindowSeconds float64 `protobuf:"fixed64,6,opt,name=ops_window_seconds,json=opsWindowSeconds,proto3" json:"ops_window_seconds,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *NodeUsageResponse) Reset() {
+	*x = NodeUsageResponse{}
+	mi := &file_api_tyrpb_tyr_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeUsageResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeUsageResponse) ProtoMessage() {}
+
+func (x *NodeUsageResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tyrpb_tyr_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeUsageResponse.ProtoReflect.Descriptor instead.
+func (*NodeUsageResponse) Descriptor() ([]byte, []int) {
+	return file_api_tyrpb_tyr_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *NodeUsageResponse) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *NodeUsageResponse) GetCapacityBytes() uint64 {
+	if x != nil {
+		return x.CapacityBytes
+	}
+	return 0
+}
+
+func (x *NodeUsageResponse) GetCapacityConfigured() bool {
+	if x != nil {
+		return x.CapacityConfigured
+	}
+	return false
+}
+
+func (x *NodeUsageResponse) GetStoredBytes() uint64 {
+	if x != nil {
+		return x.StoredBytes
+	}
+	return 0
+}
+
+func (x *NodeUsageResponse) GetOpsPerSecond() float64 {
+	if x != nil {
+		return x.OpsPerSecond
+	}
+	return 0
+}
+
+func (x *NodeUsageResponse) GetOpsWindowSeconds() float64 {
+	if x != nil {
+		return x.OpsWindowSeconds
+	}
+	return 0
+}
+
 var File_api_tyrpb_tyr_proto protoreflect.FileDescriptor
 
 const file_api_tyrpb_tyr_proto_rawDesc = "" +
@@ -2518,7 +2651,15 @@ const file_api_tyrpb_tyr_proto_rawDesc = "" +
 	"\x0fResolveResponse\x12)\n" +
 	"\aoutcome\x18\x01 \x01(\x0e2\x0f.tyr.v1.OutcomeR\aoutcome\x12*\n" +
 	"\aresults\x18\x02 \x03(\v2\x10.tyr.v1.OpResultR\aresults\x12\x16\n" +
-	"\x06detail\x18\x03 \x01(\tR\x06detail*\xaf\x02\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\"\x12\n" +
+	"\x10NodeUsageRequest\"\xfb\x01\n" +
+	"\x11NodeUsageResponse\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12%\n" +
+	"\x0ecapacity_bytes\x18\x02 \x01(\x04R\rcapacityBytes\x12/\n" +
+	"\x13capacity_configured\x18\x03 \x01(\bR\x12capacityConfigured\x12!\n" +
+	"\fstored_bytes\x18\x04 \x01(\x04R\vstoredBytes\x12$\n" +
+	"\x0eops_per_second\x18\x05 \x01(\x01R\fopsPerSecond\x12,\n" +
+	"\x12ops_window_seconds\x18\x06 \x01(\x01R\x10opsWindowSeconds*\xaf\x02\n" +
 	"\n" +
 	"AtomicFunc\x12\x1b\n" +
 	"\x17ATOMIC_FUNC_UNSPECIFIED\x10\x00\x12\x13\n" +
@@ -2539,7 +2680,7 @@ const file_api_tyrpb_tyr_proto_rawDesc = "" +
 	"\x11OUTCOME_COMMITTED\x10\x01\x12\x13\n" +
 	"\x0fOUTCOME_ABORTED\x10\x02\x12\x13\n" +
 	"\x0fOUTCOME_PENDING\x10\x03\x12\x13\n" +
-	"\x0fOUTCOME_UNKNOWN\x10\x042\xb1\x05\n" +
+	"\x0fOUTCOME_UNKNOWN\x10\x042\xf3\x05\n" +
 	"\x03Tyr\x12E\n" +
 	"\x0eCreateKeyspace\x12\x1d.tyr.v1.CreateKeyspaceRequest\x1a\x14.tyr.v1.KeyspaceInfo\x12I\n" +
 	"\fDropKeyspace\x12\x1b.tyr.v1.DropKeyspaceRequest\x1a\x1c.tyr.v1.DropKeyspaceResponse\x12L\n" +
@@ -2551,7 +2692,8 @@ const file_api_tyrpb_tyr_proto_rawDesc = "" +
 	"\x04List\x12\x13.tyr.v1.ListRequest\x1a\x14.tyr.v1.ListResponse\x12L\n" +
 	"\rClusterStatus\x12\x1c.tyr.v1.ClusterStatusRequest\x1a\x1d.tyr.v1.ClusterStatusResponse\x121\n" +
 	"\x04Ring\x12\x13.tyr.v1.RingRequest\x1a\x14.tyr.v1.RingResponse\x12:\n" +
-	"\aResolve\x12\x16.tyr.v1.ResolveRequest\x1a\x17.tyr.v1.ResolveResponseB#Z!github.com/tyrstore/tyr/api/tyrpbb\x06proto3"
+	"\aResolve\x12\x16.tyr.v1.ResolveRequest\x1a\x17.tyr.v1.ResolveResponse\x12@\n" +
+	"\tNodeUsage\x12\x18.tyr.v1.NodeUsageRequest\x1a\x19.tyr.v1.NodeUsageResponseB#Z!github.com/tyrstore/tyr/api/tyrpbb\x06proto3"
 
 var (
 	file_api_tyrpb_tyr_proto_rawDescOnce sync.Once
@@ -2566,7 +2708,7 @@ func file_api_tyrpb_tyr_proto_rawDescGZIP() []byte {
 }
 
 var file_api_tyrpb_tyr_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_api_tyrpb_tyr_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_api_tyrpb_tyr_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_api_tyrpb_tyr_proto_goTypes = []any{
 	(AtomicFunc)(0),               // 0: tyr.v1.AtomicFunc
 	(Outcome)(0),                  // 1: tyr.v1.Outcome
@@ -2605,6 +2747,8 @@ var file_api_tyrpb_tyr_proto_goTypes = []any{
 	(*RingResponse)(nil),          // 34: tyr.v1.RingResponse
 	(*ResolveRequest)(nil),        // 35: tyr.v1.ResolveRequest
 	(*ResolveResponse)(nil),       // 36: tyr.v1.ResolveResponse
+	(*NodeUsageRequest)(nil),      // 37: tyr.v1.NodeUsageRequest
+	(*NodeUsageResponse)(nil),     // 38: tyr.v1.NodeUsageResponse
 }
 var file_api_tyrpb_tyr_proto_depIdxs = []int32{
 	2,  // 0: tyr.v1.CreateKeyspaceRequest.config:type_name -> tyr.v1.KeyspaceConfig
@@ -2640,19 +2784,21 @@ var file_api_tyrpb_tyr_proto_depIdxs = []int32{
 	28, // 30: tyr.v1.Tyr.ClusterStatus:input_type -> tyr.v1.ClusterStatusRequest
 	31, // 31: tyr.v1.Tyr.Ring:input_type -> tyr.v1.RingRequest
 	35, // 32: tyr.v1.Tyr.Resolve:input_type -> tyr.v1.ResolveRequest
-	4,  // 33: tyr.v1.Tyr.CreateKeyspace:output_type -> tyr.v1.KeyspaceInfo
-	6,  // 34: tyr.v1.Tyr.DropKeyspace:output_type -> tyr.v1.DropKeyspaceResponse
-	8,  // 35: tyr.v1.Tyr.ListKeyspaces:output_type -> tyr.v1.ListKeyspacesResponse
-	4,  // 36: tyr.v1.Tyr.GetKeyspace:output_type -> tyr.v1.KeyspaceInfo
-	21, // 37: tyr.v1.Tyr.Commit:output_type -> tyr.v1.CommitResponse
-	23, // 38: tyr.v1.Tyr.Read:output_type -> tyr.v1.ReadResponse
-	25, // 39: tyr.v1.Tyr.Stat:output_type -> tyr.v1.BlobInfo
-	27, // 40: tyr.v1.Tyr.List:output_type -> tyr.v1.ListResponse
-	30, // 41: tyr.v1.Tyr.ClusterStatus:output_type -> tyr.v1.ClusterStatusResponse
-	34, // 42: tyr.v1.Tyr.Ring:output_type -> tyr.v1.RingResponse
-	36, // 43: tyr.v1.Tyr.Resolve:output_type -> tyr.v1.ResolveResponse
-	33, // [33:44] is the sub-list for method output_type
-	22, // [22:33] is the sub-list for method input_type
+	37, // 33: tyr.v1.Tyr.NodeUsage:input_type -> tyr.v1.NodeUsageRequest
+	4,  // 34: tyr.v1.Tyr.CreateKeyspace:output_type -> tyr.v1.KeyspaceInfo
+	6,  // 35: tyr.v1.Tyr.DropKeyspace:output_type -> tyr.v1.DropKeyspaceResponse
+	8,  // 36: tyr.v1.Tyr.ListKeyspaces:output_type -> tyr.v1.ListKeyspacesResponse
+	4,  // 37: tyr.v1.Tyr.GetKeyspace:output_type -> tyr.v1.KeyspaceInfo
+	21, // 38: tyr.v1.Tyr.Commit:output_type -> tyr.v1.CommitResponse
+	23, // 39: tyr.v1.Tyr.Read:output_type -> tyr.v1.ReadResponse
+	25, // 40: tyr.v1.Tyr.Stat:output_type -> tyr.v1.BlobInfo
+	27, // 41: tyr.v1.Tyr.List:output_type -> tyr.v1.ListResponse
+	30, // 42: tyr.v1.Tyr.ClusterStatus:output_type -> tyr.v1.ClusterStatusResponse
+	34, // 43: tyr.v1.Tyr.Ring:output_type -> tyr.v1.RingResponse
+	36, // 44: tyr.v1.Tyr.Resolve:output_type -> tyr.v1.ResolveResponse
+	38, // 45: tyr.v1.Tyr.NodeUsage:output_type -> tyr.v1.NodeUsageResponse
+	34, // [34:46] is the sub-list for method output_type
+	22, // [22:34] is the sub-list for method input_type
 	22, // [22:22] is the sub-list for extension type_name
 	22, // [22:22] is the sub-list for extension extendee
 	0,  // [0:22] is the sub-list for field type_name
@@ -2678,7 +2824,7 @@ func file_api_tyrpb_tyr_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_tyrpb_tyr_proto_rawDesc), len(file_api_tyrpb_tyr_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   35,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

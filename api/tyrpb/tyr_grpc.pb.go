@@ -35,6 +35,7 @@ const (
 	Tyr_ClusterStatus_FullMethodName  = "/tyr.v1.Tyr/ClusterStatus"
 	Tyr_Ring_FullMethodName           = "/tyr.v1.Tyr/Ring"
 	Tyr_Resolve_FullMethodName        = "/tyr.v1.Tyr/Resolve"
+	Tyr_NodeUsage_FullMethodName      = "/tyr.v1.Tyr/NodeUsage"
 )
 
 // TyrClient is the client API for Tyr service.
@@ -75,6 +76,11 @@ type TyrClient interface {
 	// answers ABORTED only once no attempt of the commit can commit any more.
 	// Without cluster membership it answers UNAVAILABLE.
 	Resolve(ctx context.Context, in *ResolveRequest, opts ...grpc.CallOption) (*ResolveResponse, error)
+	// NodeUsage reports the answering node's own figures for balancing: its
+	// capacity, the bytes it stores and the client operations it serves per
+	// second. It describes this node only; `tyr cluster balance` asks every
+	// member and computes the cluster's max/mean utilization.
+	NodeUsage(ctx context.Context, in *NodeUsageRequest, opts ...grpc.CallOption) (*NodeUsageResponse, error)
 }
 
 type tyrClient struct {
@@ -195,6 +201,16 @@ func (c *tyrClient) Resolve(ctx context.Context, in *ResolveRequest, opts ...grp
 	return out, nil
 }
 
+func (c *tyrClient) NodeUsage(ctx context.Context, in *NodeUsageRequest, opts ...grpc.CallOption) (*NodeUsageResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(NodeUsageResponse)
+	err := c.cc.Invoke(ctx, Tyr_NodeUsage_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TyrServer is the server API for Tyr service.
 // All implementations must embed UnimplementedTyrServer
 // for forward compatibility.
@@ -233,6 +249,11 @@ type TyrServer interface {
 	// answers ABORTED only once no attempt of the commit can commit any more.
 	// Without cluster membership it answers UNAVAILABLE.
 	Resolve(context.Context, *ResolveRequest) (*ResolveResponse, error)
+	// NodeUsage reports the answering node's own figures for balancing: its
+	// capacity, the bytes it stores and the client operations it serves per
+	// second. It describes this node only; `tyr cluster balance` asks every
+	// member and computes the cluster's max/mean utilization.
+	NodeUsage(context.Context, *NodeUsageRequest) (*NodeUsageResponse, error)
 	mustEmbedUnimplementedTyrServer()
 }
 
@@ -275,6 +296,9 @@ func (UnimplementedTyrServer) Ring(context.Context, *RingRequest) (*RingResponse
 }
 func (UnimplementedTyrServer) Resolve(context.Context, *ResolveRequest) (*ResolveResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Resolve not implemented")
+}
+func (UnimplementedTyrServer) NodeUsage(context.Context, *NodeUsageRequest) (*NodeUsageResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method NodeUsage not implemented")
 }
 func (UnimplementedTyrServer) mustEmbedUnimplementedTyrServer() {}
 func (UnimplementedTyrServer) testEmbeddedByValue()             {}
@@ -495,6 +519,24 @@ func _Tyr_Resolve_Handler(srv interface{}, ctx context.Context, dec func(interfa
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Tyr_NodeUsage_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(NodeUsageRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TyrServer).NodeUsage(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Tyr_NodeUsage_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TyrServer).NodeUsage(ctx, req.(*NodeUsageRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Tyr_ServiceDesc is the grpc.ServiceDesc for Tyr service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -545,6 +587,10 @@ var Tyr_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Resolve",
 			Handler:    _Tyr_Resolve_Handler,
+		},
+		{
+			MethodName: "NodeUsage",
+			Handler:    _Tyr_NodeUsage_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

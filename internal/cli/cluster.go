@@ -50,6 +50,8 @@ type clusterFlags struct {
 	join            []string
 	weight          uint32
 	defaultSync     bool
+	// capacity is --capacity as given; "" measures the file system.
+	capacity string
 }
 
 func addClusterFlags(cmd *cobra.Command, f *clusterFlags) {
@@ -63,6 +65,9 @@ func addClusterFlags(cmd *cobra.Command, f *clusterFlags) {
 		"gossip addresses host:port[,host:port] of running members to join; empty starts a new cluster")
 	cmd.Flags().Uint32Var(&f.weight, "weight", 1,
 		fmt.Sprintf("this node's capacity in the placement ring, 1 to %d", membership.WeightMax))
+	cmd.Flags().StringVar(&f.capacity, "capacity", "",
+		fmt.Sprintf("this node's capacity for balancing: bytes, or with KiB, MiB, GiB or TiB, from %s to %s (1 EiB); default: the size of the file system holding --data",
+			formatSize(capacityBytesMin), formatSize(capacityBytesMax)))
 	cmd.Flags().BoolVar(&f.defaultSync, "default-sync", false,
 		"sync setting of keyspaces created by a request that carries no config")
 }
@@ -81,6 +86,9 @@ func (f clusterFlags) validate() error {
 		if _, _, err := splitHostPort(addr); err != nil {
 			return fmt.Errorf("invalid --join address %q: %w", addr, err)
 		}
+	}
+	if _, err := parseCapacity("--capacity", f.capacity); err != nil {
+		return err
 	}
 	if f.nodeID != "" && len(f.nodeID) > ring.NodeIDBytesMax {
 		return fmt.Errorf("invalid --node-id: %d bytes, longer than the limit of %d", len(f.nodeID), ring.NodeIDBytesMax)
@@ -203,10 +211,11 @@ func addClusterCommands(root *cobra.Command, e *env) {
 			return nil
 		},
 		RunE: func(*cobra.Command, []string) error {
-			return fmt.Errorf("missing command: want tyr cluster up, status, stop, start or down")
+			return fmt.Errorf("missing command: want tyr cluster up, status, balance, stop, start or down")
 		},
 	}
-	cl.AddCommand(newClusterUp(e), newClusterStatus(e), newClusterStop(), newClusterStart(e), newClusterDown(e))
+	cl.AddCommand(newClusterUp(e), newClusterStatus(e), newClusterBalance(e), newClusterStop(), newClusterStart(e),
+		newClusterDown(e))
 	root.AddCommand(cl)
 }
 
@@ -222,6 +231,8 @@ type localNode struct {
 	Peers  []string `json:"peers"` // gossip addresses of the other nodes
 	// Metrics is the node's --metrics-listen address; empty for none.
 	Metrics string `json:"metrics,omitempty"`
+	// CapacityBytes is the node's --capacity; 0 for none (measured).
+	CapacityBytes uint64 `json:"capacity_bytes,omitempty"`
 }
 
 func nodeDir(dir string, k int) string { return filepath.Join(dir, fmt.Sprintf("node%d", k)) }
@@ -316,6 +327,9 @@ func (n *localNode) launch(join []string) (*exec.Cmd, error) {
 	}
 	if n.Metrics != "" {
 		args = append(args, "--metrics-listen", n.Metrics)
+	}
+	if n.CapacityBytes != 0 {
+		args = append(args, "--capacity", strconv.FormatUint(n.CapacityBytes, 10))
 	}
 	cmd := exec.Command(self, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
@@ -464,7 +478,7 @@ func planPorts(nodes, base int) ([][2]int, error) {
 func newClusterUp(e *env) *cobra.Command {
 	var (
 		nodes, basePort int
-		dir             string
+		dir, capacity   string
 		sync, metrics   bool
 		timeout         time.Duration
 	)
@@ -479,11 +493,16 @@ func newClusterUp(e *env) *cobra.Command {
 			if dir == "" {
 				return fmt.Errorf("missing --dir")
 			}
+			capacities, err := parseCapacities(capacity, nodes)
+			if err != nil {
+				return err
+			}
 			abs, err := filepath.Abs(dir)
 			if err != nil {
 				return err
 			}
-			return clusterUp(cmd.Context(), e, abs, nodes, basePort, sync, metrics, timeout)
+			return clusterUp(cmd.Context(), e, abs, upOptions{nodes: nodes, basePort: basePort, sync: sync, metrics: metrics,
+				capacities: capacities, timeout: timeout})
 		},
 	}
 	cmd.Flags().IntVar(&nodes, "nodes", 3, fmt.Sprintf("number of servers, 1 to %d", clusterNodesMax))
@@ -493,11 +512,23 @@ func newClusterUp(e *env) *cobra.Command {
 	cmd.Flags().BoolVar(&sync, "sync", false, "passed to every node as --default-sync")
 	cmd.Flags().BoolVar(&metrics, "metrics", false,
 		`serve each node's metrics on a free 127.0.0.1 port, recorded as "metrics" in DIR/nodeK/node.json`)
+	cmd.Flags().StringVar(&capacity, "capacity", "",
+		"each node's --capacity: one value for every node, or a comma-separated list with one per node; empty: each measures its file system")
 	cmd.Flags().DurationVar(&timeout, "timeout", 60*time.Second, "how long to wait for every node to see every other alive")
 	return cmd
 }
 
-func clusterUp(ctx context.Context, e *env, dir string, count, basePort int, sync, metrics bool, timeout time.Duration) error {
+// upOptions are the checked flags of `tyr cluster up`.
+type upOptions struct {
+	nodes, basePort int
+	sync, metrics   bool
+	// capacities holds each node's --capacity, nil for none.
+	capacities []uint64
+	timeout    time.Duration
+}
+
+func clusterUp(ctx context.Context, e *env, dir string, opts upOptions) error {
+	count := opts.nodes
 	if existing, err := loadNodes(dir); err == nil {
 		if len(existing) != count {
 			return fmt.Errorf("%s holds a cluster of %d nodes, not %d; use another --dir", dir, len(existing), count)
@@ -509,15 +540,18 @@ func clusterUp(ctx context.Context, e *env, dir string, count, basePort int, syn
 			}
 		}
 	}
-	ports, err := planPorts(count, basePort)
+	ports, err := planPorts(count, opts.basePort)
 	if err != nil {
 		return err
 	}
 	nodes := make([]*localNode, count)
 	for k := range nodes {
-		n := &localNode{dir: nodeDir(dir, k+1), ID: fmt.Sprintf("node%d", k+1), Sync: sync,
+		n := &localNode{dir: nodeDir(dir, k+1), ID: fmt.Sprintf("node%d", k+1), Sync: opts.sync,
 			Listen: fmt.Sprintf("127.0.0.1:%d", ports[k][0]), Gossip: fmt.Sprintf("127.0.0.1:%d", ports[k][1])}
-		if metrics {
+		if opts.capacities != nil {
+			n.CapacityBytes = opts.capacities[k]
+		}
+		if opts.metrics {
 			port, err := freePort("tcp")
 			if err != nil {
 				return err
@@ -557,7 +591,7 @@ func clusterUp(ctx context.Context, e *env, dir string, count, basePort int, syn
 		}
 		started = append(started, n)
 	}
-	if err := waitAllAlive(ctx, nodes, timeout); err != nil {
+	if err := waitAllAlive(ctx, nodes, opts.timeout); err != nil {
 		return fail(err)
 	}
 	for _, n := range nodes {
@@ -605,25 +639,9 @@ func newClusterStatus(e *env) *cobra.Command {
 		Short: "Print a cluster's members, their states and ring shares, and its keyspaces",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			endpoints := []string{e.endpoint}
-			if dir != "" {
-				abs, err := filepath.Abs(dir)
-				if err != nil {
-					return err
-				}
-				nodes, err := loadNodes(abs)
-				if err != nil {
-					return err
-				}
-				endpoints = nil
-				for _, n := range nodes {
-					if n.pid() != 0 {
-						endpoints = append(endpoints, n.endpoint())
-					}
-				}
-				if len(endpoints) == 0 {
-					return fmt.Errorf("no node of the cluster in %s is running", abs)
-				}
+			endpoints, err := statusEndpoints(e, dir)
+			if err != nil {
+				return err
 			}
 			st, err := firstStatus(cmd.Context(), endpoints)
 			if err != nil {

@@ -84,6 +84,10 @@ func runServer(ctx context.Context, e *env, f serverFlags) error {
 	if err := f.cluster.validate(); err != nil {
 		return err
 	}
+	capacity, err := parseCapacity("--capacity", f.cluster.capacity)
+	if err != nil {
+		return err
+	}
 	storedID, err := readNodeID(f.data)
 	if err != nil {
 		return err
@@ -135,7 +139,8 @@ func runServer(ctx context.Context, e *env, f serverFlags) error {
 	}
 	defer chainNode.Close()
 	metrics.RegisterNode(chainNode)
-	grpcServer := server.NewService(engine, log).WithCluster(cluster).WithNode(chainNode).Register(metrics)
+	grpcServer := server.NewService(engine, log).WithCluster(cluster).WithNode(chainNode).WithCapacity(capacity).
+		Register(metrics)
 	if f.metricsListen != "" {
 		mlis, err := net.Listen("tcp", f.metricsListen)
 		if err != nil {

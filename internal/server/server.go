@@ -36,11 +36,17 @@ type Service struct {
 	node *node.Node
 	// metrics, set by Register, counts where reads are served.
 	metrics *Metrics
+	// capacityBytes is the capacity NodeUsage reports; 0 measures the
+	// file system (WithCapacity).
+	capacityBytes uint64
+	// ops is the rate of client operations answered (usage.go), counted
+	// by the interceptor Register installs.
+	ops *opsRate
 }
 
 // NewService returns a Service over engine.
 func NewService(engine *storage.Engine, log *slog.Logger) *Service {
-	return &Service{engine: engine, log: log}
+	return &Service{engine: engine, log: log, ops: newOpsRate(time.Now())}
 }
 
 // Register creates a gRPC server with tyr's limits and interceptors and
@@ -53,7 +59,7 @@ func (s *Service) Register(m *Metrics) *grpc.Server {
 		grpc.NumStreamWorkers(uint32(4*runtime.GOMAXPROCS(0))),
 		grpc.MaxRecvMsgSize(limits.MessageBytesMax),
 		grpc.MaxSendMsgSize(limits.MessageBytesMax),
-		grpc.ChainUnaryInterceptor(m.interceptor(s.log), s.routingHeaders()),
+		grpc.ChainUnaryInterceptor(m.interceptor(s.log), s.countOps(), s.routingHeaders()),
 	)
 	tyrpb.RegisterTyrServer(g, s)
 	if s.node != nil {
