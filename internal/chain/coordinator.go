@@ -173,16 +173,20 @@ func (c *Coordinator) eachInflight(f func(TxnID, *inflight)) {
 // alive reports false for: it sends the transaction, under the same ID, to
 // the chain of the members left, in the same order (see the replica's
 // "Re-execution"). A transaction none of whose members is alive stays on
-// its chain. The caller decides what alive means; a member it wrongly
-// reports dead is left behind, and must catch up before serving reads.
-func (c *Coordinator) Reroute(alive func(ring.NodeID) bool) {
+// its chain, and so does one for which keeps, if not nil, reports that the
+// members left do not keep what the transaction changes (every replica of
+// one of its blobs is among the dead): committed there, that change would
+// be stored nowhere. The caller decides what alive means; a member it
+// wrongly reports dead is left behind, and must catch up before serving
+// reads.
+func (c *Coordinator) Reroute(alive func(ring.NodeID) bool, keeps func(ops []txn.Op, chain []ring.NodeID) bool) {
 	dead := func(id ring.NodeID) bool { return !alive(id) }
 	c.eachInflight(func(id TxnID, t *inflight) {
 		if !slices.ContainsFunc(t.chain, dead) {
 			return
 		}
 		live := slices.DeleteFunc(slices.Clone(t.chain), dead)
-		if len(live) == 0 {
+		if len(live) == 0 || (keeps != nil && !keeps(t.ops, live)) {
 			return
 		}
 		t.chain = live

@@ -832,7 +832,7 @@ func TestFresh(t *testing.T) {
 	if got := take(); !slices.Equal(got, []bool{false}) {
 		t.Fatalf("retransmission fresh=%v, want [false]", got)
 	}
-	c.Reroute(func(id ring.NodeID) bool { return id != "n2" })
+	c.Reroute(func(id ring.NodeID) bool { return id != "n2" }, nil)
 	if got := take(); !slices.Equal(got, []bool{false}) {
 		t.Fatalf("reroute fresh=%v, want [false]", got)
 	}
@@ -912,7 +912,7 @@ func TestCoordinatorRepliesAfterReroute(t *testing.T) {
 			if _, err := c.Begin(ops1, chain3); err != nil {
 				t.Fatal(err)
 			}
-			c.Reroute(func(id ring.NodeID) bool { return id != "n1" })
+			c.Reroute(func(id ring.NodeID) bool { return id != "n1" }, nil)
 			c.Advance(c.Ready())
 			old := chain.Message{Type: chain.MsgReply, From: "n1", To: "c", Txn: id(1), Committed: oldSays}
 			if !oldSays {
@@ -970,5 +970,39 @@ func TestReplicaForgotThenRerouted(t *testing.T) {
 	err = r.Step(back(1, 1, true)) // n3 at index 2 of chain3, to n2 at index 1
 	if !errors.Is(err, chain.ErrInvalidMessage) {
 		t.Fatalf("Backward of the older chain: %v, want ErrInvalidMessage", err)
+	}
+}
+
+// TestCoordinatorRerouteKeeps: a transaction whose members left would keep
+// none of the replicas of a blob it changes is not rerouted; it stays on
+// its chain until they return.
+func TestCoordinatorRerouteKeeps(t *testing.T) {
+	c, err := chain.NewCoordinator(chain.CoordinatorConfig{ID: "c", FirstSeq: 1, RetransmitTicks: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Begin(ops1, chain3); err != nil {
+		t.Fatal(err)
+	}
+	c.Advance(c.Ready())
+	var asked [][]ring.NodeID
+	keeps := func(ops []txn.Op, members []ring.NodeID) bool {
+		if len(ops) != len(ops1) || ops[0].Key != ops1[0].Key {
+			t.Fatalf("keeps asked about ops %v, want the transaction's", ops)
+		}
+		asked = append(asked, members)
+		return slices.Contains(members, "n3") // only n3 holds the blob
+	}
+	c.Reroute(func(id ring.NodeID) bool { return id != "n3" }, keeps)
+	if o := c.Ready(); len(o.Messages) != 0 {
+		t.Fatalf("rerouted away from the blob's only replica: %v", o.Messages)
+	}
+	c.Reroute(func(id ring.NodeID) bool { return id != "n1" }, keeps)
+	o := c.Ready()
+	if len(o.Messages) != 1 || !slices.Equal(o.Messages[0].Chain, []ring.NodeID{"n2", "n3"}) {
+		t.Fatalf("reroute keeping the replica: sent %v, want a Forward on [n2 n3]", o.Messages)
+	}
+	if want := [][]ring.NodeID{{"n1", "n2"}, {"n2", "n3"}}; !slices.EqualFunc(asked, want, slices.Equal) {
+		t.Fatalf("keeps asked about %v, want %v", asked, want)
 	}
 }

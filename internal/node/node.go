@@ -381,6 +381,31 @@ func (n *Node) Chain(keyspace string, rf int, ops []txn.Op, sizes map[string]uin
 	return out, nil
 }
 
+// keepsBlobs returns whether a chain of keyspace still holds a version
+// manager of every blob of ops: a re-execution on a chain that does not
+// would commit that blob's change nowhere (chain.Coordinator.Reroute).
+func (n *Node) keepsBlobs(keyspace string) func(ops []txn.Op, members []ring.NodeID) bool {
+	return func(ops []txn.Op, members []ring.NodeID) bool {
+		ks, err := n.cfg.Engine.Acquire(keyspace)
+		if err != nil {
+			return false
+		}
+		rf := int(ks.Config.Replication)
+		ks.Release()
+		pl, err := n.Placement(keyspace, rf)
+		if err != nil {
+			return false
+		}
+		for _, op := range ops {
+			vms, err := pl.r.VersionManagers(pl.seed, op.Key, rf)
+			if err != nil || !slices.ContainsFunc(vms, func(id ring.NodeID) bool { return slices.Contains(members, id) }) {
+				return false
+			}
+		}
+		return true
+	}
+}
+
 func btoi(b bool) int {
 	if b {
 		return 1
@@ -565,7 +590,7 @@ func (n *Node) loop() {
 			for name, g := range n.groups {
 				g.replica.Tick()
 				g.coord.Tick()
-				g.coord.Reroute(n.inChains)
+				g.coord.Reroute(n.inChains, n.keepsBlobs(name))
 				n.flush(name, g)
 			}
 			if time.Since(sweep) > time.Minute {

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/tyrstore/tyr/internal/ring"
+	"github.com/tyrstore/tyr/internal/txn"
 )
 
 // detector is a seed's failure detector: how each client, standing for the
@@ -126,6 +127,18 @@ func (w *world) reaches(i, j int, id, n ring.NodeID) bool {
 // inChains is client i's view now: whether its chains keep node n.
 func (w *world) inChains(i int) func(n ring.NodeID) bool {
 	return func(n ring.NodeID) bool { return !slices.Contains(w.views[i], n) }
+}
+
+// keepsKeys reports whether members hold a replica of every key of ops, as
+// a node's check before a re-execution does (node.keepsBlobs): a chain
+// without one would commit that key's change nowhere.
+func (w *world) keepsKeys(ops []txn.Op, members []ring.NodeID) bool {
+	for _, op := range ops {
+		if !slices.ContainsFunc(w.placement[op.Key], func(n ring.NodeID) bool { return slices.Contains(members, n) }) {
+			return false
+		}
+	}
+	return true
 }
 
 // forwardAgeTicks is how long after its client began a transaction a

@@ -679,7 +679,7 @@ func (w *world) tick() {
 		// As a node's loop does: retransmit, then re-execute what runs on
 		// members this client's view no longer keeps in chains.
 		c.Tick()
-		c.Reroute(w.inChains(i))
+		c.Reroute(w.inChains(i), w.keepsKeys)
 		if w.now < faultTicks && w.rng.IntN(100) < w.p.beginPct {
 			w.begin(c, i)
 		}
