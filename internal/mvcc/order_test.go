@@ -167,6 +167,14 @@ func TestQueueBaseAhead(t *testing.T) {
 		t.Fatalf("record one commit past the base, none ahead: %v, %v; want a BaseMismatchError", p, err)
 	}
 	base.Ahead = []uint64{info.Version}
+	// A store that may have missed commits accepts no version ahead, not
+	// even the base itself while commits are queued ahead: it might apply
+	// this commit without them.
+	for _, b := range []Base{base, {Version: info.Version, Size: 8, Ahead: []uint64{info.Version + 5}}} {
+		if p, err := s.TryPrepareStep([]txn.Op{addOp("c", 2)}, Step{Version: info.Version + 10, Bases: map[string]Base{"c": b}, Strict: true}); !errors.As(err, &mismatch) || mismatch.Have > mismatch.Want {
+			t.Fatalf("strict, record at %d, base %+v: %v, %v; want a BaseMismatchError showing this store behind", info.Version, b, p, err)
+		}
+	}
 	p, err := s.TryPrepareStep([]txn.Op{addOp("c", 2)}, Step{Version: info.Version + 10, Bases: map[string]Base{"c": base}})
 	if err != nil {
 		t.Fatalf("record at a version queued ahead: %v", err)

@@ -57,6 +57,25 @@ type Base struct {
 	Ahead []uint64
 }
 
+// accepts reports whether a member's record or chunk at version have is
+// in step with the Base: at its version or, unless strict, at one of the
+// versions queued ahead (see Step.Strict).
+func (b Base) accepts(have uint64, strict bool) bool {
+	if strict {
+		return have == b.Version && len(b.Ahead) == 0
+	}
+	return have == b.Version || slices.Contains(b.Ahead, have)
+}
+
+// newest is the version the blob reaches on the version manager once the
+// commits queued ahead are applied, if they all commit.
+func (b Base) newest() uint64 {
+	if n := len(b.Ahead); n > 0 {
+		return max(b.Version, b.Ahead[n-1])
+	}
+	return b.Version
+}
+
 // ErrNoBase is the refusal of a member that does not manage a blob and got
 // no Base for it: no version manager of the blob came before it in the
 // chain. Trying again on a chain computed anew may succeed.
@@ -190,7 +209,7 @@ func (w *blobWork) base(snap pebble.Reader) (Base, error) {
 
 // checkHeld compares this holder's chunks with the version manager's Base:
 // the chunks the commit writes, and where the blob ends.
-func (w *blobWork) checkHeld(snap pebble.Reader, b Base) error {
+func (w *blobWork) checkHeld(snap pebble.Reader, b Base, strict bool) error {
 	for _, c := range w.changedChunks() {
 		if !w.holds(c) {
 			continue
@@ -199,7 +218,7 @@ func (w *blobWork) checkHeld(snap pebble.Reader, b Base) error {
 		if err != nil {
 			return err
 		}
-		if want := b.Chunks[c]; have != want && !slices.Contains(b.Ahead, have) {
+		if want := b.Chunks[c]; !(Base{Version: want, Ahead: b.Ahead}).accepts(have, strict) {
 			return &ChunkMismatchError{Key: w.key, Chunk: c, Have: have, Want: want}
 		}
 	}

@@ -256,6 +256,8 @@ type prepareOpts struct {
 	// staged (see Pending.Rebase): they are not made again, and its read
 	// checks release no use a second time.
 	rebase bool
+	// strict accepts no Base.Ahead version (see Step.Strict).
+	strict bool
 }
 
 // prepareLocked builds the commit of ops on keys, whose locks the caller
@@ -289,8 +291,12 @@ func (s *Store) prepareLocked(ops []txn.Op, keys []string, o prepareOpts) (*Pend
 		b, given := o.bases[key]
 		switch {
 		case given && manages[key]:
-			if have := w.version(); have != b.Version && !o.rebase && !slices.Contains(b.Ahead, have) {
-				return nil, &BaseMismatchError{Key: key, Have: have, Want: b.Version}
+			if have := w.version(); !o.rebase && !b.accepts(have, o.strict) {
+				want := b.Version
+				if o.strict {
+					want = b.newest()
+				}
+				return nil, &BaseMismatchError{Key: key, Have: have, Want: want}
 			}
 		case given:
 			w.adopt(b, now)
@@ -338,7 +344,7 @@ func (s *Store) prepareLocked(ops []txn.Op, keys []string, o prepareOpts) (*Pend
 	for _, key := range keys {
 		w := blobs[key]
 		if b, given := o.bases[key]; given && !manages[key] && !o.rebase {
-			if err := w.checkHeld(snap, b); err != nil {
+			if err := w.checkHeld(snap, b, o.strict); err != nil {
 				return nil, err
 			}
 		}

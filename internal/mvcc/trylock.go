@@ -78,6 +78,15 @@ type Step struct {
 	Bases map[string]Base
 	// Placement says which chunks this store keeps; nil: all of them.
 	Placement Placement
+	// Strict accepts a blob only at its Base, never at one of the
+	// versions queued ahead on the version manager (Base.Ahead): for a
+	// store that may have missed commits (a member catching up). A store
+	// in step stages every commit of the Ahead list that commits, so the
+	// commit waits for them here; one that was left out of such a commit
+	// would apply this one without it, computing other values and holding
+	// other bytes under the same version. A strict store refuses any Base
+	// with commits ahead as one it is behind.
+	Strict bool
 }
 
 // TryPrepareStep is TryPrepareAt for a member of a chain. A blob this store
@@ -94,7 +103,7 @@ func (s *Store) TryPrepareStep(ops []txn.Op, st Step) (*Pending, error) {
 	if busy, ok := s.locks.tryLock(keys, tk); !ok {
 		return nil, fmt.Errorf("%w: %w: blob %q", errs.ErrConflict, ErrLocked, busy)
 	}
-	o := prepareOpts{version: st.Version, bases: st.Bases, placement: st.Placement}
+	o := prepareOpts{version: st.Version, bases: st.Bases, placement: st.Placement, strict: st.Strict}
 	p, err := s.prepareLocked(ops, keys, o)
 	if err != nil {
 		s.locks.release(keys, tk)

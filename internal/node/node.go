@@ -832,7 +832,9 @@ func (s stager) prepare(id chain.TxnID, ops []txn.Op) (chain.Staged, error) {
 			}
 		}
 	}
-	p, err := ks.Store.TryPrepareStep(ops, mvcc.Step{Version: e.version, Bases: e.bases, Placement: pl})
+	// A member catching up may have been left out of commits queued ahead
+	// of this one on the head: it accepts no Base with commits ahead.
+	p, err := ks.Store.TryPrepareStep(ops, mvcc.Step{Version: e.version, Bases: e.bases, Placement: pl, Strict: s.n.CatchingUp()})
 	var mismatch *mvcc.BaseMismatchError
 	var chunkMismatch *mvcc.ChunkMismatchError
 	behind := errors.As(err, &chunkMismatch) ||
