@@ -37,7 +37,8 @@ const (
 // spread over the nodes and most reads of one span chunks held by several.
 // The clients dial all four nodes. Beside the registers, list-append
 // transactions (4 KiB chunks) run through every node, and their history is
-// checked for serializability. Each fault hits one node drawn at
+// checked for serializability; atomic adds to one counter run through
+// them too (counter_test.go). Each fault hits one node drawn at
 // random: a kill -9, after which the node is restarted once the others
 // declared it dead, or a SIGSTOP/SIGCONT pause. The next fault waits until
 // the node has caught up, so no chunk ever loses both replicas at once
@@ -61,8 +62,8 @@ type clusterNodes interface {
 	LogLines(substr string, n int) string
 }
 
-// clusterTorture runs the register and list-append workloads against the
-// cluster at endpoints (dialled with opts) while the nemesis injects faults:
+// clusterTorture runs the register, list-append and counter workloads
+// against the cluster at endpoints (dialled with opts) while the nemesis injects faults:
 // kills and pauses itself, other kinds through nemesis, which returns whether
 // the node will catch up afterwards.
 func clusterTorture(t *testing.T, seed uint64, duration time.Duration, faults []fault, lc clusterNodes,
@@ -114,6 +115,7 @@ func clusterTorture(t *testing.T, seed uint64, duration time.Duration, faults []
 		listappend.Run(txnCtx, listappend.Config{Keyspace: txnKeyspace, Processes: 4, Keys: 5, Seed: seed,
 			Deadline: 5 * time.Second}, txnRec, func(p int) *client.Client { return admins[p%nodes] })
 	}()
+	counter := runCounter(txnCtx, t, func(p int) *client.Client { return admins[(p+1)%nodes] })
 	caughtUp := make([]int, nodes+1)
 	for k := 1; k <= nodes; k++ {
 		caughtUp[k] = lc.WaitLog(k, "caught up", 0, caughtUpMax)
@@ -145,6 +147,7 @@ func clusterTorture(t *testing.T, seed uint64, duration time.Duration, faults []
 		caughtUp[k] = lc.WaitLog(k, "caught up", caughtUp[k], caughtUpMax)
 	}})
 	<-txnDone
+	counter.check(t, admins[0])
 	if err := txnRec.Close(); err != nil {
 		t.Fatal(err)
 	}
