@@ -71,6 +71,7 @@ import (
 	"hash/fnv"
 	"maps"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -234,6 +235,14 @@ type Stats struct {
 	// Behind counts the copies (a key on one of its replicas) that missed
 	// a commit, and that the key checks leave out; Copies counts them all.
 	Behind, Copies int
+}
+
+// Add adds the counts of o to s, field by field (every field is a count).
+func (s *Stats) Add(o Stats) {
+	sv, ov := reflect.ValueOf(s).Elem(), reflect.ValueOf(o)
+	for i := range sv.NumField() {
+		sv.Field(i).SetInt(sv.Field(i).Int() + ov.Field(i).Int())
+	}
 }
 
 // eventKind is what an event does. Zero is invalid.

@@ -169,27 +169,10 @@ func TestSim(t *testing.T) {
 				report(t, r)
 			}
 		}
-		total.Begun += r.Stats.Begun
-		total.Committed += r.Stats.Committed
-		total.Aborted += r.Stats.Aborted
-		total.Sent += r.Stats.Sent
-		total.Dropped += r.Stats.Dropped
-		total.Partitioned += r.Stats.Partitioned
-		total.Queued += r.Stats.Queued
-		total.QueuedCommitted += r.Stats.QueuedCommitted
-		total.Waited += r.Stats.Waited
+		total.Add(r.Stats)
 		if r.Stats.Waited > 0 {
 			ordered++
 		}
-		total.Reroutes += r.Stats.Reroutes
-		total.Rerouted += r.Stats.Rerouted
-		total.RerouteCommitted += r.Stats.RerouteCommitted
-		total.LeftOut += r.Stats.LeftOut
-		total.LeftStaged += r.Stats.LeftStaged
-		total.LeftBehind += r.Stats.LeftBehind
-		total.OldChain += r.Stats.OldChain
-		total.Behind += r.Stats.Behind
-		total.Copies += r.Stats.Copies
 		if r.Stats.Reroutes > 0 {
 			rerouted++
 		}
@@ -366,4 +349,12 @@ func Example() {
 	r := sim.Run(sim.Config{Seed: 42})
 	fmt.Println(len(r.Anomalies))
 	// Output: 0
+}
+
+func TestStatsAdd(t *testing.T) {
+	a := sim.Stats{Begun: 1, Copies: 2, Reroutes: 3}
+	a.Add(sim.Stats{Begun: 10, Copies: 20, Waited: 5})
+	if want := (sim.Stats{Begun: 11, Copies: 22, Reroutes: 3, Waited: 5}); a != want {
+		t.Fatalf("Add: %+v, want %+v", a, want)
+	}
 }
