@@ -16,6 +16,10 @@ package node
 // another version does not apply the commit to its copy, which would
 // diverge: if it is behind (or catching up) the commit passes through it
 // and the blob is marked to fetch; if it is ahead of the head, it refuses.
+// A member in step also accepts a blob at a version queued ahead of the
+// commit on the head (mvcc.Base.Ahead), whose commits it stages too; a
+// member catching up may have been left out of those, so it accepts only
+// the base itself with nothing queued ahead (mvcc.Step.Strict).
 // So a replica that missed commits without knowing it finds out at the
 // next commit of a blob it missed, and starts catching up.
 //
