@@ -32,6 +32,14 @@ func (tc *testCluster) restart(t *testing.T, i int) {
 	tc.nodes[i] = n
 }
 
+// mustCommit commits ops through node 0, failing the test on error.
+func (tc *testCluster) mustCommit(ctx context.Context, t *testing.T, ops ...txn.Op) {
+	t.Helper()
+	if _, err := tc.commit(ctx, 0, ops...); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // waitCaughtUp waits until every node has caught up.
 func (tc *testCluster) waitCaughtUp(t *testing.T, bound time.Duration) {
 	t.Helper()
@@ -78,12 +86,7 @@ func TestCatchUp(t *testing.T) {
 			tc.waitCaughtUp(t, 10*time.Second)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			must := func(ops ...txn.Op) {
-				t.Helper()
-				if _, err := tc.commit(ctx, 0, ops...); err != nil {
-					t.Fatal(err)
-				}
-			}
+			must := func(ops ...txn.Op) { t.Helper(); tc.mustCommit(ctx, t, ops...) }
 			must(appendOp("k", "a"), appendOp("gone", "x"), appendOp("same", "s"))
 
 			tc.disconnect("n3")
@@ -343,12 +346,7 @@ func TestCatchUpAfterReadPassesThrough(t *testing.T) {
 	tc.waitCaughtUp(t, 10*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	must := func(ops ...txn.Op) {
-		t.Helper()
-		if _, err := tc.commit(ctx, 0, ops...); err != nil {
-			t.Fatal(err)
-		}
-	}
+	must := func(ops ...txn.Op) { t.Helper(); tc.mustCommit(ctx, t, ops...) }
 	must(appendOp("read", "a"), appendOp("written", "w"))
 	tc.disconnect("n3")
 	must(appendOp("read", "b")) // n3 misses it and does not know
