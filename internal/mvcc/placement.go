@@ -57,14 +57,18 @@ type Base struct {
 	Ahead []uint64
 }
 
-// accepts reports whether a member's record or chunk at version have is
-// in step with the Base: at its version or, unless strict, at one of the
-// versions queued ahead (see Step.Strict).
-func (b Base) accepts(have uint64, strict bool) bool {
+// accepts reports whether a member's record at version have is in step
+// with the Base (see inStep).
+func (b Base) accepts(have uint64, strict bool) bool { return inStep(have, b.Version, b.Ahead, strict) }
+
+// inStep reports whether a member's record or chunk at version have is in
+// step with the version manager's, want: at want or, unless strict, at one
+// of the versions queued ahead (see Step.Strict).
+func inStep(have, want uint64, ahead []uint64, strict bool) bool {
 	if strict {
-		return have == b.Version && len(b.Ahead) == 0
+		return have == want && len(ahead) == 0
 	}
-	return have == b.Version || slices.Contains(b.Ahead, have)
+	return have == want || slices.Contains(ahead, have)
 }
 
 // newest is the version the blob reaches on the version manager once the
@@ -218,7 +222,7 @@ func (w *blobWork) checkHeld(snap pebble.Reader, b Base, strict bool) error {
 		if err != nil {
 			return err
 		}
-		if want := b.Chunks[c]; !(Base{Version: want, Ahead: b.Ahead}).accepts(have, strict) {
+		if want := b.Chunks[c]; !inStep(have, want, b.Ahead, strict) {
 			return &ChunkMismatchError{Key: w.key, Chunk: c, Have: have, Want: want}
 		}
 	}
