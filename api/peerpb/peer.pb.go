@@ -741,7 +741,12 @@ type Message struct {
 	Probe bool `protobuf:"varint,20,opt,name=probe,proto3" json:"probe,omitempty"`
 	// client_txn is the client's transaction ID (tyr.v1.CommitRequest.txn_id)
 	// of the commit (Forward only; empty if the client gave none).
-	ClientTxn     []byte `protobuf:"bytes,21,opt,name=client_txn,json=clientTxn,proto3" json:"client_txn,omitempty"`
+	ClientTxn []byte `protobuf:"bytes,21,opt,name=client_txn,json=clientTxn,proto3" json:"client_txn,omitempty"`
+	// origin is internal/chain.Message's Origin: the chain a re-executed
+	// transaction began on (Forward only).
+	Origin []string `protobuf:"bytes,22,rep,name=origin,proto3" json:"origin,omitempty"`
+	// undecided is internal/chain.Message's Undecided (Answer only).
+	Undecided     bool `protobuf:"varint,23,opt,name=undecided,proto3" json:"undecided,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -907,6 +912,20 @@ func (x *Message) GetClientTxn() []byte {
 		return x.ClientTxn
 	}
 	return nil
+}
+
+func (x *Message) GetOrigin() []string {
+	if x != nil {
+		return x.Origin
+	}
+	return nil
+}
+
+func (x *Message) GetUndecided() bool {
+	if x != nil {
+		return x.Undecided
+	}
+	return false
 }
 
 // Base is one internal/mvcc.Base.
@@ -1568,7 +1587,7 @@ const file_api_peerpb_peer_proto_rawDesc = "" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\"B\n" +
 	"\x0eDeliverRequest\x120\n" +
 	"\bmessages\x18\x01 \x03(\v2\x14.tyr.peer.v1.MessageR\bmessages\"\x11\n" +
-	"\x0fDeliverResponse\"\xb5\x04\n" +
+	"\x0fDeliverResponse\"\xeb\x04\n" +
 	"\aMessage\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\rR\x04type\x12\x12\n" +
@@ -1590,7 +1609,9 @@ const file_api_peerpb_peer_proto_rawDesc = "" +
 	"\x05fresh\x18\x13 \x01(\bR\x05fresh\x12\x14\n" +
 	"\x05probe\x18\x14 \x01(\bR\x05probe\x12\x1d\n" +
 	"\n" +
-	"client_txn\x18\x15 \x01(\fR\tclientTxnJ\x04\b\x10\x10\x11J\x04\b\x11\x10\x12\"\x94\x02\n" +
+	"client_txn\x18\x15 \x01(\fR\tclientTxn\x12\x16\n" +
+	"\x06origin\x18\x16 \x03(\tR\x06origin\x12\x1c\n" +
+	"\tundecided\x18\x17 \x01(\bR\tundecidedJ\x04\b\x10\x10\x11J\x04\b\x11\x10\x12\"\x94\x02\n" +
 	"\x04Base\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x12\n" +

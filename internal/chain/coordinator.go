@@ -196,7 +196,11 @@ func (c *Coordinator) Reroute(alive func(ring.NodeID) bool, keeps func(ops []txn
 }
 
 func (c *Coordinator) forwardMessage(id TxnID, t *inflight) Message {
-	return Message{Type: MsgForward, From: c.cfg.ID, To: t.chain[0], Txn: id, Chain: t.chain, Ops: t.ops}
+	m := Message{Type: MsgForward, From: c.cfg.ID, To: t.chain[0], Txn: id, Chain: t.chain, Ops: t.ops}
+	if len(t.chain) < len(t.first) {
+		m.Origin = t.first
+	}
+	return m
 }
 
 func (c *Coordinator) send(m Message) { c.out.Messages = append(c.out.Messages, m) }

@@ -57,9 +57,20 @@ const (
 	// may stop retransmitting it and, after a retention period, forget the
 	// transaction.
 	MsgAck
+	// MsgQuery asks a member a re-execution left out for its outcome of the
+	// transaction, on behalf of a re-execution's tail that has nothing
+	// staged to decide by (see "Restarts" in replica.go). Chain is the
+	// chain the transaction began on and Index the recipient's place in
+	// it. A recipient that has no outcome and never staged the transaction
+	// refuses it from then on.
+	MsgQuery
+	// MsgAnswer answers a MsgQuery: Committed with Results, aborted with
+	// Err, or Undecided while the recipient still waits for the members
+	// after it.
+	MsgAnswer
 )
 
-var messageTypeNames = [...]string{"", "Forward", "Backward", "Reply", "Ack"}
+var messageTypeNames = [...]string{"", "Forward", "Backward", "Reply", "Ack", "Query", "Answer"}
 
 func (t MessageType) String() string {
 	if t != 0 && int(t) < len(messageTypeNames) {
@@ -104,6 +115,13 @@ type Message struct {
 	// reached, and a member that does not know the transaction does not
 	// stage it either. See "Restarts" in replica.go.
 	Probe bool
+	// Origin is the chain the transaction began on, on the Forwards of a
+	// re-execution (whose Chain is Origin with members removed); nil on
+	// the first chain. A tail with nothing staged asks the members after
+	// it in Origin for their outcome (MsgQuery) before it decides.
+	Origin []ring.NodeID
+	// Undecided marks an Answer from a member that has no outcome yet.
+	Undecided bool
 }
 
 // String formats a message on one line, for logs and scripted tests.
@@ -116,6 +134,9 @@ func (m Message) String() string {
 		if m.Probe {
 			b.WriteString(" probe")
 		}
+		if m.Origin != nil {
+			fmt.Fprintf(&b, " origin=%v", m.Origin)
+		}
 	case MsgBackward, MsgReply:
 		if m.Type == MsgBackward {
 			fmt.Fprintf(&b, " index=%d", m.Index)
@@ -127,6 +148,17 @@ func (m Message) String() string {
 		}
 	case MsgAck:
 		fmt.Fprintf(&b, " index=%d", m.Index)
+	case MsgQuery:
+		fmt.Fprintf(&b, " index=%d origin=%v", m.Index, m.Chain)
+	case MsgAnswer:
+		switch {
+		case m.Undecided:
+			b.WriteString(" undecided")
+		case m.Committed:
+			b.WriteString(" committed")
+		default:
+			fmt.Fprintf(&b, " aborted err=%q", m.Err)
+		}
 	}
 	return b.String()
 }
@@ -245,6 +277,11 @@ var (
 	// ErrNotStaged is the refusal of a member that a Probe reaches for a
 	// transaction it does not know, at the tail: no member staged it.
 	ErrNotStaged = errors.New("chain: probed transaction staged nowhere")
+	// ErrQueried is the outcome a member records for a transaction it is
+	// asked about (MsgQuery) without having an outcome or a commit record
+	// of it: it refuses the transaction from then on, so the tail that
+	// asked may abort it.
+	ErrQueried = errors.New("chain: asked for the outcome of a transaction never staged here; refused from now on")
 )
 
 // AssertionError is the value the chain core panics with when one of its

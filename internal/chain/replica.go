@@ -134,9 +134,19 @@ import (
 // outcome; if that upstream restarted since, it probes rather than stages,
 // so a forgotten abort is never run again. A member that receives a commit
 // Backward for a transaction it neither knows nor recorded reports it with
-// ErrStageLost too. What stays out of reach: a member whose staged
-// transaction became the commit point by a reroute, and that restarted
-// before committing it while the old tail, now dead, had committed it.
+// ErrStageLost too.
+//
+// A restart can also make a member the tail of a re-execution with nothing
+// staged: the members after it were left out, and one of them may have
+// committed the transaction as the tail of an earlier chain, on the stage
+// this member's earlier run lost, and served reads of it. Refusing would
+// undo a commit others may have seen, so such a tail asks the members that
+// followed it on the chain the transaction began on (Message.Origin; see
+// ask) and decides only once one answered committed or all answered
+// aborted. A member asked about a transaction it has no outcome or commit
+// record of refuses it from then on. The tail waits for every one of them,
+// so a member left out that never comes back blocks the transaction, as a
+// reroute that would keep no replica of a blob does.
 
 // Defaults for ReplicaConfig and CoordinatorConfig fields left zero.
 const (
@@ -295,11 +305,22 @@ type record struct {
 	// point marks a tail that prepared the transaction itself: the commit
 	// point, which may still abort if its Commit fails.
 	point bool
+	// origin is the chain the transaction began on, once a re-execution's
+	// Forward named it (Message.Origin); nil before.
+	origin []ring.NodeID
+	// asking lists the members after this one in origin whose outcome
+	// this member, a tail with nothing staged, still waits for before it
+	// decides (see ask); nil when it is not asking.
+	asking []ring.NodeID
 }
 
 func (r *record) String() string {
-	return fmt.Sprintf("index=%d of %v phase=%s forwarded=%t probing=%t committed=%t err=%q",
+	s := fmt.Sprintf("index=%d of %v phase=%s forwarded=%t probing=%t committed=%t err=%q",
 		r.index, r.chain, phaseNames[r.phase], r.forwarded, r.probing, r.committed, r.err)
+	if r.asking != nil {
+		s += fmt.Sprintf(" asking=%v", r.asking)
+	}
+	return s
 }
 
 func (r *record) isTail() bool { return r.index == len(r.chain)-1 }
@@ -332,6 +353,10 @@ type ReplicaCounters struct {
 	Retransmits uint64
 	// Probes counts transactions forwarded as a Probe (see "Restarts").
 	Probes uint64
+	// Asks counts transactions this member, a re-execution's tail with
+	// nothing staged, asked the members left out after it about (see
+	// "Restarts").
+	Asks uint64
 }
 
 // NewReplica returns a replica that holds no transactions, or an error
@@ -385,6 +410,10 @@ func (r *Replica) Step(m Message) error {
 		err = r.stepBackward(m)
 	case MsgAck:
 		err = r.stepAck(m)
+	case MsgQuery:
+		err = r.stepQuery(m)
+	case MsgAnswer:
+		err = r.stepAnswer(m)
 	default:
 		return fmt.Errorf("%w: a replica does not take %s", ErrInvalidMessage, m.Type)
 	}
@@ -412,7 +441,18 @@ func (r *Replica) stepForward(m Message) error {
 		return fmt.Errorf("%w: Forward for index %d from %q, want %q",
 			ErrInvalidMessage, m.Index, m.From, upstreamOf(m.Txn, m.Chain, m.Index))
 	}
+	if m.Origin != nil {
+		if err := validateChain(m.Origin); err != nil {
+			return err
+		}
+		if !isSubsequence(m.Chain, m.Origin) {
+			return fmt.Errorf("%w: Forward's chain %v is not its origin %v with members removed", ErrInvalidMessage, m.Chain, m.Origin)
+		}
+	}
 	if rec, ok := r.txns[m.Txn]; ok {
+		if rec.origin == nil {
+			rec.origin = m.Origin
+		}
 		if rec.index != m.Index || !slices.Equal(rec.chain, m.Chain) {
 			return r.reroute(m, rec)
 		}
@@ -429,7 +469,7 @@ func (r *Replica) stepForward(m Message) error {
 	if err != nil {
 		return err
 	}
-	rec := &record{chain: m.Chain, index: m.Index, rerouted: !m.Fresh}
+	rec := &record{chain: m.Chain, index: m.Index, rerouted: !m.Fresh, origin: m.Origin}
 	r.txns[m.Txn] = rec
 	if committed {
 		// An earlier run of this member committed it and lost its record
@@ -445,9 +485,11 @@ func (r *Replica) stepForward(m Message) error {
 		if earlier {
 			errText = ErrRestarted.Error()
 		}
-		if rec.isTail() {
+		switch {
+		case rec.isTail() && earlier && r.ask(m.Txn, rec, errText):
+		case rec.isTail():
 			r.decide(m.Txn, rec, false, cmp.Or(errText, ErrNotStaged.Error()), nil, nil)
-		} else {
+		default:
 			r.probe(m.Txn, rec, m.Ops, errText)
 		}
 		return nil
@@ -494,6 +536,93 @@ func (r *Replica) probe(id TxnID, rec *record, ops []txn.Op, errText string) {
 	r.send(r.forwardMessage(id, rec))
 }
 
+// ask makes a tail with nothing staged, because an earlier run of it may
+// have handled the transaction, wait for the outcome of the members that
+// followed it on the chain the transaction began on, before it decides. A
+// re-execution left them all out (it is the tail now), and one of them may
+// have committed the transaction as the tail of an earlier chain, which the
+// stage this member lost in its restart would have led to. ask reports
+// false, and does nothing, when no member followed it.
+//
+// The member commits if one of them answers committed (its copy misses the
+// commit: ErrStageLost), and aborts with refusal once all of them answered
+// aborted: a member without an outcome or a commit record answers so and
+// refuses the transaction from then on (ErrQueried), and one that waits for
+// its own downstream answers Undecided and is asked again. Asking waits for
+// every one of them, the dead included, as Reroute waits for a blob's
+// replicas.
+func (r *Replica) ask(id TxnID, rec *record, refusal string) bool {
+	pos := slices.Index(rec.origin, r.cfg.ID)
+	if pos < 0 || pos == len(rec.origin)-1 {
+		return false
+	}
+	rec.phase = phaseWaiting
+	rec.probing = true
+	rec.refusal = refusal
+	rec.asking = slices.Clone(rec.origin[pos+1:])
+	r.counters.Asks++
+	r.resend(id, rec)
+	return true
+}
+
+// stepQuery answers a tail that asks for this member's outcome (see ask).
+func (r *Replica) stepQuery(m Message) error {
+	if err := validateChain(m.Chain); err != nil {
+		return err
+	}
+	if m.Index >= len(m.Chain) || m.Chain[m.Index] != r.cfg.ID || !slices.Contains(m.Chain[:m.Index], m.From) {
+		return fmt.Errorf("%w: Query from %q for index %d of %v at %q", ErrInvalidMessage, m.From, m.Index, m.Chain, r.cfg.ID)
+	}
+	answer := Message{Type: MsgAnswer, From: r.cfg.ID, To: m.From, Txn: m.Txn}
+	if rec, ok := r.txns[m.Txn]; ok {
+		if rec.phase == phaseDecided || rec.phase == phaseReleased {
+			answer.Committed, answer.Err, answer.Results = rec.committed, rec.err, rec.results
+		} else {
+			answer.Undecided = true
+		}
+		r.send(answer)
+		return nil
+	}
+	results, committed, err := r.cfg.Stager.Committed(m.Txn)
+	if err != nil {
+		return err
+	}
+	if committed {
+		answer.Committed, answer.Results = true, results
+		r.send(answer)
+		return nil
+	}
+	if len(r.txns) >= r.cfg.TxnsMax {
+		r.counters.Dropped++
+		return nil // As if lost: the tail asks again.
+	}
+	// Never staged here, or staged by an earlier run that did not commit
+	// it. The record refuses any Forward of it that arrives later, as a
+	// decided abort; past its retention, such a Forward is too old to
+	// stage (ReplicaConfig.EarlierRun).
+	r.txns[m.Txn] = &record{chain: m.Chain, index: m.Index, phase: phaseReleased, err: ErrQueried.Error(), rerouted: true}
+	answer.Err = ErrQueried.Error()
+	r.send(answer)
+	return nil
+}
+
+// stepAnswer takes a member's answer to this member's question (see ask).
+func (r *Replica) stepAnswer(m Message) error {
+	rec, ok := r.txns[m.Txn]
+	if !ok || rec.asking == nil || !slices.Contains(rec.asking, m.From) || m.Undecided {
+		return nil // Late, repeated, or no outcome yet: asked again on the next retransmission.
+	}
+	if m.Committed {
+		r.decide(m.Txn, rec, true, "", m.Results, ErrStageLost)
+		return nil
+	}
+	rec.asking = slices.DeleteFunc(rec.asking, func(id ring.NodeID) bool { return id == m.From })
+	if len(rec.asking) == 0 {
+		r.decide(m.Txn, rec, false, rec.refusal, nil, nil)
+	}
+	return nil
+}
+
 // reroute takes a known transaction onto the chain of a re-execution: the
 // chain it knows with failed members removed (see Coordinator.Reroute).
 // A waiting member that is now the tail commits, since every member after
@@ -528,7 +657,11 @@ func (r *Replica) reroute(m Message, rec *record) error {
 	case phaseWaiting:
 		if rec.isTail() && rec.probing {
 			// Nothing staged here to commit; the members after it are gone.
-			r.decide(m.Txn, rec, false, cmp.Or(rec.refusal, ErrNotStaged.Error()), nil, nil)
+			// If an earlier run of this member may have staged it, one of
+			// them may have committed it: ask them first.
+			if rec.asking == nil && !(rec.refusal == ErrRestarted.Error() && r.ask(m.Txn, rec, rec.refusal)) {
+				r.decide(m.Txn, rec, false, cmp.Or(rec.refusal, ErrNotStaged.Error()), nil, nil)
+			}
 			return nil
 		}
 		if rec.isTail() {
@@ -788,6 +921,7 @@ func (r *Replica) decide(id TxnID, rec *record, committed bool, errText string, 
 	}
 	rec.phase = phaseDecided
 	rec.ops = nil
+	rec.asking = nil
 	rec.committed = committed
 	rec.err = errText
 	rec.results = results
@@ -804,9 +938,14 @@ func (r *Replica) resend(id TxnID, rec *record) {
 	if rec.phase == phaseApplying {
 		return // Nothing may go upstream before the local commit.
 	}
-	if rec.phase == phaseWaiting {
+	switch {
+	case rec.phase == phaseWaiting && rec.asking != nil:
+		for _, n := range rec.asking {
+			r.send(Message{Type: MsgQuery, From: r.cfg.ID, To: n, Txn: id, Index: slices.Index(rec.origin, n), Chain: rec.origin})
+		}
+	case rec.phase == phaseWaiting:
 		r.send(r.forwardMessage(id, rec))
-	} else {
+	default:
 		r.send(r.upstreamMessage(id, rec))
 	}
 	if rec.phase != phaseReleased {
@@ -817,7 +956,7 @@ func (r *Replica) resend(id TxnID, rec *record) {
 func (r *Replica) forwardMessage(id TxnID, rec *record) Message {
 	return Message{
 		Type: MsgForward, From: r.cfg.ID, To: rec.chain[rec.index+1], Txn: id,
-		Index: rec.index + 1, Chain: rec.chain, Ops: rec.ops, Probe: rec.probing,
+		Index: rec.index + 1, Chain: rec.chain, Ops: rec.ops, Probe: rec.probing, Origin: rec.origin,
 	}
 }
 

@@ -153,6 +153,29 @@ func probe(seq uint64, index int) chain.Message {
 	return m
 }
 
+// rerouted is the Forward member index receives for transaction seq
+// re-executed on chain3 without n3.
+func rerouted(seq uint64, index int) chain.Message {
+	m := resent(seq, index)
+	m.Chain, m.Origin = chain3[:2], chain3
+	return m
+}
+
+// query is n2's question to the member at index of chain3 about
+// transaction seq (see ask in replica.go).
+func query(seq uint64, index int) chain.Message {
+	return chain.Message{Type: chain.MsgQuery, From: "n2", To: chain3[index], Txn: id(seq), Index: index, Chain: chain3}
+}
+
+// answer is n3's answer to n2's query: committed, aborted, or undecided.
+func answer(seq uint64, committed, undecided bool) chain.Message {
+	m := chain.Message{Type: chain.MsgAnswer, From: "n3", To: "n2", Txn: id(seq), Committed: committed, Undecided: undecided}
+	if !committed && !undecided {
+		m.Err = chain.ErrQueried.Error()
+	}
+	return m
+}
+
 // back is the Backward member index of chain3 receives for transaction seq.
 func back(seq uint64, index int, committed bool) chain.Message {
 	m := chain.Message{Type: chain.MsgBackward, From: chain3[index+1], To: chain3[index], Txn: id(seq),
@@ -287,20 +310,23 @@ func runStep(r *chain.Replica, st step) (panicked *chain.AssertionError, err err
 }
 
 const (
-	fwdTo3        = "send n2->n3 Forward c/1 index=2 chain=[n1 n2 n3] ops=1"
-	fwdTo2        = "send n1->n2 Forward c/1 index=1 chain=[n1 n2 n3] ops=1"
-	commitTo2     = "send n3->n2 Backward c/1 index=1 committed"
-	commitTo1     = "send n2->n1 Backward c/1 index=0 committed"
-	abortTo1      = "send n2->n1 Backward c/1 index=0 aborted err=\"conflict\""
-	ackTo3        = "send n2->n3 Ack c/1 index=2"
-	ackTo2        = "send n1->n2 Ack c/1 index=1"
-	finCommitted  = "finish c/1 committed=true"
-	finAborted    = "finish c/1 committed=false"
-	replyCommit   = "send n1->c Reply c/1 committed"
-	prepare1      = "prepare c/1"
-	commit1       = "commit c/1"
-	abort1        = "abort c/1"
-	refusedAbort1 = "send n2->n1 Backward c/1 index=0 aborted err=\"conflict: \\\"k\\\" is locked\""
+	fwdTo3         = "send n2->n3 Forward c/1 index=2 chain=[n1 n2 n3] ops=1"
+	fwdTo2         = "send n1->n2 Forward c/1 index=1 chain=[n1 n2 n3] ops=1"
+	commitTo2      = "send n3->n2 Backward c/1 index=1 committed"
+	commitTo1      = "send n2->n1 Backward c/1 index=0 committed"
+	abortTo1       = "send n2->n1 Backward c/1 index=0 aborted err=\"conflict\""
+	ackTo3         = "send n2->n3 Ack c/1 index=2"
+	ackTo2         = "send n1->n2 Ack c/1 index=1"
+	finCommitted   = "finish c/1 committed=true"
+	finAborted     = "finish c/1 committed=false"
+	replyCommit    = "send n1->c Reply c/1 committed"
+	prepare1       = "prepare c/1"
+	commit1        = "commit c/1"
+	abort1         = "abort c/1"
+	refusedAbort1  = "send n2->n1 Backward c/1 index=0 aborted err=\"conflict: \\\"k\\\" is locked\""
+	queryTo3       = "send n2->n3 Query c/1 index=2 origin=[n1 n2 n3]"
+	abortRestarted = `send n2->n1 Backward c/1 index=0 aborted err="chain: transaction began before this member restarted; not staged again"`
+	finStageLost   = "finish c/1 committed=true (chain: committed downstream of a stage this member lost in a restart)"
 )
 
 func TestReplicaScenarios(t *testing.T) {
@@ -512,6 +538,78 @@ func TestReplicaScenarios(t *testing.T) {
 			restarted: true,
 			steps: []step{
 				deliver(resent(1, 2), `send n3->n2 Backward c/1 index=1 aborted err="chain: transaction began before this member restarted; not staged again"`, finAborted),
+			},
+		},
+		{
+			// The re-execution left n3 out, which may have committed c/1
+			// as the tail: the stage n2's earlier run lost would have led
+			// there. n2 asks n3 before deciding, however long it takes.
+			name:      "a restarted tail of a re-execution asks the member left out after it and adopts its commit",
+			node:      1,
+			restarted: true,
+			steps: []step{
+				deliver(rerouted(1, 1), queryTo3),
+				tick(3, queryTo3),
+				deliver(answer(1, false, true)),
+				deliver(rerouted(1, 1), queryTo3),
+				deliver(answer(1, true, false), "send n2->n1 Backward c/1 index=0 committed", finStageLost),
+				deliver(answer(1, true, false)),
+				{msg: ptr(back(1, 1, true)), wantErr: chain.ErrInvalidMessage},
+				deliver(ack(1, 1)),
+				tick(10),
+			},
+		},
+		{
+			name:      "a restarted tail of a re-execution aborts once the members left out after it answered aborted",
+			node:      1,
+			restarted: true,
+			steps: []step{
+				deliver(rerouted(1, 1), queryTo3),
+				deliver(answer(1, false, false), abortRestarted, finAborted),
+			},
+		},
+		{
+			// n2 probed n3 (its earlier run may have forwarded c/1); then
+			// the re-execution leaves n3 out.
+			name:      "a restarted member probing becomes the tail of a re-execution and asks",
+			node:      1,
+			restarted: true,
+			steps: []step{
+				deliver(resent(1, 1), fwdTo3+" probe"),
+				deliver(rerouted(1, 1), queryTo3),
+				tick(3, queryTo3),
+				deliver(answer(1, false, false), abortRestarted, finAborted),
+			},
+		},
+		{
+			name: "a member asked about a transaction it never staged refuses it from then on",
+			node: 2,
+			steps: []step{
+				deliver(query(1, 2), `send n3->n2 Answer c/1 aborted err="`+chain.ErrQueried.Error()+`"`),
+				deliver(resent(1, 2), `send n3->n2 Backward c/1 index=1 aborted err="`+chain.ErrQueried.Error()+`"`),
+				deliver(query(1, 2), `send n3->n2 Answer c/1 aborted err="`+chain.ErrQueried.Error()+`"`),
+				tick(10),
+				// Forgotten; a Forward this late is one an earlier run may have
+				// seen (ReplicaConfig.EarlierRun), which the node refuses.
+			},
+		},
+		{
+			name: "a member asked about a transaction answers undecided while it waits, then its outcome",
+			node: 1,
+			steps: []step{
+				deliver(fwd(1, 1), prepare1, fwdTo3),
+				deliver(chain.Message{Type: chain.MsgQuery, From: "n1", To: "n2", Txn: id(1), Index: 1, Chain: chain3}, "send n2->n1 Answer c/1 undecided"),
+				deliver(back(1, 1, true), commit1, commitTo1, ackTo3, finCommitted),
+				deliver(chain.Message{Type: chain.MsgQuery, From: "n1", To: "n2", Txn: id(1), Index: 1, Chain: chain3}, "send n2->n1 Answer c/1 committed"),
+				{msg: ptr(chain.Message{Type: chain.MsgQuery, From: "n3", To: "n2", Txn: id(1), Index: 1, Chain: chain3}), wantErr: chain.ErrInvalidMessage},
+			},
+		},
+		{
+			name:      "a member asked about a transaction it recorded answers committed",
+			node:      2,
+			committed: []uint64{1},
+			steps: []step{
+				deliver(query(1, 2), "send n3->n2 Answer c/1 committed"),
 			},
 		},
 		{

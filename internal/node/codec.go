@@ -41,7 +41,10 @@ func encodeEnvelope(e envelope) *peerpb.Message {
 		Keyspace: e.keyspace, Type: uint32(m.Type), From: string(m.From), To: string(m.To),
 		TxnCoordinator: string(m.Txn.Coordinator), TxnSeq: m.Txn.Seq, Index: uint32(m.Index),
 		Committed: m.Committed, Err: m.Err, SentUnixNano: e.sent, Version: e.version,
-		BegunUnixNano: e.begun, Fresh: m.Fresh, Probe: m.Probe, ClientTxn: e.client,
+		BegunUnixNano: e.begun, Fresh: m.Fresh, Probe: m.Probe, ClientTxn: e.client, Undecided: m.Undecided,
+	}
+	for _, id := range m.Origin {
+		out.Origin = append(out.Origin, string(id))
 	}
 	for key, b := range e.bases {
 		out.Bases = append(out.Bases, &peerpb.Base{Key: key, Version: b.Version, Size: b.Size, Chunks: b.Chunks,
@@ -79,10 +82,13 @@ func decodeEnvelope(in *peerpb.Message) (envelope, error) {
 		Type: chain.MessageType(in.GetType()), From: ring.NodeID(in.GetFrom()), To: ring.NodeID(in.GetTo()),
 		Txn:   chain.TxnID{Coordinator: ring.NodeID(in.GetTxnCoordinator()), Seq: in.GetTxnSeq()},
 		Index: int(in.GetIndex()), Committed: in.GetCommitted(), Err: in.GetErr(),
-		Fresh: in.GetFresh(), Probe: in.GetProbe(),
+		Fresh: in.GetFresh(), Probe: in.GetProbe(), Undecided: in.GetUndecided(),
 	}
 	for _, id := range in.GetChain() {
 		m.Chain = append(m.Chain, ring.NodeID(id))
+	}
+	for _, id := range in.GetOrigin() {
+		m.Origin = append(m.Origin, ring.NodeID(id))
 	}
 	for _, op := range in.GetOps() {
 		if op.GetKind() > 255 || op.GetWidth() > 8 || op.GetFunc() > 255 {
