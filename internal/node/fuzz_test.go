@@ -24,7 +24,7 @@ import (
 func FuzzPeerMessage(f *testing.F) {
 	seed := encodeEnvelope(envelope{keyspace: "ks", version: 7, begun: 3, sent: 4,
 		msg: chain.Message{Type: chain.MsgForward, From: "n1", To: "n2", Txn: chain.TxnID{Coordinator: "n1", Seq: 9},
-			Index: 1, Chain: []ring.NodeID{"n1", "n2"},
+			Index: 1, Chain: []ring.NodeID{"n1", "n2"}, Origin: []ring.NodeID{"n1", "n2", "n3"},
 			Ops: []txn.Op{{Key: "k", Kind: txn.OpAppend, Data: []byte("x"), Create: true}}},
 		bases: map[string]mvcc.Base{"k": {Version: 5, Size: 10, Chunks: map[uint64]uint64{0: 5}}}})
 	b, err := proto.Marshal(seed)
@@ -65,6 +65,9 @@ func FuzzPeerMessage(f *testing.F) {
 func normalize(e envelope) envelope {
 	if len(e.msg.Chain) == 0 {
 		e.msg.Chain = nil
+	}
+	if len(e.msg.Origin) == 0 {
+		e.msg.Origin = nil
 	}
 	if len(e.msg.Ops) == 0 {
 		e.msg.Ops = nil
