@@ -284,7 +284,7 @@ type record struct {
 	err       string
 	results   []txn.Result
 	// ticks counts ticks since the last (re)transmission while waiting or
-	// decided, and since the Ack once released.
+	// decided.
 	ticks int
 	// waited counts ticks spent waiting, for TestingKnobs, and applying,
 	// for Stalled.
@@ -308,6 +308,8 @@ type record struct {
 	// origin is the chain the transaction began on, once a re-execution's
 	// Forward named it (Message.Origin); nil before.
 	origin []ring.NodeID
+	// releasedAt is the tick the record was last released at.
+	releasedAt int
 	// asking lists the members after this one in origin whose outcome
 	// this member, a tail with nothing staged, still waits for before it
 	// decides (see ask); nil when it is not asking.
@@ -336,9 +338,23 @@ type Replica struct {
 	// applying lists the transactions in phaseApplying, in the order they
 	// entered it.
 	applying []TxnID
+	// active holds the transactions Tick visits: every record not yet
+	// released, and some released since (Tick drops those). Released
+	// records, the bulk of a busy member's, wait in released instead,
+	// oldest first, to be forgotten, so a Tick costs what is in flight, not
+	// what is retained.
+	active   map[TxnID]struct{}
+	released []releasedAt
+	now      int
 	out      Output
 	tickIDs  []TxnID
 	counters ReplicaCounters
+}
+
+// releasedAt is a transaction released at tick at.
+type releasedAt struct {
+	id TxnID
+	at int
 }
 
 // ReplicaCounters count events worth watching in production.
@@ -365,7 +381,7 @@ func NewReplica(cfg ReplicaConfig) (*Replica, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Replica{cfg: cfg, txns: make(map[TxnID]*record)}, nil
+	return &Replica{cfg: cfg, txns: make(map[TxnID]*record), active: make(map[TxnID]struct{})}, nil
 }
 
 // ID is the node this replica runs on.
@@ -470,7 +486,7 @@ func (r *Replica) stepForward(m Message) error {
 		return err
 	}
 	rec := &record{chain: m.Chain, index: m.Index, rerouted: !m.Fresh, origin: m.Origin}
-	r.txns[m.Txn] = rec
+	r.track(m.Txn, rec)
 	if committed {
 		// An earlier run of this member committed it and lost its record
 		// in a restart; its upstream still waits for the outcome.
@@ -600,7 +616,9 @@ func (r *Replica) stepQuery(m Message) error {
 	// it. The record refuses any Forward of it that arrives later, as a
 	// decided abort; past its retention, such a Forward is too old to
 	// stage (ReplicaConfig.EarlierRun).
-	r.txns[m.Txn] = &record{chain: m.Chain, index: m.Index, phase: phaseReleased, err: ErrQueried.Error(), rerouted: true}
+	rec := &record{chain: m.Chain, index: m.Index, err: ErrQueried.Error(), rerouted: true}
+	r.txns[m.Txn] = rec
+	r.release(m.Txn, rec)
 	answer.Err = ErrQueried.Error()
 	r.send(answer)
 	return nil
@@ -670,6 +688,7 @@ func (r *Replica) reroute(m Message, rec *record) error {
 		}
 	case phaseReleased:
 		rec.phase = phaseDecided
+		r.active[m.Txn] = struct{}{}
 	}
 	r.resend(m.Txn, rec)
 	return nil
@@ -852,8 +871,7 @@ func (r *Replica) stepAck(m Message) error {
 	case phaseApplying:
 		r.fail(m.Txn, rec, "Ack before this member sent an outcome", &m)
 	case phaseDecided:
-		rec.phase = phaseReleased
-		rec.ticks = 0
+		r.release(m.Txn, rec)
 	}
 	return nil
 }
@@ -862,8 +880,21 @@ func (r *Replica) stepAck(m Message) error {
 // is unanswered and forgets what has been retained long enough.
 func (r *Replica) Tick() {
 	r.applyReady()
+	r.now++
+	for len(r.released) > 0 && r.now-r.released[0].at >= r.cfg.OutcomeRetentionTicks {
+		e := r.released[0]
+		r.released[0] = releasedAt{}
+		r.released = r.released[1:]
+		if rec, ok := r.txns[e.id]; ok && rec.phase == phaseReleased && rec.releasedAt == e.at {
+			delete(r.txns, e.id)
+		}
+	}
 	ids := r.tickIDs[:0]
-	for id := range r.txns {
+	for id := range r.active {
+		if rec, ok := r.txns[id]; !ok || rec.phase == phaseReleased {
+			delete(r.active, id)
+			continue
+		}
 		ids = append(ids, id)
 	}
 	slices.SortFunc(ids, TxnID.Compare)
@@ -888,15 +919,26 @@ func (r *Replica) Tick() {
 				r.counters.Retransmits++
 				r.resend(id, rec)
 			}
-		case phaseReleased:
-			if rec.ticks >= r.cfg.OutcomeRetentionTicks {
-				delete(r.txns, id)
-			}
 		}
 	}
 	clear(ids)
 	r.tickIDs = ids[:0]
 	r.assertBounds(TxnID{})
+}
+
+// track starts holding state for a new transaction.
+func (r *Replica) track(id TxnID, rec *record) {
+	r.txns[id] = rec
+	r.active[id] = struct{}{}
+}
+
+// release marks a transaction's outcome acknowledged (or, for a record
+// made to answer a Query, never owed): it is kept OutcomeRetentionTicks
+// against delayed duplicates, then forgotten.
+func (r *Replica) release(id TxnID, rec *record) {
+	rec.phase = phaseReleased
+	rec.releasedAt = r.now
+	r.released = append(r.released, releasedAt{id, r.now})
 }
 
 // forceAbort is the injected bug of TestingKnobs.AbortOnForwardTimeoutTicks.

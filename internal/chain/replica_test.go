@@ -1104,3 +1104,52 @@ func TestCoordinatorRerouteKeeps(t *testing.T) {
 		t.Fatalf("keeps asked about %v, want %v", asked, want)
 	}
 }
+
+// TestReplicaForgetsInReleaseOrder: each released transaction is forgotten
+// OutcomeRetentionTicks after its Ack, however many are retained, and a
+// duplicate Forward in between is still answered from the record.
+func TestReplicaForgetsInReleaseOrder(t *testing.T) {
+	r, err := chain.NewReplica(chain.ReplicaConfig{ID: "n3", Stager: &fakeStager{log: new([]string)},
+		RetransmitTicks: 3, OutcomeRetentionTicks: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	settle := func(seq uint64) {
+		t.Helper()
+		if err := r.Step(fwd(seq, 2)); err != nil {
+			t.Fatal(err)
+		}
+		m := ack(seq, 2)
+		m.From = "n2"
+		if err := r.Step(m); err != nil {
+			t.Fatal(err)
+		}
+		r.Advance(r.Ready())
+	}
+	ticks := func(n, want int) {
+		t.Helper()
+		for range n {
+			r.Tick()
+		}
+		if r.HasReady() {
+			t.Fatalf("released transactions sent %v", r.Ready().Messages)
+		}
+		if got := r.Tracked(); got != want {
+			t.Fatalf("tracking %d transactions, want %d", got, want)
+		}
+	}
+	settle(1)
+	ticks(5, 1)
+	settle(2)
+	ticks(4, 2)
+	if err := r.Step(resent(1, 2)); err != nil {
+		t.Fatal(err)
+	}
+	if o := r.Ready(); len(o.Messages) != 1 || o.Messages[0].Type != chain.MsgBackward || !o.Messages[0].Committed {
+		t.Fatalf("duplicate Forward of a retained commit: sent %v, want its committed Backward", o.Messages)
+	}
+	r.Advance(r.Ready())
+	ticks(1, 1) // c/1, acknowledged 10 ticks ago
+	ticks(4, 1)
+	ticks(1, 0) // c/2
+}
