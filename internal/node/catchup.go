@@ -224,8 +224,18 @@ func (p passThrough) Commit(results []txn.Result) error {
 	return nil
 }
 
-func (p passThrough) Abort()                {}
-func (p passThrough) Results() []txn.Result { return make([]txn.Result, len(p.ops)) }
+func (p passThrough) Abort() {}
+
+// Results are none of the commit's: each is marked Unheld, so that the
+// members before this one take the values of a member after it that
+// applied the commit (txn.MergeResults) instead of these zeros.
+func (p passThrough) Results() []txn.Result {
+	out := make([]txn.Result, len(p.ops))
+	for i := range out {
+		out[i].Unheld = true
+	}
+	return out
+}
 
 func (n *Node) catchUpLoop() {
 	defer close(n.catch.done)

@@ -364,3 +364,15 @@ func TestCatchUpAfterReadPassesThrough(t *testing.T) {
 		}
 	}
 }
+
+// TestPassThroughResultsUnheld: a member a commit passes through computed
+// none of its results, so the values of a member after it that applied the
+// commit win over its zeros when the members before it merge them.
+func TestPassThroughResultsUnheld(t *testing.T) {
+	p := passThrough{ops: []txn.Op{{Key: "c", Kind: txn.OpAtomic, Width: 8, Func: txn.FuncAdd, Operand: 1}}}
+	applied := []txn.Result{{Offset: 0, Size: 8, Version: 9, Value: 42}}
+	got := txn.MergeResults(p.Results(), applied)
+	if len(got) != 1 || got[0] != applied[0] {
+		t.Fatalf("pass-through results merged with an applying member's: %+v, want %+v", got, applied)
+	}
+}
