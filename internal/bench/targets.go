@@ -53,6 +53,14 @@ func writeIsolationTable(b *strings.Builder, results []Result) {
 	}
 }
 
+// WriteIsolation writes the isolation tables of results, for people.
+func WriteIsolation(w io.Writer, results []Result) error {
+	var b strings.Builder
+	writeIsolationTable(&b, results)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
 func ratioText(v float64) string {
 	if v == 0 {
 		return "–"

@@ -276,6 +276,9 @@ func writeBenchSummary(w io.Writer, cfg bench.Config, results []bench.Result) {
 			cfg.Workload, cfg.ValueSize, cfg.Duration, cfg.Seed, cfg.Endpoint)
 	}
 	_ = bench.WriteTable(w, results)
+	if cfg.Workload == bench.IsolationWorkload {
+		_ = bench.WriteIsolation(w, results)
+	}
 	var ratios strings.Builder
 	if err := bench.WriteRatios(&ratios, results, cfg.System); err == nil && ratios.Len() > 0 {
 		fmt.Fprintf(w, "\n%s", ratios.String())
