@@ -124,9 +124,31 @@ start_zookeeper
 	echo "settings: $DURATION per point (limits $LIMITS_DURATION), clients $CLIENTS (isolation $ISOLATION_CLIENTS), stream $STREAM_SIZE"
 } >"$OUT/env.txt"
 
+# node_hwm K prints node K's peak resident memory so far in bytes (VmHWM,
+# the kernel's high-water mark since the process started), or nothing if
+# the node is gone.
+node_hwm() {
+	awk '/^VmHWM:/ {print $2 * 1024}' "/proc/${node_pids[$(($1 - 1))]}/status" 2>/dev/null || true
+}
+
+# bench WORKLOAD ARGS... runs one workload, then notes the nodes' peak
+# memory so far, so that the report shows which workload raised it.
 bench() {
 	"$BIN" bench "$@" --json >>"$OUT/results.jsonl"
+	local label=$1 k hwm
+	if [[ $1 == read ]]; then label+=" $(sed -n 's/.*--value-size \([^ ]*\).*/\1/p' <<<"$*")"; fi
+	if [[ " $* " == *" --replication 1 "* ]]; then label+=" (replication 1)"; fi
+	local row="| $label |"
+	for k in $(seq 1 "$NODES"); do
+		hwm=$(node_hwm "$k")
+		if [[ -n $hwm ]]; then row+=" $((hwm >> 20)) |"; else row+=" gone |"; fi
+	done
+	echo "$row" >>"$OUT/memory.md"
 }
+{
+	echo "| after | $(seq -s ' | ' -f 'node%g' 1 "$NODES") |"
+	echo "|---|$(printf -- '---:|%.0s' $(seq 1 "$NODES"))"
+} >"$OUT/memory.md"
 TYR=(--endpoint "$EP" --replication "$NODES")
 ZK=(--zookeeper "127.0.0.1:$ZK_PORT" --zk-redis "$DURABLE")
 
@@ -150,10 +172,9 @@ bench stream --endpoint "$EP" --replication 1 --system tyr-rf1 --stream-size "$S
 
 # Each node's peak resident memory since it started, as the kernel kept it.
 for k in $(seq 1 "$NODES"); do
-	pid=${node_pids[$((k - 1))]}
-	hwm=$(awk '/^VmHWM:/ {print $2 * 1024}' "/proc/$pid/status" 2>/dev/null || true)
+	hwm=$(node_hwm "$k")
 	if [[ -z $hwm ]]; then
-		log "node$k (pid $pid) is gone: no peak memory"
+		log "node$k (pid ${node_pids[$((k - 1))]}) is gone: no peak memory"
 		continue
 	fi
 	printf '{"workload":"memory","system":"tyr node%d","peak_rss_bytes":%d}\n' "$k" "$hwm" >>"$OUT/results.jsonl"
@@ -179,6 +200,10 @@ NAME=$(basename "$REPORT" .md)
 	echo "replica. How each workload maps onto each system is in bench/results/README.md and the notes below."
 	echo
 	sed 's/^/- /' "$OUT/env.txt"
+	echo
+	echo "Peak resident memory (VmHWM) of each tyr node after each workload, in MiB:"
+	echo
+	cat "$OUT/memory.md"
 	echo
 	"$BIN" bench report --targets --plots "$(dirname "$REPORT")/$NAME" "$OUT/results.jsonl"
 } >"$REPORT"
