@@ -76,8 +76,15 @@ endif
 ring-sim:
 	TYR_RING_SIM=1 $(GO) test ./internal/balance -count=1 -timeout 30m -run 'TestSimulateLoadAware$$' -v
 
+# The whole suite in one run, in about 10 minutes (at most 15) on 2 cores:
+# a 3-node cluster (replication 3, sync on) against durable and in-memory
+# Redis, PostgreSQL, etcd and ZooKeeper-locked Redis (installed from apt if
+# missing) under counter, monalisa, bank, write, read (1 KiB, 800 B,
+# 100 KiB), isolation and a 1 GiB stream, with the machine's limits and
+# each node's peak memory. Writes bench/results/bench-<date>.md, its PNG
+# plots, and the issue's targets, met or not.
 bench: build
-	scripts/bench-single.sh
+	scripts/bench.sh
 
 # One node against PostgreSQL, etcd, durable Redis and ZooKeeper-locked
 # Redis (installed from apt if missing): counter, MonALISA and bank at 1, 8

@@ -39,25 +39,11 @@ OUT=bench/out/peers
 DURATION=${BENCH_DURATION:-10s}
 LIMITS_DURATION=${BENCH_LIMITS_DURATION:-3s}
 CLIENTS=${BENCH_CLIENTS:-1,8,32}
-PG_BIN=/usr/lib/postgresql/15/bin
 
 PIDS=()
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/tyr-bench-peers.XXXXXX")
 
 log() { echo "bench-peers: $*" >&2; }
-
-# stop_pid PID stops one server this script started and waits until it is
-# gone: not every server is a child of this shell (PostgreSQL runs under
-# its own user), so wait alone cannot tell.
-stop_pid() {
-	local pid=$1
-	kill "$pid" 2>/dev/null || return 0
-	for _ in $(seq 1 100); do
-		kill -0 "$pid" 2>/dev/null || break
-		sleep 0.1
-	done
-	wait "$pid" 2>/dev/null || true
-}
 
 cleanup() {
 	local status=$?
@@ -73,90 +59,9 @@ trap 'exit 130' INT TERM
 log "building $BIN"
 go build -o "$BIN" ./cmd/tyr
 
-SUDO=()
-if [[ $(id -u) -ne 0 ]]; then SUDO=(sudo); fi
-missing=()
-command -v etcd >/dev/null || missing+=(etcd-server)
-[[ -x /usr/share/zookeeper/bin/zkServer.sh ]] || missing+=(zookeeper)
-command -v redis-server >/dev/null || missing+=(redis-server)
-[[ -x $PG_BIN/postgres ]] || missing+=(postgresql-15)
-if ((${#missing[@]} > 0)); then
-	log "installing ${missing[*]}"
-	"${SUDO[@]}" apt-get update -qq
-	"${SUDO[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
-
 . scripts/bench-lib.sh
 
-listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1"); }
-
-# PostgreSQL refuses to run as root, so as root its directory belongs to
-# the postgres user and it runs as that user (setpriv execs, so the PID is
-# the server's own).
-start_postgres() {
-	local dir=$TMP/pg
-	local -a as=()
-	mkdir -p "$dir"
-	if [[ $(id -u) -eq 0 ]]; then
-		chmod 711 "$TMP"
-		chown postgres: "$dir"
-		as=(setpriv --reuid=postgres --regid=postgres --init-groups --)
-	fi
-	PG_PORT=$(free_port)
-	"${as[@]}" "$PG_BIN/initdb" -D "$dir/data" -U bench --auth=trust --no-sync >"$dir/initdb.log" 2>&1 ||
-		{
-			cat "$dir/initdb.log" >&2
-			return 1
-		}
-	"${as[@]}" "$PG_BIN/postgres" -D "$dir/data" -p "$PG_PORT" -c listen_addresses=127.0.0.1 \
-		-c unix_socket_directories="$dir" -c fsync=on -c synchronous_commit=on -c max_connections=200 \
-		>"$dir/postgres.log" 2>&1 &
-	local pid=$!
-	PIDS+=("$pid")
-	wait_for "postgres on 127.0.0.1:$PG_PORT" "$pid" "$dir/postgres.log" \
-		"$PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT"
-	PG_URL="postgres://bench@127.0.0.1:$PG_PORT/postgres?sslmode=disable"
-}
-
-start_etcd() {
-	local dir=$TMP/etcd
-	mkdir -p "$dir"
-	ETCD_PORT=$(free_port)
-	local peer_port
-	peer_port=$(free_port)
-	etcd --name bench --data-dir "$dir/data" \
-		--listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
-		--listen-peer-urls "http://127.0.0.1:$peer_port" --initial-advertise-peer-urls "http://127.0.0.1:$peer_port" \
-		--initial-cluster "bench=http://127.0.0.1:$peer_port" --logger zap --log-level warn \
-		>"$dir/etcd.log" 2>&1 &
-	local pid=$!
-	PIDS+=("$pid")
-	wait_for "etcd on 127.0.0.1:$ETCD_PORT" "$pid" "$dir/etcd.log" \
-		curl -fsS -o /dev/null "http://127.0.0.1:$ETCD_PORT/health"
-}
-
-# ZooKeeper runs standalone with its defaults but for where it listens: the
-# client port on 127.0.0.1, no admin server and no JMX (both would listen on
-# every interface), and srvr allowed so the bench can ask its version.
-# zkServer.sh execs java, so the PID is the server's own.
-start_zookeeper() {
-	local dir=$TMP/zookeeper
-	mkdir -p "$dir/data"
-	ZK_PORT=$(free_port)
-	cat >"$dir/zoo.cfg" <<-EOF
-		tickTime=2000
-		dataDir=$dir/data
-		clientPort=$ZK_PORT
-		clientPortAddress=127.0.0.1
-		admin.enableServer=false
-		4lw.commands.whitelist=srvr
-	EOF
-	JMXDISABLE=true JVMFLAGS="-Xmx512m" /usr/share/zookeeper/bin/zkServer.sh start-foreground "$dir/zoo.cfg" \
-		>"$dir/zookeeper.log" 2>&1 &
-	local pid=$!
-	PIDS+=("$pid")
-	wait_for "zookeeper on 127.0.0.1:$ZK_PORT" "$pid" "$dir/zookeeper.log" listening "$ZK_PORT"
-}
+install_peers etcd-server zookeeper redis-server postgresql-15
 
 mkdir -p "$OUT" bench/results
 : >"$OUT/results.jsonl"

@@ -64,6 +64,28 @@ type Result struct {
 	RetriesOnConflict bool    `json:"retries_on_conflict,omitempty"`
 	Aborts            uint64  `json:"aborts,omitempty"`
 	AbortsPerOp       float64 `json:"aborts_per_op,omitempty"`
+
+	// The isolation workload's measurements: Role (RoleAllRead,
+	// RoleReadersAlone, RoleMix), its Readers and Writers (their sum is
+	// Clients) and each side's successful operations per second. A mix
+	// also carries its per-reader operations per second, those of the same
+	// readers alone and of every client reading, and its own over each of
+	// these (IsolationRatio, AllReadRatio).
+	Role                     string  `json:"role,omitempty"`
+	Readers                  int     `json:"readers,omitempty"`
+	Writers                  int     `json:"writers,omitempty"`
+	ReaderOpsPerS            float64 `json:"reader_ops_per_s,omitempty"`
+	WriterOpsPerS            float64 `json:"writer_ops_per_s,omitempty"`
+	PerReaderOpsPerS         float64 `json:"per_reader_ops_per_s,omitempty"`
+	ReadOnlyPerReaderOpsPerS float64 `json:"read_only_per_reader_ops_per_s,omitempty"`
+	AllReadPerReaderOpsPerS  float64 `json:"all_read_per_reader_ops_per_s,omitempty"`
+	IsolationRatio           float64 `json:"isolation_ratio,omitempty"`
+	AllReadRatio             float64 `json:"all_read_ratio,omitempty"`
+
+	// PeakRSSBytes, of a result of the memory workload, is the peak
+	// resident memory (VmHWM) of the server process System names, from its
+	// start to the end of the run. The bench scripts write these results.
+	PeakRSSBytes int64 `json:"peak_rss_bytes,omitempty"`
 }
 
 // setAborts records the aborts of a system that retries on conflict.
@@ -206,6 +228,9 @@ func compare(results []Result, base string) comparison {
 	c := comparison{base: base, by: map[cell]map[string]Result{}, peersOf: map[string][]string{},
 		limits: map[cell]Result{}}
 	for _, r := range results {
+		if hasOwnTable(r) {
+			continue
+		}
 		k := cell{r.Workload, r.Clients}
 		if isLimit(r) {
 			if _, seen := c.limits[k]; !seen {
@@ -302,9 +327,35 @@ func WriteReport(w io.Writer, results []Result, base string, plots map[string]st
 		}
 	}
 
+	writeIsolationTable(&b, results)
+	writeMemoryTable(&b, results)
+
 	counted := slices.ContainsFunc(results, func(r Result) bool { return r.MetricsNodes > 0 })
 	limited := len(c.limits) > 0
 	retried := anyRetries(results)
+	if slices.ContainsFunc(results, func(r Result) bool { return !isLimit(r) && !hasOwnTable(r) }) {
+		writeMeasurements(&b, c, results, retried, counted, limited)
+	}
+	if infos := systemInfos(results); len(infos) > 0 {
+		b.WriteString("\nSystems, as they reported themselves:\n\n")
+		for _, line := range infos {
+			b.WriteString("- " + line + "\n")
+		}
+	}
+	if notes := Notes(results); len(notes) > 0 {
+		b.WriteString("\n")
+		for _, n := range notes {
+			b.WriteString("- " + n + "\n")
+		}
+	}
+	fmt.Fprintf(&b, "\n%s.\n", NoisyMachineNote)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// writeMeasurements writes the table of every measurement but the
+// machine's limits and those shown in tables of their own.
+func writeMeasurements(b *strings.Builder, c comparison, results []Result, retried, counted, limited bool) {
 	b.WriteString("\nAll measurements:\n\n")
 	b.WriteString("| workload | system | clients | ops/s | MB/s | p50 µs | p99 µs | errors |")
 	sep := "|---|---|---:|---:|---:|---:|---:|---:|"
@@ -322,13 +373,13 @@ func WriteReport(w io.Writer, results []Result, base string, plots map[string]st
 	}
 	b.WriteString("\n" + sep + "\n")
 	for _, r := range results {
-		if isLimit(r) {
+		if isLimit(r) || hasOwnTable(r) {
 			continue
 		}
-		fmt.Fprintf(&b, "| %s | %s | %d | %.1f | %.2f | %.1f | %.1f | %d |",
+		fmt.Fprintf(b, "| %s | %s | %d | %.1f | %.2f | %.1f | %.1f | %d |",
 			r.Workload, r.System, r.Clients, r.OpsPerS, r.MBPerS, r.P50us, r.P99us, r.Errors)
 		if retried {
-			fmt.Fprintf(&b, " %s | %s |", abortsCell(r), abortCell(r))
+			fmt.Fprintf(b, " %s | %s |", abortsCell(r), abortCell(r))
 		}
 		if counted {
 			b.WriteString(countCells(r))
@@ -338,21 +389,6 @@ func WriteReport(w io.Writer, results []Result, base string, plots map[string]st
 		}
 		b.WriteString("\n")
 	}
-	if infos := systemInfos(results); len(infos) > 0 {
-		b.WriteString("\nSystems, as they reported themselves:\n\n")
-		for _, line := range infos {
-			b.WriteString("- " + line + "\n")
-		}
-	}
-	if notes := Notes(results); len(notes) > 0 {
-		b.WriteString("\n")
-		for _, n := range notes {
-			b.WriteString("- " + n + "\n")
-		}
-	}
-	fmt.Fprintf(&b, "\n%s.\n", NoisyMachineNote)
-	_, err := io.WriteString(w, b.String())
-	return err
 }
 
 // writeRatioTable writes workload wl's table: base's and each peer's

@@ -28,7 +28,7 @@ import (
 const maxValueBytes = limits.PayloadBytesMax
 
 // Workloads is every workload Run knows, in the order help lists them.
-var Workloads = []string{"write", "read", "stream", "counter", "monalisa", "bank", "limits"}
+var Workloads = []string{"write", "read", "isolation", "stream", "counter", "monalisa", "bank", "limits"}
 
 // AggModes are the ways tyr updates counters and aggregates: atomic ops
 // applied on the server, or transactional read-modify-write.
@@ -91,6 +91,13 @@ type Config struct {
 	// over; ReadKeys is how many keys the read workload preloads.
 	KeysPerClient int
 	ReadKeys      int
+	// ReadSkew is the exponent of the power law the read and isolation
+	// workloads pick keys by: key k is read in proportion to 1/(k+1)^skew,
+	// so 0 reads every key alike and 1 (the default) makes a few keys hot.
+	ReadSkew float64
+	// ReaderShares are the isolation workload's mixes: the percentage of
+	// the clients that read, the others writing, each measured in turn.
+	ReaderShares []int
 
 	StreamSize     int64
 	StreamInFlight int
@@ -116,6 +123,8 @@ func DefaultConfig() Config {
 		Replication:     1,
 		KeysPerClient:   1000,
 		ReadKeys:        10000,
+		ReadSkew:        1,
+		ReaderShares:    slices.Clone(IsolationShares),
 		Agg:             slices.Clone(AggModes),
 		Generators:      1000,
 		ReadRatio:       0.65,
@@ -191,6 +200,12 @@ func (c *Config) validate() error {
 	}
 	if c.KeysPerClient < 1 || c.ReadKeys < 1 {
 		problems = append(problems, errors.New("key counts must be positive"))
+	}
+	if !(c.ReadSkew >= 0 && c.ReadSkew <= 10) {
+		problems = append(problems, fmt.Errorf("--read-skew %v: must be in [0, 10]", c.ReadSkew))
+	}
+	if c.Workload == "isolation" {
+		problems = append(problems, c.validateIsolation()...)
 	}
 	if c.StreamSize < 1 {
 		problems = append(problems, fmt.Errorf("--stream-size %d: must be positive", c.StreamSize))
@@ -299,6 +314,10 @@ func runs(s system, workload string) bool {
 		_, ok = s.(writeSystem)
 	case "read":
 		_, ok = s.(readSystem)
+	case "isolation":
+		_, r := s.(readSystem)
+		_, w := s.(writeSystem)
+		ok = r && w
 	case "stream":
 		_, ok = s.(streamSystem)
 	case "counter":
@@ -391,6 +410,8 @@ func Run(ctx context.Context, cfg Config, emit func(Result) error) (err error) {
 		return runWrite(ctx, &cfg, systems, emit)
 	case "read":
 		return runRead(ctx, &cfg, systems, emit)
+	case "isolation":
+		return runIsolation(ctx, &cfg, systems, emit)
 	case "counter":
 		return runCounter(ctx, &cfg, systems, emit)
 	case "monalisa":
@@ -465,6 +486,20 @@ func runWrite(ctx context.Context, cfg *Config, systems []system, emit func(Resu
 	return forEachPhase(ctx, cfg, systems, emit, op)
 }
 
+// ReadWorkload names the results of the read workload with values of
+// size bytes, e.g. read-1KiB or read-800B, so that one report can hold
+// reads of several sizes side by side.
+func ReadWorkload(size int) string { return "read-" + sizeLabel(int64(size)) }
+
+// sizeLabel is FormatSize with a unit even for sizes of no binary unit.
+func sizeLabel(n int64) string {
+	s := FormatSize(n)
+	if s[len(s)-1] >= '0' && s[len(s)-1] <= '9' {
+		s += "B"
+	}
+	return s
+}
+
 func runRead(ctx context.Context, cfg *Config, systems []system, emit func(Result) error) error {
 	keys := make([]string, cfg.ReadKeys)
 	for i := range keys {
@@ -478,8 +513,17 @@ func runRead(ctx context.Context, cfg *Config, systems []system, emit func(Resul
 			return fmt.Errorf("%s: preloading: %w", s.Name(), err)
 		}
 	}
-	op := func(ctx context.Context, c conn, _ int, rng *rand.Rand, _ []byte) (int, error) {
-		data, err := c.(getConn).Get(ctx, readKey(rng.IntN(cfg.ReadKeys)), cfg.ValueSize)
+	rc := *cfg
+	rc.Workload = ReadWorkload(cfg.ValueSize)
+	return forEachPhase(ctx, &rc, systems, emit, readOp(cfg, len(keys)))
+}
+
+// readOp reads the value of one of the first n read keys, picked by the
+// power law of cfg.ReadSkew (the most read key is k0), and checks its size.
+func readOp(cfg *Config, n int) opFunc {
+	pl := newPowerLaw(n, cfg.ReadSkew)
+	return func(ctx context.Context, c conn, _ int, rng *rand.Rand, _ []byte) (int, error) {
+		data, err := c.(getConn).Get(ctx, readKey(pl.pick(rng)), cfg.ValueSize)
 		if err != nil {
 			return 0, err
 		}
@@ -488,7 +532,6 @@ func runRead(ctx context.Context, cfg *Config, systems []system, emit func(Resul
 		}
 		return len(data), nil
 	}
-	return forEachPhase(ctx, cfg, systems, emit, op)
 }
 
 // opFunc runs one operation for client and returns the bytes it moved.

@@ -31,7 +31,15 @@ Workloads:
   write     each client writes --value-size bytes to blobs of its own, chosen
             at random among --keys-per-client blobs created beforehand
   read      --read-keys values of --value-size bytes are stored, then each
-            client reads random ones
+            client reads them, picking keys by a power law (--read-skew);
+            results are named read-<size>, e.g. read-1KiB
+  isolation of --read-keys keys, half are preloaded with --value-size bytes
+            and read as in read, the other half created and written; at
+            each client count, every client reads, then for each of
+            --reader-shares (percent of the clients reading, the others
+            writing) the readers alone and the readers with the writers;
+            each mix's per-reader throughput is given relative to the same
+            readers alone and to every client reading
   stream    one value of --stream-size is put in parts of the most one
             request carries (4 MiB), a few in flight, then read back; put and
             get are reported separately
@@ -130,8 +138,10 @@ func (f sizeFlag) Set(s string) error {
 func (sizeFlag) Type() string { return "size" }
 
 var workloadShort = map[string]string{
-	"write":   "Random writes of --value-size bytes to pre-created blobs",
-	"read":    "Random reads of --value-size bytes from preloaded blobs",
+	"write": "Random writes of --value-size bytes to pre-created blobs",
+	"read":  "Power-law reads of --value-size bytes from preloaded blobs",
+	"isolation": "Readers and writers of disjoint blobs at several mixes: per-reader throughput against " +
+		"read-only runs",
 	"stream":  "Put then get one large value in parts",
 	"counter": "Every client adds 1 to one shared 8-byte counter: atomic add vs transactional read-modify-write (and peers)",
 	"monalisa": "MonALISA events appended with per-minute aggregates updated in the same transaction, " +
@@ -168,8 +178,14 @@ func newBenchWorkloadCommand(e *env, workload string) *cobra.Command {
 	switch workload {
 	case "write":
 		f.IntVar(&cfg.KeysPerClient, "keys-per-client", cfg.KeysPerClient, "blobs each client writes to")
-	case "read":
-		f.IntVar(&cfg.ReadKeys, "read-keys", cfg.ReadKeys, "values stored before reading")
+	case "read", "isolation":
+		f.IntVar(&cfg.ReadKeys, "read-keys", cfg.ReadKeys, "values stored before reading (isolation: half of them)")
+		f.Float64Var(&cfg.ReadSkew, "read-skew", cfg.ReadSkew,
+			"exponent of the power law reads pick keys by: key k in proportion to 1/(k+1)^skew; 0 picks uniformly")
+		if workload == "isolation" {
+			f.IntSliceVar(&cfg.ReaderShares, "reader-shares", cfg.ReaderShares,
+				"mixes to measure: percent of the clients that read, the others writing")
+		}
 	case "stream":
 		f.Var(sizeFlag{&cfg.StreamSize}, "stream-size", "size of the value put and got")
 		f.IntVar(&cfg.StreamInFlight, "stream-in-flight", cfg.StreamInFlight, "parts in flight at once")
@@ -183,7 +199,7 @@ func newBenchWorkloadCommand(e *env, workload string) *cobra.Command {
 	case "limits":
 		f.StringVar(&cfg.Dir, "dir", cfg.Dir, "directory to measure the fsync rate in: one on the disk the servers use")
 	}
-	if workload == "write" || workload == "read" || workload == "counter" {
+	if workload == "write" || workload == "read" || workload == "isolation" || workload == "counter" {
 		f.Var(sizeFlag{&valueSize}, "value-size", "bytes per write or read, at most 4MiB")
 	}
 	if workload == "counter" || workload == "monalisa" {
@@ -260,6 +276,9 @@ func writeBenchSummary(w io.Writer, cfg bench.Config, results []bench.Result) {
 			cfg.Workload, cfg.ValueSize, cfg.Duration, cfg.Seed, cfg.Endpoint)
 	}
 	_ = bench.WriteTable(w, results)
+	if cfg.Workload == bench.IsolationWorkload {
+		_ = bench.WriteIsolation(w, results)
+	}
 	var ratios strings.Builder
 	if err := bench.WriteRatios(&ratios, results, cfg.System); err == nil && ratios.Len() > 0 {
 		fmt.Fprintf(w, "\n%s", ratios.String())
@@ -272,7 +291,10 @@ func writeBenchSummary(w io.Writer, cfg bench.Config, results []bench.Result) {
 
 func newBenchReportCommand(e *env) *cobra.Command {
 	base := bench.BaseSystem
-	var plots string
+	var (
+		plots   string
+		targets bool
+	)
 	cmd := &cobra.Command{
 		Use:   "report [FILE...]",
 		Short: "Turn --json results into Markdown tables of tyr/peer ratios, and plots",
@@ -284,7 +306,8 @@ measurement, as a fraction of those limits. --base names the system the
 others are compared with. --plots PREFIX also draws each workload's
 operations per second by clients, every system on one chart, into
 PREFIX-<workload>.png, linked from the Markdown by file name (for a report
-saved next to the plots).`,
+saved next to the plots). --targets ends the report with the issue's
+targets: each bound, the ratio this run measured and whether it is met.`,
 		RunE: func(_ *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				args = []string{"-"}
@@ -311,10 +334,18 @@ saved next to the plots).`,
 					links[wl] = filepath.Base(f)
 				}
 			}
-			return bench.WriteReport(e.stdout, all, base, links)
+			if err := bench.WriteReport(e.stdout, all, base, links); err != nil {
+				return err
+			}
+			if targets {
+				return bench.WriteTargetsSection(e.stdout, all, base)
+			}
+			return nil
 		},
 	}
 	cmd.Flags().StringVar(&base, "base", base, "system whose operations per second the ratios divide")
+	cmd.Flags().BoolVar(&targets, "targets", false,
+		"end with the issue's targets (at 32 clients), each measured ratio and whether it is met")
 	cmd.Flags().StringVar(&plots, "plots", "", "also write a PNG plot per workload to PREFIX-<workload>.png")
 	return cmd
 }
