@@ -40,8 +40,10 @@ import (
 //     the replay of the replica's commits up to that version;
 //   - a version is readable while it is current, until the linger time
 //     after a commit superseded it, and, while a reader's use of it is
-//     counted (not released, not lapsed, the replica not restarted since),
-//     until the retention time after the use began; only a later delete,
+//     counted (not released, not lapsed, the replica not restarted since,
+//     and no stale release of the version by another reader since, which
+//     may end that use instead: mvcc counts uses, it does not tell them
+//     apart), until the retention time after the use began; only a later delete,
 //     or truncate that dropped its pages, excuses a refusal, which must be
 //     a conflict;
 //   - once a collector pass ran more than the retention time after a
@@ -97,6 +99,15 @@ type pin struct {
 	until   int  // tick it stops reading
 }
 
+// release is a reader's release of its use of a version. It is stale when
+// that use had lapsed, or the node had restarted since the pin: it then
+// ends another use of the version, if any is counted (see mvcc/uses.go).
+type release struct {
+	pin   *pin
+	at    int
+	stale bool
+}
+
 // oldRead is one read of a pin's version.
 type oldRead struct {
 	pin *pin
@@ -106,13 +117,6 @@ type oldRead struct {
 	upto, collected int
 	data            []byte
 	err             error
-}
-
-// gcFinding is an anomaly of the collector checks made during the run.
-type gcFinding struct {
-	node ring.NodeID
-	key  string
-	text string
 }
 
 func (w *world) mvccNode(n ring.NodeID) *mvccNode { return w.stores[n].(*mvccNode) }
@@ -163,6 +167,7 @@ func (w *world) checkRetained(s *mvccNode, k string) {
 		w.failures = append(w.failures, fmt.Sprintf("tick %d: %s: listing the versions of %s: %v", w.now, s.node, k, err))
 		return
 	}
+	finding := func(format string, args ...any) { w.gcFindings = append(w.gcFindings, fmt.Sprintf(format, args...)) }
 	log := s.logs[k]
 	// index is the position in the log of the commit of version v; find
 	// also checks that a later commit superseded it.
@@ -171,17 +176,15 @@ func (w *world) checkRetained(s *mvccNode, k string) {
 	}
 	find := func(what string, v uint64) (i int, ok bool) {
 		if i = index(v); i < 0 || i+1 >= len(log) {
-			w.gcFindings = append(w.gcFindings, gcFinding{s.node, k, fmt.Sprintf(
-				"tick %d: %s keeps %s version %d of %s, which no commit here superseded (log %v)", w.now, s.node, what, v, k, log)})
+			finding("tick %d: %s keeps %s version %d of %s, which no commit here superseded (log %v)", w.now, s.node, what, v, k, log)
 			return 0, false
 		}
 		return i, true
 	}
 	oldest := w.now - w.gc.retentionTicks
 	expired := func(what string, v uint64, sup int) {
-		w.gcFindings = append(w.gcFindings, gcFinding{s.node, k, fmt.Sprintf(
-			"tick %d: after a collector pass %s keeps %s version %d of %s, superseded at tick %d, past the retention of %d ticks",
-			w.now, s.node, what, v, k, sup, w.gc.retentionTicks)})
+		finding("tick %d: after a collector pass %s keeps %s version %d of %s, superseded at tick %d, past the retention of %d ticks",
+			w.now, s.node, what, v, k, sup, w.gc.retentionTicks)
 	}
 	recent := 0 // commits of the last retention time
 	for _, id := range log {
@@ -190,9 +193,8 @@ func (w *world) checkRetained(s *mvccNode, k string) {
 		}
 	}
 	if len(r.History) > recent {
-		w.gcFindings = append(w.gcFindings, gcFinding{s.node, k, fmt.Sprintf(
-			"tick %d: %s keeps %d older versions of %s, above the %d commits of the last %d ticks",
-			w.now, s.node, len(r.History), k, recent, w.gc.retentionTicks)})
+		finding("tick %d: %s keeps %d older versions of %s, above the %d commits of the last %d ticks",
+			w.now, s.node, len(r.History), k, recent, w.gc.retentionTicks)
 	}
 	for _, v := range r.History {
 		if i, ok := find("the history record of", v); ok && s.commitTicks[log[i+1]] < oldest {
@@ -202,9 +204,8 @@ func (w *world) checkRetained(s *mvccNode, k string) {
 	for _, page := range sortedKeys(r.Pages) {
 		vs := r.Pages[page]
 		if len(vs) > 1+recent {
-			w.gcFindings = append(w.gcFindings, gcFinding{s.node, k, fmt.Sprintf(
-				"tick %d: %s keeps %d versions of page %d of %s, above 1 + the %d commits of the last %d ticks",
-				w.now, s.node, len(vs), page, k, recent, w.gc.retentionTicks)})
+			finding("tick %d: %s keeps %d versions of page %d of %s, above 1 + the %d commits of the last %d ticks",
+				w.now, s.node, len(vs), page, k, recent, w.gc.retentionTicks)
 		}
 		// A page version is superseded by the next commit that wrote the
 		// page: the next newer version kept, or one before it.
@@ -214,8 +215,7 @@ func (w *world) checkRetained(s *mvccNode, k string) {
 				continue
 			}
 			if i := index(vs[j-1]); i < 0 {
-				w.gcFindings = append(w.gcFindings, gcFinding{s.node, k, fmt.Sprintf(
-					"tick %d: %s keeps %s version %d of %s, never committed here (log %v)", w.now, s.node, what, vs[j-1], k, log)})
+				finding("tick %d: %s keeps %s version %d of %s, never committed here (log %v)", w.now, s.node, what, vs[j-1], k, log)
 			} else if s.commitTicks[log[i]] < oldest {
 				expired(what, vs[j], s.commitTicks[log[i]])
 			}
@@ -302,7 +302,9 @@ func (w *world) stepReader(i int) {
 		if err == nil {
 			pending.Abort()
 		}
-		w.trace("reader %d releases %s at version %d on %s", i, p.key, p.version, p.node)
+		stale := w.now >= p.at+w.gc.retentionTicks || w.crashedWithin(p.node, p.at, w.now)
+		w.releases = append(w.releases, release{pin: p, at: w.now, stale: stale})
+		w.trace("reader %d releases %s at version %d on %s stale=%t", i, p.key, p.version, p.node, stale)
 		return
 	}
 	if !w.down[p.node] && rng.IntN(100) < w.gc.readPct {
@@ -335,11 +337,21 @@ func (w *world) crashedWithin(n ring.NodeID, from, to int) bool {
 	return slices.ContainsFunc(w.crashTicks[n], func(at int) bool { return from <= at && at <= to })
 }
 
+// stolen reports whether a stale release of p's version on p's node by
+// another reader came between p's pin and tick at: it may have ended p's
+// use (see mvcc/uses.go).
+func (w *world) stolen(p *pin, at int) bool {
+	return slices.ContainsFunc(w.releases, func(r release) bool {
+		q := r.pin
+		return r.stale && q != p && q.node == p.node && q.key == p.key && q.version == p.version && p.at <= r.at && r.at <= at
+	})
+}
+
 // checkCollector checks the readers' reads and reports the findings of
 // the checks made after each collector pass (see the top of this file).
 func (w *world) checkCollector(add func(string, ...any)) {
 	for _, f := range w.gcFindings {
-		add("gc: %s", f.text)
+		add("gc: %s", f)
 	}
 	L, R := w.gc.lingerTicks, w.gc.retentionTicks
 	// One anomaly per pin: its later reads mostly repeat the first.
@@ -385,7 +397,7 @@ func (w *world) checkCollector(add func(string, ...any)) {
 		sup := log[i+1]
 		if o.err != nil && !cutSince(model, w.txns, log[i+1:], p.key) {
 			lingers := o.at < max(s.stageTicks[sup], s.commitTicks[log[i]])+L
-			used := p.use && o.at < p.at+R && !w.crashedWithin(p.node, p.at, o.at)
+			used := p.use && o.at < p.at+R && !w.crashedWithin(p.node, p.at, o.at) && !w.stolen(p, o.at)
 			if lingers || used {
 				add("gc: %s failed while the version is retained (superseded by %s, staged at tick %d; linger %d, retention %d ticks): %v",
 					where, sup, s.stageTicks[sup], L, R, o.err)

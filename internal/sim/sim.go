@@ -351,7 +351,8 @@ type world struct {
 	// gc is the seed's collector profile and gcRng its random source;
 	// pins holds each reader's pin (nil: idle), collected the tick of
 	// each node's last collector pass, crashTicks each node's crashes,
-	// and oldReads and gcFindings what the collector checks look at
+	// and oldReads, releases and gcFindings what the collector checks
+	// look at
 	// (see gc.go).
 	gc          gcProfile
 	gcRng       *rand.Rand
@@ -359,7 +360,8 @@ type world struct {
 	collected   map[ring.NodeID]int
 	crashTicks  map[ring.NodeID][]int
 	oldReads    []oldRead
-	gcFindings  []gcFinding
+	releases    []release
+	gcFindings  []string
 	stats       Stats
 	failures    []string
 	traceHasher func([]byte)
