@@ -24,7 +24,10 @@
 //
 // Nodes crash and restart too: a crash loses the node's replica state and
 // what its store had staged, and keeps what the store committed, including
-// its transaction records (chain.Stager.Committed). Messages sent to a
+// its transaction records (chain.Stager.Committed); an mvcc store is
+// opened again over its database, losing what it held in memory. On mvcc
+// the stores' version collectors run as well, against readers of older
+// versions (see gc.go). Messages sent to a
 // node before it restarted reach the new run, except fresh Forwards: a
 // message the sender sent once reaches at most one run of a node, and the
 // simulated network repeats messages, which the transport does not. A
