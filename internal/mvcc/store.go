@@ -853,7 +853,7 @@ func (s *Store) collectBatch(now time.Time) (records, collected int, err error) 
 		}
 		records++
 		latest := garbageLatest(value, int64(binary.BigEndian.Uint64(k[1:9])))
-		if u := s.uses.of(key, now); u.Oldest != 0 && u.Oldest < newerVersion && now.UnixNano() < latest {
+		if u := s.uses.of(key, now); !brokenCollectInUse && u.Oldest != 0 && u.Oldest < newerVersion && now.UnixNano() < latest {
 			// A transaction may still read an older version: look again
 			// after another linger time, or when its use lapses (see
 			// uses.go).

@@ -36,10 +36,12 @@ import (
 // Failure modes are on the safe side: uses live in memory, so a restarted
 // node, or a holder that learned of a use late, may collect a version a
 // transaction still reads; the transaction's read at that version then fails
-// with errs.ErrConflict and it runs again. A repeated commit message may
-// release a use twice, with the same effect on another transaction using
-// the same version. No read ever returns bytes of a version it did not ask
-// for.
+// with errs.ErrConflict and it runs again. Uses are counted, not told
+// apart, so a release that finds its own use gone may end another
+// transaction's use of the same version, with the same effect on it: a
+// repeated commit message releases a use twice, and so does the commit of
+// a transaction whose use lapsed or whose version manager restarted since
+// it read. No read ever returns bytes of a version it did not ask for.
 
 // InUse summarizes a blob's versions in use: the oldest, and when the last
 // use lapses at the latest (unix nanoseconds). The zero InUse: none.

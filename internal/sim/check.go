@@ -41,6 +41,9 @@ const anomaliesMax = 20
 //     is the one it finds in that replay;
 //   - each store saw at most one Prepare per transaction and at most one
 //     Commit or Abort after it.
+//   - collection, on mvcc: the collector keeps every version it promises
+//     to and none past the retention time, and reads at a version return
+//     its bytes (see gc.go).
 func (w *world) check() []string {
 	var out []string
 	add := func(format string, args ...any) {
@@ -56,6 +59,9 @@ func (w *world) check() []string {
 	w.checkLiveness(add)
 	w.checkOutcomes(add)
 	w.checkKeys(add)
+	if w.cfg.Store == StoreMVCC {
+		w.checkCollector(add)
+	}
 	return out
 }
 

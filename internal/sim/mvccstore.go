@@ -84,10 +84,20 @@ var simEpoch = time.Unix(1_700_000_000, 0)
 // does not store and records, for the checkers, what the replica did with
 // each transaction: the same history MemStore keeps.
 type mvccNode struct {
-	node  ring.NodeID
-	owns  func(key string) bool
+	node ring.NodeID
+	owns func(key string) bool
+	// fs holds the database's files, which outlive a crash; db and store
+	// are opened again over it at each one (see crash).
+	fs    vfs.FS
+	opts  mvcc.Options
 	db    *pebble.DB
 	store *mvcc.Store
+	// tick is the virtual time in ticks. stageTicks holds when each
+	// transaction was last staged here, and commitTicks when it
+	// committed here: the bounds of its collector records' deadlines,
+	// which the collector checks use.
+	tick                    func() int
+	stageTicks, commitTicks map[chain.TxnID]int
 	// versionOf is each transaction's commit version, the same on every
 	// member: what a node learns with the Forward.
 	versionOf func(id chain.TxnID) uint64
@@ -102,27 +112,49 @@ type mvccNode struct {
 	anomalies []string
 }
 
+// mvccClock is what an mvccNode knows of the virtual time: the clock of
+// its store, so what the store stamps with it replays exactly, and the
+// same time in ticks.
+type mvccClock struct {
+	now  func() time.Time
+	tick func() int
+}
+
 // newMVCCNode opens an mvcc.Store for node over a fresh in-memory Pebble
-// database. now is the simulator's clock, so what the store stamps with it
-// replays exactly; versionOf gives each transaction's commit version, and
-// trace records the store's ordering events in the run's trace.
-func newMVCCNode(node ring.NodeID, owns func(key string) bool, now func() time.Time,
+// database, keeping superseded versions for linger and, while a read uses
+// them, retention (mvcc.Options). versionOf gives each transaction's
+// commit version, and trace records the store's ordering events in the
+// run's trace.
+func newMVCCNode(node ring.NodeID, owns func(key string) bool, clock mvccClock, linger, retention time.Duration,
 	versionOf func(id chain.TxnID) uint64, trace func(format string, args ...any)) (*mvccNode, error) {
-	db, err := pebble.Open("db", &pebble.Options{
-		FS: vfs.NewMem(), MemTableSize: 256 << 10, Logger: quietLogger{},
-	})
-	if err != nil {
-		return nil, err
-	}
-	store, err := mvcc.Open(db, mvcc.Options{MVCC: true, Sync: false, Now: now})
-	if err != nil {
-		_ = db.Close()
-		return nil, err
-	}
-	return &mvccNode{node: node, owns: owns, db: db, store: store,
+	s := &mvccNode{node: node, owns: owns, fs: vfs.NewMem(),
+		opts: mvcc.Options{MVCC: true, Sync: false, Now: clock.now, Linger: linger, Retention: retention},
+		tick: clock.tick, stageTicks: map[chain.TxnID]int{}, commitTicks: map[chain.TxnID]int{},
 		versionOf: versionOf, trace: trace,
 		status: map[chain.TxnID]status{}, staged: map[chain.TxnID]*mvccStaged{}, logs: map[string][]chain.TxnID{},
-		queued: map[chain.TxnID]bool{}, waited: map[chain.TxnID]bool{}}, nil
+		queued: map[chain.TxnID]bool{}, waited: map[chain.TxnID]bool{}}
+	if err := s.open(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// open opens the database in s.fs and the store over it, as a node does
+// when it starts.
+func (s *mvccNode) open() error {
+	db, err := pebble.Open("db", &pebble.Options{
+		FS: s.fs, MemTableSize: 256 << 10, Logger: quietLogger{},
+	})
+	if err != nil {
+		return err
+	}
+	store, err := mvcc.Open(db, s.opts)
+	if err != nil {
+		_ = db.Close()
+		return err
+	}
+	s.db, s.store = db, store
+	return nil
 }
 
 // Prepare implements chain.Stager.
@@ -168,9 +200,13 @@ func (s *mvccNode) Prepare(id chain.TxnID, ops []txn.Op) (chain.Staged, error) {
 	}
 	s.status[id] = statusStaged
 	s.staged[id] = p
+	s.stageTicks[id] = s.tick()
 	return p, nil
 }
 
+// crash drops what the store staged and opens the database and the store
+// again, as a restarted node does: what lived in the store's memory, such
+// as the versions running transactions use (see mvcc/uses.go), is gone.
 func (s *mvccNode) crash() {
 	ids := slices.SortedFunc(maps.Keys(s.staged), chain.TxnID.Compare)
 	for _, id := range ids {
@@ -180,6 +216,12 @@ func (s *mvccNode) crash() {
 	}
 	clear(s.staged)
 	loseUncommitted(s.status)
+	if err := s.db.Close(); err != nil {
+		panic(fmt.Sprintf("sim: closing %s's store: %v", s.node, err))
+	}
+	if err := s.open(); err != nil {
+		panic(fmt.Sprintf("sim: reopening %s's store: %v", s.node, err))
+	}
 }
 
 type mvccStaged struct {
@@ -240,6 +282,7 @@ func (p *mvccStaged) Commit(results []txn.Result) error {
 		return err
 	}
 	p.finish(statusCommitted)
+	p.node.commitTicks[p.id] = p.node.tick()
 	if p.inner != nil {
 		// A commit that was queued is rebased as it applies: its atomic
 		// ops found the values the commits ahead of it left.

@@ -24,7 +24,10 @@
 //
 // Nodes crash and restart too: a crash loses the node's replica state and
 // what its store had staged, and keeps what the store committed, including
-// its transaction records (chain.Stager.Committed). Messages sent to a
+// its transaction records (chain.Stager.Committed); an mvcc store is
+// opened again over its database, losing what it held in memory. On mvcc
+// the stores' version collectors run as well, against readers of older
+// versions (see gc.go). Messages sent to a
 // node before it restarted reach the new run, except fresh Forwards: a
 // message the sender sent once reaches at most one run of a node, and the
 // simulated network repeats messages, which the transport does not. A
@@ -235,6 +238,12 @@ type Stats struct {
 	// Behind counts the copies (a key on one of its replicas) that missed
 	// a commit, and that the key checks leave out; Copies counts them all.
 	Behind, Copies int
+	// Collections counts the collector passes (mvcc only) and Collected
+	// the page versions they deleted; Pins counts the readers' pins of a
+	// version, OldReads their reads of a version a commit had superseded,
+	// OldServed those served and OldGone those refused (see gc.go).
+	Collections, Collected             int
+	Pins, OldReads, OldServed, OldGone int
 }
 
 // Add adds the counts of o to s, field by field (every field is a count).
@@ -338,10 +347,24 @@ type world struct {
 	// leaves out of chains now (sorted), and lostSince, per client and
 	// node, the tick since which the node has been out of the client's
 	// reach, or -1.
-	det         detector
-	views       [][]ring.NodeID
-	lostSince   [][]int
-	inFlight    int // deliveries queued
+	det       detector
+	views     [][]ring.NodeID
+	lostSince [][]int
+	inFlight  int // deliveries queued
+	// gc is the seed's collector profile and gcRng its random source;
+	// pins holds each reader's pin (nil: idle), collected the tick of
+	// each node's last collector pass, crashTicks each node's crashes,
+	// and oldReads, releases and gcFindings what the collector checks
+	// look at
+	// (see gc.go).
+	gc          gcProfile
+	gcRng       *rand.Rand
+	pins        []*pin
+	collected   map[ring.NodeID]int
+	crashTicks  map[ring.NodeID][]int
+	oldReads    []oldRead
+	releases    []release
+	gcFindings  []string
 	stats       Stats
 	failures    []string
 	traceHasher func([]byte)
@@ -355,7 +378,11 @@ func Run(cfg Config) Result {
 		replicas: map[ring.NodeID]*chain.Replica{}, stores: map[ring.NodeID]nodeStore{},
 		placement: map[string][]ring.NodeID{}, txns: map[chain.TxnID]*txnRecord{},
 		down: map[ring.NodeID]bool{}, restarted: map[ring.NodeID]int{}, behind: map[string]map[ring.NodeID]bool{},
-		stageLost: map[chain.TxnID][]ring.NodeID{}}
+		stageLost: map[chain.TxnID][]ring.NodeID{},
+		collected: map[ring.NodeID]int{}, crashTicks: map[ring.NodeID][]int{}}
+	w.gcRng = gcSource(cfg.Seed)
+	w.gc = pickGC(w.gcRng)
+	w.pins = make([]*pin, w.gc.readers)
 	w.p.crashes = pickCrashes(crashSource(cfg.Seed), cfg)
 	h := fnv.New64a()
 	w.traceHasher = func(b []byte) { _, _ = h.Write(b) }
@@ -414,7 +441,8 @@ func (w *world) build() {
 		case StoreMem:
 			store = NewMemStore(n, owns)
 		case StoreMVCC:
-			s, err := newMVCCNode(n, owns, w.clock, w.versionOf, w.trace)
+			s, err := newMVCCNode(n, owns, mvccClock{now: w.clock, tick: func() int { return w.now }},
+				ticks(w.gc.lingerTicks), ticks(w.gc.retentionTicks), w.versionOf, w.trace)
 			if err != nil {
 				panic(err)
 			}
@@ -634,6 +662,7 @@ func (w *world) loop() {
 				w.trace("crash %s", e.node)
 				w.down[e.node] = true
 				w.stores[e.node].crash()
+				w.crashTicks[e.node] = append(w.crashTicks[e.node], w.now)
 				w.replicas[e.node] = nil
 				w.stats.Crashes++
 			}
@@ -677,6 +706,7 @@ func (w *world) done() bool {
 
 func (w *world) tick() {
 	w.updateViews()
+	w.gcTick()
 	for _, n := range w.nodes {
 		if w.down[n] {
 			continue
@@ -968,5 +998,16 @@ func (w *world) summary() string {
 		w.stats.Queued, w.stats.QueuedCommitted, w.stats.Waited,
 		w.stats.Sent, w.stats.Dropped, w.stats.Partitioned, w.stats.Dups, w.stats.Lost, w.stats.StagesLost,
 		w.stats.Reroutes, w.stats.Rerouted, w.stats.RerouteCommitted, w.stats.LeftOut, w.stats.LeftStaged, w.stats.LeftBehind,
-		w.stats.OldChain, w.stats.Behind, w.stats.Copies, w.now)
+		w.stats.OldChain, w.stats.Behind, w.stats.Copies, w.now) + w.gcSummary()
+}
+
+// gcSummary is the collector's part of the summary, on mvcc.
+func (w *world) gcSummary() string {
+	if w.cfg.Store != StoreMVCC {
+		return ""
+	}
+	g := w.gc
+	return fmt.Sprintf(" | gc: linger=%d retention=%d collect=%d%% readers=%d passes=%d collected=%d pins=%d old-reads=%d (served %d, gone %d)",
+		g.lingerTicks, g.retentionTicks, g.collectPct, g.readers,
+		w.stats.Collections, w.stats.Collected, w.stats.Pins, w.stats.OldReads, w.stats.OldServed, w.stats.OldGone)
 }

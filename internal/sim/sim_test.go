@@ -13,7 +13,10 @@
 //     mvcc stores that apply queued atomic commits out of version order
 //     (TestSimCatchesUnordered, which runs itself again in a test binary
 //     built with the tyr_broken_unordered tag; run that part alone with
-//     go test -tags tyr_broken_unordered ./internal/sim -run 'TestSimCatchesUnordered$' -v).
+//     go test -tags tyr_broken_unordered ./internal/sim -run 'TestSimCatchesUnordered$' -v),
+//     and version collectors that delete versions running transactions
+//     still use (TestSimCatchesCollectedInUse, likewise with the
+//     tyr_broken_gc tag).
 //
 // By default TestSim runs seeds 1 to 200, the odd ones on the in-memory
 // model store and the even ones on real mvcc stores over in-memory Pebble
@@ -186,17 +189,23 @@ func TestSim(t *testing.T) {
 	t.Logf("seeds %d..%d (%d on mvcc): %d failed in %v; %d lossy, %d partitioned; %d transactions (%d committed, %d aborted), %d messages (%d dropped, %d cut); "+
 		"ordering: %d transactions queued behind undecided ones (%d committed), %d waited to apply, on %d seeds; "+
 		"reroutes: %d re-executions of %d transactions (%d committed) on %d seeds, %d members left out (%d had staged, %d missed a commit), %d old-chain messages dropped; "+
-		"%d of %d copies of keys behind at the end, left out of the key checks",
+		"%d of %d copies of keys behind at the end, left out of the key checks; "+
+		"gc: %d collector passes deleted %d page versions; readers pinned %d versions and read superseded ones %d times (%d served, %d gone)",
 		*firstFlag, *firstFlag+uint64(n)-1, onMVCC, failed, time.Since(start).Round(time.Millisecond), lossy, partitioned,
 		total.Begun, total.Committed, total.Aborted, total.Sent, total.Dropped, total.Partitioned,
 		total.Queued, total.QueuedCommitted, total.Waited, ordered,
 		total.Reroutes, total.Rerouted, total.RerouteCommitted, rerouted, total.LeftOut, total.LeftStaged, total.LeftBehind, total.OldChain,
-		total.Behind, total.Copies)
+		total.Behind, total.Copies,
+		total.Collections, total.Collected, total.Pins, total.OldReads, total.OldServed, total.OldGone)
 	if total.Committed == 0 || total.Aborted == 0 {
 		t.Errorf("the workload is degenerate: %d committed, %d aborted", total.Committed, total.Aborted)
 	}
 	if onMVCC >= 20 && total.Waited == 0 {
 		t.Errorf("the workload is degenerate: no committed transaction waited behind a queued one on %d mvcc seeds", onMVCC)
+	}
+	if onMVCC >= 20 && (total.Collected == 0 || total.OldServed == 0 || total.OldGone == 0) {
+		t.Errorf("the workload is degenerate: on %d mvcc seeds the collectors deleted %d page versions, and of the reads of superseded versions %d were served and %d refused",
+			onMVCC, total.Collected, total.OldServed, total.OldGone)
 	}
 	if *rerouteFlag && n >= 50 && 5*rerouted < n {
 		t.Errorf("the workload is degenerate: only %d of %d seeds re-executed a transaction", rerouted, n)
@@ -343,6 +352,57 @@ func TestSimCatchesUnordered(t *testing.T) {
 		}
 	}
 	t.Fatalf("no anomaly in %d mvcc seeds with queued commits applied out of order", seedsMax)
+}
+
+// caughtGC is how TestSimCatchesCollectedInUse, in the tagged binary,
+// reports the seed that caught the bug.
+var caughtGC = regexp.MustCompile(`caught the collected versions at seed (\d+)`)
+
+// TestSimCatchesCollectedInUse runs mvcc seeds with version collectors
+// that ignore the versions readers use and delete a superseded version
+// once its linger time passed (in binaries built with tyr_broken_gc), and
+// expects the collector checks to report a read refused while its version
+// had to be retained. In a real build it runs itself in a binary built
+// with the tag, and then checks that the seed that caught the bug passes
+// without it.
+func TestSimCatchesCollectedInUse(t *testing.T) {
+	if !brokenGC {
+		if testing.Short() {
+			t.Skip("builds a test binary with the tyr_broken_gc tag")
+		}
+		cmd := exec.Command("go", "test", "-tags", "tyr_broken_gc", "-count=1", "-run", "^TestSimCatchesCollectedInUse$", "-v", ".")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("with tyr_broken_gc: %v\n%s", err, out)
+		}
+		m := caughtGC.FindSubmatch(out)
+		if m == nil {
+			t.Fatalf("with tyr_broken_gc, no seed reported:\n%s", out)
+		}
+		seed, err := strconv.ParseUint(string(m[1]), 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("with tyr_broken_gc, %s", m[0])
+		if clean := sim.Run(sim.Config{Seed: seed, Store: sim.StoreMVCC}); len(clean.Anomalies) > 0 {
+			report(t, clean)
+		}
+		return
+	}
+	const seedsMax = 40
+	batch := runtime.GOMAXPROCS(0)
+	for first := uint64(1); first <= seedsMax; first += uint64(batch) {
+		results := runSeeds(first, batch, func(seed uint64) sim.Config { return sim.Config{Seed: seed, Store: sim.StoreMVCC} })
+		for _, r := range results {
+			for _, a := range r.Anomalies {
+				if strings.HasPrefix(a, "gc: ") && strings.Contains(a, "failed while the version is retained") {
+					t.Logf("caught the collected versions at seed %d: %s\n\t%s", r.Seed, r.Summary, strings.Join(r.Anomalies, "\n\t"))
+					return
+				}
+			}
+		}
+	}
+	t.Fatalf("no anomaly in %d mvcc seeds with collectors that delete versions in use", seedsMax)
 }
 
 func Example() {
