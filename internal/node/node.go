@@ -264,6 +264,9 @@ func Start(cfg Config) (*Node, error) {
 		n.earlier[ks.Name] = !cfg.FirstRun
 	}
 	n.catch.init()
+	if cfg.LeaseDuration < 0 {
+		n.holdLeaseForGood()
+	}
 	n.lastTick.Store(time.Now().UnixNano())
 	go n.loop()
 	go n.catchUpLoop()
