@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -201,7 +202,7 @@ func (w *world) checkRetained(s *mvccNode, k string) {
 			expired("the history record of", v, s.commitTicks[log[i+1]])
 		}
 	}
-	for _, page := range sortedKeys(r.Pages) {
+	for _, page := range slices.Sorted(maps.Keys(r.Pages)) {
 		vs := r.Pages[page]
 		if len(vs) > 1+recent {
 			finding("tick %d: %s keeps %d versions of page %d of %s, above 1 + the %d commits of the last %d ticks",
@@ -227,15 +228,6 @@ func (w *world) checkRetained(s *mvccNode, k string) {
 func (w *world) isCurrent(s *mvccNode, k string, v uint64) bool {
 	log := s.logs[k]
 	return len(log) > 0 && w.txns[log[len(log)-1]].version == v
-}
-
-func sortedKeys[V any](m map[uint64]V) []uint64 {
-	out := make([]uint64, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
 }
 
 // locked reports whether a transaction staged on s holds key k, which
