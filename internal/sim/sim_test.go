@@ -42,6 +42,7 @@ import (
 	"os/exec"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -302,9 +303,49 @@ func TestSimCatchesShortRetention(t *testing.T) {
 	t.Fatalf("no anomaly in %d lossy seeds with a retention of one tick", seedsMax)
 }
 
-// caughtUnordered is how TestSimCatchesUnordered, in the tagged binary,
-// reports the seed that caught the bug.
-var caughtUnordered = regexp.MustCompile(`caught the unordered commits at seed (\d+)`)
+// catchBroken is the body of a test that shows the checkers catch a bug a
+// build tag injects. In a real build (broken false) it runs test itself in
+// a binary built with tag, reads the seed that caught the bug from its
+// output, and checks that this seed passes without the tag. In the tagged
+// binary it runs up to seedsMax mvcc seeds until one reports an anomaly
+// caught accepts, and fails if none does.
+func catchBroken(t *testing.T, broken bool, tag, test, bug string, seedsMax uint64, caught func(anomaly string) bool) {
+	t.Helper()
+	if !broken {
+		if testing.Short() {
+			t.Skip("builds a test binary with the " + tag + " tag")
+		}
+		cmd := exec.Command("go", "test", "-tags", tag, "-count=1", "-run", "^"+test+"$", "-v", ".")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("with %s: %v\n%s", tag, err, out)
+		}
+		m := regexp.MustCompile(`caught the ` + regexp.QuoteMeta(bug) + ` at seed (\d+)`).FindSubmatch(out)
+		if m == nil {
+			t.Fatalf("with %s, no seed reported:\n%s", tag, out)
+		}
+		seed, err := strconv.ParseUint(string(m[1]), 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("with %s, %s", tag, m[0])
+		if clean := sim.Run(sim.Config{Seed: seed, Store: sim.StoreMVCC}); len(clean.Anomalies) > 0 {
+			report(t, clean)
+		}
+		return
+	}
+	batch := runtime.GOMAXPROCS(0)
+	for first := uint64(1); first <= seedsMax; first += uint64(batch) {
+		results := runSeeds(first, batch, func(seed uint64) sim.Config { return sim.Config{Seed: seed, Store: sim.StoreMVCC} })
+		for _, r := range results {
+			if slices.ContainsFunc(r.Anomalies, caught) {
+				t.Logf("caught the %s at seed %d: %s\n\t%s", bug, r.Seed, r.Summary, strings.Join(r.Anomalies, "\n\t"))
+				return
+			}
+		}
+	}
+	t.Fatalf("no anomaly in %d mvcc seeds with the %s", seedsMax, bug)
+}
 
 // TestSimCatchesUnordered runs mvcc seeds with stores whose commits queued
 // behind others apply as soon as their chain commits them, out of version
@@ -312,97 +353,22 @@ var caughtUnordered = regexp.MustCompile(`caught the unordered commits at seed (
 // in binaries built with tyr_broken_unordered), and expects the checkers
 // to report what that breaks: replicas that disagree, a key's commits out
 // of version order, atomic ops that reported values the replay does not
-// give. In a real build it runs itself in a binary built with the tag, and
-// then checks that the seed that caught the bug passes without it.
+// give.
 func TestSimCatchesUnordered(t *testing.T) {
-	if !brokenUnordered {
-		if testing.Short() {
-			t.Skip("builds a test binary with the tyr_broken_unordered tag")
-		}
-		cmd := exec.Command("go", "test", "-tags", "tyr_broken_unordered", "-count=1", "-run", "^TestSimCatchesUnordered$", "-v", ".")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("with tyr_broken_unordered: %v\n%s", err, out)
-		}
-		m := caughtUnordered.FindSubmatch(out)
-		if m == nil {
-			t.Fatalf("with tyr_broken_unordered, no seed reported:\n%s", out)
-		}
-		seed, err := strconv.ParseUint(string(m[1]), 10, 64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("with tyr_broken_unordered, %s", m[0])
-		if clean := sim.Run(sim.Config{Seed: seed, Store: sim.StoreMVCC}); len(clean.Anomalies) > 0 {
-			report(t, clean)
-		}
-		return
-	}
-	const seedsMax = 400
-	batch := runtime.GOMAXPROCS(0)
-	for first := uint64(1); first <= seedsMax; first += uint64(batch) {
-		results := runSeeds(first, batch, func(seed uint64) sim.Config { return sim.Config{Seed: seed, Store: sim.StoreMVCC} })
-		for _, r := range results {
-			for _, a := range r.Anomalies {
-				if strings.HasPrefix(a, "agreement: ") || strings.HasPrefix(a, "order: ") || strings.HasPrefix(a, "results: ") {
-					t.Logf("caught the unordered commits at seed %d: %s\n\t%s", r.Seed, r.Summary, strings.Join(r.Anomalies, "\n\t"))
-					return
-				}
-			}
-		}
-	}
-	t.Fatalf("no anomaly in %d mvcc seeds with queued commits applied out of order", seedsMax)
+	catchBroken(t, brokenUnordered, "tyr_broken_unordered", "TestSimCatchesUnordered", "unordered commits", 400, func(a string) bool {
+		return strings.HasPrefix(a, "agreement: ") || strings.HasPrefix(a, "order: ") || strings.HasPrefix(a, "results: ")
+	})
 }
-
-// caughtGC is how TestSimCatchesCollectedInUse, in the tagged binary,
-// reports the seed that caught the bug.
-var caughtGC = regexp.MustCompile(`caught the collected versions at seed (\d+)`)
 
 // TestSimCatchesCollectedInUse runs mvcc seeds with version collectors
 // that ignore the versions readers use and delete a superseded version
 // once its linger time passed (in binaries built with tyr_broken_gc), and
 // expects the collector checks to report a read refused while its version
-// had to be retained. In a real build it runs itself in a binary built
-// with the tag, and then checks that the seed that caught the bug passes
-// without it.
+// had to be retained.
 func TestSimCatchesCollectedInUse(t *testing.T) {
-	if !brokenGC {
-		if testing.Short() {
-			t.Skip("builds a test binary with the tyr_broken_gc tag")
-		}
-		cmd := exec.Command("go", "test", "-tags", "tyr_broken_gc", "-count=1", "-run", "^TestSimCatchesCollectedInUse$", "-v", ".")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("with tyr_broken_gc: %v\n%s", err, out)
-		}
-		m := caughtGC.FindSubmatch(out)
-		if m == nil {
-			t.Fatalf("with tyr_broken_gc, no seed reported:\n%s", out)
-		}
-		seed, err := strconv.ParseUint(string(m[1]), 10, 64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("with tyr_broken_gc, %s", m[0])
-		if clean := sim.Run(sim.Config{Seed: seed, Store: sim.StoreMVCC}); len(clean.Anomalies) > 0 {
-			report(t, clean)
-		}
-		return
-	}
-	const seedsMax = 40
-	batch := runtime.GOMAXPROCS(0)
-	for first := uint64(1); first <= seedsMax; first += uint64(batch) {
-		results := runSeeds(first, batch, func(seed uint64) sim.Config { return sim.Config{Seed: seed, Store: sim.StoreMVCC} })
-		for _, r := range results {
-			for _, a := range r.Anomalies {
-				if strings.HasPrefix(a, "gc: ") && strings.Contains(a, "failed while the version is retained") {
-					t.Logf("caught the collected versions at seed %d: %s\n\t%s", r.Seed, r.Summary, strings.Join(r.Anomalies, "\n\t"))
-					return
-				}
-			}
-		}
-	}
-	t.Fatalf("no anomaly in %d mvcc seeds with collectors that delete versions in use", seedsMax)
+	catchBroken(t, brokenGC, "tyr_broken_gc", "TestSimCatchesCollectedInUse", "collected versions", 40, func(a string) bool {
+		return strings.HasPrefix(a, "gc: ") && strings.Contains(a, "failed while the version is retained")
+	})
 }
 
 func Example() {
