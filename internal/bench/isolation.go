@@ -180,9 +180,7 @@ func measureMix(ctx context.Context, cfg *Config, s system, role string, readers
 		r.ReaderOpsPerS = round(float64(readOps.Load())/r.Seconds, 1)
 		r.WriterOpsPerS = round(float64(writeOps.Load())/r.Seconds, 1)
 	}
-	r.Note = s.Note(cfg.Workload)
-	info := s.Info()
-	r.Version, r.Settings = info.Version, info.Settings
+	r.describe(s, cfg.Workload)
 	return r, nil
 }
 

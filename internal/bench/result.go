@@ -535,3 +535,11 @@ func opsCell(r Result, ok bool) string {
 	}
 	return s
 }
+
+// describe records on r how system s runs workload, and its version and
+// settings as it reported them.
+func (r *Result) describe(s system, workload string) {
+	r.Note = s.Note(workload)
+	info := s.Info()
+	r.Version, r.Settings = info.Version, info.Settings
+}

@@ -556,9 +556,7 @@ func forEachPhase(ctx context.Context, cfg *Config, systems []system, emit func(
 			if retrying {
 				r.setAborts(rt.takeAborts())
 			}
-			r.Note = s.Note(cfg.Workload)
-			info := s.Info()
-			r.Version, r.Settings = info.Version, info.Settings
+			r.describe(s, cfg.Workload)
 			if err := emit(r); err != nil {
 				return err
 			}
@@ -672,9 +670,7 @@ func runStream(ctx context.Context, cfg *Config, systems []system, emit func(Res
 				return err
 			}
 			r.System = s.Name()
-			r.Note = s.Note("stream")
-			info := s.Info()
-			r.Version, r.Settings = info.Version, info.Settings
+			r.describe(s, "stream")
 			if err := emit(r); err != nil {
 				_ = sc.Close()
 				return err
