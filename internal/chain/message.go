@@ -249,6 +249,29 @@ type Ordered interface {
 	Ready() bool
 }
 
+// Passing is implemented by a Staged that applies none of the
+// transaction's ops on this member: its copy of the blobs is behind, so
+// the commit passes through it and the member catches up afterwards.
+// PassesThrough reports whether that is so.
+//
+// Such a member never decides a commit. The tail's commit is the commit
+// point, the one step that is durable before anyone can learn that the
+// transaction committed; every other member's stage lives in memory until
+// the Backward reaches it. A tail that passed a commit through and decided
+// it would leave the change only in the stages before it, and a crash of
+// those would lose an acknowledged write. So a passing tail refuses
+// (ErrBehind), and a passing member that a re-execution makes the tail
+// asks the members after it for their outcome instead of committing (see
+// ask in replica.go).
+type Passing interface {
+	PassesThrough() bool
+}
+
+func passesThrough(s Staged) bool {
+	p, ok := s.(Passing)
+	return ok && p.PassesThrough()
+}
+
 // Errors returned or carried by the protocol.
 var (
 	// ErrBusy is the backpressure error: the replica already stages
@@ -282,6 +305,11 @@ var (
 	// of it: it refuses the transaction from then on, so the tail that
 	// asked may abort it.
 	ErrQueried = errors.New("chain: asked for the outcome of a transaction never staged here; refused from now on")
+	// ErrBehind is the refusal of a tail whose Staged passes the
+	// transaction through (see Passing): it may not be the commit point.
+	// The transaction did not run and may be retried once the member
+	// caught up.
+	ErrBehind = errors.New("chain: the tail's copy is behind and would pass the commit through; not committed")
 )
 
 // AssertionError is the value the chain core panics with when one of its

@@ -370,9 +370,12 @@ type ReplicaCounters struct {
 	// Probes counts transactions forwarded as a Probe (see "Restarts").
 	Probes uint64
 	// Asks counts transactions this member, a re-execution's tail with
-	// nothing staged, asked the members left out after it about (see
-	// "Restarts").
+	// nothing staged or a stage that passes the transaction through,
+	// asked the members left out after it about (see "Restarts").
 	Asks uint64
+	// Behind counts transactions this member refused as the tail because
+	// its Staged passed them through (ErrBehind).
+	Behind uint64
 }
 
 // NewReplica returns a replica that holds no transactions, or an error
@@ -520,6 +523,13 @@ func (r *Replica) stepForward(m Message) error {
 		r.decide(m.Txn, rec, false, err.Error(), nil, nil)
 		return nil
 	}
+	if rec.isTail() && passesThrough(staged) {
+		// The commit point must apply the commit (see Passing).
+		staged.Abort()
+		r.counters.Behind++
+		r.decide(m.Txn, rec, false, ErrBehind.Error(), nil, nil)
+		return nil
+	}
 	if rec.isTail() {
 		// The commit point.
 		rec.staged, rec.point = staged, true
@@ -567,13 +577,18 @@ func (r *Replica) probe(id TxnID, rec *record, ops []txn.Op, errText string) {
 // its own downstream answers Undecided and is asked again. Asking waits for
 // every one of them, the dead included, as Reroute waits for a blob's
 // replicas.
+//
+// A member whose stage passes the transaction through (see Passing) asks
+// the same way when a re-execution makes it the tail; it keeps that stage,
+// committing it on a committed answer and aborting it once all answered
+// aborted.
 func (r *Replica) ask(id TxnID, rec *record, refusal string) bool {
 	pos := slices.Index(rec.origin, r.cfg.ID)
 	if pos < 0 || pos == len(rec.origin)-1 {
 		return false
 	}
 	rec.phase = phaseWaiting
-	rec.probing = true
+	rec.probing = rec.staged == nil
 	rec.refusal = refusal
 	rec.asking = slices.Clone(rec.origin[pos+1:])
 	r.counters.Asks++
@@ -630,12 +645,24 @@ func (r *Replica) stepAnswer(m Message) error {
 	if !ok || rec.asking == nil || !slices.Contains(rec.asking, m.From) || m.Undecided {
 		return nil // Late, repeated, or no outcome yet: asked again on the next retransmission.
 	}
-	if m.Committed {
+	switch {
+	case m.Committed && rec.staged != nil:
+		// A passed-through stage: committing it records the commit and
+		// starts this member's catch-up.
+		rec.asking = nil
+		r.apply(m.Txn, rec, m.Results)
+		return nil
+	case m.Committed:
 		r.decide(m.Txn, rec, true, "", m.Results, ErrStageLost)
 		return nil
 	}
 	rec.asking = slices.DeleteFunc(rec.asking, func(id ring.NodeID) bool { return id == m.From })
 	if len(rec.asking) == 0 {
+		if rec.staged != nil {
+			rec.staged.Abort()
+			rec.staged = nil
+			r.staged--
+		}
 		r.decide(m.Txn, rec, false, rec.refusal, nil, nil)
 	}
 	return nil
@@ -670,15 +697,30 @@ func (r *Replica) reroute(m Message, rec *record) error {
 		return fmt.Errorf("%w: %s known at index %d of %v, Forward names index %d of %v",
 			ErrReexecution, m.Txn, rec.index, rec.chain, m.Index, m.Chain)
 	}
+	if rec.origin == nil {
+		rec.origin = rec.chain
+	}
 	rec.chain, rec.index, rec.rerouted = m.Chain, m.Index, true
 	switch rec.phase {
 	case phaseWaiting:
+		if rec.asking != nil {
+			return nil // Asking already; it asks again on its ticks.
+		}
 		if rec.isTail() && rec.probing {
 			// Nothing staged here to commit; the members after it are gone.
 			// If an earlier run of this member may have staged it, one of
 			// them may have committed it: ask them first.
-			if rec.asking == nil && !(rec.refusal == ErrRestarted.Error() && r.ask(m.Txn, rec, rec.refusal)) {
+			if !(rec.refusal == ErrRestarted.Error() && r.ask(m.Txn, rec, rec.refusal)) {
 				r.decide(m.Txn, rec, false, cmp.Or(rec.refusal, ErrNotStaged.Error()), nil, nil)
+			}
+			return nil
+		}
+		if rec.isTail() && passesThrough(rec.staged) {
+			// This stage applies nothing here, so this member may not
+			// decide a commit (see Passing): the members after it on the
+			// chain the transaction began on may have, so ask them.
+			if !r.ask(m.Txn, rec, ErrBehind.Error()) {
+				r.fail(m.Txn, rec, "a waiting member made the tail follows nobody on its origin chain", &m)
 			}
 			return nil
 		}

@@ -46,6 +46,7 @@ type fakeStager struct {
 	// and not yet committed or aborted: an Ordered Staged, ready once they
 	// are done.
 	ordered bool
+	passing bool
 	staged  []*fakeStaged
 }
 
@@ -63,6 +64,9 @@ func (s *fakeStager) Prepare(id chain.TxnID, ops []txn.Op) (chain.Staged, error)
 	}
 	*s.log = append(*s.log, "prepare "+id.String())
 	staged := &fakeStaged{id: id, log: s.log, n: len(ops), committed: s.committed}
+	if s.passing {
+		return passingStaged{staged}, nil
+	}
 	if !s.ordered {
 		return staged, nil
 	}
@@ -70,6 +74,12 @@ func (s *fakeStager) Prepare(id chain.TxnID, ops []txn.Op) (chain.Staged, error)
 	s.staged = append(s.staged, staged)
 	return o, nil
 }
+
+// passingStaged stages a transaction this member's copy is behind on: it
+// passes through (chain.Passing).
+type passingStaged struct{ *fakeStaged }
+
+func (passingStaged) PassesThrough() bool { return true }
 
 type orderedStaged struct {
 	*fakeStaged
@@ -223,12 +233,14 @@ type scenario struct {
 	txns      int
 	knob      int
 	ordered   bool
-	steps     []step
+	// passing: every transaction staged passes through (chain.Passing).
+	passing bool
+	steps   []step
 }
 
 func (sc scenario) run(t *testing.T) {
 	var log []string
-	stager := &fakeStager{log: &log, refuse: map[string]bool{}, committed: map[chain.TxnID][]txn.Result{}, ordered: sc.ordered}
+	stager := &fakeStager{log: &log, refuse: map[string]bool{}, committed: map[chain.TxnID][]txn.Result{}, ordered: sc.ordered, passing: sc.passing}
 	for _, k := range sc.refuse {
 		stager.refuse[k] = true
 	}
@@ -579,6 +591,53 @@ func TestReplicaScenarios(t *testing.T) {
 				deliver(rerouted(1, 1), queryTo3),
 				tick(3, queryTo3),
 				deliver(answer(1, false, false), abortRestarted, finAborted),
+			},
+		},
+		{
+			// The tail's commit is the commit point; passing a commit
+			// through there would decide it with the change held only in
+			// the stages before it, in memory.
+			name:    "a tail whose copy is behind refuses a commit it would pass through",
+			node:    2,
+			passing: true,
+			steps: []step{
+				deliver(fwd(1, 2), prepare1, abort1, `send n3->n2 Backward c/1 index=1 aborted err="`+chain.ErrBehind.Error()+`"`, finAborted),
+				deliver(fwd(1, 2), `send n3->n2 Backward c/1 index=1 aborted err="`+chain.ErrBehind.Error()+`"`),
+			},
+		},
+		{
+			name:    "a member passing a commit through commits on the Backward",
+			node:    1,
+			passing: true,
+			steps: []step{
+				deliver(fwd(1, 1), prepare1, fwdTo3),
+				deliver(back(1, 1, true), commit1, commitTo1, ackTo3, finCommitted),
+			},
+		},
+		{
+			// n3 may have committed c/1 as the tail before it was left
+			// out; n2 holds nothing of it, so it may not decide by itself.
+			name:    "a member passing a commit through, made the tail by a re-execution, asks and adopts a commit",
+			node:    1,
+			passing: true,
+			steps: []step{
+				deliver(fwd(1, 1), prepare1, fwdTo3),
+				deliver(rerouted(1, 1), queryTo3),
+				tick(3, queryTo3),
+				deliver(rerouted(1, 1), queryTo3),
+				deliver(answer(1, false, true)),
+				deliver(answer(1, true, false), commit1, "send n2->n1 Backward c/1 index=0 committed", finCommitted),
+				deliver(answer(1, true, false)),
+			},
+		},
+		{
+			name:    "a member passing a commit through, made the tail by a re-execution, aborts once all after it answered aborted",
+			node:    1,
+			passing: true,
+			steps: []step{
+				deliver(fwd(1, 1), prepare1, fwdTo3),
+				deliver(rerouted(1, 1), queryTo3),
+				deliver(answer(1, false, false), abort1, `send n2->n1 Backward c/1 index=0 aborted err="`+chain.ErrBehind.Error()+`"`, finAborted),
 			},
 		},
 		{

@@ -226,6 +226,10 @@ func (p passThrough) Commit(results []txn.Result) error {
 
 func (p passThrough) Abort() {}
 
+// PassesThrough implements chain.Passing: this member applies nothing, so
+// it may not be the commit point.
+func (p passThrough) PassesThrough() bool { return true }
+
 // Results are none of the commit's: each is marked Unheld, so that the
 // members before this one take the values of a member after it that
 // applied the commit (txn.MergeResults) instead of these zeros.

@@ -191,9 +191,9 @@ func decodeRefusal(text string) refusal {
 				return refusal{err: &remoteError{class: class, text: rest}}
 			}
 		}
-	case text == chain.ErrRestarted.Error():
-		// A member restarted while the commit was on its way: a new
-		// attempt gets through.
+	case text == chain.ErrRestarted.Error(), text == chain.ErrBehind.Error():
+		// A member restarted while the commit was on its way, or the tail
+		// is catching up: a new attempt gets through.
 		return refusal{err: fmt.Errorf("%w: %s", errs.ErrUnavailable, text), locked: true}
 	}
 	return refusal{err: fmt.Errorf("%w: chain refused the commit: %s", errs.ErrUnavailable, text)}

@@ -845,12 +845,12 @@ func (s stager) prepare(id chain.TxnID, ops []txn.Op) (chain.Staged, error) {
 	if behind {
 		// This copy is behind the version manager's: the commit passes
 		// through, and catch-up copies its blobs once it is committed,
-		// unless no other member of the chain would keep what it changes.
-		sole := s.n.soleHolder(pl, ks.Store.ChunkBytes(), ops, e)
+		// unless the tail would not keep what it changes (unkept).
+		unkept := s.n.unkept(pl, ks.Store.ChunkBytes(), ops, e)
 		ks.Release()
 		s.n.startCatchUp(fmt.Sprintf("keyspace %q: %v", s.keyspace, err))
-		if sole != nil {
-			return nil, taggedError{sole}
+		if unkept != nil {
+			return nil, taggedError{unkept}
 		}
 		return s.n.passThrough(s.keyspace, id, ops, e.version, e.client), nil
 	}
