@@ -471,6 +471,14 @@ func (n *Node) Commit(ctx context.Context, keyspace string, rf int, ops []txn.Op
 			return nil, err
 		}
 		if o.Committed {
+			if i := unheld(o.Results); i >= 0 {
+				// A protocol bug: the member that decided reported no value
+				// a holder computed. The commit took effect; its result is
+				// not known here, so the client must not get the zero.
+				n.cfg.Log.Error("a committed outcome carries a result no holder computed",
+					"txn", o.Txn.String(), "op", i, "results", fmt.Sprint(o.Results), "commit_err", fmt.Sprint(o.CommitErr))
+				return nil, fmt.Errorf("%w: committed, but the result of op %d is not known here", errs.ErrUnavailable, i)
+			}
 			n.hints.learn(keyspace, ops, o.Results)
 			return o.Results, nil
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -405,6 +406,13 @@ func (n *Node) ask(ctx context.Context, keyspace string, id ring.NodeID, client 
 	return a
 }
 
+// unheld returns the index of the first result marked Unheld, or -1: a
+// committed outcome's results must come from members that hold the ops'
+// chunks, and a value marked Unheld is a zero no holder computed.
+func unheld(results []txn.Result) int {
+	return slices.IndexFunc(results, func(r txn.Result) bool { return r.Unheld })
+}
+
 // combine turns the version managers' answers into the outcome (see the
 // top of this file). Invariant: aborted only if every member this node
 // sees alive answered with a fence and one of the fences is vouched.
@@ -423,6 +431,13 @@ func (n *Node) combine(answers []answer) Resolution {
 		}
 	}
 	if found {
+		if i := unheld(committed); i >= 0 {
+			// Every member that answered committed recorded a value it did
+			// not compute; the one that did was not asked or did not answer.
+			n.cfg.Log.Error("resolution: committed, but no holder computed a result among the members that answered",
+				"op", i, "answers", fmt.Sprint(answers))
+			return Resolution{Outcome: OutcomeUnknown, Detail: fmt.Sprintf("committed, but no member that answered holds the result of op %d", i)}
+		}
 		return Resolution{Outcome: OutcomeCommitted, Results: committed}
 	}
 	for _, a := range answers {

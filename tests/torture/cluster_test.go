@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -148,6 +149,12 @@ func clusterTorture(t *testing.T, seed uint64, duration time.Duration, faults []
 	}})
 	<-txnDone
 	counter.check(t, admins[0])
+	// A node turns a committed result that no holder computed into an
+	// unknown outcome for the client, and logs it: a protocol bug all the
+	// same.
+	if lines := lc.LogLines("no holder computed", 10); strings.Contains(lines, "no holder computed") {
+		t.Errorf("a committed outcome carried a result no holder computed:\n%s", lines)
+	}
 	if err := txnRec.Close(); err != nil {
 		t.Fatal(err)
 	}
