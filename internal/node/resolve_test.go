@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -172,5 +173,22 @@ func TestCheckClientID(t *testing.T) {
 		if err := CheckClientID(tc.id, now); (err == nil) != tc.ok {
 			t.Errorf("CheckClientID(%x) = %v, want ok %t", tc.id, err, tc.ok)
 		}
+	}
+}
+
+// TestCombineUnheld: the committed answers' results are merged, a value one
+// member could not compute taken from another; when no member that answered
+// computed it, the outcome is unknown rather than a committed zero.
+func TestCombineUnheld(t *testing.T) {
+	n := &Node{cfg: Config{Log: slog.New(slog.DiscardHandler)}}
+	held := []txn.Result{{Value: 7, Version: 3}}
+	none := func() []txn.Result { return []txn.Result{{Unheld: true}} }
+	got := n.combine([]answer{{id: "n1", verdict: VerdictCommitted, results: none()}, {id: "n2", verdict: VerdictCommitted, results: held}})
+	if got.Outcome != OutcomeCommitted || len(got.Results) != 1 || got.Results[0] != held[0] {
+		t.Fatalf("a held value among the answers: %+v, want committed with %+v", got, held)
+	}
+	got = n.combine([]answer{{id: "n1", verdict: VerdictCommitted, results: none()}, {id: "n2", err: errors.New("down")}})
+	if got.Outcome != OutcomeUnknown {
+		t.Fatalf("no held value among the answers: %+v, want unknown", got)
 	}
 }
