@@ -148,6 +148,17 @@ import (
 // so a member left out that never comes back blocks the transaction, as a
 // reroute that would keep no replica of a blob does.
 
+//
+// # Passing through
+//
+// A member whose copy is behind may stage a transaction without applying
+// it (a Staged that is Passing); it catches up afterwards. Such a member
+// never decides a commit, since the tail's commit is the only stage that is
+// durable when the outcome is decided: as the tail it refuses (ErrBehind),
+// and made the tail by a re-execution it asks the members left out after
+// it, as a restarted tail does, keeping its stage until one answers
+// committed or all answered aborted.
+
 // Defaults for ReplicaConfig and CoordinatorConfig fields left zero.
 const (
 	RetransmitTicksDefault       = 5
