@@ -317,9 +317,10 @@ func (n *Node) currentRing() (*ring.Ring, error) {
 // Chain returns the live members a commit of ops must run through if each
 // blob is sizes[key] bytes long (see placement.go): the live version
 // managers of every blob it touches, then the live holders of the chunks it
-// changes; in each of the two, the members catching up come after the
+// changes. Among the version managers those catching up come after the
 // others, so that the first version manager of each blob holds every
-// commit of it; each group is sorted by node ID (the protocol's global
+// commit of it, and a ready member is the tail where one may be
+// (tailReady); each group is sorted by node ID (the protocol's global
 // order). It fails with errs.ErrUnavailable when a blob has no live
 // version manager.
 func (n *Node) Chain(keyspace string, rf int, ops []txn.Op, sizes map[string]uint64) ([]ring.NodeID, error) {
@@ -334,20 +335,21 @@ func (n *Node) Chain(keyspace string, rf int, ops []txn.Op, sizes map[string]uin
 	cs := ks.Store.ChunkBytes()
 	ks.Release()
 	vms := map[ring.NodeID]bool{}
-	seen := map[string]bool{}
+	blobVMs := map[string][]ring.NodeID{} // each blob's live version managers
 	for _, op := range ops {
-		if seen[op.Key] {
+		if _, seen := blobVMs[op.Key]; seen {
 			continue
 		}
-		seen[op.Key] = true
 		ids, err := pl.r.VersionManagers(pl.seed, op.Key, rf)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", errs.ErrUnavailable, err)
 		}
 		live := 0
+		blobVMs[op.Key] = nil
 		for _, id := range ids {
 			if n.inChains(id) {
 				vms[id] = true
+				blobVMs[op.Key] = append(blobVMs[op.Key], id)
 				live++
 			}
 		}
@@ -376,12 +378,43 @@ func (n *Node) Chain(keyspace string, rf int, ops []txn.Op, sizes map[string]uin
 			groups[g] = append(groups[g], id)
 		}
 	}
-	var out []ring.NodeID
 	for _, g := range groups {
 		slices.Sort(g)
-		out = append(out, g...)
 	}
-	return out, nil
+	return tailReady(groups, blobVMs), nil
+}
+
+// tailReady joins the groups of Chain (ready managers, managers behind,
+// ready holders, holders behind) into a chain whose tail is a ready member
+// where one may be: the tail's commit decides the transaction, and a
+// member behind, which would only pass it through, refuses to be the tail
+// (chain.Passing). With holders, the ready ones go last. Without, the last
+// ready manager that is not the first ready manager of any blob goes after
+// the managers behind: each blob's first version manager in the chain
+// must stay a ready one. Otherwise (two replicas, one behind) the order
+// stays, and a tail behind on the blob refuses until it caught up.
+func tailReady(groups [4][]ring.NodeID, blobVMs map[string][]ring.NodeID) []ring.NodeID {
+	ready, behind := groups[0], groups[1]
+	out := make([]ring.NodeID, 0, len(groups[0])+len(groups[1])+len(groups[2])+len(groups[3]))
+	if len(groups[2])+len(groups[3]) > 0 {
+		out = append(append(append(out, ready...), behind...), groups[3]...)
+		return append(out, groups[2]...)
+	}
+	if len(behind) > 0 {
+		first := map[ring.NodeID]bool{}
+		for _, ids := range blobVMs {
+			if i := slices.IndexFunc(ready, func(id ring.NodeID) bool { return slices.Contains(ids, id) }); i >= 0 {
+				first[ready[i]] = true
+			}
+		}
+		for i := len(ready) - 1; i >= 0; i-- {
+			if !first[ready[i]] {
+				out = append(append(out, ready[:i]...), ready[i+1:]...)
+				return append(append(out, behind...), ready[i])
+			}
+		}
+	}
+	return append(append(out, ready...), behind...)
 }
 
 // keepsBlobs returns whether a chain of keyspace still holds a version
@@ -853,12 +886,13 @@ func (s stager) prepare(id chain.TxnID, ops []txn.Op) (chain.Staged, error) {
 	if behind {
 		// This copy is behind the version manager's: the commit passes
 		// through, and catch-up copies its blobs once it is committed,
-		// unless the tail would not keep what it changes (unkept).
-		unkept := s.n.unkept(pl, ks.Store.ChunkBytes(), ops, e)
+		// unless no other member of the chain would keep what it changes.
+		// As the tail it may not (chain.Passing): the chain refuses.
+		sole := s.n.soleHolder(pl, ks.Store.ChunkBytes(), ops, e)
 		ks.Release()
 		s.n.startCatchUp(fmt.Sprintf("keyspace %q: %v", s.keyspace, err))
-		if unkept != nil {
-			return nil, taggedError{unkept}
+		if sole != nil {
+			return nil, taggedError{sole}
 		}
 		return s.n.passThrough(s.keyspace, id, ops, e.version, e.client), nil
 	}

@@ -282,23 +282,16 @@ func (h *sizeHints) learn(keyspace string, ops []txn.Op, results []txn.Result) {
 	h.set(keyspace, sizes)
 }
 
-// unkept returns an error unless the chain's tail holds every chunk that
-// the commit changes and this member holds: this member is behind and is
-// about to let the commit pass through without applying it. The tail
-// applies its chunks durably before the commit is decided, or refuses it
-// if it is behind too (chain.Passing); the other members keep their
-// stages in memory until the Backward reaches them. A change whose only
-// holders apart from this member were those could be lost, after the
-// commit was decided, by a crash of them. What the commit changes is
-// planned from the version managers' sizes.
-func (n *Node) unkept(pl Placement, cs uint64, ops []txn.Op, e versionEntry) error {
-	if len(e.chain) == 0 {
-		return fmt.Errorf("node %s: a commit passing through names no chain: %w", n.self, errCatchingUp)
-	}
-	tail := e.chain[len(e.chain)-1]
-	if tail == n.self {
-		return nil // The chain refuses the commit (chain.ErrBehind).
-	}
+// soleHolder returns an error if this member, about to let a commit pass
+// through without applying it, holds a chunk the commit changes that no
+// other member of its chain holds and keeps up to date (not catching up):
+// acknowledging the commit would leave the chunk's change nowhere. Only
+// the tail's stage is durable when the commit is decided, so that other
+// member keeps it in memory until the Backward reaches it, like every
+// holder of a chunk the tail does not hold (docs/architecture.md,
+// "Failures: what holds"). What the commit changes is planned from the
+// version managers' sizes.
+func (n *Node) soleHolder(pl Placement, cs uint64, ops []txn.Op, e versionEntry) error {
 	sizes := map[string]uint64{}
 	for key, b := range e.bases {
 		if b.Version != 0 {
@@ -307,11 +300,16 @@ func (n *Node) unkept(pl Placement, cs uint64, ops []txn.Op, e versionEntry) err
 	}
 	for key, t := range plan(ops, sizes, cs) {
 		check := func(c uint64) error {
-			if !pl.Holds(key, c) || pl.on(tail, key, c) {
+			if !pl.Holds(key, c) {
 				return nil
 			}
-			return fmt.Errorf("node %s, behind on chunk %d of blob %q, holds it while the tail %s of the chain %v does not: %w",
-				n.self, c, key, tail, e.chain, errCatchingUp)
+			for _, id := range e.chain {
+				if id != n.self && pl.on(id, key, c) && !n.cfg.Cluster.CatchingUp(id) {
+					return nil
+				}
+			}
+			return fmt.Errorf("node %s, behind on chunk %d of blob %q, is the only member of the chain %v that holds it: %w",
+				n.self, c, key, e.chain, errCatchingUp)
 		}
 		for _, c := range t.Written {
 			if err := check(c); err != nil {
