@@ -289,16 +289,8 @@ func (s *mvccNode) setStatus(id chain.TxnID, st status) {
 func (s *mvccNode) refresh(key string, from nodeStore, ready bool, want uint64) (bool, error) {
 	src := from.(*mvccNode)
 	changed, err := s.store.Refresh(key, &refreshSource{from: src.store, to: s.store, key: key, ready: ready, want: want})
-	if err != nil {
+	if err != nil || !changed {
 		return false, err
-	}
-	if !changed {
-		// Absent on both sides, the copies agree whatever commits each
-		// missed; present, the same version names the same commits.
-		if b, err := s.keyState(key); err == nil && !b.exists && ready && !slices.Equal(s.logs[key], src.logs[key]) {
-			s.logs[key] = slices.Clone(src.logs[key])
-		}
-		return false, nil
 	}
 	s.logs[key] = slices.Clone(src.logs[key])
 	for _, id := range s.logs[key] {
