@@ -534,7 +534,7 @@ func (r *Replica) stepForward(m Message) error {
 		r.decide(m.Txn, rec, false, err.Error(), nil, nil)
 		return nil
 	}
-	if rec.isTail() && passesThrough(staged) {
+	if rec.isTail() && passesThrough(staged) && !brokenPassThrough {
 		// The commit point must apply the commit (see Passing).
 		staged.Abort()
 		r.counters.Behind++
@@ -726,7 +726,7 @@ func (r *Replica) reroute(m Message, rec *record) error {
 			}
 			return nil
 		}
-		if rec.isTail() && passesThrough(rec.staged) {
+		if rec.isTail() && passesThrough(rec.staged) && !brokenPassThrough {
 			// This stage applies nothing here, so this member may not
 			// decide a commit (see Passing): the members after it on the
 			// chain the transaction began on may have, so ask them.

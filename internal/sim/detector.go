@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"slices"
 
@@ -105,6 +106,13 @@ func (w *world) updateViews() {
 		}
 		if !slices.Equal(out, w.views[i]) {
 			w.trace("%s leaves %v out of chains", c.ID(), out)
+			for _, n := range out {
+				if !slices.Contains(w.views[i], n) {
+					// The node's read lease is revoked before it is left
+					// out: it catches up before it serves again.
+					w.startCatchUp(n, fmt.Sprintf("left out of %s's chains", c.ID()), true)
+				}
+			}
 			w.views[i] = out
 		}
 	}
@@ -157,8 +165,8 @@ func (w *world) forwardAgeTicks() int { return w.p.retentionTicks / 2 }
 // final chain left out, and marks the copies of those that did not commit
 // it, when it committed, as behind on the keys it wrote: the coordinator
 // left them out of the chain, which a node does only after revoking their
-// read leases, so they catch up before they serve again (outside the
-// simulator). A left-out member that had staged the transaction learns
+// read leases, so they catch up before they serve again (see
+// catchup.go). A left-out member that had staged the transaction learns
 // its outcome from the member after it in the older chain and commits or
 // aborts it like the rest; the checkers hold it to that.
 func (w *world) markLeftBehind() {

@@ -113,11 +113,12 @@ type release struct {
 type oldRead struct {
 	pin *pin
 	at  int
-	// upto is how many commits of the key the node's log held then, and
-	// collected the tick of the node's last collector pass (-1: none).
-	upto, collected int
-	data            []byte
-	err             error
+	// log is the node's log of the key then, and collected the tick of
+	// the node's last collector pass (-1: none).
+	log       []chain.TxnID
+	collected int
+	data      []byte
+	err       error
 }
 
 func (w *world) mvccNode(n ring.NodeID) *mvccNode { return w.stores[n].(*mvccNode) }
@@ -254,8 +255,8 @@ func (w *world) stepReader(i int) {
 		n := w.placement[k][rng.IntN(len(w.placement[k]))]
 		use := rng.IntN(100) < w.gc.usePct
 		hold := 1 + rng.IntN(2*w.gc.retentionTicks+w.gc.lingerTicks)
-		if w.down[n] {
-			return
+		if w.down[n] || w.catchingUp(n) {
+			return // a node catching up serves no reads
 		}
 		s := w.mvccNode(n)
 		if s.locked(k) {
@@ -299,7 +300,7 @@ func (w *world) stepReader(i int) {
 		w.trace("reader %d releases %s at version %d on %s stale=%t", i, p.key, p.version, p.node, stale)
 		return
 	}
-	if !w.down[p.node] && rng.IntN(100) < w.gc.readPct {
+	if !w.down[p.node] && !w.catchingUp(p.node) && rng.IntN(100) < w.gc.readPct {
 		w.readOld(p)
 	}
 }
@@ -312,7 +313,7 @@ func (w *world) readOld(p *pin) {
 	if !ok {
 		collected = -1
 	}
-	w.oldReads = append(w.oldReads, oldRead{pin: p, at: w.now, upto: len(s.logs[p.key]), collected: collected, data: data, err: err})
+	w.oldReads = append(w.oldReads, oldRead{pin: p, at: w.now, log: s.logs[p.key], collected: collected, data: data, err: err})
 	if !w.isCurrent(s, p.key, p.version) {
 		w.stats.OldReads++
 		if err == nil {
@@ -358,10 +359,15 @@ func (w *world) checkCollector(add func(string, ...any)) {
 			add(format, args...)
 		}
 		s := w.mvccNode(p.node)
-		log := s.logs[p.key][:o.upto]
+		log := o.log
 		i := slices.IndexFunc(log, func(id chain.TxnID) bool { return w.txns[id].version == p.version })
 		where := fmt.Sprintf("reader %d's read of %s at version %d on %s at tick %d (pinned at tick %d, use=%t)",
 			p.reader, p.key, p.version, p.node, o.at, p.at, p.use)
+		if o.err != nil && errors.Is(o.err, errs.ErrConflict) && w.refreshedWithin(p.node, p.key, p.at, o.at) {
+			// A catch-up copied the key since the pin: the versions before
+			// the copy's are gone from this replica (mvcc/catchup.go).
+			continue
+		}
 		if i < 0 {
 			add("gc: %s: %s committed no such version of %s (log %v)", where, p.node, p.key, log)
 			continue

@@ -7,6 +7,7 @@ import (
 
 	"github.com/tyrstore/tyr/internal/chain"
 	"github.com/tyrstore/tyr/internal/errs"
+	"github.com/tyrstore/tyr/internal/mvcc"
 	"github.com/tyrstore/tyr/internal/ring"
 	"github.com/tyrstore/tyr/internal/txn"
 )
@@ -98,9 +99,12 @@ const (
 	// statusLost: staged or aborted when the node crashed. A restarted
 	// replica may prepare the transaction again.
 	statusLost
+	// statusPassed: committed by passing it through (see catchup.go):
+	// recorded, its ops not applied.
+	statusPassed
 )
 
-var statusNames = [...]string{"unknown", "staged", "committed", "aborted", "lost"}
+var statusNames = [...]string{"unknown", "staged", "committed", "aborted", "lost", "passed"}
 
 func (s status) String() string { return statusNames[s] }
 
@@ -131,38 +135,64 @@ func NewMemStore(node ring.NodeID, owns func(key string) bool) *MemStore {
 	}
 }
 
-// Prepare implements chain.Stager.
+// Prepare implements chain.Stager, for a member given no bases.
 func (s *MemStore) Prepare(id chain.TxnID, ops []txn.Op) (chain.Staged, error) {
+	st, _, err := s.prepareStep(id, ops, nil, false)
+	return st, err
+}
+
+// firstPrepare records an anomaly and fails if id was prepared here before.
+func (s *MemStore) firstPrepare(id chain.TxnID) error {
 	if st, ok := s.status[id]; ok && st != statusLost {
 		// The replica promises one Prepare per transaction; a second one
 		// means it forgot the transaction while a Forward was still coming,
 		// and would run it twice. After a crash it may stage again what it
 		// had not committed, never what it had.
 		s.anomalies = append(s.anomalies, fmt.Sprintf("%s: second Prepare of %s, already %s", s.node, id, st))
-		return nil, fmt.Errorf("%w: %s prepared twice", errs.ErrConflict, id)
+		return fmt.Errorf("%w: %s prepared twice", errs.ErrConflict, id)
 	}
+	return nil
+}
+
+// prepareStep stages ops as a chain member: a key with a base (see
+// catchup.go) must be at its version here, the count of its commits, or
+// the commit is refused with a *mvcc.BaseMismatchError; it returns the
+// bases to hand on. A MemStore queues nothing, so strict changes nothing.
+func (s *MemStore) prepareStep(id chain.TxnID, ops []txn.Op, bases map[string]mvcc.Base, strict bool) (chain.Staged, map[string]mvcc.Base, error) {
+	if err := s.firstPrepare(id); err != nil {
+		return nil, nil, err
+	}
+	own := map[string]mvcc.Base{}
 	work := map[string]*blob{}
 	var keys []string
 	results := make([]txn.Result, len(ops))
 	for i, op := range ops {
 		if !s.owns(op.Key) {
+			// A member that does not store the key does not know the
+			// op's result: it reports the one of a member after it that
+			// does (txn.MergeResults).
+			results[i].Unheld = true
 			continue
 		}
 		b, ok := work[op.Key]
 		if !ok {
 			if holder, locked := s.locks[op.Key]; locked {
-				return nil, fmt.Errorf("%w: %q is staged by %s", errs.ErrConflict, op.Key, holder)
+				return nil, nil, fmt.Errorf("%w: %q is staged by %s", errs.ErrConflict, op.Key, holder)
 			}
 			b = &blob{}
 			if cur := s.blobs[op.Key]; cur != nil {
 				b = cur.clone()
 			}
+			if base, given := bases[op.Key]; given && base.Version != b.version {
+				return nil, nil, &mvcc.BaseMismatchError{Key: op.Key, Have: b.version, Want: base.Version}
+			}
+			own[op.Key] = mvcc.Base{Version: b.version}
 			work[op.Key] = b
 			keys = append(keys, op.Key)
 		}
 		r, err := b.apply(op)
 		if err != nil {
-			return nil, fmt.Errorf("op %d: %w", i, err)
+			return nil, nil, fmt.Errorf("op %d: %w", i, err)
 		}
 		results[i] = r
 	}
@@ -170,7 +200,7 @@ func (s *MemStore) Prepare(id chain.TxnID, ops []txn.Op) (chain.Staged, error) {
 		s.locks[k] = id
 	}
 	s.status[id] = statusStaged
-	return &memStaged{store: s, id: id, keys: keys, work: work, results: results}, nil
+	return &memStaged{store: s, id: id, keys: keys, work: work, results: results}, handOn(bases, own), nil
 }
 
 type memStaged struct {
@@ -183,13 +213,89 @@ type memStaged struct {
 
 func (p *memStaged) finish(st status) {
 	s := p.store
-	if s.status[p.id] != statusStaged {
-		s.anomalies = append(s.anomalies, fmt.Sprintf("%s: %s of %s, which is %s", s.node, st, p.id, s.status[p.id]))
-	}
-	s.status[p.id] = st
+	s.finish(p.id, st)
 	for _, k := range p.keys {
 		delete(s.locks, k)
 	}
+}
+
+// finish moves staged transaction id to st.
+func (s *MemStore) finish(id chain.TxnID, st status) {
+	if s.status[id] != statusStaged {
+		s.anomalies = append(s.anomalies, fmt.Sprintf("%s: %s of %s, which is %s", s.node, st, id, s.status[id]))
+	}
+	s.status[id] = st
+}
+
+// pass stages id as a commit passing through (see catchup.go).
+func (s *MemStore) pass(id chain.TxnID) error {
+	if err := s.firstPrepare(id); err != nil {
+		return err
+	}
+	s.status[id] = statusStaged
+	return nil
+}
+
+// passed records that id, passing through, committed, with results.
+func (s *MemStore) passed(id chain.TxnID, results []txn.Result) error {
+	s.finish(id, statusPassed)
+	s.results[id] = results
+	return nil
+}
+
+func (s *MemStore) passAborted(id chain.TxnID) { s.finish(id, statusAborted) }
+
+// versionAfter is the count of key's commits once id applies on a copy at
+// the base b (or on this one, if none was given).
+func (s *MemStore) versionAfter(_ chain.TxnID, ops []txn.Op, key string, b mvcc.Base, given bool) uint64 {
+	v := b.Version
+	if !given {
+		if cur := s.blobs[key]; cur != nil {
+			v = cur.version
+		}
+	}
+	for _, op := range ops {
+		if op.Key == key && op.Kind != txn.OpReadCheck {
+			v++
+		}
+	}
+	return v
+}
+
+func (s *MemStore) locked(key string) bool {
+	_, ok := s.locks[key]
+	return ok
+}
+
+// refresh makes this copy of key from's, as mvcc.Store.Refresh does (see
+// mvccNode.refresh): a source that is not ready gives its copy only if it
+// is newer, and one whose copy exists below version want gives nothing
+// yet.
+func (s *MemStore) refresh(key string, from nodeStore, ready bool, want uint64) (bool, error) {
+	remote, local := from.(*MemStore).blobs[key], s.blobs[key]
+	if remote != nil && remote.exists && remote.version < want {
+		return false, fmt.Errorf("%w: %q is at version %d there, before the commit at %d that passed through",
+			errs.ErrUnavailable, key, remote.version, want)
+	}
+	if !ready && local != nil && local.exists && (remote == nil || !remote.exists || remote.version <= local.version) {
+		return false, nil
+	}
+	if sameBlob(local, remote) {
+		return false, nil
+	}
+	if remote == nil {
+		delete(s.blobs, key)
+	} else {
+		s.blobs[key] = remote.clone()
+	}
+	return true, nil
+}
+
+func sameBlob(a, b *blob) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.exists == b.exists && a.version == b.version && slices.Equal(a.data, b.data) && slices.Equal(a.log, b.log)
 }
 
 // Committed implements chain.Stager.

@@ -39,10 +39,32 @@ func (k StoreKind) String() string {
 	return fmt.Sprintf("StoreKind(%d)", uint8(k))
 }
 
-// nodeStore is a node's storage as the simulator sees it: the Stager its
-// replica uses, and what the checkers read afterwards.
+// nodeStore is a node's storage as the simulator sees it: what its
+// replica's Stager stages into (see catchup.go), what catch-up copies, and
+// what the checkers read afterwards.
 type nodeStore interface {
 	chain.Stager
+	// prepareStep stages ops as a chain member given the bases of the
+	// members before it (see catchup.go): a key with a base must be at
+	// its version here, or the commit is refused with a
+	// *mvcc.BaseMismatchError; strict accepts no commit queued ahead. It
+	// returns the bases to hand on.
+	prepareStep(id chain.TxnID, ops []txn.Op, bases map[string]mvcc.Base, strict bool) (chain.Staged, map[string]mvcc.Base, error)
+	// pass stages id as a commit passing through, passed commits it
+	// (recording it for Committed, applying nothing), and passAborted
+	// aborts it.
+	pass(id chain.TxnID) error
+	passed(id chain.TxnID, results []txn.Result) error
+	passAborted(id chain.TxnID)
+	// versionAfter is the version of key once id, of ops, applies on a
+	// copy at base b (given) or on this one.
+	versionAfter(id chain.TxnID, ops []txn.Op, key string, b mvcc.Base, given bool) uint64
+	// locked reports whether a staged commit holds key.
+	locked(key string) bool
+	// refresh makes this store's copy of key the one from has, which is
+	// not locked (see catchup.go), and reports whether that changed it;
+	// an error means it must be tried again later.
+	refresh(key string, from nodeStore, ready bool, want uint64) (bool, error)
 	// statusOf is where transaction id stands here; zero: never prepared.
 	statusOf(id chain.TxnID) status
 	// stagedCount is how many transactions hold locks here.
@@ -157,17 +179,36 @@ func (s *mvccNode) open() error {
 	return nil
 }
 
-// Prepare implements chain.Stager.
+// Prepare implements chain.Stager, for a member given no bases.
 func (s *mvccNode) Prepare(id chain.TxnID, ops []txn.Op) (chain.Staged, error) {
+	st, _, err := s.prepareStep(id, ops, nil, false)
+	return st, err
+}
+
+// firstPrepare records an anomaly and fails if id was prepared here before.
+func (s *mvccNode) firstPrepare(id chain.TxnID) error {
 	if st, ok := s.status[id]; ok && st != statusLost {
 		s.anomalies = append(s.anomalies, fmt.Sprintf("%s: second Prepare of %s, already %s", s.node, id, st))
-		return nil, fmt.Errorf("%w: %s prepared twice", errs.ErrConflict, id)
+		return fmt.Errorf("%w: %s prepared twice", errs.ErrConflict, id)
 	}
+	return nil
+}
+
+// prepareStep stages ops as a node does, with mvcc.Store.TryPrepareStep.
+func (s *mvccNode) prepareStep(id chain.TxnID, ops []txn.Op, bases map[string]mvcc.Base, strict bool) (chain.Staged, map[string]mvcc.Base, error) {
+	if err := s.firstPrepare(id); err != nil {
+		return nil, nil, err
+	}
+	out := bases
 	var local []txn.Op
 	var index []int // index[j] is local[j]'s position in ops
 	var keys []string
+	results := make([]txn.Result, len(ops))
 	for i, op := range ops {
 		if !s.owns(op.Key) {
+			// Not known here: the result of a member after this one
+			// that stores the key takes its place (txn.MergeResults).
+			results[i].Unheld = true
 			continue
 		}
 		local = append(local, op)
@@ -176,12 +217,13 @@ func (s *mvccNode) Prepare(id chain.TxnID, ops []txn.Op) (chain.Staged, error) {
 			keys = append(keys, op.Key)
 		}
 	}
-	p := &mvccStaged{node: s, id: id, keys: keys, index: index, results: make([]txn.Result, len(ops))}
+	p := &mvccStaged{node: s, id: id, keys: keys, index: index, results: results}
 	if len(local) > 0 {
-		pending, err := s.store.TryPrepareAt(local, s.versionOf(id))
+		pending, err := s.store.TryPrepareStep(local, mvcc.Step{Version: s.versionOf(id), Bases: bases, Strict: strict})
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
+		out = handOn(bases, pending.Bases())
 		p.inner = &mvcc.ChainStaged{P: pending, ID: id}
 		p.refresh()
 		if !p.inner.Ready() {
@@ -201,7 +243,95 @@ func (s *mvccNode) Prepare(id chain.TxnID, ops []txn.Op) (chain.Staged, error) {
 	s.status[id] = statusStaged
 	s.staged[id] = p
 	s.stageTicks[id] = s.tick()
-	return p, nil
+	return p, out, nil
+}
+
+// pass stages id as a commit passing through (see catchup.go).
+func (s *mvccNode) pass(id chain.TxnID) error {
+	if err := s.firstPrepare(id); err != nil {
+		return err
+	}
+	s.status[id] = statusStaged
+	return nil
+}
+
+// passed records that id, passing through, committed, with results, as a
+// node's passThrough does.
+func (s *mvccNode) passed(id chain.TxnID, results []txn.Result) error {
+	if err := s.store.PutTxn(id.String(), txn.EncodeResults(results)); err != nil {
+		s.setStatus(id, statusAborted)
+		return err
+	}
+	s.setStatus(id, statusPassed)
+	return nil
+}
+
+func (s *mvccNode) passAborted(id chain.TxnID) { s.setStatus(id, statusAborted) }
+
+// versionAfter is id's version: an mvcc commit gives every blob it changes
+// its version.
+func (s *mvccNode) versionAfter(id chain.TxnID, _ []txn.Op, _ string, _ mvcc.Base, _ bool) uint64 {
+	return s.versionOf(id)
+}
+
+// setStatus moves staged transaction id to st.
+func (s *mvccNode) setStatus(id chain.TxnID, st status) {
+	if s.status[id] != statusStaged {
+		s.anomalies = append(s.anomalies, fmt.Sprintf("%s: %s of %s, which is %s", s.node, st, id, s.status[id]))
+	}
+	s.status[id] = st
+}
+
+// refresh copies key from another node's store with mvcc.Store.Refresh, as
+// a node's catch-up does (node.chunkSource), and then takes that node's
+// log of the key, whose commits the copy holds; those not committed here
+// count as committed at the copy, for the collector checks.
+func (s *mvccNode) refresh(key string, from nodeStore, ready bool, want uint64) (bool, error) {
+	src := from.(*mvccNode)
+	changed, err := s.store.Refresh(key, &refreshSource{from: src.store, to: s.store, key: key, ready: ready, want: want})
+	if err != nil || !changed {
+		return false, err
+	}
+	s.logs[key] = slices.Clone(src.logs[key])
+	for _, id := range s.logs[key] {
+		if _, ok := s.commitTicks[id]; !ok {
+			s.commitTicks[id] = s.tick()
+		}
+	}
+	return true, nil
+}
+
+// refreshSource is the mvcc.Source of a refresh: another node's store.
+type refreshSource struct {
+	from, to *mvcc.Store
+	key      string
+	ready    bool
+	want     uint64
+	cp       mvcc.Copy
+}
+
+func (r *refreshSource) Copy(local mvcc.Record) (mvcc.Copy, error) {
+	remote, err := r.from.Record(r.key)
+	if err != nil {
+		return mvcc.Copy{}, err
+	}
+	if remote.Exists && remote.Version < r.want {
+		return mvcc.Copy{}, fmt.Errorf("%w: %q is at version %d there, before the commit at %d that passed through",
+			errs.ErrUnavailable, r.key, remote.Version, r.want)
+	}
+	if !r.ready && local.Exists && (!remote.Exists || remote.Version <= local.Version) {
+		return mvcc.Copy{Record: local}, nil // a source catching up too: only a newer copy counts
+	}
+	r.cp = r.to.PlanCopy(r.key, local, remote, nil)
+	return r.cp, nil
+}
+
+func (r *refreshSource) Read(off, length uint64) ([]byte, error) {
+	expect := r.cp.Chunks[off/r.from.ChunkBytes()]
+	if expect == 0 {
+		return make([]byte, length), nil // never written since the blob was created
+	}
+	return r.from.ReadChunks(r.key, off, length, r.cp.Version, r.cp.Size, expect)
 }
 
 // crash drops what the store staged and opens the database and the store
@@ -233,7 +363,7 @@ type mvccStaged struct {
 	index []int
 	inner *mvcc.ChainStaged // nil when the node stores none of the keys
 	// results has an entry per op of the transaction; those of the ops on
-	// keys this node does not store stay zero.
+	// keys this node does not store are Unheld.
 	results []txn.Result
 	waited  bool
 }
@@ -254,12 +384,8 @@ func (p *mvccStaged) refresh() {
 }
 
 func (p *mvccStaged) finish(st status) {
-	s := p.node
-	if s.status[p.id] != statusStaged {
-		s.anomalies = append(s.anomalies, fmt.Sprintf("%s: %s of %s, which is %s", s.node, st, p.id, s.status[p.id]))
-	}
-	s.status[p.id] = st
-	delete(s.staged, p.id)
+	p.node.setStatus(p.id, st)
+	delete(p.node.staged, p.id)
 }
 
 // Committed implements chain.Stager.

@@ -32,9 +32,18 @@
 // message the sender sent once reaches at most one run of a node, and the
 // simulated network repeats messages, which the transport does not. A
 // member that misses a commit that way reports it (chain.ErrStageLost), and
-// its copy of the transaction's keys is behind from then on: the cluster
-// repairs it by catch-up, which is outside the simulator, so the checkers
-// leave those copies out.
+// its copy of the transaction's keys is behind from then on.
+//
+// Copies behind are repaired as on a node (see catchup.go): each Forward
+// carries the first replica's record of each key before the commit, a
+// member whose copy is behind lets the commit pass through it
+// (chain.Passing) and catches up, and so does a node that restarted, was
+// left out of a chain or missed a commit. A node catching up serves no
+// reads, refuses to be the first replica of a key in a chain, and copies
+// each key from an up to date replica, on the virtual clock, once every
+// transaction in flight when it came back has finished. The run ends once every node caught up,
+// and the checkers then hold every copy of every key to the commits the
+// coordinators saw committed.
 //
 // Each client stands for the node its coordinator runs on and has that
 // node's failure detector (see detector): it leaves a node out of its
@@ -56,14 +65,14 @@
 // transaction again on a member that forgot it. A left-out member that did
 // not commit a transaction that committed misses its writes; a node
 // revokes the read lease of a member before it leaves it out of chains, so
-// that member catches up before it serves again, and the checkers treat
-// its copies like those of a member that missed a commit in a crash.
+// that member catches up before it serves again.
 //
 // A run has two phases. In the fault phase clients begin transactions
 // while the network misbehaves. Then the network heals for good and stops
 // losing messages (it still delays, reorders and repeats them), clients stop
 // beginning transactions, and the run continues until every transaction has
-// finished and every replica has forgotten it, or the liveness bound passes.
+// finished, every replica has forgotten it and every node has caught up, or
+// the liveness bound passes.
 package sim
 
 import (
@@ -80,6 +89,7 @@ import (
 	"time"
 
 	"github.com/tyrstore/tyr/internal/chain"
+	"github.com/tyrstore/tyr/internal/mvcc"
 	"github.com/tyrstore/tyr/internal/ring"
 	"github.com/tyrstore/tyr/internal/txn"
 )
@@ -236,8 +246,24 @@ type Stats struct {
 	// replica dropped (see "Re-execution" in chain/replica.go).
 	OldChain int
 	// Behind counts the copies (a key on one of its replicas) that missed
-	// a commit, and that the key checks leave out; Copies counts them all.
+	// a commit, which catch-up repaired; Copies counts them all.
 	Behind, Copies int
+	// Passed counts the commits that passed through a member whose copy
+	// was behind (see catchup.go), PassedCommitted those of them that
+	// committed there, BehindRefused the transactions a tail refused
+	// because they would have passed through it (chain.ErrBehind), Asks
+	// the times a re-execution's tail asked the members left out after it
+	// (chain.ReplicaCounters.Asks), Unkept the pass-throughs refused
+	// because the tail does not store the key, and Ahead the commits
+	// refused by a member whose copy was ahead of the first replica's.
+	Passed, PassedCommitted, BehindRefused, Asks, Unkept, Ahead int
+	// CatchUpsBegun counts the times a node began catching up, CatchUps
+	// the times one caught up, and Refreshed the copies a catch-up
+	// changed; AllFailed counts the commits of a key that every replica
+	// of the key failed while they committed, or that a node caught up
+	// without while no replica of the key was up to date, which may be
+	// lost (see noteStagesLost and noteAllFailed).
+	CatchUpsBegun, CatchUps, Refreshed, AllFailed int
 	// Collections counts the collector passes (mvcc only) and Collected
 	// the page versions they deleted; Pins counts the readers' pins of a
 	// version, OldReads their reads of a version a commit had superseded,
@@ -274,6 +300,9 @@ type event struct {
 	node ring.NodeID // eventCrash, eventRestart
 	// sides assigns each endpoint to one side of a partition; nil heals.
 	sides map[ring.NodeID]bool
+	// bases: eventDeliver of a Forward: the bases it carries (see
+	// catchup.go).
+	bases map[string]mvcc.Base
 }
 
 type eventQueue []*event
@@ -309,9 +338,6 @@ type txnRecord struct {
 	reroutes             int
 	finished             bool
 	outcome              chain.Outcome
-	// replier is the member whose Reply finished the transaction: the
-	// head of some chain it ran on.
-	replier ring.NodeID
 }
 
 // world is one run's state.
@@ -357,14 +383,24 @@ type world struct {
 	// and oldReads, releases and gcFindings what the collector checks
 	// look at
 	// (see gc.go).
-	gc          gcProfile
-	gcRng       *rand.Rand
-	pins        []*pin
-	collected   map[ring.NodeID]int
-	crashTicks  map[ring.NodeID][]int
-	oldReads    []oldRead
-	releases    []release
-	gcFindings  []string
+	gc         gcProfile
+	gcRng      *rand.Rand
+	pins       []*pin
+	collected  map[ring.NodeID]int
+	crashTicks map[ring.NodeID][]int
+	oldReads   []oldRead
+	releases   []release
+	gcFindings []string
+	// forwards holds, per node, what the Forwards of the transactions its
+	// replica took brought (see catchup.go), catch each node's catch-up
+	// state, and refreshes the catch-ups that changed a copy.
+	forwards  map[ring.NodeID]map[chain.TxnID]*forward
+	catch     map[ring.NodeID]*catchUp
+	refreshes []refresh
+	// allFailed holds, per key, the commits that may have been lost
+	// because every replica of the key had failed at once (see
+	// noteAllFailed and noteStagesLost).
+	allFailed   map[string]map[chain.TxnID]bool
 	stats       Stats
 	failures    []string
 	traceHasher func([]byte)
@@ -379,7 +415,9 @@ func Run(cfg Config) Result {
 		placement: map[string][]ring.NodeID{}, txns: map[chain.TxnID]*txnRecord{},
 		down: map[ring.NodeID]bool{}, restarted: map[ring.NodeID]int{}, behind: map[string]map[ring.NodeID]bool{},
 		stageLost: map[chain.TxnID][]ring.NodeID{},
-		collected: map[ring.NodeID]int{}, crashTicks: map[ring.NodeID][]int{}}
+		collected: map[ring.NodeID]int{}, crashTicks: map[ring.NodeID][]int{},
+		forwards: map[ring.NodeID]map[chain.TxnID]*forward{}, catch: map[ring.NodeID]*catchUp{},
+		allFailed: map[string]map[chain.TxnID]bool{}}
 	w.gcRng = gcSource(cfg.Seed)
 	w.gc = pickGC(w.gcRng)
 	w.pins = make([]*pin, w.gc.readers)
@@ -404,7 +442,13 @@ func Run(cfg Config) Result {
 		}()
 		w.loop()
 	}()
+	for _, n := range w.nodes {
+		if !w.down[n] {
+			w.countReplica(n)
+		}
+	}
 	w.markLeftBehind()
+	w.noteStagesLost()
 	for _, k := range w.keys {
 		w.stats.Behind += len(w.behind[k])
 		w.stats.Copies += len(w.placement[k])
@@ -451,6 +495,8 @@ func (w *world) build() {
 			panic(fmt.Sprintf("sim: unknown store %v", w.cfg.Store))
 		}
 		w.stores[n] = store
+		w.forwards[n] = map[chain.TxnID]*forward{}
+		w.catch[n] = &catchUp{}
 		w.replicas[n] = w.newReplica(n)
 	}
 	for i := range p.clients {
@@ -474,7 +520,7 @@ func (w *world) newReplica(n ring.NodeID) *chain.Replica {
 		knobs.AbortOnForwardTimeoutTicks = 3 * retransmitTicks
 	}
 	r, err := chain.NewReplica(chain.ReplicaConfig{
-		ID: n, Stager: w.stores[n], RetransmitTicks: retransmitTicks,
+		ID: n, Stager: nodeStager{w: w, n: n}, RetransmitTicks: retransmitTicks,
 		OutcomeRetentionTicks: w.p.retentionTicks, PendingMax: w.p.pendingMax, TxnsMax: w.p.txnsMax,
 		TestingKnobs: knobs,
 		// An earlier run may have seen the transactions begun before the
@@ -623,6 +669,9 @@ func (w *world) traceMessage(verb string, m chain.Message) {
 	}
 }
 
+// boolCompare orders false before true.
+func boolCompare(a, b bool) int { return int(boolByte(a)) - int(boolByte(b)) }
+
 func boolByte(b bool) byte {
 	if b {
 		return 1
@@ -646,7 +695,7 @@ func (w *world) loop() {
 		switch e.kind {
 		case eventDeliver:
 			w.inFlight--
-			w.deliver(e.msg, e.sent)
+			w.deliver(e.msg, e.sent, e.bases)
 		case eventPartition:
 			w.sides = e.sides
 			if e.sides == nil {
@@ -663,7 +712,11 @@ func (w *world) loop() {
 				w.down[e.node] = true
 				w.stores[e.node].crash()
 				w.crashTicks[e.node] = append(w.crashTicks[e.node], w.now)
+				w.countReplica(e.node)
 				w.replicas[e.node] = nil
+				// What the node held beside its replica is gone too.
+				w.forwards[e.node] = map[chain.TxnID]*forward{}
+				w.catch[e.node] = &catchUp{}
 				w.stats.Crashes++
 			}
 		case eventRestart:
@@ -672,6 +725,7 @@ func (w *world) loop() {
 				delete(w.down, e.node)
 				w.restarted[e.node] = w.now
 				w.replicas[e.node] = w.newReplica(e.node)
+				w.startCatchUp(e.node, "restarted", true)
 			}
 		case eventTick:
 			w.tick()
@@ -691,6 +745,11 @@ func (w *world) done() bool {
 	if !w.healed || w.inFlight > 0 || len(w.down) > 0 {
 		return false
 	}
+	for _, n := range w.nodes {
+		if w.catchingUp(n) {
+			return false
+		}
+	}
 	for _, c := range w.clients {
 		if c.Inflight() > 0 || c.HasReady() {
 			return false
@@ -707,6 +766,9 @@ func (w *world) done() bool {
 func (w *world) tick() {
 	w.updateViews()
 	w.gcTick()
+	for _, n := range w.nodes {
+		w.stepCatchUp(n)
+	}
 	for _, n := range w.nodes {
 		if w.down[n] {
 			continue
@@ -727,11 +789,12 @@ func (w *world) tick() {
 }
 
 // begin starts a random transaction of client ci on one to three keys,
-// half of them counters. Its chain is the sorted union of the keys'
-// replicas that the client's view keeps in chains, so every transaction on
-// a key passes through all of that key's replicas the view keeps, in the
-// same order; as a node does, the client refuses a transaction on a key
-// none of whose replicas it keeps.
+// half of them counters. Its chain is the union of the keys' replicas that
+// the client's view keeps in chains, sorted, with the nodes catching up
+// after the others as a node orders them (node.Chain), so every
+// transaction on a key passes through all of that key's replicas the view
+// keeps; as a node does, the client refuses a transaction on a key none of
+// whose replicas it keeps.
 func (w *world) begin(c *chain.Coordinator, ci int) {
 	ops := make([]txn.Op, 1+w.rng.IntN(3))
 	var placed []ring.NodeID
@@ -755,6 +818,7 @@ func (w *world) begin(c *chain.Coordinator, ci int) {
 	slices.Sort(placed)
 	placed = slices.Compact(placed)
 	members := slices.DeleteFunc(slices.Clone(placed), func(n ring.NodeID) bool { return !inChains(n) })
+	slices.SortStableFunc(members, func(a, b ring.NodeID) int { return boolCompare(w.catchingUp(a), w.catchingUp(b)) })
 	id, err := c.Begin(ops, members)
 	if err != nil {
 		w.trace("%s begin refused: %v", c.ID(), err)
@@ -836,7 +900,7 @@ func opsString(ops []txn.Op) string {
 	return strings.Join(parts, " ")
 }
 
-func (w *world) deliver(m chain.Message, sent int) {
+func (w *world) deliver(m chain.Message, sent int, bases map[string]mvcc.Base) {
 	if w.partitioned(m.From, m.To) {
 		w.stats.Partitioned++
 		w.traceMessage("cut", m)
@@ -845,9 +909,6 @@ func (w *world) deliver(m chain.Message, sent int) {
 	w.traceMessage("deliver", m)
 	if m.Type == chain.MsgReply {
 		c := w.client(m.To)
-		if t := w.txns[m.Txn]; t != nil && !t.finished {
-			t.replier = m.From
-		}
 		if err := c.Step(m); err != nil {
 			w.failures = append(w.failures, fmt.Sprintf("tick %d: %s refused %s: %v", w.now, m.To, m, err))
 		}
@@ -858,6 +919,9 @@ func (w *world) deliver(m chain.Message, sent int) {
 		w.stats.Lost++
 		w.traceMessage("lost", m)
 		return
+	}
+	if m.Type == chain.MsgForward && !w.replicas[m.To].Knows(m.Txn) {
+		w.noteForward(m.To, m, bases)
 	}
 	if err := w.replicas[m.To].Step(m); err != nil {
 		if t := w.txns[m.Txn]; t != nil && t.reroutes > 0 &&
@@ -891,9 +955,11 @@ func (w *world) flushReplica(n ring.NodeID) {
 	o := r.Ready()
 	r.Advance(o)
 	for _, f := range o.Finished {
+		delete(w.forwards[n], f.Txn)
 		switch {
 		case errors.Is(f.CommitErr, chain.ErrStageLost):
 			w.stageLostAt(n, f.Txn)
+			w.startCatchUp(n, fmt.Sprintf("missed the commit of %s", f.Txn), false)
 		case f.CommitErr != nil:
 			w.failures = append(w.failures, fmt.Sprintf("tick %d: %s failed to commit %s: %v", w.now, n, f.Txn, f.CommitErr))
 		}
@@ -979,9 +1045,13 @@ func (w *world) send(m chain.Message) {
 		copies = 2
 		w.stats.Dups++
 	}
+	var bases map[string]mvcc.Base
+	if f := w.forwards[m.From][m.Txn]; m.Type == chain.MsgForward && f != nil {
+		bases = f.bases
+	}
 	for range copies {
 		w.inFlight++
-		w.push(&event{at: w.now + 1 + w.rng.IntN(w.p.delayTicksMax), kind: eventDeliver, msg: m, sent: w.now})
+		w.push(&event{at: w.now + 1 + w.rng.IntN(w.p.delayTicksMax), kind: eventDeliver, msg: m, sent: w.now, bases: bases})
 	}
 }
 
@@ -991,14 +1061,17 @@ func (w *world) summary() string {
 		"pending<=%d txns<=%d partitions=%d crashes=%d "+
 		"detect=%d suspicions=%d "+
 		"| txns=%d committed=%d aborted=%d queued=%d (committed %d) waited=%d msgs=%d dropped=%d cut=%d dups=%d lost=%d stages-lost=%d "+
-		"reroutes=%d rerouted=%d (committed %d) left-out=%d (staged %d, behind %d) old-chain=%d behind=%d/%d ticks=%d",
+		"reroutes=%d rerouted=%d (committed %d) left-out=%d (staged %d, behind %d) old-chain=%d behind=%d/%d ticks=%d "+
+		"| catch-up: passed=%d (committed %d) behind-refused=%d asks=%d unkept=%d ahead=%d catch-ups=%d/%d refreshed=%d all-failed=%d",
 		w.cfg.Seed, w.cfg.Store, p.nodes, p.clients, p.keys, p.replicationFactor, p.dropPct, p.duplicatePct, p.delayTicksMax,
 		p.retentionTicks, p.pendingMax, p.txnsMax, w.stats.Partitions, w.stats.Crashes, w.det.detectTicks, len(w.det.suspicions),
 		w.stats.Begun, w.stats.Committed, w.stats.Aborted,
 		w.stats.Queued, w.stats.QueuedCommitted, w.stats.Waited,
 		w.stats.Sent, w.stats.Dropped, w.stats.Partitioned, w.stats.Dups, w.stats.Lost, w.stats.StagesLost,
 		w.stats.Reroutes, w.stats.Rerouted, w.stats.RerouteCommitted, w.stats.LeftOut, w.stats.LeftStaged, w.stats.LeftBehind,
-		w.stats.OldChain, w.stats.Behind, w.stats.Copies, w.now) + w.gcSummary()
+		w.stats.OldChain, w.stats.Behind, w.stats.Copies, w.now,
+		w.stats.Passed, w.stats.PassedCommitted, w.stats.BehindRefused, w.stats.Asks, w.stats.Unkept, w.stats.Ahead,
+		w.stats.CatchUps, w.stats.CatchUpsBegun, w.stats.Refreshed, w.stats.AllFailed) + w.gcSummary()
 }
 
 // gcSummary is the collector's part of the summary, on mvcc.

@@ -16,7 +16,9 @@
 //     go test -tags tyr_broken_unordered ./internal/sim -run 'TestSimCatchesUnordered$' -v),
 //     and version collectors that delete versions running transactions
 //     still use (TestSimCatchesCollectedInUse, likewise with the
-//     tyr_broken_gc tag).
+//     tyr_broken_gc tag), and chain tails that commit what passes through
+//     them (TestSimCatchesPassThrough, with the tyr_broken_passthrough
+//     tag).
 //
 // By default TestSim runs seeds 1 to 200, the odd ones on the in-memory
 // model store and the even ones on real mvcc stores over in-memory Pebble
@@ -190,13 +192,18 @@ func TestSim(t *testing.T) {
 	t.Logf("seeds %d..%d (%d on mvcc): %d failed in %v; %d lossy, %d partitioned; %d transactions (%d committed, %d aborted), %d messages (%d dropped, %d cut); "+
 		"ordering: %d transactions queued behind undecided ones (%d committed), %d waited to apply, on %d seeds; "+
 		"reroutes: %d re-executions of %d transactions (%d committed) on %d seeds, %d members left out (%d had staged, %d missed a commit), %d old-chain messages dropped; "+
-		"%d of %d copies of keys behind at the end, left out of the key checks; "+
+		"%d of %d copies of keys missed a commit; "+
+		"catch-up: %d commits passed through a member behind (%d committed), %d refused by a tail behind (chain.ErrBehind), %d asks by a re-execution's tail, "+
+		"%d pass-throughs refused as the tail keeps no copy, %d commits refused by a copy ahead, %d of %d catch-ups finished, %d copies refreshed, "+
+		"%d commits excused as every replica of a key failed; "+
 		"gc: %d collector passes deleted %d page versions; readers pinned %d versions and read superseded ones %d times (%d served, %d gone)",
 		*firstFlag, *firstFlag+uint64(n)-1, onMVCC, failed, time.Since(start).Round(time.Millisecond), lossy, partitioned,
 		total.Begun, total.Committed, total.Aborted, total.Sent, total.Dropped, total.Partitioned,
 		total.Queued, total.QueuedCommitted, total.Waited, ordered,
 		total.Reroutes, total.Rerouted, total.RerouteCommitted, rerouted, total.LeftOut, total.LeftStaged, total.LeftBehind, total.OldChain,
 		total.Behind, total.Copies,
+		total.Passed, total.PassedCommitted, total.BehindRefused, total.Asks, total.Unkept, total.Ahead,
+		total.CatchUps, total.CatchUpsBegun, total.Refreshed, total.AllFailed,
 		total.Collections, total.Collected, total.Pins, total.OldReads, total.OldServed, total.OldGone)
 	if total.Committed == 0 || total.Aborted == 0 {
 		t.Errorf("the workload is degenerate: %d committed, %d aborted", total.Committed, total.Aborted)
@@ -207,6 +214,10 @@ func TestSim(t *testing.T) {
 	if onMVCC >= 20 && (total.Collected == 0 || total.OldServed == 0 || total.OldGone == 0) {
 		t.Errorf("the workload is degenerate: on %d mvcc seeds the collectors deleted %d page versions, and of the reads of superseded versions %d were served and %d refused",
 			onMVCC, total.Collected, total.OldServed, total.OldGone)
+	}
+	if n >= 50 && (total.PassedCommitted == 0 || total.BehindRefused == 0 || total.Refreshed == 0) {
+		t.Errorf("the workload is degenerate: %d commits passed through a member and committed, %d were refused by a tail behind, %d copies were refreshed",
+			total.PassedCommitted, total.BehindRefused, total.Refreshed)
 	}
 	if *rerouteFlag && n >= 50 && 5*rerouted < n {
 		t.Errorf("the workload is degenerate: only %d of %d seeds re-executed a transaction", rerouted, n)
@@ -357,6 +368,20 @@ func catchBroken(t *testing.T, broken bool, tag, test, bug string, seedsMax uint
 func TestSimCatchesUnordered(t *testing.T) {
 	catchBroken(t, brokenUnordered, "tyr_broken_unordered", "TestSimCatchesUnordered", "unordered commits", 400, func(a string) bool {
 		return strings.HasPrefix(a, "agreement: ") || strings.HasPrefix(a, "order: ") || strings.HasPrefix(a, "results: ")
+	})
+}
+
+// TestSimCatchesPassThrough runs mvcc seeds with chain tails that commit
+// a transaction their copy is too far behind to apply, passing it through
+// as the members before them do (in binaries built with
+// tyr_broken_passthrough), and expects the checkers to report the write
+// this loses when the members that applied it crash before the commit
+// reaches them: a key whose replicas, caught up, miss a commit the
+// coordinators saw committed, or a replica that cannot catch up on it.
+func TestSimCatchesPassThrough(t *testing.T) {
+	catchBroken(t, brokenPassThrough, "tyr_broken_passthrough", "TestSimCatchesPassThrough", "passed-through commits", 2000, func(a string) bool {
+		return (strings.HasPrefix(a, "durability: replica ") && strings.Contains(a, "coordinators saw committed")) ||
+			(strings.HasPrefix(a, "liveness: ") && strings.Contains(a, "still catches up"))
 	})
 }
 

@@ -1,0 +1,464 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/tyrstore/tyr/internal/chain"
+	"github.com/tyrstore/tyr/internal/errs"
+	"github.com/tyrstore/tyr/internal/mvcc"
+	"github.com/tyrstore/tyr/internal/ring"
+	"github.com/tyrstore/tyr/internal/txn"
+)
+
+// Pass-through and catch-up, as a node does them (internal/node/catchup.go).
+//
+// Every Forward past the first replica of a key in a chain carries that
+// replica's record of the key before the commit, its base (mvcc.Base; on
+// a MemStore, Version is the count of the key's commits), which each node
+// keeps beside its replica with the chain the Forward named (forward) and
+// hands on, with its own for the keys it was the first replica of, in the
+// Forwards it sends. A member whose copy of a key is not at the base
+// applies nothing: if its copy is behind, or it is catching up, the commit
+// passes through it (passStaged, a chain.Passing: it stages nothing,
+// reports its results Unheld, and its commit records only the transaction,
+// for chain.Stager.Committed), unless the chain's tail does not store the
+// key, which would leave the change only in the volatile stages of the
+// members before it; if its copy is ahead, it refuses.
+//
+// A node catches up from the moment it may have missed commits: when it
+// restarts, when a client's failure detector leaves it out of chains (a
+// node revokes a member's read lease first), when it reports missing a
+// commit (chain.ErrStageLost), and when a commit passes through it. Until
+// it has caught up it serves no reads (the readers of gc.go skip it),
+// refuses to be the first replica of a key in a chain, accepts only a base
+// with no commit queued ahead of it (mvcc.Step.Strict), and the clients
+// put it after the other members of their chains. Its round of catch-up
+// takes a step a tick while it is up:
+//
+//  1. the barrier: each client answers once it reaches the node and keeps
+//     it in its chains, and the round waits until every transaction that
+//     client had in flight then has finished, so that every commit after
+//     it includes the node;
+//  2. it refreshes each key it stores, one a tick, from the first other
+//     replica that is up, reachable and not catching up, or else from the
+//     first that is up and reachable, whose copy it takes only if newer;
+//     on mvcc with mvcc.Store.Refresh. A refresh waits while a commit holds
+//     the key on either node (a node's waits for the lock);
+//  3. it refreshes the keys commits passed through meanwhile (dirty), each
+//     from a copy at least at the version the commit left, and is caught
+//     up once none is left.
+//
+// Leaving a node out of chains starts its round anew; the other causes
+// start one if none runs, as a node's do. A crash loses the round.
+
+// forward is what a node keeps beside its replica for a transaction whose
+// Forward reached it, as a node's versionEntry does: the bases it hands
+// on, and the chain the Forward named.
+type forward struct {
+	bases map[string]mvcc.Base
+	chain []ring.NodeID
+}
+
+// catchUp is one node's catch-up state. The zero value is caught up.
+type catchUp struct {
+	active bool
+	since  int // tick the node began catching up
+	// answered holds, per client, whether it answered the barrier; cut
+	// the transactions the clients had in flight when they did.
+	answered []bool
+	cut      []chain.TxnID
+	barrier  bool
+	// todo are the keys left to refresh in this round, once past the
+	// barrier; dirty the keys commits passed through, each with the
+	// version the source's copy must have reached (0: any).
+	todo  []string
+	dirty map[string]uint64
+}
+
+// refresh is a catch-up that changed a node's copy of a key.
+type refresh struct {
+	node ring.NodeID
+	key  string
+	at   int
+}
+
+// nodeStager is node n's chain.Stager: its store, staged as a node does,
+// with the bases the Forward brought, and passing commits through where
+// its copy is behind.
+type nodeStager struct {
+	w *world
+	n ring.NodeID
+}
+
+func (s nodeStager) Prepare(id chain.TxnID, ops []txn.Op) (chain.Staged, error) {
+	return s.w.prepare(s.n, id, ops)
+}
+
+func (s nodeStager) Committed(id chain.TxnID) ([]txn.Result, bool, error) {
+	return s.w.stores[s.n].Committed(id)
+}
+
+// owns reports whether node n stores key.
+func (w *world) owns(n ring.NodeID, key string) bool { return slices.Contains(w.placement[key], n) }
+
+func (w *world) catchingUp(n ring.NodeID) bool { return w.catch[n].active }
+
+// noteForward records what a Forward of a transaction new to node n's
+// replica brought, before the replica takes it.
+func (w *world) noteForward(n ring.NodeID, m chain.Message, bases map[string]mvcc.Base) {
+	f := w.forwards[n][m.Txn]
+	if f == nil {
+		f = &forward{}
+		w.forwards[n][m.Txn] = f
+	}
+	if f.bases == nil {
+		f.bases = bases
+	}
+	f.chain = m.Chain
+}
+
+// prepare stages ops on node n as a member of the chain its Forward named
+// (see the top of this file).
+func (w *world) prepare(n ring.NodeID, id chain.TxnID, ops []txn.Op) (chain.Staged, error) {
+	f := w.forwards[n][id]
+	if f == nil {
+		f = &forward{}
+		w.forwards[n][id] = f
+	}
+	catching := w.catchingUp(n)
+	if catching {
+		for _, op := range ops {
+			if _, given := f.bases[op.Key]; !given && w.owns(n, op.Key) {
+				// The first replica's copy is what the others check theirs
+				// against.
+				return nil, fmt.Errorf("%w: %s is the first replica of %q in the chain and is catching up", errs.ErrUnavailable, n, op.Key)
+			}
+		}
+	}
+	s := w.stores[n]
+	staged, bases, err := s.prepareStep(id, ops, f.bases, catching)
+	var mismatch *mvcc.BaseMismatchError
+	if errors.As(err, &mismatch) && (mismatch.Have < mismatch.Want || catching) {
+		unkept := w.unkept(n, ops, f.chain)
+		w.startCatchUp(n, fmt.Sprintf("prepare of %s: %v", id, err), false)
+		if unkept != nil {
+			w.stats.Unkept++
+			w.trace("%s refuses to pass %s through: %v", n, id, unkept)
+			return nil, unkept
+		}
+		return w.passThrough(n, id, ops, f.bases)
+	}
+	if mismatch != nil {
+		w.stats.Ahead++
+		w.trace("%s refuses %s: its copy is ahead of the first replica's: %v", n, id, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	f.bases = bases
+	return staged, nil
+}
+
+// handOn is the bases a member sends on: those it was given, and its own
+// records of the keys it was the first replica of.
+func handOn(given, own map[string]mvcc.Base) map[string]mvcc.Base {
+	out := maps.Clone(given)
+	for k, b := range own {
+		if _, ok := given[k]; !ok {
+			if out == nil {
+				out = map[string]mvcc.Base{}
+			}
+			out[k] = b
+		}
+	}
+	return out
+}
+
+// unkept refuses a pass-through on node n unless the tail of the chain
+// stores every key of ops that n stores, as a node's does: the tail
+// applies the commit durably before it is decided (or refuses it if it is
+// behind too), while the other members keep their stages in memory until
+// the Backward reaches them.
+func (w *world) unkept(n ring.NodeID, ops []txn.Op, chainIDs []ring.NodeID) error {
+	if len(chainIDs) == 0 {
+		return fmt.Errorf("%w: %s: a commit passing through names no chain", errs.ErrUnavailable, n)
+	}
+	tail := chainIDs[len(chainIDs)-1]
+	if tail == n {
+		return nil // The chain refuses the commit (chain.ErrBehind).
+	}
+	for _, op := range ops {
+		if op.Kind != txn.OpReadCheck && w.owns(n, op.Key) && !w.owns(tail, op.Key) {
+			return fmt.Errorf("%w: %s, behind on %q, stores it while the tail %s of the chain %v does not",
+				errs.ErrUnavailable, n, op.Key, tail, chainIDs)
+		}
+	}
+	return nil
+}
+
+// passThrough is what node n, whose copy is behind, stages for id: nothing.
+func (w *world) passThrough(n ring.NodeID, id chain.TxnID, ops []txn.Op, bases map[string]mvcc.Base) (chain.Staged, error) {
+	s := w.stores[n]
+	if err := s.pass(id); err != nil {
+		return nil, err
+	}
+	w.stats.Passed++
+	w.trace("%s passes %s through: its copy is behind", n, id)
+	p := &passStaged{w: w, n: n, id: id, ops: ops, wants: map[string]uint64{}}
+	for _, op := range ops {
+		if !w.owns(n, op.Key) {
+			continue
+		}
+		w.markDirty(n, op.Key, 0)
+		if op.Kind != txn.OpReadCheck {
+			b, given := bases[op.Key]
+			p.wants[op.Key] = s.versionAfter(id, ops, op.Key, b, given)
+		}
+	}
+	return p, nil
+}
+
+// passStaged is a commit passing through a member whose copy is behind
+// (chain.Passing).
+type passStaged struct {
+	w     *world
+	n     ring.NodeID
+	id    chain.TxnID
+	ops   []txn.Op
+	wants map[string]uint64 // per key, the version the commit leaves
+}
+
+var _ chain.Passing = (*passStaged)(nil)
+
+// Commit records the transaction and marks its keys for catch-up at the
+// versions it left.
+func (p *passStaged) Commit(results []txn.Result) error {
+	if err := p.w.stores[p.n].passed(p.id, results); err != nil {
+		return err
+	}
+	p.w.stats.PassedCommitted++
+	for _, k := range slices.Sorted(maps.Keys(p.wants)) {
+		p.w.markDirty(p.n, k, p.wants[k])
+	}
+	p.w.startCatchUp(p.n, fmt.Sprintf("%s passed through it", p.id), false)
+	return nil
+}
+
+func (p *passStaged) Abort() { p.w.stores[p.n].passAborted(p.id) }
+
+func (p *passStaged) PassesThrough() bool { return true }
+
+// Results are none of the commit's: each is Unheld, so that the members
+// before this one take a holder's (txn.MergeResults).
+func (p *passStaged) Results() []txn.Result {
+	out := make([]txn.Result, len(p.ops))
+	for i := range out {
+		out[i].Unheld = true
+	}
+	return out
+}
+
+func (w *world) markDirty(n ring.NodeID, key string, version uint64) {
+	c := w.catch[n]
+	if c.dirty == nil {
+		c.dirty = map[string]uint64{}
+	}
+	c.dirty[key] = max(c.dirty[key], version)
+}
+
+// startCatchUp makes node n catch up: a new round if anew or if none
+// runs (see the top of this file).
+func (w *world) startCatchUp(n ring.NodeID, reason string, anew bool) {
+	c := w.catch[n]
+	if c.active && !anew {
+		return
+	}
+	if !c.active {
+		c.since = w.now
+		w.stats.CatchUpsBegun++
+	}
+	c.active = true
+	c.answered = make([]bool, len(w.clients))
+	c.cut, c.barrier, c.todo = nil, false, nil
+	w.trace("%s catches up: %s", n, reason)
+}
+
+// stepCatchUp takes the next step of node n's round, if it catches up.
+func (w *world) stepCatchUp(n ring.NodeID) {
+	c := w.catch[n]
+	if !c.active || w.down[n] {
+		return
+	}
+	if !c.barrier {
+		j := slices.Index(w.nodes, n)
+		for i, cl := range w.clients {
+			if c.answered[i] || !w.reaches(i, j, cl.ID(), n) || slices.Contains(w.views[i], n) {
+				continue
+			}
+			c.answered[i] = true
+			for _, id := range w.order {
+				if id.Coordinator == cl.ID() && !w.txns[id].finished {
+					c.cut = append(c.cut, id)
+				}
+			}
+		}
+		if slices.Contains(c.answered, false) || slices.ContainsFunc(c.cut, func(id chain.TxnID) bool { return !w.txns[id].finished }) {
+			return
+		}
+		c.barrier, c.cut = true, nil
+		for _, k := range w.keys {
+			if w.owns(n, k) {
+				c.todo = append(c.todo, k)
+			}
+		}
+		w.trace("%s passed the catch-up barrier", n)
+		return
+	}
+	if len(c.todo) > 0 {
+		if w.refreshKey(n, c.todo[0], 0) {
+			c.todo = c.todo[1:]
+		}
+		return
+	}
+	if len(c.dirty) > 0 {
+		k := slices.Sorted(maps.Keys(c.dirty))[0]
+		v := c.dirty[k]
+		if w.refreshKey(n, k, v) && c.dirty[k] == v {
+			delete(c.dirty, k)
+		}
+		return
+	}
+	c.active = false
+	w.stats.CatchUps++
+	w.trace("%s caught up (since tick %d)", n, c.since)
+}
+
+// source is the replica node n copies key from, as a node picks it: the
+// first other one that is up and not catching up (ready), or else the
+// first up; none if there is no such replica. Whether n reaches it is
+// the refresh's to find out.
+func (w *world) source(n ring.NodeID, key string) (ring.NodeID, bool) {
+	for _, ready := range []bool{true, false} {
+		for _, id := range w.placement[key] {
+			if id != n && !w.down[id] && (!ready || !w.catchingUp(id)) {
+				return id, ready
+			}
+		}
+	}
+	return "", false
+}
+
+// refreshKey brings node n's copy of key in step with a source's, with a
+// copy at least at version want; it reports whether it is done, or must
+// be tried again later.
+func (w *world) refreshKey(n ring.NodeID, key string, want uint64) bool {
+	src, ready := w.source(n, key)
+	if src == "" {
+		return len(w.placement[key]) == 1 // the only replica: nothing to copy
+	}
+	if w.partitioned(n, src) || w.stores[src].locked(key) || w.stores[n].locked(key) {
+		return false // a node's call fails, or waits for the lock
+	}
+	before := slices.Clone(w.stores[n].keyLog(key))
+	changed, err := w.stores[n].refresh(key, w.stores[src], ready, want)
+	if err != nil {
+		w.trace("%s cannot refresh %s from %s yet: %v", n, key, src, err)
+		return false
+	}
+	if changed {
+		w.stats.Refreshed++
+		w.refreshes = append(w.refreshes, refresh{node: n, key: key, at: w.now})
+		b, _ := w.stores[n].keyState(key)
+		w.trace("%s refreshed %s from %s (ready=%t): exists=%t version=%d", n, key, src, ready, b.exists, b.version)
+	}
+	if !ready {
+		w.noteAllFailed(n, key, before)
+	}
+	return true
+}
+
+// noteStagesLost records, for each committed transaction, the keys whose
+// every replica either was left out of its final chain or lost its stage
+// of it in a crash before the commit reached it (chain.ErrStageLost): the
+// replicas of those keys all failed while it committed (docs/
+// architecture.md, "f = r"), and its change of them may be lost with its
+// stages. The members before a chain's tail hold their stages in memory
+// until the Backward reaches them; only the tail's commit is durable when
+// the transaction is decided, and a tail that stores none of a key keeps
+// nothing of it. A commit that passed through a member of its final chain
+// is not excused, and neither is one whose replica in the chain did not
+// report losing its stage.
+func (w *world) noteStagesLost() {
+	for _, id := range w.order {
+		t := w.txns[id]
+		if !t.finished || !t.outcome.Committed || len(w.stageLost[id]) == 0 {
+			continue
+		}
+		for _, op := range t.ops {
+			k := op.Key
+			if w.allFailed[k][id] || slices.ContainsFunc(w.placement[k], func(n ring.NodeID) bool {
+				return slices.Contains(t.final, n) && !slices.Contains(w.stageLost[id], n)
+			}) {
+				continue
+			}
+			if w.allFailed[k] == nil {
+				w.allFailed[k] = map[chain.TxnID]bool{}
+			}
+			w.allFailed[k][id] = true
+			w.stats.AllFailed++
+			w.trace("every replica of %s failed while %s committed (left out of %v or lost its stage)", k, id, t.final)
+		}
+	}
+}
+
+// noteAllFailed records, after node n caught up on key from a replica
+// catching up too (no replica of key was up to date and up), the commits
+// of key that another replica holds, or n held before (before), and n's
+// copy now lacks. That is the case of every replica failed at once
+// (docs/architecture.md, "f = r"): n becomes up to date on its own, and
+// the others copy from it once they catch up, so those commits may be
+// lost, as documented. (A copy taken from a replica catching up replaces
+// one only if it is newer, but an absent blob has no version: a delete
+// the source missed is undone.) The durability check excuses them, and
+// only them: a commit no replica ever applied is lost whatever happens to
+// the replicas.
+func (w *world) noteAllFailed(n ring.NodeID, key string, before []chain.TxnID) {
+	have := w.stores[n].keyLog(key)
+	for _, id := range w.placement[key] {
+		log := before
+		if id != n {
+			log = w.stores[id].keyLog(key)
+		}
+		for _, t := range log {
+			if slices.Contains(have, t) || w.allFailed[key][t] {
+				continue
+			}
+			if w.allFailed[key] == nil {
+				w.allFailed[key] = map[chain.TxnID]bool{}
+			}
+			w.allFailed[key][t] = true
+			w.stats.AllFailed++
+			w.trace("%s caught up on %s without %s, which %s holds, while no replica was up to date", n, key, t, id)
+		}
+	}
+}
+
+// refreshedWithin reports whether a catch-up changed node n's copy of key
+// in ticks [from, to]: reads of versions before the copy's are refused
+// from then on (see mvcc/catchup.go).
+func (w *world) refreshedWithin(n ring.NodeID, key string, from, to int) bool {
+	return slices.ContainsFunc(w.refreshes, func(r refresh) bool {
+		return r.node == n && r.key == key && from <= r.at && r.at <= to
+	})
+}
+
+// countReplica adds node n's replica's counters to the run's, before the
+// replica goes (a crash) or at the end.
+func (w *world) countReplica(n ring.NodeID) {
+	c := w.replicas[n].Counters()
+	w.stats.BehindRefused += int(c.Behind)
+	w.stats.Asks += int(c.Asks)
+}
