@@ -197,19 +197,31 @@ type passThrough struct {
 	ops      []txn.Op
 	version  uint64
 	client   []byte
+	// gained: the node only gains these blobs in a ring change and serves
+	// no reads of them; the change's copy fetches them (epoch.go) and the
+	// node does not catch up as a whole.
+	gained bool
 }
 
 // passThrough marks its blobs when staged, so that a catch-up round that
 // ends meanwhile does not finish with them left out, and again with the
 // commit's version once committed, catching up anew if the round ended.
-func (n *Node) passThrough(keyspace string, id chain.TxnID, ops []txn.Op, version uint64, client []byte) passThrough {
-	n.catch.markDirty(keyspace, ops, 0)
-	return passThrough{n: n, keyspace: keyspace, id: id, ops: ops, version: version, client: client}
+func (n *Node) passThrough(keyspace string, id chain.TxnID, ops []txn.Op, version uint64, client []byte, gained bool) passThrough {
+	if gained {
+		n.markMoveDirty(keyspace, opKeys(ops), 0)
+	} else {
+		n.catch.markDirty(keyspace, ops, 0)
+	}
+	return passThrough{n: n, keyspace: keyspace, id: id, ops: ops, version: version, client: client, gained: gained}
 }
 
 func (p passThrough) Commit(results []txn.Result) error {
-	p.n.catch.markDirty(p.keyspace, p.ops, p.version)
-	p.n.startCatchUp(fmt.Sprintf("a commit at version %d passed through this node", p.version))
+	if p.gained {
+		p.n.markMoveDirty(p.keyspace, opKeys(p.ops), p.version)
+	} else {
+		p.n.catch.markDirty(p.keyspace, p.ops, p.version)
+		p.n.startCatchUp(fmt.Sprintf("a commit at version %d passed through this node", p.version))
+	}
 	ks, err := p.n.cfg.Engine.Acquire(p.keyspace)
 	if err != nil {
 		return err
@@ -222,6 +234,17 @@ func (p passThrough) Commit(results []txn.Result) error {
 		return ks.Store.PutClient(p.client, p.id.String())
 	}
 	return nil
+}
+
+// opKeys returns the keys of ops.
+func opKeys(ops []txn.Op) []string {
+	var keys []string
+	for _, op := range ops {
+		if !slices.Contains(keys, op.Key) {
+			keys = append(keys, op.Key)
+		}
+	}
+	return keys
 }
 
 func (p passThrough) Abort()                {}
@@ -512,6 +535,8 @@ type chunkSource struct {
 	ready bool
 	want  uint64
 	cp    mvcc.Copy
+	// move: a ring change's copy (epoch.go), throttled and counted.
+	move bool
 }
 
 func (s *chunkSource) Copy(local mvcc.Record) (mvcc.Copy, error) {
@@ -568,11 +593,19 @@ func (s *chunkSource) Read(off, length uint64) ([]byte, error) {
 			errList = append(errList, err)
 			continue
 		}
+		if s.move {
+			if err := s.n.epoch.throttle.wait(s.ctx, int(length)); err != nil {
+				return nil, err
+			}
+		}
 		cctx, cancel := context.WithTimeout(s.ctx, catchUpCallTimeout)
 		resp, err := c.ReadChunks(cctx, &peerpb.ReadChunksRequest{Keyspace: s.ks.Name, Key: s.key, Offset: off, Length: length,
 			Version: s.cp.Version, Size: s.cp.Size, Expect: expect})
 		cancel()
 		if err == nil {
+			if s.move {
+				s.n.epoch.copiedBytes.Add(uint64(len(resp.GetData())))
+			}
 			return resp.GetData(), nil
 		}
 		errList = append(errList, fmt.Errorf("%s: %w", id, err))

@@ -124,6 +124,9 @@ type Record struct {
 	Replication int `json:"replication"`
 	// Moves are the nodes that gain ranges, sorted by To.
 	Moves []Move `json:"moves,omitempty"`
+	// Removed are the nodes decommissioned so far, sorted: the coordinator
+	// never adds them back, even while they still run.
+	Removed []ring.NodeID `json:"removed,omitempty"`
 }
 
 // Errors of Propose and Advance.
@@ -292,7 +295,13 @@ func Propose(cur Record, coordinator ring.NodeID, next []ring.Node, rf int) (Rec
 		return Record{}, err
 	}
 	r := Record{Epoch: cur.Epoch + 1, Phase: PhaseInstalling, Coordinator: coordinator, Old: cur.New, New: sorted,
-		Replication: rf, Moves: Moves(oldRing, newRing, rf)}
+		Replication: rf, Moves: Moves(oldRing, newRing, rf), Removed: slices.Clone(cur.Removed)}
+	for _, n := range cur.New {
+		if !r.InNew(n.ID) && !slices.Contains(r.Removed, n.ID) {
+			r.Removed = append(r.Removed, n.ID)
+		}
+	}
+	slices.Sort(r.Removed)
 	return r, r.Validate()
 }
 
