@@ -566,6 +566,18 @@ func (s *chunkSource) Copy(local mvcc.Record) (mvcc.Copy, error) {
 		return mvcc.Copy{Record: local}, nil // a source catching up too: only a newer copy counts
 	}
 	s.cp = s.ks.Store.PlanCopy(s.key, local, remote, s.pl)
+	if s.move && remote.Exists {
+		// A version manager keeps the versions of every chunk, also of
+		// those whose pages it does not hold: for a chunk it gains, equal
+		// versions do not mean it has the bytes. Copy every chunk gained.
+		cs := s.ks.Store.ChunkBytes()
+		for c := uint64(0); c*cs < remote.Size; c++ {
+			if remote.Chunks[c] != 0 && s.pl.on(s.n.self, s.key, c) && !s.pl.ServesChunk(s.key, c) && !slices.Contains(s.cp.Replace, c) {
+				s.cp.Replace = append(s.cp.Replace, c)
+			}
+		}
+		slices.Sort(s.cp.Replace)
+	}
 	return s.cp, nil
 }
 
