@@ -146,7 +146,7 @@ func (n *Node) setRing(rec rebalance.Record) error {
 		return err
 	}
 	n.epoch.mu.Lock()
-	n.epoch.mu.rec, n.epoch.mu.pl, n.epoch.mu.known = &rec, pl, true
+	n.epoch.mu.rec, n.epoch.mu.pl = &rec, pl
 	n.epoch.mu.Unlock()
 	return nil
 }
@@ -230,33 +230,31 @@ func (n *Node) rings() (read, also *ring.Ring, err error) {
 	n.epoch.mu.Lock()
 	rec, pl, known := n.epoch.mu.rec, n.epoch.mu.pl, n.epoch.mu.known
 	n.epoch.mu.Unlock()
-	if rec != nil {
-		return pl.Read, pl.Also, nil
-	}
 	if !known {
 		return nil, nil, fmt.Errorf("%w: node %s is learning the cluster's ring epoch", errs.ErrUnavailable, n.self)
+	}
+	if rec != nil {
+		return pl.Read, pl.Also, nil
 	}
 	r, err := n.viewRing()
 	return r, nil, err
 }
 
-// learnRing runs at start on a node without a record: it asks the live
-// members for theirs until one has one or every one answers that it has
-// none.
+// learnRing runs at start: it asks the live members for their records and
+// takes the newest, until every one answered (a node that was down may
+// have missed epochs). Until then the node serves nothing that depends on
+// placement.
 func (n *Node) learnRing() {
 	for {
-		if _, ok := n.Ring(); ok {
-			return
-		}
 		peers := n.livePeers()
-		none := 0
+		answered := 0
 		for _, id := range peers {
 			resp, err := n.putRing(context.Background(), id, nil)
 			if err != nil {
 				continue
 			}
 			if len(resp.GetRecord()) == 0 {
-				none++
+				answered++
 				continue
 			}
 			var rec rebalance.Record
@@ -265,11 +263,9 @@ func (n *Node) learnRing() {
 					n.cfg.Log.Warn("installing a peer's ring record", "peer", id, "err", err)
 				}
 			}
+			answered++
 		}
-		if _, ok := n.Ring(); ok {
-			return
-		}
-		if none == len(peers) {
+		if answered == len(peers) {
 			n.epoch.mu.Lock()
 			n.epoch.mu.known = true
 			n.epoch.mu.Unlock()
@@ -334,9 +330,7 @@ func (n *Node) ringLoop() {
 	if n.cfg.RingFile == "" {
 		return // no epochs: the ring follows the view
 	}
-	if _, ok := n.Ring(); !ok {
-		n.learnRing()
-	}
+	n.learnRing()
 	if rec, ok := n.Ring(); ok {
 		n.ringActions(rec) // resume a copy or a cleanup after a restart
 	}
@@ -782,8 +776,17 @@ func (n *Node) moveKeyspace(ctx context.Context, ks *storage.Keyspace, peers []r
 		if !pl.gains(key, sizes[key], cs) {
 			continue
 		}
-		if err := n.moveRefresh(ctx, ks, pl, key, 0); err != nil {
+		// A commit that passed through before counts as copied by this
+		// refresh, which waits for the source to have it.
+		ref := blobRef{ks.Name, key}
+		n.epoch.dirtyMu.Lock()
+		want := n.epoch.dirty[ref]
+		n.epoch.dirtyMu.Unlock()
+		if err := n.moveRefresh(ctx, ks, pl, key, want); err != nil {
 			return err
+		}
+		if want != 0 {
+			n.clearMoveDirty(ref, want)
 		}
 	}
 	return nil

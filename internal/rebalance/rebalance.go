@@ -400,13 +400,14 @@ func (a Ack) acked(r Record) bool {
 }
 
 // Required returns the members whose acknowledgement r's next phase waits
-// for: every member of New, and every member of Old that alive says is
-// alive (a dead node being removed cannot answer, and holds nothing anyone
-// reads; a dead member of New blocks the change until it is back).
+// for: every member of Old and New that alive says is alive. A dead member
+// is not waited for: it serves nothing meanwhile, and when it comes back
+// it takes the newest record before it serves anything, and catches up
+// before it serves reads, as after any restart.
 func (r Record) Required(alive func(ring.NodeID) bool) []ring.NodeID {
 	var out []ring.NodeID
 	for _, id := range r.Members() {
-		if r.InNew(id) || alive(id) {
+		if alive(id) {
 			out = append(out, id)
 		}
 	}
@@ -416,8 +417,9 @@ func (r Record) Required(alive func(ring.NodeID) bool) []ring.NodeID {
 // Advance returns the record after r given the members' acks, and whether
 // it changed: Copied set on the moves whose node reports it, and the next
 // phase if every required member acknowledged this one (and, from
-// Copying, every move is copied). A Clean record does not advance: a new
-// epoch comes from Propose. Advance takes one phase at a time.
+// Copying, every move to an alive node is copied). A Clean record does not
+// advance: a new epoch comes from Propose. Advance takes one phase at a
+// time.
 func Advance(r Record, acks map[ring.NodeID]Ack, alive func(ring.NodeID) bool) (Record, bool) {
 	if r.Phase == PhaseClean {
 		return r, false
@@ -437,7 +439,7 @@ func Advance(r Record, acks map[ring.NodeID]Ack, alive func(ring.NodeID) bool) (
 			return out, changed
 		}
 	}
-	if r.Phase == PhaseCopying && slices.ContainsFunc(out.Moves, func(m Move) bool { return !m.Copied }) {
+	if r.Phase == PhaseCopying && slices.ContainsFunc(out.Moves, func(m Move) bool { return !m.Copied && alive(m.To) }) {
 		return out, changed
 	}
 	out.Phase++

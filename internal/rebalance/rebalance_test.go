@@ -196,7 +196,7 @@ func TestAdvanceOrder(t *testing.T) {
 	if _, changed := Advance(r, acks, allAlive); changed {
 		t.Fatal("a clean record advanced")
 	}
-	// A dead node being removed is not waited for; a dead new member is.
+	// A dead member is not waited for, neither being removed nor new.
 	r2, _ := Propose(r, "n1", nodes("n1", "n2"), 2)
 	acks2 := map[ring.NodeID]Ack{"n1": {Epoch: r2.Epoch, Phase: r2.Phase}, "n2": {Epoch: r2.Epoch, Phase: r2.Phase}}
 	deadN4 := func(id ring.NodeID) bool { return id != "n4" }
@@ -204,12 +204,16 @@ func TestAdvanceOrder(t *testing.T) {
 		t.Fatalf("waited for a dead leaving node: %v", got.Phase)
 	}
 	r3, _ := Propose(r, "n1", nodes("n1", "n2", "n4", "n5"), 2)
+	r3.Phase = PhaseCopying
 	acks3 := map[ring.NodeID]Ack{}
 	for _, id := range []ring.NodeID{"n1", "n2", "n4"} {
-		acks3[id] = Ack{Epoch: r3.Epoch, Phase: r3.Phase}
+		acks3[id] = Ack{Epoch: r3.Epoch, Phase: r3.Phase, Copied: true}
 	}
-	if got, _ := Advance(r3, acks3, func(id ring.NodeID) bool { return id != "n5" }); got.Phase != PhaseInstalling {
-		t.Fatal("advanced without a dead new member's ack")
+	if got, _ := Advance(r3, acks3, allAlive); got.Phase != PhaseCopying {
+		t.Fatal("advanced without an alive new member's ack and copy")
+	}
+	if got, _ := Advance(r3, acks3, func(id ring.NodeID) bool { return id != "n5" }); got.Phase != PhaseSwitching {
+		t.Fatalf("waited for a dead new member: %v", got.Phase)
 	}
 }
 
