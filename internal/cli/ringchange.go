@@ -187,6 +187,12 @@ func clusterRemove(ctx context.Context, e *env, id, dir, endpoint string, timeou
 	}
 	fmt.Fprintf(e.stdout, "removing %s: epoch %d\n", id, proposed.Epoch)
 	err := watchRing(ctx, e.stdout, endpoints, func(rec rebalance.Record) bool {
+		if rec.InNew(ring.NodeID(id)) && rec.Phase == rebalance.PhaseClean {
+			// The proposal was lost with a coordinator that died before
+			// spreading it: ask its successor again.
+			_, _ = ringCall(ctx, endpoints, id)
+			return false
+		}
 		return !rec.InNew(ring.NodeID(id)) && rec.Phase == rebalance.PhaseClean
 	})
 	if err != nil {

@@ -42,7 +42,7 @@ type ringWorkload struct {
 	tried map[int][]uint64 // per key: sequence numbers written without an answer
 
 	writes, reads, readRetries, failedReads, mixed, stale atomic.Int64
-	problems                                          []string
+	problems                                              []string
 }
 
 func blobOf(seq uint64) []byte {
