@@ -442,7 +442,7 @@ func (n *Node) catchUpKeyspace(ctx context.Context, ks *storage.Keyspace, peers 
 		v, have := local[key]
 		switch {
 		case pl.Manages(key):
-			if !have || !l.ready || v != l.version {
+			if !have || !l.ready || v != l.version || n.gainsAnyChunk(pl, key, l.size, cs) {
 				todo = append(todo, key)
 			}
 		case have || pl.holdsAny(key, l.size, cs):
@@ -566,13 +566,16 @@ func (s *chunkSource) Copy(local mvcc.Record) (mvcc.Copy, error) {
 		return mvcc.Copy{Record: local}, nil // a source catching up too: only a newer copy counts
 	}
 	s.cp = s.ks.Store.PlanCopy(s.key, local, remote, s.pl)
-	if s.move && remote.Exists {
+	if remote.Exists {
 		// A version manager keeps the versions of every chunk, also of
-		// those whose pages it does not hold: for a chunk it gains, equal
-		// versions do not mean it has the bytes. Copy every chunk gained.
+		// those whose pages it does not hold: for a chunk it gains in a
+		// ring change, equal versions do not mean it has the bytes. Copy
+		// every chunk gained, in the change's copy and in a catch-up (a
+		// node that was down during the copy).
 		cs := s.ks.Store.ChunkBytes()
 		for c := uint64(0); c*cs < remote.Size; c++ {
-			if remote.Chunks[c] != 0 && s.pl.on(s.n.self, s.key, c) && !s.pl.ServesChunk(s.key, c) && !slices.Contains(s.cp.Replace, c) {
+			gained := (s.move && s.pl.on(s.n.self, s.key, c) && !s.pl.ServesChunk(s.key, c)) || s.n.gainedChunk(s.pl, s.key, c)
+			if remote.Chunks[c] != 0 && gained && !slices.Contains(s.cp.Replace, c) {
 				s.cp.Replace = append(s.cp.Replace, c)
 			}
 		}

@@ -81,6 +81,8 @@ type epochState struct {
 		rec   *rebalance.Record
 		known bool // rec, or the knowledge that no member has one
 		pl    rebalance.Placement
+		// old is the ring before rec's change, nil for a first ring.
+		old *ring.Ring
 		// copying is the epoch a copy runs for; copied the last epoch
 		// whose copy finished; cleaned the last epoch cleaned.
 		copying, copied, cleaned uint64
@@ -145,8 +147,14 @@ func (n *Node) setRing(rec rebalance.Record) error {
 	if err != nil {
 		return err
 	}
+	var old *ring.Ring
+	if len(rec.Old) > 0 {
+		if old, err = ring.New(ring.Config{}, rec.Epoch-1, rec.Old); err != nil {
+			return err
+		}
+	}
 	n.epoch.mu.Lock()
-	n.epoch.mu.rec, n.epoch.mu.pl = &rec, pl
+	n.epoch.mu.rec, n.epoch.mu.pl, n.epoch.mu.old = &rec, pl, old
 	n.epoch.mu.Unlock()
 	return nil
 }
@@ -603,6 +611,31 @@ func (p Placement) incomingOnly(key string, size, cs uint64) bool {
 		}
 	}
 	return true
+}
+
+// gainedChunk reports whether this node holds chunk c of key under p but
+// did not under the ring before the current epoch's change: a chunk whose
+// bytes it may lack even if, as a version manager, it knows its version.
+func (n *Node) gainedChunk(p Placement, key string, c uint64) bool {
+	n.epoch.mu.Lock()
+	old := n.epoch.mu.old
+	n.epoch.mu.Unlock()
+	if old == nil || !p.on(n.self, key, c) {
+		return false
+	}
+	reps, err := old.Replicas(p.seed, key, c, min(p.rf, old.Len()))
+	return err == nil && !slices.Contains(reps, n.self)
+}
+
+// gainsAnyChunk reports whether gainedChunk holds for a chunk of blob key
+// (size bytes, chunk size cs).
+func (n *Node) gainsAnyChunk(p Placement, key string, size, cs uint64) bool {
+	for c := uint64(0); c*cs < size; c++ {
+		if n.gainedChunk(p, key, c) {
+			return true
+		}
+	}
+	return false
 }
 
 // onlyGained reports whether every blob of ops is one this node only
