@@ -280,6 +280,9 @@ func Start(cfg Config) (*Node, error) {
 	if err := n.loadRing(); err != nil {
 		return nil, err
 	}
+	if cfg.LeaseDuration < 0 {
+		n.holdLeaseForGood()
+	}
 	n.lastTick.Store(time.Now().UnixNano())
 	go n.loop()
 	go n.ringLoop()
