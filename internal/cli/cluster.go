@@ -211,11 +211,11 @@ func addClusterCommands(root *cobra.Command, e *env) {
 			return nil
 		},
 		RunE: func(*cobra.Command, []string) error {
-			return fmt.Errorf("missing command: want tyr cluster up, status, balance, stop, start or down")
+			return fmt.Errorf("missing command: want tyr cluster up, status, balance, add, remove, stop, start or down")
 		},
 	}
 	cl.AddCommand(newClusterUp(e), newClusterStatus(e), newClusterBalance(e), newClusterStop(), newClusterStart(e),
-		newClusterDown(e))
+		newClusterDown(e), newClusterAdd(e), newClusterRemove(e))
 	root.AddCommand(cl)
 }
 
@@ -233,6 +233,8 @@ type localNode struct {
 	Metrics string `json:"metrics,omitempty"`
 	// CapacityBytes is the node's --capacity; 0 for none (measured).
 	CapacityBytes uint64 `json:"capacity_bytes,omitempty"`
+	// Removed is set once `tyr cluster remove` decommissioned the node.
+	Removed bool `json:"removed,omitempty"`
 }
 
 func nodeDir(dir string, k int) string { return filepath.Join(dir, fmt.Sprintf("node%d", k)) }

@@ -10,6 +10,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -24,6 +25,7 @@ import (
 
 type serverFlags struct {
 	data          string
+	moveRate      float64
 	listen        string
 	metricsListen string
 	logLevel      string
@@ -46,6 +48,8 @@ func newServerCommand(e *env) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&f.data, "data", "./data", "data directory (created if missing)")
+	cmd.Flags().Float64Var(&f.moveRate, "move-rate", 32,
+		"MiB/s cap on copying the ranges this node gains in a ring change (tyr cluster add/remove), so client traffic keeps priority")
 	cmd.Flags().StringVar(&f.listen, "listen", "127.0.0.1:7420", "address for the client API; port 0 picks a free one")
 	cmd.Flags().StringVar(&f.metricsListen, "metrics-listen", "", "address for Prometheus metrics at /metrics and Go profiles at /debug/pprof/ (off if empty)")
 	cmd.Flags().StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -83,6 +87,9 @@ func runServer(ctx context.Context, e *env, f serverFlags) error {
 	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
 	if err := f.cluster.validate(); err != nil {
 		return err
+	}
+	if !(f.moveRate > 0 && f.moveRate <= 1<<20) {
+		return fmt.Errorf("invalid --move-rate %v: must be in (0, %d] MiB/s", f.moveRate, 1<<20)
 	}
 	capacity, err := parseCapacity("--capacity", f.cluster.capacity)
 	if err != nil {
@@ -132,7 +139,8 @@ func runServer(ctx context.Context, e *env, f serverFlags) error {
 	cluster.DefaultSync = f.cluster.defaultSync
 	metrics := server.NewMetrics()
 	chainNode, err := chainnode.Start(chainnode.Config{Cluster: cluster, Engine: engine, Dial: server.DialPeer, Log: log,
-		FirstRun: storedID == ""})
+		FirstRun: storedID == "", RingFile: filepath.Join(f.data, "ring.json"),
+		MoveBytesPerSecond: int64(f.moveRate * (1 << 20))})
 	if err != nil {
 		_ = lis.Close()
 		return err

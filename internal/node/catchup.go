@@ -197,19 +197,31 @@ type passThrough struct {
 	ops      []txn.Op
 	version  uint64
 	client   []byte
+	// gained: the node only gains these blobs in a ring change and serves
+	// no reads of them; the change's copy fetches them (epoch.go) and the
+	// node does not catch up as a whole.
+	gained bool
 }
 
 // passThrough marks its blobs when staged, so that a catch-up round that
 // ends meanwhile does not finish with them left out, and again with the
 // commit's version once committed, catching up anew if the round ended.
-func (n *Node) passThrough(keyspace string, id chain.TxnID, ops []txn.Op, version uint64, client []byte) passThrough {
-	n.catch.markDirty(keyspace, ops, 0)
-	return passThrough{n: n, keyspace: keyspace, id: id, ops: ops, version: version, client: client}
+func (n *Node) passThrough(keyspace string, id chain.TxnID, ops []txn.Op, version uint64, client []byte, gained bool) passThrough {
+	if gained {
+		n.markMoveDirty(keyspace, opKeys(ops), 0)
+	} else {
+		n.catch.markDirty(keyspace, ops, 0)
+	}
+	return passThrough{n: n, keyspace: keyspace, id: id, ops: ops, version: version, client: client, gained: gained}
 }
 
 func (p passThrough) Commit(results []txn.Result) error {
-	p.n.catch.markDirty(p.keyspace, p.ops, p.version)
-	p.n.startCatchUp(fmt.Sprintf("a commit at version %d passed through this node", p.version))
+	if p.gained {
+		p.n.markMoveDirty(p.keyspace, opKeys(p.ops), p.version)
+	} else {
+		p.n.catch.markDirty(p.keyspace, p.ops, p.version)
+		p.n.startCatchUp(fmt.Sprintf("a commit at version %d passed through this node", p.version))
+	}
 	ks, err := p.n.cfg.Engine.Acquire(p.keyspace)
 	if err != nil {
 		return err
@@ -222,6 +234,17 @@ func (p passThrough) Commit(results []txn.Result) error {
 		return ks.Store.PutClient(p.client, p.id.String())
 	}
 	return nil
+}
+
+// opKeys returns the keys of ops.
+func opKeys(ops []txn.Op) []string {
+	var keys []string
+	for _, op := range ops {
+		if !slices.Contains(keys, op.Key) {
+			keys = append(keys, op.Key)
+		}
+	}
+	return keys
 }
 
 func (p passThrough) Abort() {}
@@ -429,7 +452,7 @@ func (n *Node) catchUpKeyspace(ctx context.Context, ks *storage.Keyspace, peers 
 		v, have := local[key]
 		switch {
 		case pl.Manages(key):
-			if !have || !l.ready || v != l.version {
+			if !have || !l.ready || v != l.version || n.gainsAnyChunk(pl, key, l.size, cs) {
 				todo = append(todo, key)
 			}
 		case have || pl.holdsAny(key, l.size, cs):
@@ -522,6 +545,8 @@ type chunkSource struct {
 	ready bool
 	want  uint64
 	cp    mvcc.Copy
+	// move: a ring change's copy (epoch.go), throttled and counted.
+	move bool
 }
 
 func (s *chunkSource) Copy(local mvcc.Record) (mvcc.Copy, error) {
@@ -551,6 +576,21 @@ func (s *chunkSource) Copy(local mvcc.Record) (mvcc.Copy, error) {
 		return mvcc.Copy{Record: local}, nil // a source catching up too: only a newer copy counts
 	}
 	s.cp = s.ks.Store.PlanCopy(s.key, local, remote, s.pl)
+	if remote.Exists {
+		// A version manager keeps the versions of every chunk, also of
+		// those whose pages it does not hold: for a chunk it gains in a
+		// ring change, equal versions do not mean it has the bytes. Copy
+		// every chunk gained, in the change's copy and in a catch-up (a
+		// node that was down during the copy).
+		cs := s.ks.Store.ChunkBytes()
+		for c := uint64(0); c*cs < remote.Size; c++ {
+			gained := (s.move && s.pl.on(s.n.self, s.key, c) && !s.pl.ServesChunk(s.key, c)) || s.n.gainedChunk(s.pl, s.key, c)
+			if remote.Chunks[c] != 0 && gained && !slices.Contains(s.cp.Replace, c) {
+				s.cp.Replace = append(s.cp.Replace, c)
+			}
+		}
+		slices.Sort(s.cp.Replace)
+	}
 	return s.cp, nil
 }
 
@@ -578,11 +618,19 @@ func (s *chunkSource) Read(off, length uint64) ([]byte, error) {
 			errList = append(errList, err)
 			continue
 		}
+		if s.move {
+			if err := s.n.epoch.throttle.wait(s.ctx, int(length)); err != nil {
+				return nil, err
+			}
+		}
 		cctx, cancel := context.WithTimeout(s.ctx, catchUpCallTimeout)
 		resp, err := c.ReadChunks(cctx, &peerpb.ReadChunksRequest{Keyspace: s.ks.Name, Key: s.key, Offset: off, Length: length,
 			Version: s.cp.Version, Size: s.cp.Size, Expect: expect})
 		cancel()
 		if err == nil {
+			if s.move {
+				s.n.epoch.copiedBytes.Add(uint64(len(resp.GetData())))
+			}
 			return resp.GetData(), nil
 		}
 		errList = append(errList, fmt.Errorf("%s: %w", id, err))

@@ -376,3 +376,26 @@ func TestPassThroughResultsUnheld(t *testing.T) {
 		t.Fatalf("pass-through results merged with an applying member's: %+v, want %+v", got, applied)
 	}
 }
+
+// Without read leases the node holds its lease from the start, so the end
+// of its first catch-up is the one WaitCaughtUp waits for, also when it
+// comes before the loop's first tick, at the first start and after a
+// restart alike.
+func TestWaitCaughtUpWithoutLeases(t *testing.T) {
+	tc := startCluster(t, 3, 0, 1)
+	wait := func(what string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		for _, n := range tc.nodes {
+			if err := n.WaitCaughtUp(ctx); err != nil {
+				t.Fatalf("node %s: WaitCaughtUp %s: %v", n.self, what, err)
+			}
+		}
+	}
+	wait("at the first start")
+	for range 3 {
+		tc.restart(t, 2)
+		wait("after a restart")
+	}
+}

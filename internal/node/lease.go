@@ -155,8 +155,7 @@ func (n *Node) revokeRound(r *ring.Ring, dead ring.NodeID) {
 // catch up when the lease ends.
 func (n *Node) checkLease() {
 	if n.cfg.LeaseDuration < 0 {
-		n.leaseUntil.Store(math.MaxInt64)
-		n.leaseWasHeld.Store(true)
+		n.holdLeaseForGood()
 		return
 	}
 	r, err := n.currentRing()
@@ -185,6 +184,16 @@ func (n *Node) checkLease() {
 		n.leaseWasHeld.Store(false)
 		n.startCatchUp("read lease ended: no grants from a majority of the cluster")
 	}
+}
+
+// holdLeaseForGood is the lease without leases (Config.LeaseDuration
+// negative): held from the start and never ending. Start notes it before
+// the catch-up loop runs, so that the end of the first catch-up counts even
+// if it comes before the loop's first tick: with no lease to be granted,
+// checkLease starts no round whose end would count instead.
+func (n *Node) holdLeaseForGood() {
+	n.leaseUntil.Store(math.MaxInt64)
+	n.leaseWasHeld.Store(true)
 }
 
 // leaseHeld reports whether this node holds its read lease now. Grants

@@ -38,7 +38,7 @@ func (n *Node) ReadThrough(ctx context.Context, ks *storage.Keyspace, pl Placeme
 	cs := ks.Store.ChunkBytes()
 	local := !n.CatchingUp()
 	for c := off / cs; local && (c*cs < off+length || c == off/cs); c++ {
-		local = pl.Holds(key, c)
+		local = pl.ServesChunk(key, c)
 	}
 	if local && !use {
 		return ks.Store.ReadAt(key, off, length, version)
@@ -91,7 +91,7 @@ func (n *Node) ReadThrough(ctx context.Context, ks *storage.Keyspace, pl Placeme
 // chunk is at least this one's: the read asks for that (expect), and a
 // holder that missed a commit refuses rather than serve older bytes.
 func (n *Node) readChunk(ctx context.Context, ks *storage.Keyspace, pl Placement, key string, c, off, length uint64, info mvcc.BlobInfo) ([]byte, error) {
-	if pl.Holds(key, c) && !n.CatchingUp() {
+	if pl.ServesChunk(key, c) && !n.CatchingUp() {
 		return ks.Store.ReadChunks(key, off, length, info.Version, info.Size, 0)
 	}
 	expect, err := ks.Store.ChunkVersion(key, c)
