@@ -343,9 +343,9 @@ func (n *Node) peerClient(id ring.NodeID) (peerpb.PeerClient, error) {
 	return peerpb.NewPeerClient(conn), nil
 }
 
-// catchUpOnce runs one round of catch-up (see the top of this file).
-func (n *Node) catchUpOnce(ctx context.Context) error {
-	peers := n.livePeers()
+// barrier waits until each of peers answers that it sees this node alive
+// and finished every commit it began before (step 1 of a catch-up round).
+func (n *Node) barrier(ctx context.Context, peers []ring.NodeID) error {
 	for _, id := range peers {
 		c, err := n.peerClient(id)
 		if err != nil {
@@ -357,6 +357,15 @@ func (n *Node) catchUpOnce(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("barrier with %s: %w", id, err)
 		}
+	}
+	return nil
+}
+
+// catchUpOnce runs one round of catch-up (see the top of this file).
+func (n *Node) catchUpOnce(ctx context.Context) error {
+	peers := n.livePeers()
+	if err := n.barrier(ctx, peers); err != nil {
+		return err
 	}
 	for _, ks := range n.cfg.Engine.List() {
 		if err := n.catchUpKeyspace(ctx, ks, peers); err != nil {

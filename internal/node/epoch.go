@@ -720,17 +720,8 @@ func (n *Node) moveCopy(epoch uint64) {
 
 func (n *Node) moveCopyOnce(ctx context.Context) error {
 	peers := n.livePeers()
-	for _, id := range peers {
-		c, err := n.peerClient(id)
-		if err != nil {
-			return err
-		}
-		cctx, cancel := context.WithTimeout(ctx, catchUpCallTimeout)
-		_, err = c.Barrier(cctx, &peerpb.BarrierRequest{Node: string(n.self)})
-		cancel()
-		if err != nil {
-			return fmt.Errorf("barrier with %s: %w", id, err)
-		}
+	if err := n.barrier(ctx, peers); err != nil {
+		return err
 	}
 	for _, ks := range n.cfg.Engine.List() {
 		if err := n.moveKeyspace(ctx, ks, peers); err != nil {
