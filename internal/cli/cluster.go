@@ -233,6 +233,8 @@ type localNode struct {
 	Metrics string `json:"metrics,omitempty"`
 	// CapacityBytes is the node's --capacity; 0 for none (measured).
 	CapacityBytes uint64 `json:"capacity_bytes,omitempty"`
+	// Weight is the node's --weight; 0 for the default.
+	Weight uint32 `json:"weight,omitempty"`
 	// Removed is set once `tyr cluster remove` decommissioned the node.
 	Removed bool `json:"removed,omitempty"`
 }
@@ -332,6 +334,9 @@ func (n *localNode) launch(join []string) (*exec.Cmd, error) {
 	}
 	if n.CapacityBytes != 0 {
 		args = append(args, "--capacity", strconv.FormatUint(n.CapacityBytes, 10))
+	}
+	if n.Weight != 0 {
+		args = append(args, "--weight", strconv.FormatUint(uint64(n.Weight), 10))
 	}
 	cmd := exec.Command(self, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
@@ -481,6 +486,7 @@ func newClusterUp(e *env) *cobra.Command {
 	var (
 		nodes, basePort int
 		dir, capacity   string
+		weight          string
 		sync, metrics   bool
 		timeout         time.Duration
 	)
@@ -499,12 +505,16 @@ func newClusterUp(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			weights, err := parseWeights(weight, nodes)
+			if err != nil {
+				return err
+			}
 			abs, err := filepath.Abs(dir)
 			if err != nil {
 				return err
 			}
 			return clusterUp(cmd.Context(), e, abs, upOptions{nodes: nodes, basePort: basePort, sync: sync, metrics: metrics,
-				capacities: capacities, timeout: timeout})
+				capacities: capacities, weights: weights, timeout: timeout})
 		},
 	}
 	cmd.Flags().IntVar(&nodes, "nodes", 3, fmt.Sprintf("number of servers, 1 to %d", clusterNodesMax))
@@ -516,8 +526,41 @@ func newClusterUp(e *env) *cobra.Command {
 		`serve each node's metrics on a free 127.0.0.1 port, recorded as "metrics" in DIR/nodeK/node.json`)
 	cmd.Flags().StringVar(&capacity, "capacity", "",
 		"each node's --capacity: one value for every node, or a comma-separated list with one per node; empty: each measures its file system")
+	cmd.Flags().StringVar(&weight, "weight", "",
+		"each node's --weight in the placement ring: one value for every node, or a comma-separated list with one per node; empty: 1")
 	cmd.Flags().DurationVar(&timeout, "timeout", 60*time.Second, "how long to wait for every node to see every other alive")
 	return cmd
+}
+
+// parseWeights reads `tyr cluster up --weight`: one value for every node,
+// or a comma-separated list of one per node. It returns nil for the empty
+// string (every node takes the default weight).
+func parseWeights(s string, nodes int) ([]uint32, error) {
+	if s == "" {
+		return nil, nil
+	}
+	parts := strings.Split(s, ",")
+	if len(parts) != 1 && len(parts) != nodes {
+		return nil, fmt.Errorf("invalid --weight %q: %d values for %d nodes; give one value for all nodes or one per node", s, len(parts), nodes)
+	}
+	out := make([]uint32, nodes)
+	for i := range out {
+		w, err := parseWeight(strings.TrimSpace(parts[min(i, len(parts)-1)]))
+		if err != nil {
+			return nil, err
+		}
+		out[i] = w
+	}
+	return out, nil
+}
+
+// parseWeight reads one --weight value, 1 to membership.WeightMax.
+func parseWeight(s string) (uint32, error) {
+	w, err := strconv.ParseUint(s, 10, 32)
+	if err != nil || w < 1 || w > membership.WeightMax {
+		return 0, fmt.Errorf("invalid --weight %q: must be an integer in [1, %d]", s, membership.WeightMax)
+	}
+	return uint32(w), nil
 }
 
 // upOptions are the checked flags of `tyr cluster up`.
@@ -526,7 +569,9 @@ type upOptions struct {
 	sync, metrics   bool
 	// capacities holds each node's --capacity, nil for none.
 	capacities []uint64
-	timeout    time.Duration
+	// weights holds each node's --weight, nil for the default.
+	weights []uint32
+	timeout time.Duration
 }
 
 func clusterUp(ctx context.Context, e *env, dir string, opts upOptions) error {
@@ -552,6 +597,9 @@ func clusterUp(ctx context.Context, e *env, dir string, opts upOptions) error {
 			Listen: fmt.Sprintf("127.0.0.1:%d", ports[k][0]), Gossip: fmt.Sprintf("127.0.0.1:%d", ports[k][1])}
 		if opts.capacities != nil {
 			n.CapacityBytes = opts.capacities[k]
+		}
+		if opts.weights != nil {
+			n.Weight = opts.weights[k]
 		}
 		if opts.metrics {
 			port, err := freePort("tcp")

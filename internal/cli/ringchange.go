@@ -24,8 +24,8 @@ const ringPoll = time.Second
 
 func newClusterAdd(e *env) *cobra.Command {
 	var (
-		dir, capacity string
-		timeout       time.Duration
+		dir, capacity, weight string
+		timeout               time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "add",
@@ -51,16 +51,23 @@ same way, without this command.`,
 					return err
 				}
 			}
-			return clusterAdd(cmd.Context(), e, abs, capBytes, timeout)
+			var w uint32
+			if weight != "" {
+				if w, err = parseWeight(weight); err != nil {
+					return err
+				}
+			}
+			return clusterAdd(cmd.Context(), e, abs, capBytes, w, timeout)
 		},
 	}
 	cmd.Flags().StringVar(&dir, "dir", "", "directory of the local cluster")
 	cmd.Flags().StringVar(&capacity, "capacity", "", "the new node's --capacity; empty: it measures its file system")
+	cmd.Flags().StringVar(&weight, "weight", "", "the new node's --weight in the placement ring; empty: 1")
 	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Minute, "how long to wait for the data to move")
 	return cmd
 }
 
-func clusterAdd(ctx context.Context, e *env, dir string, capBytes uint64, timeout time.Duration) error {
+func clusterAdd(ctx context.Context, e *env, dir string, capBytes uint64, weight uint32, timeout time.Duration) error {
 	nodes, err := loadNodes(dir)
 	if err != nil {
 		return err
@@ -76,7 +83,7 @@ func clusterAdd(ctx context.Context, e *env, dir string, capBytes uint64, timeou
 		}
 	}
 	n := &localNode{dir: nodeDir(dir, k), ID: fmt.Sprintf("node%d", k), Sync: nodes[0].Sync,
-		Listen: fmt.Sprintf("127.0.0.1:%d", ports[0]), Gossip: fmt.Sprintf("127.0.0.1:%d", ports[1]), CapacityBytes: capBytes}
+		Listen: fmt.Sprintf("127.0.0.1:%d", ports[0]), Gossip: fmt.Sprintf("127.0.0.1:%d", ports[1]), CapacityBytes: capBytes, Weight: weight}
 	var endpoints []string
 	for _, o := range nodes {
 		n.Peers = append(n.Peers, o.Gossip)

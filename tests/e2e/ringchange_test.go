@@ -217,10 +217,10 @@ func minimumBytes(t *testing.T, keys int, old, new []ring.Node) uint64 {
 	return min
 }
 
-func members(ids ...int) []ring.Node {
+func members(weight uint32, ids ...int) []ring.Node {
 	var out []ring.Node
 	for _, k := range ids {
-		out = append(out, ring.Node{ID: ring.NodeID(fmt.Sprintf("node%d", k)), Weight: 1})
+		out = append(out, ring.Node{ID: ring.NodeID(fmt.Sprintf("node%d", k)), Weight: weight})
 	}
 	return out
 }
@@ -230,13 +230,27 @@ func members(ids ...int) []ring.Node {
 // coordinator during the last move, and checks that no acknowledged write
 // is lost, no read fails, sees an old value or mixes two writes, and that
 // the bytes copied are close to the least the ring changes require.
-// TYR_RING_KEYS sets the number of blobs (default 96).
+// TYR_RING_KEYS sets the number of blobs (default 96), TYR_RING_WEIGHT
+// every node's ring weight (default 1).
 func TestRingChangeOnline(t *testing.T) {
 	keys := 96
 	if s := os.Getenv("TYR_RING_KEYS"); s != "" {
 		keys, _ = strconv.Atoi(s)
 	}
-	lc := testserver.UpCluster(t, 3)
+	weight := uint32(1)
+	if s := os.Getenv("TYR_RING_WEIGHT"); s != "" {
+		w, err := strconv.ParseUint(s, 10, 32)
+		if err != nil {
+			t.Fatalf("TYR_RING_WEIGHT=%q: %v", s, err)
+		}
+		weight = uint32(w)
+	}
+	testRingChange(t, keys, weight)
+}
+
+func testRingChange(t *testing.T, keys int, weight uint32) {
+	ws := strconv.FormatUint(uint64(weight), 10)
+	lc := testserver.UpCluster(t, 3, "--weight", ws)
 	c := dial(t, lc.Endpoints[0])
 	ctx := context.Background()
 	if _, err := c.CreateKeyspace(ctx, ringKeyspace, client.KeyspaceConfig{ChunkSize: ringChunkBytes, Replication: 3, MVCC: true, Sync: false}); err != nil {
@@ -266,9 +280,9 @@ func TestRingChangeOnline(t *testing.T) {
 		}
 		return r.Stdout
 	}
-	out := run("cluster", "add", "--dir", lc.Dir)
+	out := run("cluster", "add", "--dir", lc.Dir, "--weight", ws)
 	t.Logf("add node4:\n%s", out)
-	out = run("cluster", "add", "--dir", lc.Dir)
+	out = run("cluster", "add", "--dir", lc.Dir, "--weight", ws)
 	t.Logf("add node5:\n%s", out)
 	grown := time.Since(began)
 
@@ -327,10 +341,10 @@ func TestRingChangeOnline(t *testing.T) {
 		name     string
 		old, new []ring.Node
 	}{
-		{"3->4", members(1, 2, 3), members(1, 2, 3, 4)},
-		{"4->5", members(1, 2, 3, 4), members(1, 2, 3, 4, 5)},
-		{"5->4", members(1, 2, 3, 4, 5), members(1, 2, 3, 4)},
-		{"4->3", members(1, 2, 3, 4), members(1, 2, 3)},
+		{"3->4", members(weight, 1, 2, 3), members(weight, 1, 2, 3, 4)},
+		{"4->5", members(weight, 1, 2, 3, 4), members(weight, 1, 2, 3, 4, 5)},
+		{"5->4", members(weight, 1, 2, 3, 4, 5), members(weight, 1, 2, 3, 4)},
+		{"4->3", members(weight, 1, 2, 3, 4), members(weight, 1, 2, 3)},
 	}
 	for i, ch := range changes {
 		epoch := uint64(i + 2)
