@@ -45,8 +45,8 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/tyrstore/tyr/api/peerpb"
-	"github.com/tyrstore/tyr/internal/chain"
 	"github.com/tyrstore/tyr/internal/balance"
+	"github.com/tyrstore/tyr/internal/chain"
 	"github.com/tyrstore/tyr/internal/errs"
 	"github.com/tyrstore/tyr/internal/lease"
 	"github.com/tyrstore/tyr/internal/membership"
