@@ -456,7 +456,11 @@ func (n *Node) coordinate(ctx context.Context) error {
 		if !settled {
 			return nil
 		}
-		first, err := rebalance.First(n.self, viewRingNodes(view))
+		nodes := viewRingNodes(view)
+		for i := range nodes {
+			nodes[i].Weight = n.joinWeight(ctx, nodes[i].ID, nodes[i].Weight)
+		}
+		first, err := rebalance.First(n.self, nodes)
 		if err != nil {
 			return err
 		}
