@@ -233,6 +233,12 @@ type localNode struct {
 	Metrics string `json:"metrics,omitempty"`
 	// CapacityBytes is the node's --capacity; 0 for none (measured).
 	CapacityBytes uint64 `json:"capacity_bytes,omitempty"`
+	// ReweightInterval is the node's --reweight-interval as given; empty
+	// for the default.
+	ReweightInterval string `json:"reweight_interval,omitempty"`
+	// CapacityPerWeight is the node's --capacity-per-weight as given;
+	// empty for the default.
+	CapacityPerWeight string `json:"capacity_per_weight,omitempty"`
 	// Removed is set once `tyr cluster remove` decommissioned the node.
 	Removed bool `json:"removed,omitempty"`
 }
@@ -332,6 +338,12 @@ func (n *localNode) launch(join []string) (*exec.Cmd, error) {
 	}
 	if n.CapacityBytes != 0 {
 		args = append(args, "--capacity", strconv.FormatUint(n.CapacityBytes, 10))
+	}
+	if n.ReweightInterval != "" {
+		args = append(args, "--reweight-interval", n.ReweightInterval)
+	}
+	if n.CapacityPerWeight != "" {
+		args = append(args, "--capacity-per-weight", n.CapacityPerWeight)
 	}
 	cmd := exec.Command(self, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
@@ -481,6 +493,8 @@ func newClusterUp(e *env) *cobra.Command {
 	var (
 		nodes, basePort int
 		dir, capacity   string
+		reweight        string
+		perWeight       string
 		sync, metrics   bool
 		timeout         time.Duration
 	)
@@ -499,12 +513,20 @@ func newClusterUp(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if reweight != "" {
+				if _, err := time.ParseDuration(reweight); err != nil {
+					return fmt.Errorf("invalid --reweight-interval %q: %w", reweight, err)
+				}
+			}
+			if _, err := parseCapacity("--capacity-per-weight", perWeight); err != nil {
+				return err
+			}
 			abs, err := filepath.Abs(dir)
 			if err != nil {
 				return err
 			}
 			return clusterUp(cmd.Context(), e, abs, upOptions{nodes: nodes, basePort: basePort, sync: sync, metrics: metrics,
-				capacities: capacities, timeout: timeout})
+				capacities: capacities, timeout: timeout, reweight: reweight, perWeight: perWeight})
 		},
 	}
 	cmd.Flags().IntVar(&nodes, "nodes", 3, fmt.Sprintf("number of servers, 1 to %d", clusterNodesMax))
@@ -516,6 +538,10 @@ func newClusterUp(e *env) *cobra.Command {
 		`serve each node's metrics on a free 127.0.0.1 port, recorded as "metrics" in DIR/nodeK/node.json`)
 	cmd.Flags().StringVar(&capacity, "capacity", "",
 		"each node's --capacity: one value for every node, or a comma-separated list with one per node; empty: each measures its file system")
+	cmd.Flags().StringVar(&reweight, "reweight-interval", "",
+		"passed to every node as --reweight-interval (and to nodes tyr cluster add starts); empty: the server's default")
+	cmd.Flags().StringVar(&perWeight, "capacity-per-weight", "",
+		"passed to every node as --capacity-per-weight (and to nodes tyr cluster add starts); empty: the server's default")
 	cmd.Flags().DurationVar(&timeout, "timeout", 60*time.Second, "how long to wait for every node to see every other alive")
 	return cmd
 }
@@ -527,6 +553,9 @@ type upOptions struct {
 	// capacities holds each node's --capacity, nil for none.
 	capacities []uint64
 	timeout    time.Duration
+	// reweight and perWeight are --reweight-interval and
+	// --capacity-per-weight as given, empty for the servers' defaults.
+	reweight, perWeight string
 }
 
 func clusterUp(ctx context.Context, e *env, dir string, opts upOptions) error {
@@ -553,6 +582,7 @@ func clusterUp(ctx context.Context, e *env, dir string, opts upOptions) error {
 		if opts.capacities != nil {
 			n.CapacityBytes = opts.capacities[k]
 		}
+		n.ReweightInterval, n.CapacityPerWeight = opts.reweight, opts.perWeight
 		if opts.metrics {
 			port, err := freePort("tcp")
 			if err != nil {
