@@ -26,8 +26,10 @@ import (
 )
 
 // ReweightIntervalDefault is the reweight interval servers use unless told
-// otherwise.
-const ReweightIntervalDefault = time.Minute
+// otherwise: off, until a known fault of the copy is fixed (a member that
+// gains a chunk of a blob in a reweight may serve it as zeros; see
+// docs/cluster.md).
+const ReweightIntervalDefault = 0
 
 // UsageFunc returns the usage a ring member reports: its capacity, the
 // bytes it stores and the rate of operations it serves (NodeUsage).
