@@ -57,7 +57,7 @@ func newServerCommand(e *env) *cobra.Command {
 	cmd.Flags().Float64Var(&f.moveRate, "move-rate", 32,
 		"MiB/s cap on copying the ranges this node gains in a ring change (tyr cluster add/remove), so client traffic keeps priority")
 	cmd.Flags().DurationVar(&f.reweight, "reweight-interval", chainnode.ReweightIntervalDefault,
-		"how long a ring epoch stays settled before the ring coordinator weighs the ring against the members' capacity and bytes stored, and may move data to even them out, e.g. 1m; 0 (the default) turns it off")
+		"how long a ring epoch stays settled before the ring coordinator weighs the ring against the members' capacity and bytes stored, and may move data to even them out, e.g. 1m; set, the first ring and joining nodes also take capacity weights; 0 (the default) turns both off: advertised --weight")
 	cmd.Flags().StringVar(&f.perWeight, "capacity-per-weight", "8GiB",
 		"capacity per unit of ring weight: a node's capacity weight is its capacity over this (at least 1); every node of a cluster must use the same value")
 	cmd.Flags().StringVar(&f.listen, "listen", "127.0.0.1:7420", "address for the client API; port 0 picks a free one")
@@ -162,16 +162,22 @@ func runServer(ctx context.Context, e *env, f serverFlags) error {
 	// The node asks members for their usage through the service, which
 	// needs the node: it is set once both exist.
 	var service atomic.Pointer[server.Service]
-	chainNode, err := chainnode.Start(chainnode.Config{Cluster: cluster, Engine: engine, Dial: server.DialPeer, Log: log,
-		FirstRun: storedID == "", RingFile: filepath.Join(f.data, "ring.json"),
-		MoveBytesPerSecond: int64(f.moveRate * (1 << 20)), ReweightInterval: f.reweight, Balance: balanceCfg,
-		Usage: func(ctx context.Context, id ring.NodeID) (balance.NodeReport, error) {
+	// Weighted tokens (capacity weights, reweighting) come with
+	// --reweight-interval; without it the ring takes advertised weights.
+	var usage chainnode.UsageFunc
+	if f.reweight > 0 {
+		usage = func(ctx context.Context, id ring.NodeID) (balance.NodeReport, error) {
 			svc := service.Load()
 			if svc == nil {
 				return balance.NodeReport{}, fmt.Errorf("%w: node %s is starting", errs.ErrUnavailable, id)
 			}
 			return svc.MemberUsage(ctx, id)
-		}})
+		}
+	}
+	chainNode, err := chainnode.Start(chainnode.Config{Cluster: cluster, Engine: engine, Dial: server.DialPeer, Log: log,
+		FirstRun: storedID == "", RingFile: filepath.Join(f.data, "ring.json"),
+		MoveBytesPerSecond: int64(f.moveRate * (1 << 20)), ReweightInterval: f.reweight, Balance: balanceCfg,
+		Usage: usage})
 	if err != nil {
 		_ = lis.Close()
 		return err
