@@ -26,9 +26,9 @@ import (
 )
 
 // ReweightIntervalDefault is the reweight interval servers use unless told
-// otherwise: off, until a known fault of the copy is fixed (a member that
-// gains a chunk of a blob in a reweight may serve it as zeros; see
-// docs/cluster.md).
+// otherwise: off, until a known fault is fixed (under ring epochs of
+// capacity weights a chunk can read back as zeros, even before any ring
+// change; see docs/cluster.md).
 const ReweightIntervalDefault = 0
 
 // UsageFunc returns the usage a ring member reports: its capacity, the

@@ -102,11 +102,11 @@ func TestReweightByCapacity(t *testing.T) {
 		t.Errorf("node1 (the coordinator) logged no reweight proposal:\n%s", log)
 	}
 
-	// Every acknowledged write should be readable, through every node; a
-	// member that gains a chunk of a blob in the reweight serves it as
-	// zeros (blob-02, chunk 1, at this seed), which is why reweighting is
-	// off by default.
-	t.Skip("known fault: a chunk gained by an existing member in a reweight reads as zeros")
+	// Every acknowledged write should be readable, through every node;
+	// blob-02 reads chunk 1 as zeros, already before the reweight (the
+	// fault is under capacity-weighted rings, not in the reweight), which
+	// is why weighted tokens are off by default.
+	t.Skip("known fault: under a capacity-weighted ring, chunk 1 of blob-02 reads as zeros")
 	// Every acknowledged write is readable, through every node.
 	for k, ep := range lc.Endpoints {
 		rc := dial(t, ep)
