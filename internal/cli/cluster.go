@@ -235,6 +235,12 @@ type localNode struct {
 	CapacityBytes uint64 `json:"capacity_bytes,omitempty"`
 	// Weight is the node's --weight; 0 for the default.
 	Weight uint32 `json:"weight,omitempty"`
+	// ReweightInterval is the node's --reweight-interval as given; empty
+	// for the default.
+	ReweightInterval string `json:"reweight_interval,omitempty"`
+	// CapacityPerWeight is the node's --capacity-per-weight as given;
+	// empty for the default.
+	CapacityPerWeight string `json:"capacity_per_weight,omitempty"`
 	// Removed is set once `tyr cluster remove` decommissioned the node.
 	Removed bool `json:"removed,omitempty"`
 }
@@ -337,6 +343,12 @@ func (n *localNode) launch(join []string) (*exec.Cmd, error) {
 	}
 	if n.Weight != 0 {
 		args = append(args, "--weight", strconv.FormatUint(uint64(n.Weight), 10))
+	}
+	if n.ReweightInterval != "" {
+		args = append(args, "--reweight-interval", n.ReweightInterval)
+	}
+	if n.CapacityPerWeight != "" {
+		args = append(args, "--capacity-per-weight", n.CapacityPerWeight)
 	}
 	cmd := exec.Command(self, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
@@ -487,6 +499,8 @@ func newClusterUp(e *env) *cobra.Command {
 		nodes, basePort int
 		dir, capacity   string
 		weight          string
+		reweight        string
+		perWeight       string
 		sync, metrics   bool
 		timeout         time.Duration
 	)
@@ -509,12 +523,20 @@ func newClusterUp(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if reweight != "" {
+				if _, err := time.ParseDuration(reweight); err != nil {
+					return fmt.Errorf("invalid --reweight-interval %q: %w", reweight, err)
+				}
+			}
+			if _, err := parseCapacity("--capacity-per-weight", perWeight); err != nil {
+				return err
+			}
 			abs, err := filepath.Abs(dir)
 			if err != nil {
 				return err
 			}
 			return clusterUp(cmd.Context(), e, abs, upOptions{nodes: nodes, basePort: basePort, sync: sync, metrics: metrics,
-				capacities: capacities, weights: weights, timeout: timeout})
+				capacities: capacities, weights: weights, timeout: timeout, reweight: reweight, perWeight: perWeight})
 		},
 	}
 	cmd.Flags().IntVar(&nodes, "nodes", 3, fmt.Sprintf("number of servers, 1 to %d", clusterNodesMax))
@@ -528,6 +550,10 @@ func newClusterUp(e *env) *cobra.Command {
 		"each node's --capacity: one value for every node, or a comma-separated list with one per node; empty: each measures its file system")
 	cmd.Flags().StringVar(&weight, "weight", "",
 		"each node's --weight in the placement ring: one value for every node, or a comma-separated list with one per node; empty: 1")
+	cmd.Flags().StringVar(&reweight, "reweight-interval", "",
+		"passed to every node as --reweight-interval (and to nodes tyr cluster add starts); empty: the server's default")
+	cmd.Flags().StringVar(&perWeight, "capacity-per-weight", "",
+		"passed to every node as --capacity-per-weight (and to nodes tyr cluster add starts); empty: the server's default")
 	cmd.Flags().DurationVar(&timeout, "timeout", 60*time.Second, "how long to wait for every node to see every other alive")
 	return cmd
 }
@@ -572,6 +598,9 @@ type upOptions struct {
 	// weights holds each node's --weight, nil for the default.
 	weights []uint32
 	timeout time.Duration
+	// reweight and perWeight are --reweight-interval and
+	// --capacity-per-weight as given, empty for the servers' defaults.
+	reweight, perWeight string
 }
 
 func clusterUp(ctx context.Context, e *env, dir string, opts upOptions) error {
@@ -601,6 +630,7 @@ func clusterUp(ctx context.Context, e *env, dir string, opts upOptions) error {
 		if opts.weights != nil {
 			n.Weight = opts.weights[k]
 		}
+		n.ReweightInterval, n.CapacityPerWeight = opts.reweight, opts.perWeight
 		if opts.metrics {
 			port, err := freePort("tcp")
 			if err != nil {

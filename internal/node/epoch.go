@@ -91,6 +91,10 @@ type epochState struct {
 		viewAt time.Time
 		// progress is the latest progress each member reported.
 		progress map[ring.NodeID]*peerpb.PutRingResponse
+		// reweightEpoch is the clean epoch the coordinator last checked
+		// for a reweight (reweight.go), and reweightAt when.
+		reweightEpoch uint64
+		reweightAt    time.Time
 	}
 	copiedBytes atomic.Uint64
 	copiedBlobs atomic.Uint64
@@ -452,7 +456,11 @@ func (n *Node) coordinate(ctx context.Context) error {
 		if !settled {
 			return nil
 		}
-		first, err := rebalance.First(n.self, viewRingNodes(view))
+		nodes := viewRingNodes(view)
+		for i := range nodes {
+			nodes[i].Weight = n.joinWeight(ctx, nodes[i].ID, nodes[i].Weight)
+		}
+		first, err := rebalance.First(n.self, nodes)
 		if err != nil {
 			return err
 		}
@@ -477,7 +485,10 @@ func (n *Node) coordinate(ctx context.Context) error {
 	if !settled {
 		return nil
 	}
-	want := n.wantedRing(view, rec)
+	want := n.wantedRing(ctx, view, rec)
+	if len(want) == len(rec.New) {
+		return n.reweight(ctx, rec) // no membership change waiting
+	}
 	next, err := rebalance.Propose(rec, n.self, want, n.replicationMax())
 	switch {
 	case errors.Is(err, rebalance.ErrUnchanged):
@@ -511,12 +522,13 @@ func viewRingNodes(view *membership.View) []ring.Node {
 // wantedRing is the ring the coordinator aims for: the record's, plus the
 // alive members not in it and never removed. A member that stops or
 // leaves stays in the ring, like a dead one: only a decommission
-// (Decommission) takes a node out, after moving its data.
-func (n *Node) wantedRing(view *membership.View, rec rebalance.Record) []ring.Node {
+// (Decommission) takes a node out, after moving its data. A newcomer takes
+// the capacity weight of the capacity it reports (joinWeight).
+func (n *Node) wantedRing(ctx context.Context, view *membership.View, rec rebalance.Record) []ring.Node {
 	out := slices.Clone(rec.New)
 	for _, m := range view.Members() {
 		if m.State == membership.StateAlive && !m.Meta.Leaving && !rec.InNew(m.Meta.ID) && !slices.Contains(rec.Removed, m.Meta.ID) {
-			out = append(out, ring.Node{ID: m.Meta.ID, Weight: m.Meta.Weight})
+			out = append(out, ring.Node{ID: m.Meta.ID, Weight: n.joinWeight(ctx, m.Meta.ID, m.Meta.Weight)})
 		}
 	}
 	return out

@@ -45,6 +45,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/tyrstore/tyr/api/peerpb"
+	"github.com/tyrstore/tyr/internal/balance"
 	"github.com/tyrstore/tyr/internal/chain"
 	"github.com/tyrstore/tyr/internal/errs"
 	"github.com/tyrstore/tyr/internal/lease"
@@ -151,6 +152,17 @@ type Config struct {
 	// MoveBytesPerSecond caps the copy of the ranges this node gains in a
 	// ring change; zero takes MoveBytesPerSecondDefault.
 	MoveBytesPerSecond int64
+	// ReweightInterval is how long a ring epoch stays clean, with no
+	// membership change, before the coordinator weighs the ring against
+	// the members' usage and may propose new weights (reweight.go). Zero
+	// turns reweighting off.
+	ReweightInterval time.Duration
+	// Usage asks a ring member for its usage. Nil turns reweighting off,
+	// and a joining node then takes the weight it advertises.
+	Usage UsageFunc
+	// Balance configures the weighting rule; zero fields take the
+	// defaults of balance.Config.
+	Balance balance.Config
 }
 
 // Node is a running chain-commit endpoint. Its methods are safe for
