@@ -57,7 +57,7 @@ func newServerCommand(e *env) *cobra.Command {
 	cmd.Flags().Float64Var(&f.moveRate, "move-rate", 32,
 		"MiB/s cap on copying the ranges this node gains in a ring change (tyr cluster add/remove), so client traffic keeps priority")
 	cmd.Flags().DurationVar(&f.reweight, "reweight-interval", chainnode.ReweightIntervalDefault,
-		"how long a ring epoch stays settled before the ring coordinator weighs the ring against the members' capacity and bytes stored, and may move data to even them out, e.g. 1m; set, the first ring and joining nodes also take capacity weights; 0 (the default) turns both off: advertised --weight")
+		"how long a ring epoch stays settled before the ring coordinator weighs the ring against the members' capacity and bytes stored, and may move data to even them out, e.g. 1m; set, the first ring change and joining nodes also take capacity weights; 0 (the default) turns both off: advertised --weight")
 	cmd.Flags().StringVar(&f.perWeight, "capacity-per-weight", "8GiB",
 		"capacity per unit of ring weight: a node's capacity weight is its capacity over this (at least 1); every node of a cluster must use the same value")
 	cmd.Flags().StringVar(&f.listen, "listen", "127.0.0.1:7420", "address for the client API; port 0 picks a free one")

@@ -456,11 +456,14 @@ func (n *Node) coordinate(ctx context.Context) error {
 		if !settled {
 			return nil
 		}
-		nodes := viewRingNodes(view)
-		for i := range nodes {
-			nodes[i].Weight = n.joinWeight(ctx, nodes[i].ID, nodes[i].Weight)
-		}
-		first, err := rebalance.First(n.self, nodes)
+		// The first ring is the view's, with the weights the members
+		// advertise: until a node installs it, it places chunks, stages
+		// commits and serves reads by the view's ring, and the nodes
+		// install it up to a tick apart, with no data moving. Any other
+		// ring (capacity weights) would place chunks where no write put
+		// them; it comes as a ring change instead, which copies them
+		// (firstChange).
+		first, err := rebalance.First(n.self, viewRingNodes(view))
 		if err != nil {
 			return err
 		}
@@ -486,7 +489,8 @@ func (n *Node) coordinate(ctx context.Context) error {
 		return nil
 	}
 	want := n.wantedRing(ctx, view, rec)
-	if len(want) == len(rec.New) {
+	capacity := n.firstChange(ctx, rec, want)
+	if len(want) == len(rec.New) && !capacity {
 		return n.reweight(ctx, rec) // no membership change waiting
 	}
 	next, err := rebalance.Propose(rec, n.self, want, n.replicationMax())
@@ -496,9 +500,29 @@ func (n *Node) coordinate(ctx context.Context) error {
 	case err != nil:
 		return err
 	}
+	if capacity {
+		n.cfg.Log.Info("ring capacity weights proposed", "epoch", next.Epoch, "weights", weightsString(next.New))
+	}
 	n.cfg.Log.Info("ring change proposed", "epoch", next.Epoch, "members", len(next.New), "moves", len(next.Moves))
 	_, err = n.installRing(next)
 	return err
+}
+
+// firstChange gives, with weighted tokens on, every member of want its
+// capacity weight (joinWeight) if rec is the first ring, which took the
+// advertised weights: the change from it moves the data to the capacity
+// weights like any ring change. It reports whether a weight changed.
+func (n *Node) firstChange(ctx context.Context, rec rebalance.Record, want []ring.Node) bool {
+	if n.cfg.Usage == nil || rec.Epoch != 1 {
+		return false
+	}
+	changed := false
+	for i := range want {
+		if w := n.joinWeight(ctx, want[i].ID, want[i].Weight); w != want[i].Weight {
+			want[i].Weight, changed = w, true
+		}
+	}
+	return changed
 }
 
 func ringIDOrZero(v *membership.View) membership.RingID {

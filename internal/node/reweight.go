@@ -3,9 +3,12 @@ package node
 // Weighted tokens: the ring coordinator gives each node a share of the
 // ring from its capacity and the bytes it stores (internal/balance).
 //
-// A node that joins a ring takes the capacity weight of the capacity it
-// reports (balance.CapacityWeight) rather than the weight it advertises,
-// when the coordinator can ask it. And once an epoch has been clean
+// The first ring takes the weights the members advertise, the view's ring
+// by which they placed chunks before it (epoch.go); the change from it
+// gives every member the capacity weight of the capacity it reports
+// (balance.CapacityWeight, firstChange), and a node that joins a ring
+// later takes its capacity weight too, when the coordinator can ask it.
+// Both move data like any ring change. And once an epoch has been clean
 // everywhere for Config.ReweightInterval, with no membership change
 // waiting, the coordinator asks every member of the ring for its usage,
 // builds a balance.Report and calls balance.Plan: if the plan is to
@@ -26,9 +29,7 @@ import (
 )
 
 // ReweightIntervalDefault is the reweight interval servers use unless told
-// otherwise: off, until a known fault is fixed (under ring epochs of
-// capacity weights a chunk can read back as zeros, even before any ring
-// change; see docs/cluster.md).
+// otherwise: off; the ring takes the advertised weights.
 const ReweightIntervalDefault = 0
 
 // UsageFunc returns the usage a ring member reports: its capacity, the

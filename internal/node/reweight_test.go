@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
@@ -139,5 +140,36 @@ func TestJoinWeight(t *testing.T) {
 	n.cfg.Usage = nil
 	if w := n.joinWeight(context.Background(), "d", 2); w != 2 {
 		t.Fatalf("weight %d, want the advertised 2 without usage", w)
+	}
+}
+
+// The first ring takes the advertised weights (the view's ring, under
+// which chunks were placed before it); the change from it, and only from
+// it, gives every member its capacity weight, one that does not answer
+// keeping its weight.
+func TestFirstChange(t *testing.T) {
+	n := &Node{cfg: Config{Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Balance: balance.Config{CapacityBytesPerWeight: mib},
+		Usage: fakeUsage(map[ring.NodeID]balance.NodeReport{"a": {CapacityBytes: 64 * mib}, "b": {CapacityBytes: 128 * mib}})}}
+	first := equalRecord(t, 1)
+	want := slices.Clone(first.New)
+	if !n.firstChange(context.Background(), first, want) {
+		t.Fatal("no change from the first ring")
+	}
+	if got := weightsString(want); got != "a=64 b=128 c=1" {
+		t.Fatalf("weights %s, want a=64 b=128 c=1", got)
+	}
+	next, err := rebalance.Propose(first, "a", want, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(next.Moves) == 0 {
+		t.Fatalf("epoch %d moves nothing", next.Epoch)
+	}
+	if n.firstChange(context.Background(), next, slices.Clone(next.New)) {
+		t.Fatal("a change from a later ring")
+	}
+	n.cfg.Usage = nil
+	if n.firstChange(context.Background(), first, slices.Clone(first.New)) {
+		t.Fatal("a change without weighted tokens")
 	}
 }
