@@ -206,19 +206,21 @@ type passThrough struct {
 // passThrough marks its blobs when staged, so that a catch-up round that
 // ends meanwhile does not finish with them left out, and again with the
 // commit's version once committed, catching up anew if the round ended.
+// A blob only gained is marked for the ring change's copy, unless that
+// copy has ended (markMoveDirty): then the node catches up as a whole.
 func (n *Node) passThrough(keyspace string, id chain.TxnID, ops []txn.Op, version uint64, client []byte, gained bool) passThrough {
-	if gained {
-		n.markMoveDirty(keyspace, opKeys(ops), 0)
-	} else {
+	if gained && !n.markMoveDirty(keyspace, opKeys(ops), 0) {
+		gained = false
+		n.catch.markDirty(keyspace, ops, 0)
+		n.startCatchUp(fmt.Sprintf("keyspace %q: a commit passed through this node for a blob it gains after its copy ended", keyspace))
+	} else if !gained {
 		n.catch.markDirty(keyspace, ops, 0)
 	}
 	return passThrough{n: n, keyspace: keyspace, id: id, ops: ops, version: version, client: client, gained: gained}
 }
 
 func (p passThrough) Commit(results []txn.Result) error {
-	if p.gained {
-		p.n.markMoveDirty(p.keyspace, opKeys(p.ops), p.version)
-	} else {
+	if !p.gained || !p.n.markMoveDirty(p.keyspace, opKeys(p.ops), p.version) {
 		p.n.catch.markDirty(p.keyspace, p.ops, p.version)
 		p.n.startCatchUp(fmt.Sprintf("a commit at version %d passed through this node", p.version))
 	}

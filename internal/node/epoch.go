@@ -102,6 +102,9 @@ type epochState struct {
 	// dirty: blobs a commit passed through that this node only gains.
 	dirtyMu sync.Mutex
 	dirty   map[blobRef]uint64
+	// closed is the last epoch whose copy has ended, guarded by dirtyMu:
+	// from then on no copy fetches what dirty names (markMoveDirty).
+	closed uint64
 }
 
 // loadRing reads the record file at start.
@@ -703,14 +706,47 @@ func (n *Node) onlyGained(pl Placement, cs uint64, ops []txn.Op, e versionEntry)
 }
 
 // markMoveDirty records that a commit at version passed through this node
-// for blobs it only gains: the copy fetches them again.
-func (n *Node) markMoveDirty(keyspace string, keys []string, version uint64) {
+// for blobs it only gains: the copy fetches them again. It reports false,
+// marking nothing, once the copy of the current epoch has ended before the
+// epoch switches reads to this node: no copy would fetch them, and the
+// caller makes the node catch up instead, so that it serves none of them
+// before it has them.
+func (n *Node) markMoveDirty(keyspace string, keys []string, version uint64) bool {
+	rec, _ := n.Ring()
 	n.epoch.dirtyMu.Lock()
 	defer n.epoch.dirtyMu.Unlock()
+	if n.epoch.closed == rec.Epoch && rec.Phase <= rebalance.PhaseCopying {
+		return false
+	}
 	for _, key := range keys {
 		ref := blobRef{keyspace, key}
 		n.epoch.dirty[ref] = max(n.epoch.dirty[ref], version)
 	}
+	return true
+}
+
+// closeMove ends the copy of epoch: if dirty is empty (all, unless the
+// copy gave up), it reports false and leaves the copy open; otherwise
+// later passed-through commits make the node catch up (markMoveDirty),
+// and what dirty still names is handed to catch-up.
+func (n *Node) closeMove(epoch uint64, all bool) bool {
+	n.epoch.dirtyMu.Lock()
+	defer n.epoch.dirtyMu.Unlock()
+	if !all && len(n.epoch.dirty) > 0 {
+		return false
+	}
+	n.epoch.closed = max(n.epoch.closed, epoch)
+	if len(n.epoch.dirty) == 0 {
+		return true
+	}
+	n.catch.mu.Lock()
+	for ref, v := range n.epoch.dirty {
+		n.catch.dirty[ref] = max(n.catch.dirty[ref], v)
+	}
+	n.catch.mu.Unlock()
+	clear(n.epoch.dirty)
+	n.startCatchUp(fmt.Sprintf("the copy of epoch %d ended with commits passed through this node left to fetch", epoch))
+	return true
 }
 
 // moveCopy copies the ranges this node gains in epoch (see the top of
@@ -734,9 +770,12 @@ func (n *Node) moveCopy(epoch uint64) {
 				n.epoch.mu.copying = 0
 			}
 			n.epoch.mu.Unlock()
+			if ok && rec.Epoch == epoch {
+				n.closeMove(epoch, true) // the epoch went on without this copy
+			}
 			return
 		}
-		err := n.moveCopyOnce(ctx)
+		err := n.moveCopyOnce(ctx, epoch)
 		if err == nil {
 			n.epoch.mu.Lock()
 			n.epoch.mu.copied = epoch
@@ -754,9 +793,15 @@ func (n *Node) moveCopy(epoch uint64) {
 	}
 }
 
-func (n *Node) moveCopyOnce(ctx context.Context) error {
+func (n *Node) moveCopyOnce(ctx context.Context, epoch uint64) error {
 	peers := n.livePeers()
 	if err := n.barrier(ctx, peers); err != nil {
+		return err
+	}
+	// This node's own commits too: one whose chain was computed before it
+	// installed the epoch may leave it out, and may reach the version
+	// manager the copy reads from only after the copy read it.
+	if err := n.inflight.wait(ctx); err != nil {
 		return err
 	}
 	for _, ks := range n.cfg.Engine.List() {
@@ -775,7 +820,10 @@ func (n *Node) moveCopyOnce(ctx context.Context) error {
 		}
 		n.epoch.dirtyMu.Unlock()
 		if !found {
-			return nil
+			if n.closeMove(epoch, false) {
+				return nil
+			}
+			continue // a commit passed through meanwhile
 		}
 		ks, err := n.cfg.Engine.Acquire(ref.keyspace)
 		if errors.Is(err, errs.ErrNotFound) {

@@ -1,0 +1,103 @@
+package node
+
+import (
+	"io"
+	"log/slog"
+	"testing"
+
+	"github.com/tyrstore/tyr/internal/chain"
+	"github.com/tyrstore/tyr/internal/keyspace"
+	"github.com/tyrstore/tyr/internal/rebalance"
+	"github.com/tyrstore/tyr/internal/ring"
+	"github.com/tyrstore/tyr/internal/storage"
+	"github.com/tyrstore/tyr/internal/txn"
+)
+
+// moveNode is a node with a ring record and the state of its copy, and
+// nothing running.
+func moveNode(t *testing.T, rec rebalance.Record) *Node {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	eng, err := storage.Open(storage.Options{Dir: t.TempDir(), CacheBytes: 8 << 20, MemTableBytes: 1 << 20, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = eng.Close() })
+	if _, err := eng.Create("kss", keyspace.Config{ChunkBytes: 4 << 10, Replication: 2, MVCC: true}); err != nil {
+		t.Fatal(err)
+	}
+	n := &Node{self: "d", cfg: Config{Log: log, Engine: eng}}
+	n.catch.init()
+	n.catch.active.Store(false)
+	<-n.catch.wake
+	n.epoch.dirty = map[blobRef]uint64{}
+	if err := n.setRing(rec); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func joinRecord(t *testing.T, phase rebalance.Phase) rebalance.Record {
+	t.Helper()
+	first, err := rebalance.First("a", []ring.Node{{ID: "a", Weight: 1}, {ID: "b", Weight: 1}, {ID: "c", Weight: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := rebalance.Propose(first, "a", append(first.New, ring.Node{ID: "d", Weight: 1}), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Phase = phase
+	return rec
+}
+
+// A commit that passes through a node for a blob it only gains is marked
+// for the ring change's copy while the copy runs, and its version is
+// awaited. Once the copy has ended, before the epoch switches reads to the
+// node, no copy would fetch it: the node catches up as a whole instead, so
+// that it serves no read of the blob before it has the commit.
+func TestPassThroughAfterCopyCatchesUp(t *testing.T) {
+	n := moveNode(t, joinRecord(t, rebalance.PhaseCopying))
+	ops := []txn.Op{{Key: "k", Kind: txn.OpWrite, Data: []byte("x")}}
+	ref := blobRef{"kss", "k"}
+
+	p := n.passThrough("kss", chain.TxnID{Coordinator: "a", Seq: 1}, ops, 7, nil, true)
+	if err := p.Commit(nil); err != nil {
+		t.Fatal(err)
+	}
+	if !p.gained || n.epoch.dirty[ref] != 7 || n.catch.active.Load() {
+		t.Fatalf("while the copy runs: gained %v, dirty %v, catching up %v; want the copy to fetch version 7",
+			p.gained, n.epoch.dirty, n.catch.active.Load())
+	}
+	if n.closeMove(2, false) {
+		t.Fatal("the copy ended with a blob left to fetch")
+	}
+	delete(n.epoch.dirty, ref)
+	if !n.closeMove(2, false) {
+		t.Fatal("the copy did not end with nothing left to fetch")
+	}
+
+	p = n.passThrough("kss", chain.TxnID{Coordinator: "a", Seq: 2}, ops, 8, nil, true)
+	if p.gained || !n.catch.active.Load() || len(n.epoch.dirty) != 0 {
+		t.Fatalf("after the copy: gained %v, catching up %v, move dirty %v; want a catch-up", p.gained, n.catch.active.Load(), n.epoch.dirty)
+	}
+	if err := p.Commit(nil); err != nil {
+		t.Fatal(err)
+	}
+	if n.catch.dirty[ref] != 8 {
+		t.Fatalf("catch-up marks %v, want %v at 8", n.catch.dirty, ref)
+	}
+}
+
+// A copy that the epoch went on without hands what it had left to fetch
+// to catch-up.
+func TestCopyGivenUpCatchesUp(t *testing.T) {
+	n := moveNode(t, joinRecord(t, rebalance.PhaseSwitching))
+	n.epoch.dirty[blobRef{"kss", "k"}] = 5
+	if !n.closeMove(2, true) {
+		t.Fatal("closeMove(all) did not close")
+	}
+	if !n.catch.active.Load() || n.catch.dirty[blobRef{"kss", "k"}] != 5 || len(n.epoch.dirty) != 0 {
+		t.Fatalf("catching up %v, catch-up marks %v, move dirty %v", n.catch.active.Load(), n.catch.dirty, n.epoch.dirty)
+	}
+}
