@@ -267,6 +267,17 @@ func testRingChange(t *testing.T, keys int, weight uint32) {
 		rec, _, ok := ringRecord(t, lc.Endpoints)
 		return ok && rec.Phase == rebalance.PhaseClean, fmt.Sprintf("%+v", rec)
 	})
+	// Every node takes the coordinator's record within a tick; until then
+	// it places chunks by the membership, which the joining node4 is about
+	// to change.
+	testserver.Eventually(t, 10*time.Second, "the first ring epoch on every node", func() (bool, string) {
+		for k := 1; k <= 3; k++ {
+			if b, _ := os.ReadFile(lc.NodeFile(k, "log")); !strings.Contains(string(b), `msg="ring epoch installed" epoch=1 `) {
+				return false, fmt.Sprintf("node%d has not installed epoch 1", k)
+			}
+		}
+		return true, ""
+	})
 	wctx, stop := context.WithCancel(ctx)
 	// The workload talks to node2 and node3, which stay.
 	wg := w.run(wctx, t, lc.Endpoints[1:3], 3, 3)
