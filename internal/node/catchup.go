@@ -281,8 +281,10 @@ func (n *Node) catchUpLoop() {
 			n.cfg.Log.Warn("advertising catch-up", "err", err)
 		}
 		for {
+			recopy := n.epoch.recopy.Load()
 			err := n.catchUpOnce(ctx)
 			if err == nil && n.catch.finish() {
+				n.epoch.recopy.CompareAndSwap(recopy, 0)
 				break
 			}
 			if err != nil {
@@ -463,7 +465,7 @@ func (n *Node) catchUpKeyspace(ctx context.Context, ks *storage.Keyspace, peers 
 		v, have := local[key]
 		switch {
 		case pl.Manages(key):
-			if !have || !l.ready || v != l.version || n.gainsAnyChunk(pl, key, l.size, cs) {
+			if !have || !l.ready || v != l.version || n.epoch.recopy.Load() != 0 || n.gainsAnyChunk(pl, key, l.size, cs) {
 				todo = append(todo, key)
 			}
 		case have || pl.holdsAny(key, l.size, cs):
@@ -595,7 +597,8 @@ func (s *chunkSource) Copy(local mvcc.Record) (mvcc.Copy, error) {
 		// node that was down during the copy).
 		cs := s.ks.Store.ChunkBytes()
 		for c := uint64(0); c*cs < remote.Size; c++ {
-			gained := (s.move && s.pl.on(s.n.self, s.key, c) && !s.pl.ServesChunk(s.key, c)) || s.n.gainedChunk(s.pl, s.key, c)
+			gained := (s.move && s.pl.on(s.n.self, s.key, c) && !s.pl.ServesChunk(s.key, c)) || s.n.gainedChunk(s.pl, s.key, c) ||
+				(s.n.epoch.recopy.Load() != 0 && s.pl.Holds(s.key, c))
 			if remote.Chunks[c] != 0 && gained && !slices.Contains(s.cp.Replace, c) {
 				s.cp.Replace = append(s.cp.Replace, c)
 			}

@@ -98,7 +98,11 @@ type epochState struct {
 	}
 	copiedBytes atomic.Uint64
 	copiedBlobs atomic.Uint64
-	throttle    throttle
+	// recopy, when not 0, makes catch-up copy every chunk the node holds,
+	// not only those the current epoch's change gains (skippedCopy); the
+	// first catch-up round that starts after it was set and ends clears it.
+	recopy   atomic.Uint64
+	throttle throttle
 	// dirty: blobs a commit passed through that this node only gains.
 	dirtyMu sync.Mutex
 	dirty   map[blobRef]uint64
@@ -174,8 +178,17 @@ func (n *Node) installRing(rec rebalance.Record) (bool, error) {
 	}
 	n.ringInstallMu.Lock()
 	defer n.ringInstallMu.Unlock()
-	if cur, ok := n.Ring(); ok && !rec.Newer(cur) {
+	cur, has := n.Ring()
+	if has && !rec.Newer(cur) {
 		return false, nil
+	}
+	if skip, all := n.skippedCopy(cur, has, rec); skip {
+		// Before the placement changes: reads of what the node gains
+		// switch to it with rec, and it has not copied it.
+		if all {
+			n.epoch.recopy.Add(1)
+		}
+		n.startCatchUp(fmt.Sprintf("ring epoch %d %v: the ranges this node gains were not copied here", rec.Epoch, rec.Phase))
 	}
 	if n.cfg.RingFile != "" {
 		b, _ := json.MarshalIndent(rec, "", "  ")
@@ -189,6 +202,53 @@ func (n *Node) installRing(rec rebalance.Record) (bool, error) {
 	n.cfg.Log.Info("ring epoch installed", "epoch", rec.Epoch, "phase", rec.Phase.String(), "coordinator", rec.Coordinator)
 	n.ringActions(rec)
 	return true, nil
+}
+
+// skippedCopy reports whether, going from cur (has: the node holds a
+// record) to rec, the node comes to serve reads of ranges it gains without
+// having copied them: the epoch of its move went past Copying without its
+// copy (the coordinator went on while it counted the node dead, or the
+// node was down), or it missed whole epochs. It then must catch up before
+// it serves reads. all reports that catch-up must copy every chunk the node
+// holds: the ring before rec's change is not the one the node last held
+// chunks by, so gainedChunk does not name them all.
+func (n *Node) skippedCopy(cur rebalance.Record, has bool, rec rebalance.Record) (skip, all bool) {
+	n.epoch.mu.Lock()
+	copied := n.epoch.mu.copied
+	n.epoch.mu.Unlock()
+	uncopied := func(r rebalance.Record) bool {
+		m, ok := r.Move(n.self)
+		return ok && !m.Copied && copied != r.Epoch
+	}
+	switch {
+	case !has:
+		return false, false // a node without a record holds nothing yet
+	case rec.Epoch > cur.Epoch+1:
+		return true, true
+	case rec.Epoch > cur.Epoch:
+		if cur.Phase <= rebalance.PhaseCopying && uncopied(cur) {
+			return true, true
+		}
+		return rec.Phase >= rebalance.PhaseSwitching && uncopied(rec), false
+	default:
+		return cur.Phase <= rebalance.PhaseCopying && rec.Phase >= rebalance.PhaseSwitching && uncopied(rec), false
+	}
+}
+
+// untrustedChunk reports whether this node, catching up, may hold chunk c
+// of key under p at a version it has not the bytes of: a version manager
+// keeps the versions of chunks it does not hold, so for a chunk it gained
+// in a ring change and has not copied yet, or while catch-up copies every
+// chunk (recopy), its version says nothing of its pages.
+func (n *Node) untrustedChunk(p Placement, key string, c uint64) bool {
+	if n.epoch.recopy.Load() != 0 {
+		return true
+	}
+	rec, ok := n.Ring()
+	n.epoch.mu.Lock()
+	copied := n.epoch.mu.copied
+	n.epoch.mu.Unlock()
+	return ok && copied != rec.Epoch && n.gainedChunk(p, key, c)
 }
 
 // writeSynced replaces path with b durably.

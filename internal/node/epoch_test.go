@@ -101,3 +101,43 @@ func TestCopyGivenUpCatchesUp(t *testing.T) {
 		t.Fatalf("catching up %v, catch-up marks %v, move dirty %v", n.catch.active.Load(), n.catch.dirty, n.epoch.dirty)
 	}
 }
+
+// A node that gains ranges and has not copied them catches up before the
+// record that switches reads to it takes effect: when the coordinator
+// went on without its copy (it counted the node dead), and when it missed
+// an epoch, then copying every chunk it holds.
+func TestSkippedCopy(t *testing.T) {
+	copying := joinRecord(t, rebalance.PhaseCopying)
+	at := func(r rebalance.Record, p rebalance.Phase) rebalance.Record { r.Phase = p; return r }
+	next := at(copying, rebalance.PhaseClean) // the next epoch, where d gains nothing
+	next.Epoch++
+	next.Old, next.Moves = copying.New, nil
+	for _, c := range []struct {
+		name      string
+		cur, rec  rebalance.Record
+		copied    uint64
+		skip, all bool
+	}{
+		{"copy done", copying, at(copying, rebalance.PhaseSwitching), 2, false, false},
+		{"copy skipped", copying, at(copying, rebalance.PhaseSwitching), 0, true, false},
+		{"still copying", at(copying, rebalance.PhaseInstalling), copying, 0, false, false},
+		{"an epoch later, copy skipped", copying, next, 0, true, true},
+		{"an epoch later, copy done", copying, next, 2, false, false},
+		{"two epochs later", at(copying, rebalance.PhaseClean), func() rebalance.Record { r := next; r.Epoch++; return r }(), 2, true, true},
+	} {
+		n := moveNode(t, c.cur)
+		n.epoch.mu.copied = c.copied
+		if skip, all := n.skippedCopy(c.cur, true, c.rec); skip != c.skip || all != c.all {
+			t.Errorf("%s: skip %v all %v, want %v %v", c.name, skip, all, c.skip, c.all)
+		}
+	}
+
+	// Installing the record marks the node catching up first.
+	n := moveNode(t, copying)
+	if _, err := n.installRing(at(copying, rebalance.PhaseSwitching)); err != nil {
+		t.Fatal(err)
+	}
+	if !n.catch.active.Load() {
+		t.Fatal("the node serves the ranges it gains without having copied them")
+	}
+}
