@@ -80,7 +80,11 @@ type epochState struct {
 		sync.Mutex
 		rec   *rebalance.Record
 		known bool // rec, or the knowledge that no member has one
-		pl    rebalance.Placement
+		// noRecord is the view's ring ID when the node last learnt that
+		// no member has a record (rec nil and known): the view ring it
+		// may place by. Another view ring makes it ask again (rings).
+		noRecord membership.RingID
+		pl       rebalance.Placement
 		// old is the ring before rec's change, nil for a first ring.
 		old *ring.Ring
 		// copying is the epoch a copy runs for; copied the last epoch
@@ -98,6 +102,8 @@ type epochState struct {
 	}
 	copiedBytes atomic.Uint64
 	copiedBlobs atomic.Uint64
+	// relearning: a learnRing started by rings runs.
+	relearning atomic.Bool
 	// recopy, when not 0, makes catch-up copy every chunk the node holds,
 	// not only those the current epoch's change gains (skippedCopy); the
 	// first catch-up round that starts after it was set and ends clears it.
@@ -304,6 +310,22 @@ func (n *Node) ringActions(rec rebalance.Record) {
 func (n *Node) rings() (read, also *ring.Ring, err error) {
 	n.epoch.mu.Lock()
 	rec, pl, known := n.epoch.mu.rec, n.epoch.mu.pl, n.epoch.mu.known
+	if known && rec == nil && n.cfg.RingFile != "" && n.cfg.Cluster.View().RingID() != n.epoch.mu.noRecord {
+		// The membership changed since the members said they had no
+		// record. The ring coordinator may have published the first
+		// epoch meanwhile, taking the membership as it was: a node that
+		// placed chunks by the new view's ring (one that just joined, say)
+		// before it installs that epoch would put them where the others
+		// do not look for them. Ask again first.
+		n.epoch.mu.known = false
+		known = false
+		if n.epoch.relearning.CompareAndSwap(false, true) {
+			go func() {
+				defer n.epoch.relearning.Store(false)
+				n.learnRing()
+			}()
+		}
+	}
 	n.epoch.mu.Unlock()
 	if !known {
 		return nil, nil, fmt.Errorf("%w: node %s is learning the cluster's ring epoch", errs.ErrUnavailable, n.self)
@@ -318,9 +340,11 @@ func (n *Node) rings() (read, also *ring.Ring, err error) {
 // learnRing runs at start: it asks the live members for their records and
 // takes the newest, until every one answered (a node that was down may
 // have missed epochs). Until then the node serves nothing that depends on
-// placement.
+// placement. It runs again when the membership changes while no member
+// has a record (rings).
 func (n *Node) learnRing() {
 	for {
+		view := n.cfg.Cluster.View().RingID()
 		peers := n.livePeers()
 		answered := 0
 		for _, id := range peers {
@@ -342,7 +366,7 @@ func (n *Node) learnRing() {
 		}
 		if answered == len(peers) {
 			n.epoch.mu.Lock()
-			n.epoch.mu.known = true
+			n.epoch.mu.known, n.epoch.mu.noRecord = true, view
 			n.epoch.mu.Unlock()
 			return
 		}

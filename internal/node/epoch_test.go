@@ -1,12 +1,17 @@
 package node
 
 import (
+	"errors"
 	"io"
 	"log/slog"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/tyrstore/tyr/internal/chain"
+	"github.com/tyrstore/tyr/internal/errs"
 	"github.com/tyrstore/tyr/internal/keyspace"
+	"github.com/tyrstore/tyr/internal/membership"
 	"github.com/tyrstore/tyr/internal/rebalance"
 	"github.com/tyrstore/tyr/internal/ring"
 	"github.com/tyrstore/tyr/internal/storage"
@@ -139,5 +144,57 @@ func TestSkippedCopy(t *testing.T) {
 	}
 	if !n.catch.active.Load() {
 		t.Fatal("the node serves the ranges it gains without having copied them")
+	}
+}
+
+// A node that learnt that no member has a ring record places chunks by the
+// membership's ring only as long as the membership stays the one it asked
+// about: once it changes (a node joins), the ring coordinator may have
+// published the first epoch from the membership before, and the node asks
+// the members again before it places anything.
+func TestNoRecordRelearnsOnViewChange(t *testing.T) {
+	view := &membership.View{}
+	join := func(id ring.NodeID) {
+		t.Helper()
+		// Views are immutable once published: a change is a new one.
+		next := &membership.View{}
+		for _, m := range view.Members() {
+			if _, err := next.Apply(membership.Event{Kind: membership.EventJoin, Meta: m.Meta}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		view = next
+		if _, err := view.Apply(membership.Event{Kind: membership.EventJoin, Meta: membership.Meta{
+			ID: id, RPCAddr: "addr-" + string(id), Weight: 1, StartedUnixNano: 1}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	join("d")
+	dead := &sync.Map{}
+	n := &Node{self: "d", cfg: Config{Log: slog.New(slog.NewTextHandler(io.Discard, nil)), RingFile: t.TempDir() + "/ring.json",
+		Cluster: fakeCluster{self: "d", view: view, dead: dead, catchingUp: &sync.Map{}}}}
+	n.epoch.mu.known, n.epoch.mu.noRecord = true, view.RingID()
+	if r, _, err := n.rings(); err != nil || r.Len() != 1 {
+		t.Fatalf("rings: %v, %v; want the view's ring of one node", r, err)
+	}
+	dead.Store(ring.NodeID("e"), true) // no peer answers: the node learns no record exists
+	join("e")
+	n.cfg.Cluster = fakeCluster{self: "d", view: view, dead: dead, catchingUp: &sync.Map{}}
+	if _, _, err := n.rings(); !errors.Is(err, errs.ErrUnavailable) {
+		t.Fatalf("rings after a join: %v, want unavailable while the node asks again", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		r, _, err := n.rings()
+		if err == nil {
+			if r.Len() != 2 {
+				t.Fatalf("ring of %d nodes, want 2", r.Len())
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("rings: %v after 5 s", err)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
