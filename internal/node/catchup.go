@@ -176,11 +176,12 @@ func (c *catchUp) markDirty(keyspace string, ops []txn.Op, version uint64) {
 	}
 }
 
-// finish ends the catch-up if no blob is left to fetch.
-func (c *catchUp) finish() bool {
+// finish ends the catch-up if no blob is left to fetch and done holds
+// (checked under mu).
+func (c *catchUp) finish(done func() bool) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.dirty) > 0 {
+	if len(c.dirty) > 0 || !done() {
 		return false
 	}
 	c.active.Store(false)
@@ -281,9 +282,11 @@ func (n *Node) catchUpLoop() {
 			n.cfg.Log.Warn("advertising catch-up", "err", err)
 		}
 		for {
+			// A round that began before a recopy was asked for does not
+			// end the catch-up (skippedCopy sets it under catch.mu).
 			recopy := n.epoch.recopy.Load()
 			err := n.catchUpOnce(ctx)
-			if err == nil && n.catch.finish() {
+			if err == nil && n.catch.finish(func() bool { return n.epoch.recopy.Load() == recopy }) {
 				n.epoch.recopy.CompareAndSwap(recopy, 0)
 				break
 			}

@@ -192,7 +192,9 @@ func (n *Node) installRing(rec rebalance.Record) (bool, error) {
 		// Before the placement changes: reads of what the node gains
 		// switch to it with rec, and it has not copied it.
 		if all {
+			n.catch.mu.Lock()
 			n.epoch.recopy.Add(1)
+			n.catch.mu.Unlock()
 		}
 		n.startCatchUp(fmt.Sprintf("ring epoch %d %v: the ranges this node gains were not copied here", rec.Epoch, rec.Phase))
 	}
