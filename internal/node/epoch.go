@@ -811,10 +811,11 @@ func (n *Node) markMoveDirty(keyspace string, keys []string, version uint64) boo
 	return true
 }
 
-// closeMove ends the copy of epoch: if dirty is empty (all, unless the
-// copy gave up), it reports false and leaves the copy open; otherwise
-// later passed-through commits make the node catch up (markMoveDirty),
-// and what dirty still names is handed to catch-up.
+// closeMove ends the copy of epoch and reports whether it did: not while
+// dirty names a blob left to fetch, unless all (the epoch went on without
+// the copy), when what dirty names is handed to catch-up. From then on a
+// commit that passes through for a blob the node gains makes it catch up
+// (markMoveDirty).
 func (n *Node) closeMove(epoch uint64, all bool) bool {
 	n.epoch.dirtyMu.Lock()
 	defer n.epoch.dirtyMu.Unlock()
