@@ -122,3 +122,39 @@ func (c *Client) NodeUsage(ctx context.Context) (NodeUsage, error) {
 		OpsWindow: time.Duration(resp.GetOpsWindowSeconds() * float64(time.Second)),
 	}, nil
 }
+
+// RingMove is the copy progress of one node gaining ranges in a ring
+// change.
+type RingMove struct {
+	Node        string
+	CopiedBytes uint64
+	CopiedBlobs uint64
+	Copied      bool
+	// Share is the fraction of the hash space the node gains.
+	Share float64
+}
+
+// RingChange is the ring coordinator's report of the current ring epoch.
+type RingChange struct {
+	Coordinator string
+	// Record is the epoch's record (internal/rebalance.Record, JSON);
+	// empty before the cluster's first epoch.
+	Record []byte
+	Moves  []RingMove
+}
+
+// RingChange asks the ring coordinator, through the endpoint, for the
+// current ring epoch and its moves; with remove not empty it first asks it
+// to decommission that node (see tyrpb.Tyr.RingChange).
+func (c *Client) RingChange(ctx context.Context, remove string) (RingChange, error) {
+	resp, err := c.api.RingChange(ctx, &tyrpb.RingChangeRequest{Remove: remove})
+	if err != nil {
+		return RingChange{}, fromStatus(err)
+	}
+	out := RingChange{Coordinator: resp.GetCoordinator(), Record: resp.GetRecord()}
+	for _, m := range resp.GetMoves() {
+		out.Moves = append(out.Moves, RingMove{Node: m.GetNode(), CopiedBytes: m.GetCopiedBytes(), CopiedBlobs: m.GetCopiedBlobs(),
+			Copied: m.GetCopied(), Share: m.GetShare()})
+	}
+	return out, nil
+}

@@ -1539,6 +1539,121 @@ func (x *PeerResolveResponse) GetDetail() string {
 	return ""
 }
 
+type PutRingRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Record        []byte                 `protobuf:"bytes,1,opt,name=record,proto3" json:"record,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutRingRequest) Reset() {
+	*x = PutRingRequest{}
+	mi := &file_api_peerpb_peer_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutRingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutRingRequest) ProtoMessage() {}
+
+func (x *PutRingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_peerpb_peer_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutRingRequest.ProtoReflect.Descriptor instead.
+func (*PutRingRequest) Descriptor() ([]byte, []int) {
+	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *PutRingRequest) GetRecord() []byte {
+	if x != nil {
+		return x.Record
+	}
+	return nil
+}
+
+type PutRingResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The receiver's record after the call; empty if it has none.
+	Record []byte `protobuf:"bytes,1,opt,name=record,proto3" json:"record,omitempty"`
+	// The receiver copied every range it gains in its record's epoch.
+	Copied bool `protobuf:"varint,2,opt,name=copied,proto3" json:"copied,omitempty"`
+	// Bytes and blobs the receiver copied for that epoch so far.
+	CopiedBytes   uint64 `protobuf:"varint,3,opt,name=copied_bytes,json=copiedBytes,proto3" json:"copied_bytes,omitempty"`
+	CopiedBlobs   uint64 `protobuf:"varint,4,opt,name=copied_blobs,json=copiedBlobs,proto3" json:"copied_blobs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutRingResponse) Reset() {
+	*x = PutRingResponse{}
+	mi := &file_api_peerpb_peer_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutRingResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutRingResponse) ProtoMessage() {}
+
+func (x *PutRingResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_peerpb_peer_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutRingResponse.ProtoReflect.Descriptor instead.
+func (*PutRingResponse) Descriptor() ([]byte, []int) {
+	return file_api_peerpb_peer_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *PutRingResponse) GetRecord() []byte {
+	if x != nil {
+		return x.Record
+	}
+	return nil
+}
+
+func (x *PutRingResponse) GetCopied() bool {
+	if x != nil {
+		return x.Copied
+	}
+	return false
+}
+
+func (x *PutRingResponse) GetCopiedBytes() uint64 {
+	if x != nil {
+		return x.CopiedBytes
+	}
+	return 0
+}
+
+func (x *PutRingResponse) GetCopiedBlobs() uint64 {
+	if x != nil {
+		return x.CopiedBlobs
+	}
+	return 0
+}
+
 var File_api_peerpb_peer_proto protoreflect.FileDescriptor
 
 const file_api_peerpb_peer_proto_rawDesc = "" +
@@ -1660,7 +1775,14 @@ const file_api_peerpb_peer_proto_rawDesc = "" +
 	"\averdict\x18\x01 \x01(\rR\averdict\x12\x18\n" +
 	"\aresults\x18\x02 \x01(\fR\aresults\x12\x18\n" +
 	"\avouched\x18\x03 \x01(\bR\avouched\x12\x16\n" +
-	"\x06detail\x18\x04 \x01(\tR\x06detail2\xbe\x04\n" +
+	"\x06detail\x18\x04 \x01(\tR\x06detail\"(\n" +
+	"\x0ePutRingRequest\x12\x16\n" +
+	"\x06record\x18\x01 \x01(\fR\x06record\"\x87\x01\n" +
+	"\x0fPutRingResponse\x12\x16\n" +
+	"\x06record\x18\x01 \x01(\fR\x06record\x12\x16\n" +
+	"\x06copied\x18\x02 \x01(\bR\x06copied\x12!\n" +
+	"\fcopied_bytes\x18\x03 \x01(\x04R\vcopiedBytes\x12!\n" +
+	"\fcopied_blobs\x18\x04 \x01(\x04R\vcopiedBlobs2\x84\x05\n" +
 	"\x04Peer\x12D\n" +
 	"\aDeliver\x12\x1b.tyr.peer.v1.DeliverRequest\x1a\x1c.tyr.peer.v1.DeliverResponse\x12>\n" +
 	"\x05Lease\x12\x19.tyr.peer.v1.LeaseRequest\x1a\x1a.tyr.peer.v1.LeaseResponse\x12A\n" +
@@ -1670,7 +1792,8 @@ const file_api_peerpb_peer_proto_rawDesc = "" +
 	"\x06Chunks\x12\x1a.tyr.peer.v1.ChunksRequest\x1a\x1b.tyr.peer.v1.ChunksResponse\x12M\n" +
 	"\n" +
 	"ReadChunks\x12\x1e.tyr.peer.v1.ReadChunksRequest\x1a\x1f.tyr.peer.v1.ReadChunksResponse\x12L\n" +
-	"\aResolve\x12\x1f.tyr.peer.v1.PeerResolveRequest\x1a .tyr.peer.v1.PeerResolveResponseB$Z\"github.com/tyrstore/tyr/api/peerpbb\x06proto3"
+	"\aResolve\x12\x1f.tyr.peer.v1.PeerResolveRequest\x1a .tyr.peer.v1.PeerResolveResponse\x12D\n" +
+	"\aPutRing\x12\x1b.tyr.peer.v1.PutRingRequest\x1a\x1c.tyr.peer.v1.PutRingResponseB$Z\"github.com/tyrstore/tyr/api/peerpbb\x06proto3"
 
 var (
 	file_api_peerpb_peer_proto_rawDescOnce sync.Once
@@ -1684,7 +1807,7 @@ func file_api_peerpb_peer_proto_rawDescGZIP() []byte {
 	return file_api_peerpb_peer_proto_rawDescData
 }
 
-var file_api_peerpb_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_api_peerpb_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_api_peerpb_peer_proto_goTypes = []any{
 	(*ReadChunksRequest)(nil),   // 0: tyr.peer.v1.ReadChunksRequest
 	(*ReadChunksResponse)(nil),  // 1: tyr.peer.v1.ReadChunksResponse
@@ -1708,7 +1831,9 @@ var file_api_peerpb_peer_proto_goTypes = []any{
 	(*RevokeResponse)(nil),      // 19: tyr.peer.v1.RevokeResponse
 	(*PeerResolveRequest)(nil),  // 20: tyr.peer.v1.PeerResolveRequest
 	(*PeerResolveResponse)(nil), // 21: tyr.peer.v1.PeerResolveResponse
-	nil,                         // 22: tyr.peer.v1.Base.ChunksEntry
+	(*PutRingRequest)(nil),      // 22: tyr.peer.v1.PutRingRequest
+	(*PutRingResponse)(nil),     // 23: tyr.peer.v1.PutRingResponse
+	nil,                         // 24: tyr.peer.v1.Base.ChunksEntry
 }
 var file_api_peerpb_peer_proto_depIdxs = []int32{
 	6,  // 0: tyr.peer.v1.VersionsResponse.blobs:type_name -> tyr.peer.v1.BlobVersion
@@ -1717,7 +1842,7 @@ var file_api_peerpb_peer_proto_depIdxs = []int32{
 	14, // 3: tyr.peer.v1.Message.ops:type_name -> tyr.peer.v1.Op
 	15, // 4: tyr.peer.v1.Message.results:type_name -> tyr.peer.v1.Result
 	13, // 5: tyr.peer.v1.Message.bases:type_name -> tyr.peer.v1.Base
-	22, // 6: tyr.peer.v1.Base.chunks:type_name -> tyr.peer.v1.Base.ChunksEntry
+	24, // 6: tyr.peer.v1.Base.chunks:type_name -> tyr.peer.v1.Base.ChunksEntry
 	10, // 7: tyr.peer.v1.Peer.Deliver:input_type -> tyr.peer.v1.DeliverRequest
 	16, // 8: tyr.peer.v1.Peer.Lease:input_type -> tyr.peer.v1.LeaseRequest
 	18, // 9: tyr.peer.v1.Peer.Revoke:input_type -> tyr.peer.v1.RevokeRequest
@@ -1726,16 +1851,18 @@ var file_api_peerpb_peer_proto_depIdxs = []int32{
 	7,  // 12: tyr.peer.v1.Peer.Chunks:input_type -> tyr.peer.v1.ChunksRequest
 	0,  // 13: tyr.peer.v1.Peer.ReadChunks:input_type -> tyr.peer.v1.ReadChunksRequest
 	20, // 14: tyr.peer.v1.Peer.Resolve:input_type -> tyr.peer.v1.PeerResolveRequest
-	11, // 15: tyr.peer.v1.Peer.Deliver:output_type -> tyr.peer.v1.DeliverResponse
-	17, // 16: tyr.peer.v1.Peer.Lease:output_type -> tyr.peer.v1.LeaseResponse
-	19, // 17: tyr.peer.v1.Peer.Revoke:output_type -> tyr.peer.v1.RevokeResponse
-	3,  // 18: tyr.peer.v1.Peer.Barrier:output_type -> tyr.peer.v1.BarrierResponse
-	5,  // 19: tyr.peer.v1.Peer.Versions:output_type -> tyr.peer.v1.VersionsResponse
-	8,  // 20: tyr.peer.v1.Peer.Chunks:output_type -> tyr.peer.v1.ChunksResponse
-	1,  // 21: tyr.peer.v1.Peer.ReadChunks:output_type -> tyr.peer.v1.ReadChunksResponse
-	21, // 22: tyr.peer.v1.Peer.Resolve:output_type -> tyr.peer.v1.PeerResolveResponse
-	15, // [15:23] is the sub-list for method output_type
-	7,  // [7:15] is the sub-list for method input_type
+	22, // 15: tyr.peer.v1.Peer.PutRing:input_type -> tyr.peer.v1.PutRingRequest
+	11, // 16: tyr.peer.v1.Peer.Deliver:output_type -> tyr.peer.v1.DeliverResponse
+	17, // 17: tyr.peer.v1.Peer.Lease:output_type -> tyr.peer.v1.LeaseResponse
+	19, // 18: tyr.peer.v1.Peer.Revoke:output_type -> tyr.peer.v1.RevokeResponse
+	3,  // 19: tyr.peer.v1.Peer.Barrier:output_type -> tyr.peer.v1.BarrierResponse
+	5,  // 20: tyr.peer.v1.Peer.Versions:output_type -> tyr.peer.v1.VersionsResponse
+	8,  // 21: tyr.peer.v1.Peer.Chunks:output_type -> tyr.peer.v1.ChunksResponse
+	1,  // 22: tyr.peer.v1.Peer.ReadChunks:output_type -> tyr.peer.v1.ReadChunksResponse
+	21, // 23: tyr.peer.v1.Peer.Resolve:output_type -> tyr.peer.v1.PeerResolveResponse
+	23, // 24: tyr.peer.v1.Peer.PutRing:output_type -> tyr.peer.v1.PutRingResponse
+	16, // [16:25] is the sub-list for method output_type
+	7,  // [7:16] is the sub-list for method input_type
 	7,  // [7:7] is the sub-list for extension type_name
 	7,  // [7:7] is the sub-list for extension extendee
 	0,  // [0:7] is the sub-list for field type_name
@@ -1752,7 +1879,7 @@ func file_api_peerpb_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_peerpb_peer_proto_rawDesc), len(file_api_peerpb_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   23,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

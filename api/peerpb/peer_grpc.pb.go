@@ -34,6 +34,7 @@ const (
 	Peer_Chunks_FullMethodName     = "/tyr.peer.v1.Peer/Chunks"
 	Peer_ReadChunks_FullMethodName = "/tyr.peer.v1.Peer/ReadChunks"
 	Peer_Resolve_FullMethodName    = "/tyr.peer.v1.Peer/Resolve"
+	Peer_PutRing_FullMethodName    = "/tyr.peer.v1.Peer/PutRing"
 )
 
 // PeerClient is the client API for Peer service.
@@ -75,6 +76,12 @@ type PeerClient interface {
 	// in the last case the receiver fences the ID first, so that it never
 	// stages a commit carrying it (internal/node/resolve.go).
 	Resolve(ctx context.Context, in *PeerResolveRequest, opts ...grpc.CallOption) (*PeerResolveResponse, error)
+	// PutRing hands the receiver the ring coordinator's record of the
+	// current ring epoch (internal/rebalance.Record, JSON). The receiver
+	// installs it durably if it is further along than its own, and answers
+	// with the record it then holds and its progress in copying the ranges
+	// it gains: the coordinator's acknowledgement. An empty record only asks.
+	PutRing(ctx context.Context, in *PutRingRequest, opts ...grpc.CallOption) (*PutRingResponse, error)
 }
 
 type peerClient struct {
@@ -165,6 +172,16 @@ func (c *peerClient) Resolve(ctx context.Context, in *PeerResolveRequest, opts .
 	return out, nil
 }
 
+func (c *peerClient) PutRing(ctx context.Context, in *PutRingRequest, opts ...grpc.CallOption) (*PutRingResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PutRingResponse)
+	err := c.cc.Invoke(ctx, Peer_PutRing_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PeerServer is the server API for Peer service.
 // All implementations must embed UnimplementedPeerServer
 // for forward compatibility.
@@ -204,6 +221,12 @@ type PeerServer interface {
 	// in the last case the receiver fences the ID first, so that it never
 	// stages a commit carrying it (internal/node/resolve.go).
 	Resolve(context.Context, *PeerResolveRequest) (*PeerResolveResponse, error)
+	// PutRing hands the receiver the ring coordinator's record of the
+	// current ring epoch (internal/rebalance.Record, JSON). The receiver
+	// installs it durably if it is further along than its own, and answers
+	// with the record it then holds and its progress in copying the ranges
+	// it gains: the coordinator's acknowledgement. An empty record only asks.
+	PutRing(context.Context, *PutRingRequest) (*PutRingResponse, error)
 	mustEmbedUnimplementedPeerServer()
 }
 
@@ -237,6 +260,9 @@ func (UnimplementedPeerServer) ReadChunks(context.Context, *ReadChunksRequest) (
 }
 func (UnimplementedPeerServer) Resolve(context.Context, *PeerResolveRequest) (*PeerResolveResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Resolve not implemented")
+}
+func (UnimplementedPeerServer) PutRing(context.Context, *PutRingRequest) (*PutRingResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PutRing not implemented")
 }
 func (UnimplementedPeerServer) mustEmbedUnimplementedPeerServer() {}
 func (UnimplementedPeerServer) testEmbeddedByValue()              {}
@@ -403,6 +429,24 @@ func _Peer_Resolve_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Peer_PutRing_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PutRingRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PeerServer).PutRing(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Peer_PutRing_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerServer).PutRing(ctx, req.(*PutRingRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Peer_ServiceDesc is the grpc.ServiceDesc for Peer service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -441,6 +485,10 @@ var Peer_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Resolve",
 			Handler:    _Peer_Resolve_Handler,
+		},
+		{
+			MethodName: "PutRing",
+			Handler:    _Peer_PutRing_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

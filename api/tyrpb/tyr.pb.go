@@ -2496,6 +2496,191 @@ func (x *NodeUsageResponse) GetOpsWindowSeconds() float64 {
 	return 0
 }
 
+type RingChangeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A node ID to decommission; empty: report only.
+	Remove        string `protobuf:"bytes,1,opt,name=remove,proto3" json:"remove,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RingChangeRequest) Reset() {
+	*x = RingChangeRequest{}
+	mi := &file_api_tyrpb_tyr_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RingChangeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RingChangeRequest) ProtoMessage() {}
+
+func (x *RingChangeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tyrpb_tyr_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RingChangeRequest.ProtoReflect.Descriptor instead.
+func (*RingChangeRequest) Descriptor() ([]byte, []int) {
+	return file_api_tyrpb_tyr_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *RingChangeRequest) GetRemove() string {
+	if x != nil {
+		return x.Remove
+	}
+	return ""
+}
+
+type RingChangeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The coordinator that answered.
+	Coordinator string `protobuf:"bytes,1,opt,name=coordinator,proto3" json:"coordinator,omitempty"`
+	// Its record of the current epoch (internal/rebalance.Record, JSON).
+	Record []byte `protobuf:"bytes,2,opt,name=record,proto3" json:"record,omitempty"`
+	// Per node gaining ranges: bytes and blobs copied so far.
+	Moves         []*MoveProgress `protobuf:"bytes,3,rep,name=moves,proto3" json:"moves,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RingChangeResponse) Reset() {
+	*x = RingChangeResponse{}
+	mi := &file_api_tyrpb_tyr_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RingChangeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RingChangeResponse) ProtoMessage() {}
+
+func (x *RingChangeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tyrpb_tyr_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RingChangeResponse.ProtoReflect.Descriptor instead.
+func (*RingChangeResponse) Descriptor() ([]byte, []int) {
+	return file_api_tyrpb_tyr_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *RingChangeResponse) GetCoordinator() string {
+	if x != nil {
+		return x.Coordinator
+	}
+	return ""
+}
+
+func (x *RingChangeResponse) GetRecord() []byte {
+	if x != nil {
+		return x.Record
+	}
+	return nil
+}
+
+func (x *RingChangeResponse) GetMoves() []*MoveProgress {
+	if x != nil {
+		return x.Moves
+	}
+	return nil
+}
+
+type MoveProgress struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Node        string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	CopiedBytes uint64                 `protobuf:"varint,2,opt,name=copied_bytes,json=copiedBytes,proto3" json:"copied_bytes,omitempty"`
+	CopiedBlobs uint64                 `protobuf:"varint,3,opt,name=copied_blobs,json=copiedBlobs,proto3" json:"copied_blobs,omitempty"`
+	Copied      bool                   `protobuf:"varint,4,opt,name=copied,proto3" json:"copied,omitempty"`
+	// The fraction of the hash space the node gains.
+	Share         float64 `protobuf:"fixed64,5,opt,name=share,proto3" json:"share,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveProgress) Reset() {
+	*x = MoveProgress{}
+	mi := &file_api_tyrpb_tyr_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveProgress) ProtoMessage() {}
+
+func (x *MoveProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tyrpb_tyr_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveProgress.ProtoReflect.Descriptor instead.
+func (*MoveProgress) Descriptor() ([]byte, []int) {
+	return file_api_tyrpb_tyr_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *MoveProgress) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *MoveProgress) GetCopiedBytes() uint64 {
+	if x != nil {
+		return x.CopiedBytes
+	}
+	return 0
+}
+
+func (x *MoveProgress) GetCopiedBlobs() uint64 {
+	if x != nil {
+		return x.CopiedBlobs
+	}
+	return 0
+}
+
+func (x *MoveProgress) GetCopied() bool {
+	if x != nil {
+		return x.Copied
+	}
+	return false
+}
+
+func (x *MoveProgress) GetShare() float64 {
+	if x != nil {
+		return x.Share
+	}
+	return 0
+}
+
 var File_api_tyrpb_tyr_proto protoreflect.FileDescriptor
 
 const file_api_tyrpb_tyr_proto_rawDesc = "" +
@@ -2659,7 +2844,19 @@ const file_api_tyrpb_tyr_proto_rawDesc = "" +
 	"\x13capacity_configured\x18\x03 \x01(\bR\x12capacityConfigured\x12!\n" +
 	"\fstored_bytes\x18\x04 \x01(\x04R\vstoredBytes\x12$\n" +
 	"\x0eops_per_second\x18\x05 \x01(\x01R\fopsPerSecond\x12,\n" +
-	"\x12ops_window_seconds\x18\x06 \x01(\x01R\x10opsWindowSeconds*\xaf\x02\n" +
+	"\x12ops_window_seconds\x18\x06 \x01(\x01R\x10opsWindowSeconds\"+\n" +
+	"\x11RingChangeRequest\x12\x16\n" +
+	"\x06remove\x18\x01 \x01(\tR\x06remove\"z\n" +
+	"\x12RingChangeResponse\x12 \n" +
+	"\vcoordinator\x18\x01 \x01(\tR\vcoordinator\x12\x16\n" +
+	"\x06record\x18\x02 \x01(\fR\x06record\x12*\n" +
+	"\x05moves\x18\x03 \x03(\v2\x14.tyr.v1.MoveProgressR\x05moves\"\x96\x01\n" +
+	"\fMoveProgress\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12!\n" +
+	"\fcopied_bytes\x18\x02 \x01(\x04R\vcopiedBytes\x12!\n" +
+	"\fcopied_blobs\x18\x03 \x01(\x04R\vcopiedBlobs\x12\x16\n" +
+	"\x06copied\x18\x04 \x01(\bR\x06copied\x12\x14\n" +
+	"\x05share\x18\x05 \x01(\x01R\x05share*\xaf\x02\n" +
 	"\n" +
 	"AtomicFunc\x12\x1b\n" +
 	"\x17ATOMIC_FUNC_UNSPECIFIED\x10\x00\x12\x13\n" +
@@ -2680,7 +2877,7 @@ const file_api_tyrpb_tyr_proto_rawDesc = "" +
 	"\x11OUTCOME_COMMITTED\x10\x01\x12\x13\n" +
 	"\x0fOUTCOME_ABORTED\x10\x02\x12\x13\n" +
 	"\x0fOUTCOME_PENDING\x10\x03\x12\x13\n" +
-	"\x0fOUTCOME_UNKNOWN\x10\x042\xf3\x05\n" +
+	"\x0fOUTCOME_UNKNOWN\x10\x042\xb8\x06\n" +
 	"\x03Tyr\x12E\n" +
 	"\x0eCreateKeyspace\x12\x1d.tyr.v1.CreateKeyspaceRequest\x1a\x14.tyr.v1.KeyspaceInfo\x12I\n" +
 	"\fDropKeyspace\x12\x1b.tyr.v1.DropKeyspaceRequest\x1a\x1c.tyr.v1.DropKeyspaceResponse\x12L\n" +
@@ -2693,7 +2890,9 @@ const file_api_tyrpb_tyr_proto_rawDesc = "" +
 	"\rClusterStatus\x12\x1c.tyr.v1.ClusterStatusRequest\x1a\x1d.tyr.v1.ClusterStatusResponse\x121\n" +
 	"\x04Ring\x12\x13.tyr.v1.RingRequest\x1a\x14.tyr.v1.RingResponse\x12:\n" +
 	"\aResolve\x12\x16.tyr.v1.ResolveRequest\x1a\x17.tyr.v1.ResolveResponse\x12@\n" +
-	"\tNodeUsage\x12\x18.tyr.v1.NodeUsageRequest\x1a\x19.tyr.v1.NodeUsageResponseB#Z!github.com/tyrstore/tyr/api/tyrpbb\x06proto3"
+	"\tNodeUsage\x12\x18.tyr.v1.NodeUsageRequest\x1a\x19.tyr.v1.NodeUsageResponse\x12C\n" +
+	"\n" +
+	"RingChange\x12\x19.tyr.v1.RingChangeRequest\x1a\x1a.tyr.v1.RingChangeResponseB#Z!github.com/tyrstore/tyr/api/tyrpbb\x06proto3"
 
 var (
 	file_api_tyrpb_tyr_proto_rawDescOnce sync.Once
@@ -2708,7 +2907,7 @@ func file_api_tyrpb_tyr_proto_rawDescGZIP() []byte {
 }
 
 var file_api_tyrpb_tyr_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_api_tyrpb_tyr_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_api_tyrpb_tyr_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_api_tyrpb_tyr_proto_goTypes = []any{
 	(AtomicFunc)(0),               // 0: tyr.v1.AtomicFunc
 	(Outcome)(0),                  // 1: tyr.v1.Outcome
@@ -2749,6 +2948,9 @@ var file_api_tyrpb_tyr_proto_goTypes = []any{
 	(*ResolveResponse)(nil),       // 36: tyr.v1.ResolveResponse
 	(*NodeUsageRequest)(nil),      // 37: tyr.v1.NodeUsageRequest
 	(*NodeUsageResponse)(nil),     // 38: tyr.v1.NodeUsageResponse
+	(*RingChangeRequest)(nil),     // 39: tyr.v1.RingChangeRequest
+	(*RingChangeResponse)(nil),    // 40: tyr.v1.RingChangeResponse
+	(*MoveProgress)(nil),          // 41: tyr.v1.MoveProgress
 }
 var file_api_tyrpb_tyr_proto_depIdxs = []int32{
 	2,  // 0: tyr.v1.CreateKeyspaceRequest.config:type_name -> tyr.v1.KeyspaceConfig
@@ -2773,35 +2975,38 @@ var file_api_tyrpb_tyr_proto_depIdxs = []int32{
 	19, // 19: tyr.v1.ResolveRequest.commit:type_name -> tyr.v1.CommitRequest
 	1,  // 20: tyr.v1.ResolveResponse.outcome:type_name -> tyr.v1.Outcome
 	20, // 21: tyr.v1.ResolveResponse.results:type_name -> tyr.v1.OpResult
-	3,  // 22: tyr.v1.Tyr.CreateKeyspace:input_type -> tyr.v1.CreateKeyspaceRequest
-	5,  // 23: tyr.v1.Tyr.DropKeyspace:input_type -> tyr.v1.DropKeyspaceRequest
-	7,  // 24: tyr.v1.Tyr.ListKeyspaces:input_type -> tyr.v1.ListKeyspacesRequest
-	9,  // 25: tyr.v1.Tyr.GetKeyspace:input_type -> tyr.v1.GetKeyspaceRequest
-	19, // 26: tyr.v1.Tyr.Commit:input_type -> tyr.v1.CommitRequest
-	22, // 27: tyr.v1.Tyr.Read:input_type -> tyr.v1.ReadRequest
-	24, // 28: tyr.v1.Tyr.Stat:input_type -> tyr.v1.StatRequest
-	26, // 29: tyr.v1.Tyr.List:input_type -> tyr.v1.ListRequest
-	28, // 30: tyr.v1.Tyr.ClusterStatus:input_type -> tyr.v1.ClusterStatusRequest
-	31, // 31: tyr.v1.Tyr.Ring:input_type -> tyr.v1.RingRequest
-	35, // 32: tyr.v1.Tyr.Resolve:input_type -> tyr.v1.ResolveRequest
-	37, // 33: tyr.v1.Tyr.NodeUsage:input_type -> tyr.v1.NodeUsageRequest
-	4,  // 34: tyr.v1.Tyr.CreateKeyspace:output_type -> tyr.v1.KeyspaceInfo
-	6,  // 35: tyr.v1.Tyr.DropKeyspace:output_type -> tyr.v1.DropKeyspaceResponse
-	8,  // 36: tyr.v1.Tyr.ListKeyspaces:output_type -> tyr.v1.ListKeyspacesResponse
-	4,  // 37: tyr.v1.Tyr.GetKeyspace:output_type -> tyr.v1.KeyspaceInfo
-	21, // 38: tyr.v1.Tyr.Commit:output_type -> tyr.v1.CommitResponse
-	23, // 39: tyr.v1.Tyr.Read:output_type -> tyr.v1.ReadResponse
-	25, // 40: tyr.v1.Tyr.Stat:output_type -> tyr.v1.BlobInfo
-	27, // 41: tyr.v1.Tyr.List:output_type -> tyr.v1.ListResponse
-	30, // 42: tyr.v1.Tyr.ClusterStatus:output_type -> tyr.v1.ClusterStatusResponse
-	34, // 43: tyr.v1.Tyr.Ring:output_type -> tyr.v1.RingResponse
-	36, // 44: tyr.v1.Tyr.Resolve:output_type -> tyr.v1.ResolveResponse
-	38, // 45: tyr.v1.Tyr.NodeUsage:output_type -> tyr.v1.NodeUsageResponse
-	34, // [34:46] is the sub-list for method output_type
-	22, // [22:34] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	41, // 22: tyr.v1.RingChangeResponse.moves:type_name -> tyr.v1.MoveProgress
+	3,  // 23: tyr.v1.Tyr.CreateKeyspace:input_type -> tyr.v1.CreateKeyspaceRequest
+	5,  // 24: tyr.v1.Tyr.DropKeyspace:input_type -> tyr.v1.DropKeyspaceRequest
+	7,  // 25: tyr.v1.Tyr.ListKeyspaces:input_type -> tyr.v1.ListKeyspacesRequest
+	9,  // 26: tyr.v1.Tyr.GetKeyspace:input_type -> tyr.v1.GetKeyspaceRequest
+	19, // 27: tyr.v1.Tyr.Commit:input_type -> tyr.v1.CommitRequest
+	22, // 28: tyr.v1.Tyr.Read:input_type -> tyr.v1.ReadRequest
+	24, // 29: tyr.v1.Tyr.Stat:input_type -> tyr.v1.StatRequest
+	26, // 30: tyr.v1.Tyr.List:input_type -> tyr.v1.ListRequest
+	28, // 31: tyr.v1.Tyr.ClusterStatus:input_type -> tyr.v1.ClusterStatusRequest
+	31, // 32: tyr.v1.Tyr.Ring:input_type -> tyr.v1.RingRequest
+	35, // 33: tyr.v1.Tyr.Resolve:input_type -> tyr.v1.ResolveRequest
+	37, // 34: tyr.v1.Tyr.NodeUsage:input_type -> tyr.v1.NodeUsageRequest
+	39, // 35: tyr.v1.Tyr.RingChange:input_type -> tyr.v1.RingChangeRequest
+	4,  // 36: tyr.v1.Tyr.CreateKeyspace:output_type -> tyr.v1.KeyspaceInfo
+	6,  // 37: tyr.v1.Tyr.DropKeyspace:output_type -> tyr.v1.DropKeyspaceResponse
+	8,  // 38: tyr.v1.Tyr.ListKeyspaces:output_type -> tyr.v1.ListKeyspacesResponse
+	4,  // 39: tyr.v1.Tyr.GetKeyspace:output_type -> tyr.v1.KeyspaceInfo
+	21, // 40: tyr.v1.Tyr.Commit:output_type -> tyr.v1.CommitResponse
+	23, // 41: tyr.v1.Tyr.Read:output_type -> tyr.v1.ReadResponse
+	25, // 42: tyr.v1.Tyr.Stat:output_type -> tyr.v1.BlobInfo
+	27, // 43: tyr.v1.Tyr.List:output_type -> tyr.v1.ListResponse
+	30, // 44: tyr.v1.Tyr.ClusterStatus:output_type -> tyr.v1.ClusterStatusResponse
+	34, // 45: tyr.v1.Tyr.Ring:output_type -> tyr.v1.RingResponse
+	36, // 46: tyr.v1.Tyr.Resolve:output_type -> tyr.v1.ResolveResponse
+	38, // 47: tyr.v1.Tyr.NodeUsage:output_type -> tyr.v1.NodeUsageResponse
+	40, // 48: tyr.v1.Tyr.RingChange:output_type -> tyr.v1.RingChangeResponse
+	36, // [36:49] is the sub-list for method output_type
+	23, // [23:36] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_api_tyrpb_tyr_proto_init() }
@@ -2824,7 +3029,7 @@ func file_api_tyrpb_tyr_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_tyrpb_tyr_proto_rawDesc), len(file_api_tyrpb_tyr_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   37,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -36,6 +36,7 @@ const (
 	Tyr_Ring_FullMethodName           = "/tyr.v1.Tyr/Ring"
 	Tyr_Resolve_FullMethodName        = "/tyr.v1.Tyr/Resolve"
 	Tyr_NodeUsage_FullMethodName      = "/tyr.v1.Tyr/NodeUsage"
+	Tyr_RingChange_FullMethodName     = "/tyr.v1.Tyr/RingChange"
 )
 
 // TyrClient is the client API for Tyr service.
@@ -81,6 +82,14 @@ type TyrClient interface {
 	// second. It describes this node only; `tyr cluster balance` asks every
 	// member and computes the cluster's max/mean utilization.
 	NodeUsage(ctx context.Context, in *NodeUsageRequest, opts ...grpc.CallOption) (*NodeUsageResponse, error)
+	// RingChange reports the ring epoch and the progress of its moves, as
+	// the ring coordinator sees them; with remove set, it first asks the
+	// coordinator to decommission that node: a new epoch without it, whose
+	// data moves to the remaining nodes before it leaves the ring. A removal
+	// that would leave fewer nodes than a keyspace's replication factor is
+	// refused with INVALID_ARGUMENT; one while another change is in progress
+	// with UNAVAILABLE.
+	RingChange(ctx context.Context, in *RingChangeRequest, opts ...grpc.CallOption) (*RingChangeResponse, error)
 }
 
 type tyrClient struct {
@@ -211,6 +220,16 @@ func (c *tyrClient) NodeUsage(ctx context.Context, in *NodeUsageRequest, opts ..
 	return out, nil
 }
 
+func (c *tyrClient) RingChange(ctx context.Context, in *RingChangeRequest, opts ...grpc.CallOption) (*RingChangeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RingChangeResponse)
+	err := c.cc.Invoke(ctx, Tyr_RingChange_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TyrServer is the server API for Tyr service.
 // All implementations must embed UnimplementedTyrServer
 // for forward compatibility.
@@ -254,6 +273,14 @@ type TyrServer interface {
 	// second. It describes this node only; `tyr cluster balance` asks every
 	// member and computes the cluster's max/mean utilization.
 	NodeUsage(context.Context, *NodeUsageRequest) (*NodeUsageResponse, error)
+	// RingChange reports the ring epoch and the progress of its moves, as
+	// the ring coordinator sees them; with remove set, it first asks the
+	// coordinator to decommission that node: a new epoch without it, whose
+	// data moves to the remaining nodes before it leaves the ring. A removal
+	// that would leave fewer nodes than a keyspace's replication factor is
+	// refused with INVALID_ARGUMENT; one while another change is in progress
+	// with UNAVAILABLE.
+	RingChange(context.Context, *RingChangeRequest) (*RingChangeResponse, error)
 	mustEmbedUnimplementedTyrServer()
 }
 
@@ -299,6 +326,9 @@ func (UnimplementedTyrServer) Resolve(context.Context, *ResolveRequest) (*Resolv
 }
 func (UnimplementedTyrServer) NodeUsage(context.Context, *NodeUsageRequest) (*NodeUsageResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method NodeUsage not implemented")
+}
+func (UnimplementedTyrServer) RingChange(context.Context, *RingChangeRequest) (*RingChangeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RingChange not implemented")
 }
 func (UnimplementedTyrServer) mustEmbedUnimplementedTyrServer() {}
 func (UnimplementedTyrServer) testEmbeddedByValue()             {}
@@ -537,6 +567,24 @@ func _Tyr_NodeUsage_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Tyr_RingChange_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RingChangeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TyrServer).RingChange(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Tyr_RingChange_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TyrServer).RingChange(ctx, req.(*RingChangeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Tyr_ServiceDesc is the grpc.ServiceDesc for Tyr service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -591,6 +639,10 @@ var Tyr_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "NodeUsage",
 			Handler:    _Tyr_NodeUsage_Handler,
+		},
+		{
+			MethodName: "RingChange",
+			Handler:    _Tyr_RingChange_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -211,11 +211,11 @@ func addClusterCommands(root *cobra.Command, e *env) {
 			return nil
 		},
 		RunE: func(*cobra.Command, []string) error {
-			return fmt.Errorf("missing command: want tyr cluster up, status, balance, stop, start or down")
+			return fmt.Errorf("missing command: want tyr cluster up, status, balance, add, remove, stop, start or down")
 		},
 	}
 	cl.AddCommand(newClusterUp(e), newClusterStatus(e), newClusterBalance(e), newClusterStop(), newClusterStart(e),
-		newClusterDown(e))
+		newClusterDown(e), newClusterAdd(e), newClusterRemove(e))
 	root.AddCommand(cl)
 }
 
@@ -233,6 +233,16 @@ type localNode struct {
 	Metrics string `json:"metrics,omitempty"`
 	// CapacityBytes is the node's --capacity; 0 for none (measured).
 	CapacityBytes uint64 `json:"capacity_bytes,omitempty"`
+	// Weight is the node's --weight; 0 for the default.
+	Weight uint32 `json:"weight,omitempty"`
+	// ReweightInterval is the node's --reweight-interval as given; empty
+	// for the default.
+	ReweightInterval string `json:"reweight_interval,omitempty"`
+	// CapacityPerWeight is the node's --capacity-per-weight as given;
+	// empty for the default.
+	CapacityPerWeight string `json:"capacity_per_weight,omitempty"`
+	// Removed is set once `tyr cluster remove` decommissioned the node.
+	Removed bool `json:"removed,omitempty"`
 }
 
 func nodeDir(dir string, k int) string { return filepath.Join(dir, fmt.Sprintf("node%d", k)) }
@@ -330,6 +340,15 @@ func (n *localNode) launch(join []string) (*exec.Cmd, error) {
 	}
 	if n.CapacityBytes != 0 {
 		args = append(args, "--capacity", strconv.FormatUint(n.CapacityBytes, 10))
+	}
+	if n.Weight != 0 {
+		args = append(args, "--weight", strconv.FormatUint(uint64(n.Weight), 10))
+	}
+	if n.ReweightInterval != "" {
+		args = append(args, "--reweight-interval", n.ReweightInterval)
+	}
+	if n.CapacityPerWeight != "" {
+		args = append(args, "--capacity-per-weight", n.CapacityPerWeight)
 	}
 	cmd := exec.Command(self, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
@@ -479,6 +498,9 @@ func newClusterUp(e *env) *cobra.Command {
 	var (
 		nodes, basePort int
 		dir, capacity   string
+		weight          string
+		reweight        string
+		perWeight       string
 		sync, metrics   bool
 		timeout         time.Duration
 	)
@@ -497,12 +519,24 @@ func newClusterUp(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			weights, err := parseWeights(weight, nodes)
+			if err != nil {
+				return err
+			}
+			if reweight != "" {
+				if _, err := time.ParseDuration(reweight); err != nil {
+					return fmt.Errorf("invalid --reweight-interval %q: %w", reweight, err)
+				}
+			}
+			if _, err := parseCapacity("--capacity-per-weight", perWeight); err != nil {
+				return err
+			}
 			abs, err := filepath.Abs(dir)
 			if err != nil {
 				return err
 			}
 			return clusterUp(cmd.Context(), e, abs, upOptions{nodes: nodes, basePort: basePort, sync: sync, metrics: metrics,
-				capacities: capacities, timeout: timeout})
+				capacities: capacities, weights: weights, timeout: timeout, reweight: reweight, perWeight: perWeight})
 		},
 	}
 	cmd.Flags().IntVar(&nodes, "nodes", 3, fmt.Sprintf("number of servers, 1 to %d", clusterNodesMax))
@@ -514,8 +548,45 @@ func newClusterUp(e *env) *cobra.Command {
 		`serve each node's metrics on a free 127.0.0.1 port, recorded as "metrics" in DIR/nodeK/node.json`)
 	cmd.Flags().StringVar(&capacity, "capacity", "",
 		"each node's --capacity: one value for every node, or a comma-separated list with one per node; empty: each measures its file system")
+	cmd.Flags().StringVar(&weight, "weight", "",
+		"each node's --weight in the placement ring: one value for every node, or a comma-separated list with one per node; empty: 1")
+	cmd.Flags().StringVar(&reweight, "reweight-interval", "",
+		"passed to every node as --reweight-interval (and to nodes tyr cluster add starts); empty: the server's default")
+	cmd.Flags().StringVar(&perWeight, "capacity-per-weight", "",
+		"passed to every node as --capacity-per-weight (and to nodes tyr cluster add starts); empty: the server's default")
 	cmd.Flags().DurationVar(&timeout, "timeout", 60*time.Second, "how long to wait for every node to see every other alive")
 	return cmd
+}
+
+// parseWeights reads `tyr cluster up --weight`: one value for every node,
+// or a comma-separated list of one per node. It returns nil for the empty
+// string (every node takes the default weight).
+func parseWeights(s string, nodes int) ([]uint32, error) {
+	if s == "" {
+		return nil, nil
+	}
+	parts := strings.Split(s, ",")
+	if len(parts) != 1 && len(parts) != nodes {
+		return nil, fmt.Errorf("invalid --weight %q: %d values for %d nodes; give one value for all nodes or one per node", s, len(parts), nodes)
+	}
+	out := make([]uint32, nodes)
+	for i := range out {
+		w, err := parseWeight(strings.TrimSpace(parts[min(i, len(parts)-1)]))
+		if err != nil {
+			return nil, err
+		}
+		out[i] = w
+	}
+	return out, nil
+}
+
+// parseWeight reads one --weight value, 1 to membership.WeightMax.
+func parseWeight(s string) (uint32, error) {
+	w, err := strconv.ParseUint(s, 10, 32)
+	if err != nil || w < 1 || w > membership.WeightMax {
+		return 0, fmt.Errorf("invalid --weight %q: must be an integer in [1, %d]", s, membership.WeightMax)
+	}
+	return uint32(w), nil
 }
 
 // upOptions are the checked flags of `tyr cluster up`.
@@ -524,7 +595,12 @@ type upOptions struct {
 	sync, metrics   bool
 	// capacities holds each node's --capacity, nil for none.
 	capacities []uint64
-	timeout    time.Duration
+	// weights holds each node's --weight, nil for the default.
+	weights []uint32
+	timeout time.Duration
+	// reweight and perWeight are --reweight-interval and
+	// --capacity-per-weight as given, empty for the servers' defaults.
+	reweight, perWeight string
 }
 
 func clusterUp(ctx context.Context, e *env, dir string, opts upOptions) error {
@@ -551,6 +627,10 @@ func clusterUp(ctx context.Context, e *env, dir string, opts upOptions) error {
 		if opts.capacities != nil {
 			n.CapacityBytes = opts.capacities[k]
 		}
+		if opts.weights != nil {
+			n.Weight = opts.weights[k]
+		}
+		n.ReweightInterval, n.CapacityPerWeight = opts.reweight, opts.perWeight
 		if opts.metrics {
 			port, err := freePort("tcp")
 			if err != nil {

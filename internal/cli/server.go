@@ -10,20 +10,28 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/tyrstore/tyr/internal/balance"
+	"github.com/tyrstore/tyr/internal/errs"
 	"github.com/tyrstore/tyr/internal/mvcc"
 	chainnode "github.com/tyrstore/tyr/internal/node"
+	"github.com/tyrstore/tyr/internal/ring"
 	"github.com/tyrstore/tyr/internal/server"
 	"github.com/tyrstore/tyr/internal/storage"
 )
 
 type serverFlags struct {
 	data          string
+	moveRate      float64
+	reweight      time.Duration
+	perWeight     string
 	listen        string
 	metricsListen string
 	logLevel      string
@@ -46,6 +54,12 @@ func newServerCommand(e *env) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&f.data, "data", "./data", "data directory (created if missing)")
+	cmd.Flags().Float64Var(&f.moveRate, "move-rate", 32,
+		"MiB/s cap on copying the ranges this node gains in a ring change (tyr cluster add/remove), so client traffic keeps priority")
+	cmd.Flags().DurationVar(&f.reweight, "reweight-interval", chainnode.ReweightIntervalDefault,
+		"how long a ring epoch stays settled before the ring coordinator weighs the ring against the members' capacity and bytes stored, and may move data to even them out, e.g. 1m; set, the first ring change and joining nodes also take capacity weights; 0 (the default) turns both off: advertised --weight")
+	cmd.Flags().StringVar(&f.perWeight, "capacity-per-weight", "8GiB",
+		"capacity per unit of ring weight: a node's capacity weight is its capacity over this (at least 1); every node of a cluster must use the same value")
 	cmd.Flags().StringVar(&f.listen, "listen", "127.0.0.1:7420", "address for the client API; port 0 picks a free one")
 	cmd.Flags().StringVar(&f.metricsListen, "metrics-listen", "", "address for Prometheus metrics at /metrics and Go profiles at /debug/pprof/ (off if empty)")
 	cmd.Flags().StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -84,9 +98,23 @@ func runServer(ctx context.Context, e *env, f serverFlags) error {
 	if err := f.cluster.validate(); err != nil {
 		return err
 	}
+	if !(f.moveRate > 0 && f.moveRate <= 1<<20) {
+		return fmt.Errorf("invalid --move-rate %v: must be in (0, %d] MiB/s", f.moveRate, 1<<20)
+	}
 	capacity, err := parseCapacity("--capacity", f.cluster.capacity)
 	if err != nil {
 		return err
+	}
+	if f.reweight < 0 || (f.reweight > 0 && f.reweight < reweightIntervalMin) || f.reweight > reweightIntervalMax {
+		return fmt.Errorf("invalid --reweight-interval %s: must be 0 (off) or in [%s, %s]", f.reweight, reweightIntervalMin, reweightIntervalMax)
+	}
+	perWeight, err := parseCapacity("--capacity-per-weight", f.perWeight)
+	if err != nil {
+		return err
+	}
+	balanceCfg := balance.Config{CapacityBytesPerWeight: perWeight}
+	if err := balanceCfg.WithDefaults().Validate(); err != nil {
+		return fmt.Errorf("invalid --capacity-per-weight %q: %w", f.perWeight, err)
 	}
 	storedID, err := readNodeID(f.data)
 	if err != nil {
@@ -131,16 +159,34 @@ func runServer(ctx context.Context, e *env, f serverFlags) error {
 	defer cluster.Close()
 	cluster.DefaultSync = f.cluster.defaultSync
 	metrics := server.NewMetrics()
+	// The node asks members for their usage through the service, which
+	// needs the node: it is set once both exist.
+	var service atomic.Pointer[server.Service]
+	// Weighted tokens (capacity weights, reweighting) come with
+	// --reweight-interval; without it the ring takes advertised weights.
+	var usage chainnode.UsageFunc
+	if f.reweight > 0 {
+		usage = func(ctx context.Context, id ring.NodeID) (balance.NodeReport, error) {
+			svc := service.Load()
+			if svc == nil {
+				return balance.NodeReport{}, fmt.Errorf("%w: node %s is starting", errs.ErrUnavailable, id)
+			}
+			return svc.MemberUsage(ctx, id)
+		}
+	}
 	chainNode, err := chainnode.Start(chainnode.Config{Cluster: cluster, Engine: engine, Dial: server.DialPeer, Log: log,
-		FirstRun: storedID == ""})
+		FirstRun: storedID == "", RingFile: filepath.Join(f.data, "ring.json"),
+		MoveBytesPerSecond: int64(f.moveRate * (1 << 20)), ReweightInterval: f.reweight, Balance: balanceCfg,
+		Usage: usage})
 	if err != nil {
 		_ = lis.Close()
 		return err
 	}
 	defer chainNode.Close()
 	metrics.RegisterNode(chainNode)
-	grpcServer := server.NewService(engine, log).WithCluster(cluster).WithNode(chainNode).WithCapacity(capacity).
-		Register(metrics)
+	svc := server.NewService(engine, log).WithCluster(cluster).WithNode(chainNode).WithCapacity(capacity)
+	grpcServer := svc.Register(metrics)
+	service.Store(svc)
 	if f.metricsListen != "" {
 		mlis, err := net.Listen("tcp", f.metricsListen)
 		if err != nil {
@@ -200,6 +246,12 @@ func runServer(ctx context.Context, e *env, f serverFlags) error {
 	}
 	return nil
 }
+
+// Bounds of --reweight-interval when not 0.
+const (
+	reweightIntervalMin = 100 * time.Millisecond
+	reweightIntervalMax = 24 * time.Hour
+)
 
 // caughtUpWait bounds how long a starting server waits for its first
 // catch-up before it reports ready.

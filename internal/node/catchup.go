@@ -176,11 +176,12 @@ func (c *catchUp) markDirty(keyspace string, ops []txn.Op, version uint64) {
 	}
 }
 
-// finish ends the catch-up if no blob is left to fetch.
-func (c *catchUp) finish() bool {
+// finish ends the catch-up if no blob is left to fetch and done holds
+// (checked under mu).
+func (c *catchUp) finish(done func() bool) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.dirty) > 0 {
+	if len(c.dirty) > 0 || !done() {
 		return false
 	}
 	c.active.Store(false)
@@ -197,19 +198,33 @@ type passThrough struct {
 	ops      []txn.Op
 	version  uint64
 	client   []byte
+	// gained: the node only gains these blobs in a ring change and serves
+	// no reads of them; the change's copy fetches them (epoch.go) and the
+	// node does not catch up as a whole.
+	gained bool
 }
 
 // passThrough marks its blobs when staged, so that a catch-up round that
 // ends meanwhile does not finish with them left out, and again with the
 // commit's version once committed, catching up anew if the round ended.
-func (n *Node) passThrough(keyspace string, id chain.TxnID, ops []txn.Op, version uint64, client []byte) passThrough {
-	n.catch.markDirty(keyspace, ops, 0)
-	return passThrough{n: n, keyspace: keyspace, id: id, ops: ops, version: version, client: client}
+// A blob only gained is marked for the ring change's copy, unless that
+// copy has ended (markMoveDirty): then the node catches up as a whole.
+func (n *Node) passThrough(keyspace string, id chain.TxnID, ops []txn.Op, version uint64, client []byte, gained bool) passThrough {
+	if gained && !n.markMoveDirty(keyspace, opKeys(ops), 0) {
+		gained = false
+		n.catch.markDirty(keyspace, ops, 0)
+		n.startCatchUp(fmt.Sprintf("keyspace %q: a commit passed through this node for a blob it gains after its copy ended", keyspace))
+	} else if !gained {
+		n.catch.markDirty(keyspace, ops, 0)
+	}
+	return passThrough{n: n, keyspace: keyspace, id: id, ops: ops, version: version, client: client, gained: gained}
 }
 
 func (p passThrough) Commit(results []txn.Result) error {
-	p.n.catch.markDirty(p.keyspace, p.ops, p.version)
-	p.n.startCatchUp(fmt.Sprintf("a commit at version %d passed through this node", p.version))
+	if !p.gained || !p.n.markMoveDirty(p.keyspace, opKeys(p.ops), p.version) {
+		p.n.catch.markDirty(p.keyspace, p.ops, p.version)
+		p.n.startCatchUp(fmt.Sprintf("a commit at version %d passed through this node", p.version))
+	}
 	ks, err := p.n.cfg.Engine.Acquire(p.keyspace)
 	if err != nil {
 		return err
@@ -222,6 +237,17 @@ func (p passThrough) Commit(results []txn.Result) error {
 		return ks.Store.PutClient(p.client, p.id.String())
 	}
 	return nil
+}
+
+// opKeys returns the keys of ops.
+func opKeys(ops []txn.Op) []string {
+	var keys []string
+	for _, op := range ops {
+		if !slices.Contains(keys, op.Key) {
+			keys = append(keys, op.Key)
+		}
+	}
+	return keys
 }
 
 func (p passThrough) Abort() {}
@@ -260,8 +286,12 @@ func (n *Node) catchUpLoop() {
 			n.cfg.Log.Warn("advertising catch-up", "err", err)
 		}
 		for {
+			// A round that began before a recopy was asked for does not
+			// end the catch-up (skippedCopy sets it under catch.mu).
+			recopy := n.epoch.recopy.Load()
 			err := n.catchUpOnce(ctx)
-			if err == nil && n.catch.finish() {
+			if err == nil && n.catch.finish(func() bool { return n.epoch.recopy.Load() == recopy }) {
+				n.epoch.recopy.CompareAndSwap(recopy, 0)
 				break
 			}
 			if err != nil {
@@ -324,9 +354,9 @@ func (n *Node) peerClient(id ring.NodeID) (peerpb.PeerClient, error) {
 	return peerpb.NewPeerClient(conn), nil
 }
 
-// catchUpOnce runs one round of catch-up (see the top of this file).
-func (n *Node) catchUpOnce(ctx context.Context) error {
-	peers := n.livePeers()
+// barrier waits until each of peers answers that it sees this node alive
+// and finished every commit it began before (step 1 of a catch-up round).
+func (n *Node) barrier(ctx context.Context, peers []ring.NodeID) error {
 	for _, id := range peers {
 		c, err := n.peerClient(id)
 		if err != nil {
@@ -338,6 +368,15 @@ func (n *Node) catchUpOnce(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("barrier with %s: %w", id, err)
 		}
+	}
+	return nil
+}
+
+// catchUpOnce runs one round of catch-up (see the top of this file).
+func (n *Node) catchUpOnce(ctx context.Context) error {
+	peers := n.livePeers()
+	if err := n.barrier(ctx, peers); err != nil {
+		return err
 	}
 	for _, ks := range n.cfg.Engine.List() {
 		if err := n.catchUpKeyspace(ctx, ks, peers); err != nil {
@@ -433,7 +472,7 @@ func (n *Node) catchUpKeyspace(ctx context.Context, ks *storage.Keyspace, peers 
 		v, have := local[key]
 		switch {
 		case pl.Manages(key):
-			if !have || !l.ready || v != l.version {
+			if !have || !l.ready || v != l.version || n.epoch.recopy.Load() != 0 || n.gainsAnyChunk(pl, key, l.size, cs) {
 				todo = append(todo, key)
 			}
 		case have || pl.holdsAny(key, l.size, cs):
@@ -526,6 +565,8 @@ type chunkSource struct {
 	ready bool
 	want  uint64
 	cp    mvcc.Copy
+	// move: a ring change's copy (epoch.go), throttled and counted.
+	move bool
 }
 
 func (s *chunkSource) Copy(local mvcc.Record) (mvcc.Copy, error) {
@@ -555,6 +596,22 @@ func (s *chunkSource) Copy(local mvcc.Record) (mvcc.Copy, error) {
 		return mvcc.Copy{Record: local}, nil // a source catching up too: only a newer copy counts
 	}
 	s.cp = s.ks.Store.PlanCopy(s.key, local, remote, s.pl)
+	if remote.Exists {
+		// A version manager keeps the versions of every chunk, also of
+		// those whose pages it does not hold: for a chunk it gains in a
+		// ring change, equal versions do not mean it has the bytes. Copy
+		// every chunk gained, in the change's copy and in a catch-up (a
+		// node that was down during the copy).
+		cs := s.ks.Store.ChunkBytes()
+		for c := uint64(0); c*cs < remote.Size; c++ {
+			gained := (s.move && s.pl.on(s.n.self, s.key, c) && !s.pl.ServesChunk(s.key, c)) || s.n.gainedChunk(s.pl, s.key, c) ||
+				(s.n.epoch.recopy.Load() != 0 && s.pl.Holds(s.key, c))
+			if remote.Chunks[c] != 0 && gained && !slices.Contains(s.cp.Replace, c) {
+				s.cp.Replace = append(s.cp.Replace, c)
+			}
+		}
+		slices.Sort(s.cp.Replace)
+	}
 	return s.cp, nil
 }
 
@@ -582,11 +639,19 @@ func (s *chunkSource) Read(off, length uint64) ([]byte, error) {
 			errList = append(errList, err)
 			continue
 		}
+		if s.move {
+			if err := s.n.epoch.throttle.wait(s.ctx, int(length)); err != nil {
+				return nil, err
+			}
+		}
 		cctx, cancel := context.WithTimeout(s.ctx, catchUpCallTimeout)
 		resp, err := c.ReadChunks(cctx, &peerpb.ReadChunksRequest{Keyspace: s.ks.Name, Key: s.key, Offset: off, Length: length,
 			Version: s.cp.Version, Size: s.cp.Size, Expect: expect})
 		cancel()
 		if err == nil {
+			if s.move {
+				s.n.epoch.copiedBytes.Add(uint64(len(resp.GetData())))
+			}
 			return resp.GetData(), nil
 		}
 		errList = append(errList, fmt.Errorf("%s: %w", id, err))

@@ -45,6 +45,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/tyrstore/tyr/api/peerpb"
+	"github.com/tyrstore/tyr/internal/balance"
 	"github.com/tyrstore/tyr/internal/chain"
 	"github.com/tyrstore/tyr/internal/errs"
 	"github.com/tyrstore/tyr/internal/lease"
@@ -143,6 +144,25 @@ type Config struct {
 	// holds its lease and fences no one, which is right only where failure
 	// detection is instant and exact (tests of other parts).
 	LeaseDuration time.Duration
+	// RingFile is where the node keeps its ring epoch record (epoch.go).
+	// Empty turns ring epochs off: the ring follows the membership view, a
+	// joining node takes its share at once and catches up, and nothing
+	// moves in the background (tests of other parts).
+	RingFile string
+	// MoveBytesPerSecond caps the copy of the ranges this node gains in a
+	// ring change; zero takes MoveBytesPerSecondDefault.
+	MoveBytesPerSecond int64
+	// ReweightInterval is how long a ring epoch stays clean, with no
+	// membership change, before the coordinator weighs the ring against
+	// the members' usage and may propose new weights (reweight.go). Zero
+	// turns reweighting off.
+	ReweightInterval time.Duration
+	// Usage asks a ring member for its usage. Nil turns reweighting off,
+	// and a joining node then takes the weight it advertises.
+	Usage UsageFunc
+	// Balance configures the weighting rule; zero fields take the
+	// defaults of balance.Config.
+	Balance balance.Config
 }
 
 // Node is a running chain-commit endpoint. Its methods are safe for
@@ -187,8 +207,12 @@ type Node struct {
 	// hints are the sizes of blobs seen last, to plan chains (see plan).
 	hints sizeHints
 
-	catch    catchUp
-	inflight tracker
+	catch catchUp
+	// epoch is the ring epoch record and its moves (epoch.go).
+	epoch         epochState
+	ringInstallMu sync.Mutex
+	ringDone      chan struct{}
+	inflight      tracker
 	// clients tracks the commits staged here that carry a client ID
 	// (resolve.go).
 	clients  clients
@@ -264,11 +288,16 @@ func Start(cfg Config) (*Node, error) {
 		n.earlier[ks.Name] = !cfg.FirstRun
 	}
 	n.catch.init()
+	n.ringDone = make(chan struct{})
+	if err := n.loadRing(); err != nil {
+		return nil, err
+	}
 	if cfg.LeaseDuration < 0 {
 		n.holdLeaseForGood()
 	}
 	n.lastTick.Store(time.Now().UnixNano())
 	go n.loop()
+	go n.ringLoop()
 	go n.catchUpLoop()
 	go n.leaseLoop()
 	return n, nil
@@ -281,6 +310,7 @@ func (n *Node) Close() {
 	<-n.done
 	<-n.catch.done
 	<-n.leaseDone
+	<-n.ringDone
 	n.peersMu.Lock()
 	defer n.peersMu.Unlock()
 	for _, p := range n.peers {
@@ -292,10 +322,17 @@ func (n *Node) Close() {
 // Self is this node's ID.
 func (n *Node) Self() ring.NodeID { return n.self }
 
-// currentRing returns the ring of the current view. A new view (any
+// currentRing returns the ring whose owners serve reads: the ring
+// epoch's (epoch.go) or, before the cluster has one, the view's.
+func (n *Node) currentRing() (*ring.Ring, error) {
+	r, _, err := n.rings()
+	return r, err
+}
+
+// viewRing returns the ring of the current view. A new view (any
 // membership change) costs a RingID hash; the ring is rebuilt only when
 // the ring's members or weights changed, not on a change of liveness.
-func (n *Node) currentRing() (*ring.Ring, error) {
+func (n *Node) viewRing() (*ring.Ring, error) {
 	view := n.cfg.Cluster.View()
 	n.ringMu.Lock()
 	defer n.ringMu.Unlock()
@@ -336,11 +373,15 @@ func (n *Node) Chain(keyspace string, rf int, ops []txn.Op, sizes map[string]uin
 	ks.Release()
 	vms := map[ring.NodeID]bool{}
 	blobVMs := map[string][]ring.NodeID{} // each blob's live version managers
+	// gaining: version managers that only gain a blob in a move and so
+	// may not hold it yet; they come after those that serve it, like
+	// members catching up, and so do holders only gaining a chunk.
+	gaining := map[ring.NodeID]bool{}
 	for _, op := range ops {
 		if _, seen := blobVMs[op.Key]; seen {
 			continue
 		}
-		ids, err := pl.r.VersionManagers(pl.seed, op.Key, rf)
+		ids, err := pl.vms(op.Key)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", errs.ErrUnavailable, err)
 		}
@@ -350,16 +391,20 @@ func (n *Node) Chain(keyspace string, rf int, ops []txn.Op, sizes map[string]uin
 			if n.inChains(id) {
 				vms[id] = true
 				blobVMs[op.Key] = append(blobVMs[op.Key], id)
-				live++
+				if pl.servesBlobOn(id, op.Key) {
+					live++
+				} else {
+					gaining[id] = true
+				}
 			}
 		}
 		if live == 0 {
-			return nil, fmt.Errorf("%w: no live replica of blob %q (replicas %v)", errs.ErrUnavailable, op.Key, ids)
+			return nil, fmt.Errorf("%w: no live replica of blob %q that serves it (replicas %v)", errs.ErrUnavailable, op.Key, ids)
 		}
 	}
-	holders := map[ring.NodeID]bool{}
+	holders, gainingChunks := map[ring.NodeID]bool{}, map[ring.NodeID]bool{}
 	for key, t := range plan(ops, sizes, cs) {
-		if err := pl.holders(holders, key, cs, t, n.inChains); err != nil {
+		if err := pl.holders(holders, gainingChunks, key, cs, t, n.inChains); err != nil {
 			return nil, err
 		}
 	}
@@ -369,12 +414,12 @@ func (n *Node) Chain(keyspace string, rf int, ops []txn.Op, sizes map[string]uin
 	// that version on the holders.
 	var groups [4][]ring.NodeID // ready managers, managers catching up, ready holders, holders catching up
 	for id := range vms {
-		g := btoi(n.catchingUp(id))
+		g := btoi(n.catchingUp(id) || gaining[id])
 		groups[g] = append(groups[g], id)
 	}
 	for id := range holders {
 		if !vms[id] && n.inChains(id) {
-			g := 2 + btoi(n.catchingUp(id))
+			g := 2 + btoi(n.catchingUp(id) || gainingChunks[id])
 			groups[g] = append(groups[g], id)
 		}
 	}
@@ -433,7 +478,7 @@ func (n *Node) keepsBlobs(keyspace string) func(ops []txn.Op, members []ring.Nod
 			return false
 		}
 		for _, op := range ops {
-			vms, err := pl.r.VersionManagers(pl.seed, op.Key, rf)
+			vms, err := pl.r.VersionManagers(pl.seed, op.Key, rf) // those serving the blob
 			if err != nil || !slices.ContainsFunc(vms, func(id ring.NodeID) bool { return slices.Contains(members, id) }) {
 				return false
 			}
@@ -866,6 +911,15 @@ func (s stager) prepare(id chain.TxnID, ops []txn.Op) (chain.Staged, error) {
 		ks.Release()
 		return nil, taggedError{err}
 	}
+	for _, op := range ops {
+		if _, given := e.bases[op.Key]; !given && pl.Manages(op.Key) && !pl.ServesBlob(op.Key) {
+			// A version manager that only gains the blob in a ring change
+			// may not hold it yet.
+			ks.Release()
+			return nil, taggedError{fmt.Errorf("node %s is the first version manager of blob %q in the chain but only gains it in a ring change: %w",
+				s.n.self, op.Key, errCatchingUp)}
+		}
+	}
 	if s.n.CatchingUp() {
 		for _, op := range ops {
 			if _, given := e.bases[op.Key]; !given && pl.Manages(op.Key) {
@@ -889,12 +943,15 @@ func (s stager) prepare(id chain.TxnID, ops []txn.Op) (chain.Staged, error) {
 		// unless no other member of the chain would keep what it changes.
 		// As the tail it may not (chain.Passing): the chain refuses.
 		sole := s.n.soleHolder(pl, ks.Store.ChunkBytes(), ops, e)
+		gained := s.n.onlyGained(pl, ks.Store.ChunkBytes(), ops, e)
 		ks.Release()
-		s.n.startCatchUp(fmt.Sprintf("keyspace %q: %v", s.keyspace, err))
+		if !gained {
+			s.n.startCatchUp(fmt.Sprintf("keyspace %q: %v", s.keyspace, err))
+		}
 		if sole != nil {
 			return nil, taggedError{sole}
 		}
-		return s.n.passThrough(s.keyspace, id, ops, e.version, e.client), nil
+		return s.n.passThrough(s.keyspace, id, ops, e.version, e.client, gained), nil
 	}
 	if err != nil {
 		ks.Release()

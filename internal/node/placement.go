@@ -29,10 +29,16 @@ import (
 // Placement is a keyspace's placement as this node sees it under one ring:
 // the mvcc.Placement of its store, and where reads go. Take one per
 // request (Node.Placement) and ask it as often as needed.
+//
+// While a ring change moves ranges (node/epoch.go), two rings are in use:
+// r, whose owners serve reads, and w, whose owners take every write too.
+// Holding (Holds, Manages, the chains) is by the union; serving reads
+// (Target, ServesBlob, ServesChunk) by r alone.
 type Placement struct {
 	n        *Node
 	keyspace string
 	r        *ring.Ring
+	w        *ring.Ring // nil unless a move is in progress
 	seed     uint64
 	rf       int
 }
@@ -45,11 +51,65 @@ func (p Placement) Holds(key string, c uint64) bool { return p.on(p.n.self, key,
 
 // on reports whether node id holds chunk c of key.
 func (p Placement) on(id ring.NodeID, key string, c uint64) bool {
+	reps, err := p.writeReplicas(key, c)
+	return err == nil && slices.Contains(reps, id)
+}
+
+// writeReplicas returns the nodes that take the writes of chunk c of key:
+// those of r, then those of w not among them.
+func (p Placement) writeReplicas(key string, c uint64) ([]ring.NodeID, error) {
+	reps, err := p.r.Replicas(p.seed, key, c, p.rf)
+	if err != nil || p.w == nil {
+		return reps, err
+	}
+	more, err := p.w.Replicas(p.seed, key, c, p.rf)
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range more {
+		if !slices.Contains(reps, id) {
+			reps = append(reps, id)
+		}
+	}
+	return reps, nil
+}
+
+// servesChunk reports whether node id serves reads of chunk c of key.
+func (p Placement) servesChunk(id ring.NodeID, key string, c uint64) bool {
 	reps, err := p.r.Replicas(p.seed, key, c, p.rf)
 	return err == nil && slices.Contains(reps, id)
 }
 
-// replicas returns the nodes that hold chunk c of key.
+// ServesChunk reports whether this node serves reads of chunk c of key: it
+// holds the chunk and is not only gaining it in a move.
+func (p Placement) ServesChunk(key string, c uint64) bool { return p.servesChunk(p.n.self, key, c) }
+
+// ServesBlob reports whether this node is a version manager of key that
+// serves reads (not one only gaining it in a move).
+func (p Placement) ServesBlob(key string) bool { return p.servesChunk(p.n.self, key, 0) }
+
+// servesBlobOn reports whether node id is a version manager of key that
+// serves reads.
+func (p Placement) servesBlobOn(id ring.NodeID, key string) bool { return p.servesChunk(id, key, 0) }
+
+// gains reports whether this node holds a part of blob key (size bytes,
+// chunk size cs) whose reads it does not serve: a part it gains in a move.
+func (p Placement) gains(key string, size, cs uint64) bool {
+	if p.w == nil {
+		return false
+	}
+	for c := uint64(0); c == 0 || c*cs < size; c++ {
+		if p.on(p.n.self, key, c) && !p.servesChunk(p.n.self, key, c) {
+			return true
+		}
+	}
+	return false
+}
+
+// vms returns the version managers of key that take its writes.
+func (p Placement) vms(key string) ([]ring.NodeID, error) { return p.writeReplicas(key, 0) }
+
+// replicas returns the nodes that serve reads of chunk c of key.
 func (p Placement) replicas(key string, c uint64) ([]ring.NodeID, error) {
 	reps, err := p.r.Replicas(p.seed, key, c, p.rf)
 	if err != nil {
@@ -86,24 +146,30 @@ func (p Placement) Target(key string, c uint64) (ring.NodeID, error) {
 
 // Placement returns keyspace's placement under the current ring.
 func (n *Node) Placement(keyspace string, rf int) (Placement, error) {
-	r, err := n.currentRing()
+	r, w, err := n.rings()
 	if err != nil {
 		return Placement{}, err
 	}
-	if rf > r.Len() {
-		return Placement{}, fmt.Errorf("%w: keyspace %q keeps %d replicas, but the cluster has %d nodes",
-			errs.ErrUnavailable, keyspace, rf, r.Len())
+	size := r.Len()
+	if w != nil {
+		size = min(size, w.Len())
 	}
-	return Placement{n: n, keyspace: keyspace, r: r, seed: ring.KeyspaceSeed(keyspace), rf: rf}, nil
+	if rf > size {
+		return Placement{}, fmt.Errorf("%w: keyspace %q keeps %d replicas, but the cluster has %d nodes",
+			errs.ErrUnavailable, keyspace, rf, size)
+	}
+	return Placement{n: n, keyspace: keyspace, r: r, w: w, seed: ring.KeyspaceSeed(keyspace), rf: rf}, nil
 }
 
 // holders adds to set the replicas of every chunk of key in t (chunk size
 // cs), and fails with errs.ErrUnavailable if a chunk has no replica alive
 // says is alive: the commit would change it where no one could keep it. A
-// long range of moved ends stops once every ring member is in.
-func (p Placement) holders(set map[ring.NodeID]bool, key string, cs uint64, t mvcc.Touched, alive func(ring.NodeID) bool) error {
+// long range of moved ends stops once every ring member is in. If gaining
+// is not nil, the replicas that only gain a chunk in a ring move (and so
+// may not hold its bytes yet) are added to it too.
+func (p Placement) holders(set, gaining map[ring.NodeID]bool, key string, cs uint64, t mvcc.Touched, alive func(ring.NodeID) bool) error {
 	add := func(c uint64) error {
-		reps, err := p.r.Replicas(p.seed, key, c, p.rf)
+		reps, err := p.writeReplicas(key, c)
 		if err != nil {
 			return fmt.Errorf("%w: %w", errs.ErrUnavailable, err)
 		}
@@ -112,6 +178,9 @@ func (p Placement) holders(set map[ring.NodeID]bool, key string, cs uint64, t mv
 		}
 		for _, id := range reps {
 			set[id] = true
+			if gaining != nil && !p.servesChunk(id, key, c) {
+				gaining[id] = true
+			}
 		}
 		return nil
 	}
@@ -120,7 +189,7 @@ func (p Placement) holders(set map[ring.NodeID]bool, key string, cs uint64, t mv
 			return err
 		}
 	}
-	for c := t.Lo / cs; c*cs < t.Hi && len(set) < p.r.Len(); c++ {
+	for c := t.Lo / cs; c*cs < t.Hi && len(set) < p.size(); c++ {
 		if err := add(c); err != nil {
 			return err
 		}
@@ -221,7 +290,7 @@ func (n *Node) checkCovered(pl Placement, cs uint64, p *mvcc.Pending, given map[
 		if _, ok := given[key]; ok {
 			continue
 		}
-		if err := pl.holders(need, key, cs, t, n.inChains); err != nil {
+		if err := pl.holders(need, nil, key, cs, t, n.inChains); err != nil {
 			return err
 		}
 	}
@@ -328,8 +397,8 @@ func (n *Node) soleHolder(pl Placement, cs uint64, ops []txn.Op, e versionEntry)
 // SameHolders reports whether chunks a and b of key live on the same
 // nodes, so every chain member holds both or neither.
 func (p Placement) SameHolders(key string, a, b uint64) bool {
-	ra, errA := p.r.Replicas(p.seed, key, a, p.rf)
-	rb, errB := p.r.Replicas(p.seed, key, b, p.rf)
+	ra, errA := p.writeReplicas(key, a)
+	rb, errB := p.writeReplicas(key, b)
 	if errA != nil || errB != nil || len(ra) != len(rb) {
 		return false
 	}
@@ -339,4 +408,18 @@ func (p Placement) SameHolders(key string, a, b uint64) bool {
 		}
 	}
 	return true
+}
+
+// size is the number of nodes that may hold anything under p.
+func (p Placement) size() int {
+	if p.w == nil {
+		return p.r.Len()
+	}
+	n := p.r.Len()
+	for _, x := range p.w.Nodes() {
+		if !p.r.Contains(x.ID) {
+			n++
+		}
+	}
+	return n
 }

@@ -38,7 +38,7 @@ func (n *Node) ReadThrough(ctx context.Context, ks *storage.Keyspace, pl Placeme
 	cs := ks.Store.ChunkBytes()
 	local := !n.CatchingUp()
 	for c := off / cs; local && (c*cs < off+length || c == off/cs); c++ {
-		local = pl.Holds(key, c)
+		local = pl.ServesChunk(key, c)
 	}
 	if local && !use {
 		return ks.Store.ReadAt(key, off, length, version)
@@ -91,7 +91,7 @@ func (n *Node) ReadThrough(ctx context.Context, ks *storage.Keyspace, pl Placeme
 // chunk is at least this one's: the read asks for that (expect), and a
 // holder that missed a commit refuses rather than serve older bytes.
 func (n *Node) readChunk(ctx context.Context, ks *storage.Keyspace, pl Placement, key string, c, off, length uint64, info mvcc.BlobInfo) ([]byte, error) {
-	if pl.Holds(key, c) && !n.CatchingUp() {
+	if pl.ServesChunk(key, c) && !n.CatchingUp() {
 		return ks.Store.ReadChunks(key, off, length, info.Version, info.Size, 0)
 	}
 	expect, err := ks.Store.ChunkVersion(key, c)
@@ -136,6 +136,11 @@ func (n *Node) ReadChunks(_ context.Context, req *peerpb.ReadChunksRequest) (*pe
 	}
 	if !pl.Holds(req.GetKey(), off/cs) {
 		return nil, statusOf(fmt.Errorf("%w: node %s does not hold chunk %d of blob %q", errs.ErrUnavailable, n.self, off/cs, req.GetKey()))
+	}
+	if n.CatchingUp() && n.untrustedChunk(pl, req.GetKey(), off/cs) {
+		// Its version is no proof of its bytes (a chunk gained and not
+		// copied yet): the expect check below would pass on older pages.
+		return nil, statusOf(fmt.Errorf("%w: node %s is catching up on chunk %d of blob %q, which it gained in a ring change", errs.ErrUnavailable, n.self, off/cs, req.GetKey()))
 	}
 	data, err := ks.Store.ReadChunks(req.GetKey(), off, length, req.GetVersion(), req.GetSize(), req.GetExpect())
 	var behind *mvcc.ChunkMismatchError

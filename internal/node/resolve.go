@@ -354,7 +354,7 @@ func (n *Node) ResolveCommit(ctx context.Context, keyspace string, rf int, clien
 	var members []ring.NodeID
 	seen := map[ring.NodeID]bool{}
 	for _, op := range ops {
-		vms, err := pl.r.VersionManagers(pl.seed, op.Key, rf)
+		vms, err := pl.vms(op.Key)
 		if err != nil {
 			return Resolution{}, fmt.Errorf("%w: %w", errs.ErrUnavailable, err)
 		}

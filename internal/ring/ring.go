@@ -340,6 +340,16 @@ func (r *Ring) AppendReplicas(dst []NodeID, seed uint64, key string, chunk uint6
 	return r.appendReplicas(dst, Position(seed, key, chunk), rf), nil
 }
 
+// ReplicasAt returns the rf nodes that store a chunk at position on the
+// ring, primary first: Replicas for a position already computed. Errors
+// are those of Replicas.
+func (r *Ring) ReplicasAt(position uint64, rf int) ([]NodeID, error) {
+	if err := r.checkReplication(rf); err != nil {
+		return nil, err
+	}
+	return r.appendReplicas(make([]NodeID, 0, rf), position, rf), nil
+}
+
 // VersionManagers returns the version managers of blob key in the keyspace
 // with seed seed: the replicas of its chunk 0, which hold the version
 // history of all its chunks. Errors are those of Replicas.

@@ -750,3 +750,21 @@ func TestReadTarget(t *testing.T) {
 		t.Errorf("ReadTarget reordered its argument: %v", vms)
 	}
 }
+
+func TestReplicasAtMatchesReplicas(t *testing.T) {
+	r, err := New(Config{}, 1, []Node{{ID: "a", Weight: 1}, {ID: "b", Weight: 2}, {ID: "c", Weight: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 500 {
+		key := fmt.Sprintf("k%d", i)
+		want, _ := r.Replicas(3, key, 1, 2)
+		got, err := r.ReplicasAt(Position(3, key, 1), 2)
+		if err != nil || !slices.Equal(got, want) {
+			t.Fatalf("%s: ReplicasAt %v %v, Replicas %v", key, got, err, want)
+		}
+	}
+	if _, err := r.ReplicasAt(0, 4); !errors.Is(err, ErrTooFewNodes) {
+		t.Fatalf("rf 4 of 3 nodes: %v", err)
+	}
+}

@@ -98,9 +98,9 @@ func (s *Service) clusterRead(ctx context.Context, ks *storage.Keyspace, req *ty
 				return s.forwardRead(markForwarded(ctx), target, req)
 			}
 		}
-		if pl.Holds(key, c) {
+		if pl.ServesChunk(key, c) {
 			data, info, err := ks.Store.Read(key, off, n)
-			if err == nil || !errors.Is(err, errs.ErrNotFound) || pl.Manages(key) {
+			if err == nil || !errors.Is(err, errs.ErrNotFound) || pl.ServesBlob(key) {
 				if err != nil {
 					return nil, toStatus(err)
 				}
@@ -109,7 +109,7 @@ func (s *Service) clusterRead(ctx context.Context, ks *storage.Keyspace, req *ty
 			}
 		}
 	}
-	if !through(ctx) && (!pl.Manages(key) || s.node.CatchingUp()) {
+	if !through(ctx) && (!pl.ServesBlob(key) || s.node.CatchingUp()) {
 		// A version manager catching up may lack commits: another serves.
 		target, err := pl.Target(key, 0)
 		if err != nil {
@@ -205,7 +205,7 @@ func (s *Service) listOwn(ks *storage.Keyspace, prefix, startAfter string, limit
 			return nil, false, err
 		}
 		for i, b := range page {
-			if !pl.Manages(b.Key) {
+			if !pl.ServesBlob(b.Key) {
 				continue
 			}
 			out = append(out, b)

@@ -2,12 +2,15 @@ package server
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
 
 	"github.com/tyrstore/tyr/api/tyrpb"
+	"github.com/tyrstore/tyr/internal/balance"
+	"github.com/tyrstore/tyr/internal/ring"
 )
 
 // The window of the operation rate NodeUsage reports.
@@ -155,4 +158,29 @@ func (s *Service) NodeUsage(context.Context, *tyrpb.NodeUsageRequest) (*tyrpb.No
 	rate, span := s.ops.rate(time.Now())
 	resp.OpsPerSecond, resp.OpsWindowSeconds = rate, span.Seconds()
 	return resp, nil
+}
+
+// MemberUsage returns the usage member id reports (NodeUsage), asking it
+// through the node's connection to it, or this service for this node. It
+// is the node.Config.Usage of a server.
+func (s *Service) MemberUsage(ctx context.Context, id ring.NodeID) (balance.NodeReport, error) {
+	var resp *tyrpb.NodeUsageResponse
+	var err error
+	if s.cluster == nil || id == s.cluster.Self() {
+		resp, err = s.NodeUsage(ctx, &tyrpb.NodeUsageRequest{})
+	} else {
+		if s.node == nil {
+			return balance.NodeReport{}, errors.New("server: no node to reach other members through")
+		}
+		conn, cerr := s.node.Conn(id)
+		if cerr != nil {
+			return balance.NodeReport{}, cerr
+		}
+		resp, err = tyrpb.NewTyrClient(conn).NodeUsage(ctx, &tyrpb.NodeUsageRequest{})
+	}
+	if err != nil {
+		return balance.NodeReport{}, err
+	}
+	return balance.NodeReport{ID: id, CapacityBytes: resp.GetCapacityBytes(), StoredBytes: resp.GetStoredBytes(),
+		OpsPerSecond: resp.GetOpsPerSecond()}, nil
 }

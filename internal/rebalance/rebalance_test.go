@@ -1,0 +1,291 @@
+package rebalance
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"testing"
+
+	"github.com/tyrstore/tyr/internal/ring"
+)
+
+func nodes(ids ...string) []ring.Node {
+	var out []ring.Node
+	for _, id := range ids {
+		out = append(out, ring.Node{ID: ring.NodeID(id), Weight: 1})
+	}
+	return out
+}
+
+func mustRing(t *testing.T, epoch uint64, ns []ring.Node) *ring.Ring {
+	t.Helper()
+	r, err := ring.New(ring.Config{}, epoch, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func allAlive(ring.NodeID) bool { return true }
+
+func TestCoordinatorLowestAliveEligible(t *testing.T) {
+	cands := []Candidate{
+		{ID: "n3", Alive: true, Eligible: true},
+		{ID: "n1", Alive: false, Eligible: true},
+		{ID: "n0", Alive: true, Eligible: false}, // being removed
+		{ID: "n2", Alive: true, Eligible: true},
+	}
+	for range 10 { // any order
+		id, ok := Coordinator(cands)
+		if !ok || id != "n2" {
+			t.Fatalf("coordinator %q %v, want n2", id, ok)
+		}
+		slices.Reverse(cands)
+	}
+	if _, ok := Coordinator([]Candidate{{ID: "a"}}); ok {
+		t.Fatal("a dead member was chosen")
+	}
+}
+
+func TestProposeRules(t *testing.T) {
+	first, err := First("n1", nodes("n3", "n1", "n2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.IsSortedFunc(first.New, compareNodes) || first.Moving() || !first.ReadsNew() {
+		t.Fatalf("first record %+v", first)
+	}
+	if _, err := Propose(first, "n1", nodes("n1", "n2", "n3"), 3); !errors.Is(err, ErrUnchanged) {
+		t.Fatalf("unchanged ring: %v", err)
+	}
+	if _, err := Propose(first, "n1", nodes("n1", "n2"), 3); !errors.Is(err, ErrTooFewNodes) {
+		t.Fatalf("removal below rf: %v", err)
+	}
+	next, err := Propose(first, "n1", nodes("n1", "n2", "n3", "n4", "n5"), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next.Epoch != 2 || next.Phase != PhaseInstalling || !next.Moving() || next.ReadsNew() {
+		t.Fatalf("proposal %+v", next)
+	}
+	if _, err := Propose(next, "n1", nodes("n1", "n2", "n3", "n4"), 3); !errors.Is(err, ErrBusy) {
+		t.Fatalf("proposal during a change: %v", err)
+	}
+	// A join: only the newcomers gain.
+	var to []ring.NodeID
+	for _, m := range next.Moves {
+		to = append(to, m.To)
+	}
+	if !slices.Equal(to, []ring.NodeID{"n4", "n5"}) {
+		t.Fatalf("moves to %v, want [n4 n5]", to)
+	}
+}
+
+// TestMovesMatchSampledCopies checks the exact Shares against placing many
+// chunks: each chunk's new replicas that were not old ones.
+func TestMovesMatchSampledCopies(t *testing.T) {
+	for _, tc := range []struct {
+		old, new []ring.Node
+		rf       int
+	}{
+		{nodes("a", "b", "c"), nodes("a", "b", "c", "d", "e"), 3},
+		{nodes("a", "b", "c", "d", "e"), nodes("a", "b", "c"), 3},
+		{nodes("a", "b", "c", "d"), nodes("a", "b", "c", "e"), 2},
+		{nodes("a", "b"), nodes("a", "b", "c"), 3},
+	} {
+		t.Run(fmt.Sprintf("%d-%d-rf%d", len(tc.old), len(tc.new), tc.rf), func(t *testing.T) {
+			old, new := mustRing(t, 1, tc.old), mustRing(t, 2, tc.new)
+			moves := Moves(old, new, tc.rf)
+			const samples = 40000
+			count := map[ring.NodeID]int{}
+			var chunks []Chunk
+			for i := range samples {
+				key := fmt.Sprintf("k%d", i)
+				was, _ := old.Replicas(7, key, 0, min(tc.rf, old.Len()))
+				now, _ := new.Replicas(7, key, 0, min(tc.rf, new.Len()))
+				for _, id := range now {
+					if !slices.Contains(was, id) {
+						count[id]++
+					}
+				}
+				chunks = append(chunks, Chunk{Seed: 7, Key: key, Bytes: 1, Replication: min(tc.rf, new.Len())})
+			}
+			var total float64
+			for _, m := range moves {
+				got := float64(count[m.To]) / samples
+				if math.Abs(got-m.Share) > 0.02 {
+					t.Errorf("move to %s: share %.4f, sampled %.4f", m.To, m.Share, got)
+				}
+				total += m.Share
+				delete(count, m.To)
+			}
+			if len(count) > 0 {
+				t.Errorf("sampled copies to nodes without a move: %v", count)
+			}
+			min, err := MinimumCopies(old, new, chunks)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := float64(min) / samples; math.Abs(got-total) > 0.02 {
+				t.Errorf("MinimumCopies %.4f per chunk, moves sum to %.4f", got, total)
+			}
+		})
+	}
+}
+
+// TestAdvanceOrder drives an epoch through its phases and checks that no
+// phase is skipped or entered early.
+func TestAdvanceOrder(t *testing.T) {
+	first, _ := First("n1", nodes("n1", "n2", "n3"))
+	r, err := Propose(first, "n1", nodes("n1", "n2", "n4"), 2) // n3 leaves, n4 joins
+	if err != nil {
+		t.Fatal(err)
+	}
+	acks := map[ring.NodeID]Ack{}
+	ackAll := func(except ...ring.NodeID) {
+		for _, id := range r.Members() {
+			if !slices.Contains(except, id) {
+				a := acks[id]
+				a.Epoch, a.Phase = r.Epoch, r.Phase
+				acks[id] = a
+			}
+		}
+	}
+	// Nothing advances without every required ack.
+	ackAll("n4")
+	if got, changed := Advance(r, acks, allAlive); changed || got.Phase != PhaseInstalling {
+		t.Fatalf("advanced without n4's ack: %v", got.Phase)
+	}
+	ackAll()
+	r, _ = Advance(r, acks, allAlive)
+	if r.Phase != PhaseCopying {
+		t.Fatalf("phase %v, want copying", r.Phase)
+	}
+	ackAll()
+	if got, _ := Advance(r, acks, allAlive); got.Phase != PhaseCopying {
+		t.Fatalf("left copying with moves not copied: %v", got.Phase)
+	}
+	for _, m := range r.Moves {
+		a := acks[m.To]
+		a.Copied = true
+		acks[m.To] = a
+	}
+	r, _ = Advance(r, acks, allAlive)
+	if r.Phase != PhaseSwitching || slices.ContainsFunc(r.Moves, func(m Move) bool { return !m.Copied }) {
+		t.Fatalf("after copies: %+v", r)
+	}
+	if !r.Moving() || !r.ReadsNew() {
+		t.Fatal("switching must write to both rings and read the new one")
+	}
+	ackAll()
+	r, _ = Advance(r, acks, allAlive)
+	if r.Phase != PhaseActive || r.Moving() {
+		t.Fatalf("phase %v moving %v", r.Phase, r.Moving())
+	}
+	// Cleanup waits for every node to have installed Active.
+	ackAll("n2")
+	if got, _ := Advance(r, acks, allAlive); got.Phase != PhaseActive {
+		t.Fatal("clean before n2 acknowledged active")
+	}
+	ackAll()
+	r, _ = Advance(r, acks, allAlive)
+	if r.Phase != PhaseClean {
+		t.Fatalf("phase %v", r.Phase)
+	}
+	if _, changed := Advance(r, acks, allAlive); changed {
+		t.Fatal("a clean record advanced")
+	}
+	// A dead member is not waited for, neither being removed nor new.
+	r2, _ := Propose(r, "n1", nodes("n1", "n2"), 2)
+	acks2 := map[ring.NodeID]Ack{"n1": {Epoch: r2.Epoch, Phase: r2.Phase}, "n2": {Epoch: r2.Epoch, Phase: r2.Phase}}
+	deadN4 := func(id ring.NodeID) bool { return id != "n4" }
+	if got, _ := Advance(r2, acks2, deadN4); got.Phase != PhaseCopying {
+		t.Fatalf("waited for a dead leaving node: %v", got.Phase)
+	}
+	r3, _ := Propose(r, "n1", nodes("n1", "n2", "n4", "n5"), 2)
+	r3.Phase = PhaseCopying
+	acks3 := map[ring.NodeID]Ack{}
+	for _, id := range []ring.NodeID{"n1", "n2", "n4"} {
+		acks3[id] = Ack{Epoch: r3.Epoch, Phase: r3.Phase, Copied: true}
+	}
+	if got, _ := Advance(r3, acks3, allAlive); got.Phase != PhaseCopying {
+		t.Fatal("advanced without an alive new member's ack and copy")
+	}
+	if got, _ := Advance(r3, acks3, func(id ring.NodeID) bool { return id != "n5" }); got.Phase != PhaseSwitching {
+		t.Fatalf("waited for a dead new member: %v", got.Phase)
+	}
+}
+
+// TestPlacementDuringMove checks that every phase writes to every node
+// that any node in an adjacent phase reads from: a reader never meets an
+// owner that missed a write acknowledged under a neighbouring phase.
+func TestPlacementDuringMove(t *testing.T) {
+	first, _ := First("a", nodes("a", "b", "c"))
+	r, err := Propose(first, "a", nodes("a", "b", "c", "d", "e"), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const rf = 3
+	var records []Record
+	for p := PhaseInstalling; p <= PhaseClean; p++ {
+		c := r
+		c.Phase = p
+		records = append(records, c)
+	}
+	pls := make([]Placement, len(records))
+	for i, rec := range records {
+		pl, err := rec.Rings(ring.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pls[i] = pl
+	}
+	oldRing := mustRing(t, 1, first.New)
+	for k := range 2000 {
+		key := fmt.Sprintf("blob%d", k)
+		for i := range records {
+			writes, err := pls[i].Replicas(9, key, 0, rf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Neighbours: nodes one phase apart coexist.
+			for j := max(0, i-1); j <= min(len(records)-1, i+1); j++ {
+				reads, _ := pls[j].Read.Replicas(9, key, 0, rf)
+				// A reader reads from new owners only once they were
+				// copied (Switching or later), so from Copying on only
+				// the read ring needs the write.
+				for _, id := range reads {
+					if !slices.Contains(writes, id) {
+						t.Fatalf("%s: a write at %v misses %s, read by a node at %v", key, records[i].Phase, id, records[j].Phase)
+					}
+				}
+			}
+		}
+		// Until Switching, reads stay on the old owners.
+		for i := range 2 {
+			reads, _ := pls[i].Read.Replicas(9, key, 0, rf)
+			want, _ := oldRing.Replicas(9, key, 0, rf)
+			if !slices.Equal(reads, want) {
+				t.Fatalf("%s at %v reads %v, want old owners %v", key, records[i].Phase, reads, want)
+			}
+		}
+	}
+}
+
+func TestRecordValidate(t *testing.T) {
+	first, _ := First("a", nodes("a", "b"))
+	bad := first
+	bad.Phase = PhaseCopying
+	if bad.Validate() == nil {
+		t.Fatal("a first ring that moves was accepted")
+	}
+	r, _ := Propose(first, "a", nodes("a", "b", "c"), 1)
+	r.Moves = append(r.Moves, Move{To: "zz"})
+	if r.Validate() == nil {
+		t.Fatal("a move to a non-member was accepted")
+	}
+	if !r.Newer(first) || first.Newer(r) {
+		t.Fatal("Newer")
+	}
+}
