@@ -224,6 +224,17 @@ func TestSim(t *testing.T) {
 	}
 }
 
+// TestSimRegressions replays seeds that found bugs, whatever TestSim's
+// range: 7114 (docs/bugs.md row 37) made a tail apply a commit without
+// the commit queued ahead of it on the version manager.
+func TestSimRegressions(t *testing.T) {
+	for _, seed := range []uint64{7114} {
+		if r := sim.Run(sim.Config{Seed: seed, Store: storeFor(t, seed)}); len(r.Anomalies) > 0 {
+			report(t, r)
+		}
+	}
+}
+
 // TestSimDeterministic runs seeds twice on each store and compares their
 // event traces, which cover the stores' final contents and versions.
 func TestSimDeterministic(t *testing.T) {
