@@ -187,6 +187,37 @@ func TestQueueBaseAhead(t *testing.T) {
 	}
 }
 
+// A member in step whose record is at the base, while the version manager
+// has commits queued ahead that have not reached this store, refuses the
+// commit (ErrAheadUnseen, tried again as locked): applied now it would
+// miss them, and if one of them then committed without this store both
+// copies would reach one version with different bytes (simulation seed
+// 7114). Once they are queued here, it queues behind them.
+func TestQueueBaseAheadUnseen(t *testing.T) {
+	s, v := counterStore(t)
+	base := Base{Version: v, Size: 8, Ahead: []uint64{v + 5}}
+	if p, err := s.TryPrepareStep([]txn.Op{addOp("c", 2)}, Step{Version: v + 10, Bases: map[string]Base{"c": base}}); !errors.Is(err, ErrAheadUnseen) || !errors.Is(err, ErrLocked) || !errors.Is(err, errs.ErrConflict) {
+		t.Fatalf("a commit queued ahead on the version manager is unseen here: %v, %v; want ErrAheadUnseen", p, err)
+	}
+	if n := lockedKeys(s); n != 0 {
+		t.Fatalf("%d keys still locked after the refusal", n)
+	}
+	p1, err := s.TryPrepareStep([]txn.Op{addOp("c", 1)}, Step{Version: v + 5, Bases: map[string]Base{"c": {Version: v, Size: 8}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2, err := s.TryPrepareStep([]txn.Op{addOp("c", 2)}, Step{Version: v + 10, Bases: map[string]Base{"c": base}})
+	if err != nil {
+		t.Fatalf("the commit ahead is queued here: %v", err)
+	}
+	if err := errors.Join(p1.Commit(), p2.Commit()); err != nil {
+		t.Fatal(err)
+	}
+	if got := counter(t, s); got != 3 {
+		t.Fatalf("counter %d, want 3", got)
+	}
+}
+
 // A write inside the blob queues like an atomic op; a write that turns out
 // to change the size is refused behind others, and holds the blob alone if
 // it came first.

@@ -71,6 +71,30 @@ func inStep(have, want uint64, ahead []uint64, strict bool) bool {
 	return have == want || slices.Contains(ahead, have)
 }
 
+// ErrAheadUnseen is wrapped, with ErrLocked and errs.ErrConflict, by
+// TryPrepareStep's refusal of a Base whose commits queued ahead on the
+// version manager (Base.Ahead) are neither applied nor queued here: this
+// store would apply the commit without them, on the state the version
+// manager had before them. If one of them then commits without this store
+// (it refuses it as ahead, and a re-execution leaves it out), the version
+// manager applies both and ends at the same version as this store with
+// other bytes, which catch-up, comparing versions, does not see. Tried
+// again once they reached this store or were decided, the commit passes.
+var ErrAheadUnseen = errors.New("commits queued ahead on the version manager have not reached this member")
+
+// aheadSeen refuses a copy of key at version have (a record's, or a held
+// chunk's) that would apply a commit without one of the versions queued
+// ahead of it on the version manager: every one above have must be queued
+// here ahead of the commit (queued).
+func aheadSeen(key string, ahead []uint64, have uint64, queued []uint64) error {
+	for _, v := range ahead {
+		if v > have && !slices.Contains(queued, v) {
+			return fmt.Errorf("%w: %w: %w: blob %q: version %d (at %d here)", errs.ErrConflict, ErrLocked, ErrAheadUnseen, key, v, have)
+		}
+	}
+	return nil
+}
+
 // newest is the version the blob reaches on the version manager once the
 // commits queued ahead are applied, if they all commit.
 func (b Base) newest() uint64 {
@@ -213,7 +237,7 @@ func (w *blobWork) base(snap pebble.Reader) (Base, error) {
 
 // checkHeld compares this holder's chunks with the version manager's Base:
 // the chunks the commit writes, and where the blob ends.
-func (w *blobWork) checkHeld(snap pebble.Reader, b Base, strict bool) error {
+func (w *blobWork) checkHeld(snap pebble.Reader, b Base, strict bool, queued []uint64) error {
 	for _, c := range w.changedChunks() {
 		if !w.holds(c) {
 			continue
@@ -224,6 +248,9 @@ func (w *blobWork) checkHeld(snap pebble.Reader, b Base, strict bool) error {
 		}
 		if want := b.Chunks[c]; !inStep(have, want, b.Ahead, strict) {
 			return &ChunkMismatchError{Key: w.key, Chunk: c, Have: have, Want: want}
+		}
+		if err := aheadSeen(w.key, b.Ahead, have, queued); err != nil {
+			return err
 		}
 	}
 	here := uint64(0)

@@ -258,6 +258,10 @@ type prepareOpts struct {
 	rebase bool
 	// strict accepts no Base.Ahead version (see Step.Strict).
 	strict bool
+	// queued are, per blob, the versions queued here ahead of the commit
+	// (ticket.ahead): a Base.Ahead version above this store's must be one
+	// of them (see ErrAheadUnseen).
+	queued map[string][]uint64
 }
 
 // prepareLocked builds the commit of ops on keys, whose locks the caller
@@ -297,6 +301,10 @@ func (s *Store) prepareLocked(ops []txn.Op, keys []string, o prepareOpts) (*Pend
 					want = b.newest()
 				}
 				return nil, &BaseMismatchError{Key: key, Have: have, Want: want}
+			} else if !o.rebase {
+				if err := aheadSeen(key, b.Ahead, have, o.queued[key]); err != nil {
+					return nil, err
+				}
 			}
 		case given:
 			w.adopt(b, now)
@@ -344,7 +352,7 @@ func (s *Store) prepareLocked(ops []txn.Op, keys []string, o prepareOpts) (*Pend
 	for _, key := range keys {
 		w := blobs[key]
 		if b, given := o.bases[key]; given && !manages[key] && !o.rebase {
-			if err := w.checkHeld(snap, b, o.strict); err != nil {
+			if err := w.checkHeld(snap, b, o.strict, o.queued[key]); err != nil {
 				return nil, err
 			}
 		}

@@ -104,6 +104,9 @@ func (s *Store) TryPrepareStep(ops []txn.Op, st Step) (*Pending, error) {
 		return nil, fmt.Errorf("%w: %w: blob %q", errs.ErrConflict, ErrLocked, busy)
 	}
 	o := prepareOpts{version: st.Version, bases: st.Bases, placement: st.Placement, strict: st.Strict}
+	if tk != nil {
+		o.queued = tk.ahead
+	}
 	p, err := s.prepareLocked(ops, keys, o)
 	if err != nil {
 		s.locks.release(keys, tk)

@@ -17,8 +17,10 @@ package node
 // diverge: if it is behind (or catching up) the commit passes through it
 // and the blob is marked to fetch; if it is ahead of the head, it refuses.
 // A member in step also accepts a blob at a version queued ahead of the
-// commit on the head (mvcc.Base.Ahead), whose commits it stages too; a
-// member catching up may have been left out of those, so it accepts only
+// commit on the head (mvcc.Base.Ahead), whose commits it stages too: the
+// commits queued ahead above its own version must be queued ahead here as
+// well, or it refuses the commit as locked until they are
+// (mvcc.ErrAheadUnseen); a member catching up may have been left out of those, so it accepts only
 // the base itself with nothing queued ahead (mvcc.Step.Strict).
 // So a replica that missed commits without knowing it finds out at the
 // next commit of a blob it missed, and starts catching up.

@@ -357,7 +357,7 @@ func (n *Node) viewRing() (*ring.Ring, error) {
 // changes. Among the version managers those catching up come after the
 // others, so that the first version manager of each blob holds every
 // commit of it, and a ready member is the tail where one may be
-// (tailReady); each group is sorted by node ID (the protocol's global
+// (chain.OrderTailReady); each group is sorted by node ID (the protocol's global
 // order). It fails with errs.ErrUnavailable when a blob has no live
 // version manager.
 func (n *Node) Chain(keyspace string, rf int, ops []txn.Op, sizes map[string]uint64) ([]ring.NodeID, error) {
@@ -426,40 +426,7 @@ func (n *Node) Chain(keyspace string, rf int, ops []txn.Op, sizes map[string]uin
 	for _, g := range groups {
 		slices.Sort(g)
 	}
-	return tailReady(groups, blobVMs), nil
-}
-
-// tailReady joins the groups of Chain (ready managers, managers behind,
-// ready holders, holders behind) into a chain whose tail is a ready member
-// where one may be: the tail's commit decides the transaction, and a
-// member behind, which would only pass it through, refuses to be the tail
-// (chain.Passing). With holders, the ready ones go last. Without, the last
-// ready manager that is not the first ready manager of any blob goes after
-// the managers behind: each blob's first version manager in the chain
-// must stay a ready one. Otherwise (two replicas, one behind) the order
-// stays, and a tail behind on the blob refuses until it caught up.
-func tailReady(groups [4][]ring.NodeID, blobVMs map[string][]ring.NodeID) []ring.NodeID {
-	ready, behind := groups[0], groups[1]
-	out := make([]ring.NodeID, 0, len(groups[0])+len(groups[1])+len(groups[2])+len(groups[3]))
-	if len(groups[2])+len(groups[3]) > 0 {
-		out = append(append(append(out, ready...), behind...), groups[3]...)
-		return append(out, groups[2]...)
-	}
-	if len(behind) > 0 {
-		first := map[ring.NodeID]bool{}
-		for _, ids := range blobVMs {
-			if i := slices.IndexFunc(ready, func(id ring.NodeID) bool { return slices.Contains(ids, id) }); i >= 0 {
-				first[ready[i]] = true
-			}
-		}
-		for i := len(ready) - 1; i >= 0; i-- {
-			if !first[ready[i]] {
-				out = append(append(out, ready[:i]...), ready[i+1:]...)
-				return append(append(out, behind...), ready[i])
-			}
-		}
-	}
-	return append(append(out, ready...), behind...)
+	return chain.OrderTailReady(groups, blobVMs), nil
 }
 
 // keepsBlobs returns whether a chain of keyspace still holds a version

@@ -253,10 +253,11 @@ type Stats struct {
 	// committed there, BehindRefused the transactions a tail refused
 	// because they would have passed through it (chain.ErrBehind), Asks
 	// the times a re-execution's tail asked the members left out after it
-	// (chain.ReplicaCounters.Asks), Unkept the pass-throughs refused
-	// because the tail does not store the key, and Ahead the commits
+	// (chain.ReplicaCounters.Asks), SoleHolder the pass-throughs refused
+	// because no other member of the chain that is not catching up stores
+	// the key (soleHolder), and Ahead the commits
 	// refused by a member whose copy was ahead of the first replica's.
-	Passed, PassedCommitted, BehindRefused, Asks, Unkept, Ahead int
+	Passed, PassedCommitted, BehindRefused, Asks, SoleHolder, Ahead int
 	// CatchUpsBegun counts the times a node began catching up, CatchUps
 	// the times one caught up, and Refreshed the copies a catch-up
 	// changed; AllFailed counts the commits of a key that every replica
@@ -669,9 +670,6 @@ func (w *world) traceMessage(verb string, m chain.Message) {
 	}
 }
 
-// boolCompare orders false before true.
-func boolCompare(a, b bool) int { return int(boolByte(a)) - int(boolByte(b)) }
-
 func boolByte(b bool) byte {
 	if b {
 		return 1
@@ -790,8 +788,8 @@ func (w *world) tick() {
 
 // begin starts a random transaction of client ci on one to three keys,
 // half of them counters. Its chain is the union of the keys' replicas that
-// the client's view keeps in chains, sorted, with the nodes catching up
-// after the others as a node orders them (node.Chain), so every
+// the client's view keeps in chains, ordered as a node orders them
+// (chainOrder), so every
 // transaction on a key passes through all of that key's replicas the view
 // keeps; as a node does, the client refuses a transaction on a key none of
 // whose replicas it keeps.
@@ -817,8 +815,7 @@ func (w *world) begin(c *chain.Coordinator, ci int) {
 	}
 	slices.Sort(placed)
 	placed = slices.Compact(placed)
-	members := slices.DeleteFunc(slices.Clone(placed), func(n ring.NodeID) bool { return !inChains(n) })
-	slices.SortStableFunc(members, func(a, b ring.NodeID) int { return boolCompare(w.catchingUp(a), w.catchingUp(b)) })
+	members := w.chainOrder(ops, slices.DeleteFunc(slices.Clone(placed), func(n ring.NodeID) bool { return !inChains(n) }))
 	id, err := c.Begin(ops, members)
 	if err != nil {
 		w.trace("%s begin refused: %v", c.ID(), err)
@@ -829,6 +826,27 @@ func (w *world) begin(c *chain.Coordinator, ci int) {
 	w.txns[id] = t
 	w.order = append(w.order, id)
 	w.trace("%s begin %s version=%d chain=%v ops=%v", c.ID(), id, t.version, members, opsString(ops))
+}
+
+// chainOrder orders the members of a chain of ops (sorted) as a node
+// does (node.Chain): every replica of a key is a version manager of it,
+// so there are no holders; the nodes catching up come after the others,
+// but for a ready one last where each key's first replica in the chain
+// stays a ready one (chain.OrderTailReady).
+func (w *world) chainOrder(ops []txn.Op, members []ring.NodeID) []ring.NodeID {
+	var groups [4][]ring.NodeID
+	for _, n := range members {
+		g := 0
+		if w.catchingUp(n) {
+			g = 1
+		}
+		groups[g] = append(groups[g], n)
+	}
+	keyVMs := map[string][]ring.NodeID{}
+	for _, op := range ops {
+		keyVMs[op.Key] = slices.DeleteFunc(slices.Clone(w.placement[op.Key]), func(n ring.NodeID) bool { return !slices.Contains(members, n) })
+	}
+	return chain.OrderTailReady(groups, keyVMs)
 }
 
 // isCounter reports whether key is one of the counters.
@@ -1062,7 +1080,7 @@ func (w *world) summary() string {
 		"detect=%d suspicions=%d "+
 		"| txns=%d committed=%d aborted=%d queued=%d (committed %d) waited=%d msgs=%d dropped=%d cut=%d dups=%d lost=%d stages-lost=%d "+
 		"reroutes=%d rerouted=%d (committed %d) left-out=%d (staged %d, behind %d) old-chain=%d behind=%d/%d ticks=%d "+
-		"| catch-up: passed=%d (committed %d) behind-refused=%d asks=%d unkept=%d ahead=%d catch-ups=%d/%d refreshed=%d all-failed=%d",
+		"| catch-up: passed=%d (committed %d) behind-refused=%d asks=%d sole-holder=%d ahead=%d catch-ups=%d/%d refreshed=%d all-failed=%d",
 		w.cfg.Seed, w.cfg.Store, p.nodes, p.clients, p.keys, p.replicationFactor, p.dropPct, p.duplicatePct, p.delayTicksMax,
 		p.retentionTicks, p.pendingMax, p.txnsMax, w.stats.Partitions, w.stats.Crashes, w.det.detectTicks, len(w.det.suspicions),
 		w.stats.Begun, w.stats.Committed, w.stats.Aborted,
@@ -1070,7 +1088,7 @@ func (w *world) summary() string {
 		w.stats.Sent, w.stats.Dropped, w.stats.Partitioned, w.stats.Dups, w.stats.Lost, w.stats.StagesLost,
 		w.stats.Reroutes, w.stats.Rerouted, w.stats.RerouteCommitted, w.stats.LeftOut, w.stats.LeftStaged, w.stats.LeftBehind,
 		w.stats.OldChain, w.stats.Behind, w.stats.Copies, w.now,
-		w.stats.Passed, w.stats.PassedCommitted, w.stats.BehindRefused, w.stats.Asks, w.stats.Unkept, w.stats.Ahead,
+		w.stats.Passed, w.stats.PassedCommitted, w.stats.BehindRefused, w.stats.Asks, w.stats.SoleHolder, w.stats.Ahead,
 		w.stats.CatchUps, w.stats.CatchUpsBegun, w.stats.Refreshed, w.stats.AllFailed) + w.gcSummary()
 }
 
