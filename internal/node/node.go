@@ -907,9 +907,10 @@ func (s stager) prepare(id chain.TxnID, ops []txn.Op) (chain.Staged, error) {
 	if behind {
 		// This copy is behind the version manager's: the commit passes
 		// through, and catch-up copies its blobs once it is committed,
-		// unless no other member of the chain would keep what it changes.
-		// As the tail it may not (chain.Passing): the chain refuses.
-		sole := s.n.soleHolder(pl, ks.Store.ChunkBytes(), ops, e)
+		// unless the commit could be decided with what it changes kept
+		// nowhere (unkept). As the tail it may not pass it through
+		// (chain.Passing): the chain refuses.
+		sole := s.n.unkept(pl, ks.Store.ChunkBytes(), ops, e)
 		gained := s.n.onlyGained(pl, ks.Store.ChunkBytes(), ops, e)
 		ks.Release()
 		if !gained {

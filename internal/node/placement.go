@@ -351,16 +351,27 @@ func (h *sizeHints) learn(keyspace string, ops []txn.Op, results []txn.Result) {
 	h.set(keyspace, sizes)
 }
 
-// soleHolder returns an error if this member, about to let a commit pass
-// through without applying it, holds a chunk the commit changes that no
-// other member of its chain holds and keeps up to date (not catching up):
-// acknowledging the commit would leave the chunk's change nowhere. Only
-// the tail's stage is durable when the commit is decided, so that other
-// member keeps it in memory until the Backward reaches it, like every
-// holder of a chunk the tail does not hold (docs/architecture.md,
+// unkept returns an error if this member, about to let a commit pass
+// through without applying it, holds a chunk the commit changes that the
+// commit could be decided without anyone keeping. The tail's commit is the
+// only stage durable when the commit is decided; the others live in memory
+// until the Backward reaches them, and a re-execution may leave their
+// members out. So for a chunk this member serves (one of its replicas),
+// the tail must hold it too: it applies the change durably before deciding,
+// or refuses the commit if it is behind as well (chain.Passing). For a
+// chunk this member only gains in a ring move, an extra replica beside the
+// ones serving it, another member holding it that is not catching up is
+// enough, as for any chunk the tail does not hold (docs/architecture.md,
 // "Failures: what holds"). What the commit changes is planned from the
 // version managers' sizes.
-func (n *Node) soleHolder(pl Placement, cs uint64, ops []txn.Op, e versionEntry) error {
+func (n *Node) unkept(pl Placement, cs uint64, ops []txn.Op, e versionEntry) error {
+	if len(e.chain) == 0 {
+		return fmt.Errorf("node %s: a commit passing through names no chain: %w", n.self, errCatchingUp)
+	}
+	tail := e.chain[len(e.chain)-1]
+	if tail == n.self {
+		return nil // The chain refuses the commit (chain.ErrBehind).
+	}
 	sizes := map[string]uint64{}
 	for key, b := range e.bases {
 		if b.Version != 0 {
@@ -369,15 +380,22 @@ func (n *Node) soleHolder(pl Placement, cs uint64, ops []txn.Op, e versionEntry)
 	}
 	for key, t := range plan(ops, sizes, cs) {
 		check := func(c uint64) error {
-			if !pl.Holds(key, c) {
+			switch {
+			case !pl.Holds(key, c):
 				return nil
+			case pl.ServesChunk(key, c):
+				if pl.on(tail, key, c) {
+					return nil
+				}
+				return fmt.Errorf("node %s, behind on chunk %d of blob %q, holds it while the tail %s of the chain %v does not: %w",
+					n.self, c, key, tail, e.chain, errCatchingUp)
 			}
 			for _, id := range e.chain {
 				if id != n.self && pl.on(id, key, c) && !n.cfg.Cluster.CatchingUp(id) {
 					return nil
 				}
 			}
-			return fmt.Errorf("node %s, behind on chunk %d of blob %q, is the only member of the chain %v that holds it: %w",
+			return fmt.Errorf("node %s, gaining chunk %d of blob %q, is the only member of the chain %v that holds it: %w",
 				n.self, c, key, e.chain, errCatchingUp)
 		}
 		for _, c := range t.Written {

@@ -24,9 +24,9 @@ import (
 // applies nothing: if its copy is behind, or it is catching up, the commit
 // passes through it (passStaged, a chain.Passing: it stages nothing,
 // reports its results Unheld, and its commit records only the transaction,
-// for chain.Stager.Committed), unless no other member of the chain that
-// is not catching up stores a key the commit changes (soleHolder); if its
-// copy is ahead, it refuses.
+// for chain.Stager.Committed), unless the chain's tail does not store a key
+// the commit changes that it stores (unkept); if its copy is ahead, it
+// refuses.
 //
 // A node catches up from the moment it may have missed commits: when it
 // restarts, when a client's failure detector leaves it out of chains (a
@@ -142,12 +142,12 @@ func (w *world) prepare(n ring.NodeID, id chain.TxnID, ops []txn.Op) (chain.Stag
 	staged, bases, err := s.prepareStep(id, ops, f.bases, catching)
 	var mismatch *mvcc.BaseMismatchError
 	if errors.As(err, &mismatch) && (mismatch.Have < mismatch.Want || catching) {
-		sole := w.soleHolder(n, ops, f.chain)
+		unkept := w.unkept(n, ops, f.chain)
 		w.startCatchUp(n, fmt.Sprintf("prepare of %s: %v", id, err), false)
-		if sole != nil {
-			w.stats.SoleHolder++
-			w.trace("%s refuses to pass %s through: %v", n, id, sole)
-			return nil, sole
+		if unkept != nil {
+			w.stats.Unkept++
+			w.trace("%s refuses to pass %s through: %v", n, id, unkept)
+			return nil, unkept
 		}
 		return w.passThrough(n, id, ops, f.bases)
 	}
@@ -177,23 +177,24 @@ func handOn(given, own map[string]mvcc.Base) map[string]mvcc.Base {
 	return out
 }
 
-// soleHolder refuses a pass-through on node n if n stores a key that ops
-// change and no other member of the chain that is not catching up stores
-// it, as a node's does (node.soleHolder): acknowledging the commit would
-// leave the key's change nowhere. Only the tail's stage is durable when
-// the commit is decided; the other members keep theirs in memory until
-// the Backward reaches them. A tail that passes a commit through refuses
-// it anyway (chain.ErrBehind).
-func (w *world) soleHolder(n ring.NodeID, ops []txn.Op, chainIDs []ring.NodeID) error {
+// unkept refuses a pass-through on node n unless the tail of the chain
+// stores every key of ops that n stores, as a node's does (node.unkept):
+// the tail applies the commit durably before it is decided (or refuses it
+// if it is behind too), while the other members keep their stages in
+// memory until the Backward reaches them, and a re-execution may leave
+// them out.
+func (w *world) unkept(n ring.NodeID, ops []txn.Op, chainIDs []ring.NodeID) error {
+	if len(chainIDs) == 0 {
+		return fmt.Errorf("%w: %s: a commit passing through names no chain", errs.ErrUnavailable, n)
+	}
+	tail := chainIDs[len(chainIDs)-1]
+	if tail == n {
+		return nil // The chain refuses the commit (chain.ErrBehind).
+	}
 	for _, op := range ops {
-		if op.Kind == txn.OpReadCheck || !w.owns(n, op.Key) {
-			continue
-		}
-		if !slices.ContainsFunc(chainIDs, func(id ring.NodeID) bool {
-			return id != n && w.owns(id, op.Key) && !w.catchingUp(id)
-		}) {
-			return fmt.Errorf("%w: %s, behind on %q, is the only member of the chain %v that stores it and is not catching up",
-				errs.ErrUnavailable, n, op.Key, chainIDs)
+		if op.Kind != txn.OpReadCheck && w.owns(n, op.Key) && !w.owns(tail, op.Key) {
+			return fmt.Errorf("%w: %s, behind on %q, stores it while the tail %s of the chain %v does not",
+				errs.ErrUnavailable, n, op.Key, tail, chainIDs)
 		}
 	}
 	return nil

@@ -202,7 +202,7 @@ func TestSim(t *testing.T) {
 		total.Queued, total.QueuedCommitted, total.Waited, ordered,
 		total.Reroutes, total.Rerouted, total.RerouteCommitted, rerouted, total.LeftOut, total.LeftStaged, total.LeftBehind, total.OldChain,
 		total.Behind, total.Copies,
-		total.Passed, total.PassedCommitted, total.BehindRefused, total.Asks, total.SoleHolder, total.Ahead,
+		total.Passed, total.PassedCommitted, total.BehindRefused, total.Asks, total.Unkept, total.Ahead,
 		total.CatchUps, total.CatchUpsBegun, total.Refreshed, total.AllFailed,
 		total.Collections, total.Collected, total.Pins, total.OldReads, total.OldServed, total.OldGone)
 	if total.Committed == 0 || total.Aborted == 0 {
