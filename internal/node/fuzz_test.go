@@ -2,17 +2,21 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"reflect"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tyrstore/tyr/api/peerpb"
 	"github.com/tyrstore/tyr/internal/chain"
 	"github.com/tyrstore/tyr/internal/errs"
 	"github.com/tyrstore/tyr/internal/mvcc"
+	"github.com/tyrstore/tyr/internal/rebalance"
 	"github.com/tyrstore/tyr/internal/ring"
 	"github.com/tyrstore/tyr/internal/txn"
 )
@@ -124,6 +128,37 @@ func FuzzPeerRequests(f *testing.F) {
 						t.Fatalf("Versions after %q listed %q", after, b.GetKey())
 					}
 				}
+			}
+		}
+	})
+}
+
+// FuzzPutRing: any bytes a peer sends as a ring epoch record either install
+// a record that validates or fail with an invalid-argument error and leave
+// the node's record as it was; never a panic.
+func FuzzPutRing(f *testing.F) {
+	tc := startClusterRF(f, 2, 2, 0, 1)
+	n := tc.nodes[0]
+	ctx := context.Background()
+	f.Add([]byte(`{"epoch":1,"phase":5,"new":[{"id":"n1","weight":1},{"id":"n2","weight":1}]}`))
+	f.Add([]byte(`{"epoch":2,"phase":1,"old":[{"id":"n1","weight":1}],"new":[{"id":"n1","weight":1},{"id":"n2","weight":1}],"moves":[{"to":"n2"}]}`))
+	f.Add([]byte(`{"epoch":0}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		before, had := n.Ring()
+		resp, err := n.PutRing(ctx, &peerpb.PutRingRequest{Record: b})
+		var rec rebalance.Record
+		valid := len(b) == 0 || (json.Unmarshal(b, &rec) == nil && rec.Validate() == nil)
+		switch code := status.Code(err); {
+		case valid && err != nil && code == codes.Unknown:
+			t.Fatalf("valid record refused with an unclassified error: %v", err)
+		case !valid && code != codes.InvalidArgument:
+			t.Fatalf("invalid record %q: %v, want invalid argument", b, err)
+		case err == nil && resp == nil:
+			t.Fatal("no answer and no error")
+		}
+		if !valid {
+			if after, has := n.Ring(); has != had || !reflect.DeepEqual(after, before) {
+				t.Fatalf("invalid record %q changed the node's record from %+v to %+v", b, before, after)
 			}
 		}
 	})
