@@ -194,7 +194,7 @@ func TestSim(t *testing.T) {
 		"reroutes: %d re-executions of %d transactions (%d committed) on %d seeds, %d members left out (%d had staged, %d missed a commit), %d old-chain messages dropped; "+
 		"%d of %d copies of keys missed a commit; "+
 		"catch-up: %d commits passed through a member behind (%d committed), %d refused by a tail behind (chain.ErrBehind), %d asks by a re-execution's tail, "+
-		"%d pass-throughs refused as no other ready member stores the key, %d commits refused by a copy ahead, %d of %d catch-ups finished, %d copies refreshed, "+
+		"%d pass-throughs refused as the tail does not store the key, %d commits refused by a copy ahead, %d of %d catch-ups finished, %d copies refreshed, "+
 		"%d commits excused as every replica of a key failed; "+
 		"gc: %d collector passes deleted %d page versions; readers pinned %d versions and read superseded ones %d times (%d served, %d gone)",
 		*firstFlag, *firstFlag+uint64(n)-1, onMVCC, failed, time.Since(start).Round(time.Millisecond), lossy, partitioned,
