@@ -10,6 +10,7 @@ import (
 
 	"github.com/tyrstore/tyr/internal/errs"
 	"github.com/tyrstore/tyr/internal/mvcc"
+	"github.com/tyrstore/tyr/internal/rebalance"
 	"github.com/tyrstore/tyr/internal/ring"
 	"github.com/tyrstore/tyr/internal/txn"
 )
@@ -58,20 +59,7 @@ func (p Placement) on(id ring.NodeID, key string, c uint64) bool {
 // writeReplicas returns the nodes that take the writes of chunk c of key:
 // those of r, then those of w not among them.
 func (p Placement) writeReplicas(key string, c uint64) ([]ring.NodeID, error) {
-	reps, err := p.r.Replicas(p.seed, key, c, p.rf)
-	if err != nil || p.w == nil {
-		return reps, err
-	}
-	more, err := p.w.Replicas(p.seed, key, c, p.rf)
-	if err != nil {
-		return nil, err
-	}
-	for _, id := range more {
-		if !slices.Contains(reps, id) {
-			reps = append(reps, id)
-		}
-	}
-	return reps, nil
+	return rebalance.Placement{Read: p.r, Also: p.w}.Replicas(p.seed, key, c, p.rf)
 }
 
 // servesChunk reports whether node id serves reads of chunk c of key.
