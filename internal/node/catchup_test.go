@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tyrstore/tyr/internal/chain"
 	"github.com/tyrstore/tyr/internal/ring"
 	"github.com/tyrstore/tyr/internal/txn"
 )
@@ -396,5 +397,20 @@ func TestWaitCaughtUpWithoutLeases(t *testing.T) {
 	for range 3 {
 		tc.restart(t, 2)
 		wait("after a restart")
+	}
+}
+
+// TestClientStagedPassesThrough: a pass-through wrapped for a commit that
+// carries a client ID still says it passes through, so the tail refuses it
+// (chain.Passing); the wrapper once hid it, and a tail decided commits it
+// had not applied.
+func TestClientStagedPassesThrough(t *testing.T) {
+	var st chain.Staged = clientStaged{Staged: passThrough{}}
+	if p, ok := st.(chain.Passing); !ok || !p.PassesThrough() {
+		t.Fatal("a client commit's pass-through does not report chain.Passing")
+	}
+	st = clientStaged{Staged: staged{}}
+	if p, ok := st.(chain.Passing); ok && p.PassesThrough() {
+		t.Fatal("a client commit's applied stage reports passing through")
 	}
 }

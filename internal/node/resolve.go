@@ -237,6 +237,14 @@ func (s clientStaged) Ready() bool {
 	return true
 }
 
+// PassesThrough passes on whether the Staged applies nothing here
+// (chain.Passing), so that the chain's tail rule sees a pass-through of a
+// commit that carries a client ID too.
+func (s clientStaged) PassesThrough() bool {
+	p, ok := s.Staged.(chain.Passing)
+	return ok && p.PassesThrough()
+}
+
 // Waits passes on the description of what the Staged waits for, if it
 // has one (chain.Replica.Stalled).
 func (s clientStaged) Waits() string {
