@@ -387,11 +387,12 @@ func (n *Node) Chain(keyspace string, rf int, ops []txn.Op, sizes map[string]uin
 		}
 		live := 0
 		blobVMs[op.Key] = nil
+		serves := pl.serving(op.Key, 0)
 		for _, id := range ids {
 			if n.inChains(id) {
 				vms[id] = true
 				blobVMs[op.Key] = append(blobVMs[op.Key], id)
-				if pl.servesBlobOn(id, op.Key) {
+				if serves(id) {
 					live++
 				} else {
 					gaining[id] = true

@@ -68,6 +68,17 @@ func (p Placement) servesChunk(id ring.NodeID, key string, c uint64) bool {
 	return err == nil && slices.Contains(reps, id)
 }
 
+// serving returns a test of whether a write replica of chunk c of key
+// serves its reads: every one does unless a ring move is in progress, and
+// then those of the reading ring, looked up once for all of them.
+func (p Placement) serving(key string, c uint64) func(ring.NodeID) bool {
+	if p.w == nil {
+		return func(ring.NodeID) bool { return true }
+	}
+	reps, err := p.r.Replicas(p.seed, key, c, p.rf)
+	return func(id ring.NodeID) bool { return err == nil && slices.Contains(reps, id) }
+}
+
 // ServesChunk reports whether this node serves reads of chunk c of key: it
 // holds the chunk and is not only gaining it in a move.
 func (p Placement) ServesChunk(key string, c uint64) bool { return p.servesChunk(p.n.self, key, c) }
@@ -164,9 +175,10 @@ func (p Placement) holders(set, gaining map[ring.NodeID]bool, key string, cs uin
 		if !slices.ContainsFunc(reps, alive) {
 			return fmt.Errorf("%w: no live replica of chunk %d of blob %q (replicas %v)", errs.ErrUnavailable, c, key, reps)
 		}
+		serves := p.serving(key, c)
 		for _, id := range reps {
 			set[id] = true
-			if gaining != nil && !p.servesChunk(id, key, c) {
+			if gaining != nil && !serves(id) {
 				gaining[id] = true
 			}
 		}
