@@ -158,6 +158,28 @@ import (
 // and made the tail by a re-execution it asks the members left out after
 // it, as a restarted tail does, keeping its stage until one answers
 // committed or all answered aborted.
+//
+// # Admission
+//
+// A record table of TxnsMax entries is shared by every chain the member
+// is on, and a member that forwarded holds its record until the member
+// after it answers, which needs a record there. Were any Forward admitted
+// while the table had room, members whose tables are full of transactions
+// waiting on each other across chains in opposite orders (a probe, which
+// may never be refused, waits like a stage) would drop each other's
+// Forwards for good. So the nearer the tail, the more of the table a
+// Forward may use: one d members before the tail is admitted only while
+// fewer than TxnsMax − d records are held, and no chain is longer than
+// TxnsMax (ChainMembersMax). Then at most TxnsMax − d records are ever at
+// distance d or more from their tail (distances only shrink, in
+// re-executions), so a table full for a Forward at distance d holds a
+// record no farther than d from its tail, which stops waiting by
+// induction on the distance (a tail decides at once), and the rest leave
+// on their
+// own: decided records on their Ack, which the waiting upstream sends,
+// and retained ones after OutcomeRetentionTicks. Every Forward is thus
+// admitted once the network delivers its retransmissions; only how long
+// it waits depends on the load.
 
 // Defaults for ReplicaConfig and CoordinatorConfig fields left zero.
 const (
@@ -190,11 +212,18 @@ type ReplicaConfig struct {
 	PendingMax int
 	// TxnsMax bounds the transactions the replica holds state for: staged,
 	// decided and waiting for an Ack, or retained after it. It must exceed
-	// PendingMax. A Forward for a new transaction beyond it is dropped
-	// unanswered, as if the network had lost it, because even a refusal
-	// needs a record to answer duplicates consistently; the upstream
-	// retransmits it later. Default 16 × PendingMax.
+	// PendingMax and be at least ChainMembersMax. A Forward for a new
+	// transaction that finds the table full is dropped unanswered, as if
+	// the network had lost it, because even a refusal needs a record to
+	// answer duplicates consistently; the upstream retransmits it later.
+	// The table counts as full for a Forward d members before the tail
+	// once TxnsMax − d records are held (see "Admission"). Default 16 ×
+	// PendingMax.
 	TxnsMax int
+	// ChainMembersMax bounds the chains this replica takes part in; a
+	// Forward or Query with a longer chain is invalid. At most the
+	// package's ChainMembersMax, which is the default.
+	ChainMembersMax int
 	// EarlierRun reports whether an earlier run of this member, before a
 	// restart, may have received a Forward of transaction id; it is asked
 	// for a Forward of an unknown transaction that is not Fresh. Nil means
@@ -250,6 +279,15 @@ func (c *ReplicaConfig) validate() error {
 	}
 	if c.TxnsMax <= c.PendingMax {
 		return fmt.Errorf("chain: TxnsMax %d must exceed PendingMax %d", c.TxnsMax, c.PendingMax)
+	}
+	if c.ChainMembersMax < 0 || c.ChainMembersMax > ChainMembersMax {
+		return fmt.Errorf("chain: ChainMembersMax is %d, want 1 to %d, or zero for the default", c.ChainMembersMax, ChainMembersMax)
+	}
+	if c.ChainMembersMax == 0 {
+		c.ChainMembersMax = ChainMembersMax
+	}
+	if c.TxnsMax < c.ChainMembersMax {
+		return fmt.Errorf("chain: TxnsMax %d must be at least ChainMembersMax %d", c.TxnsMax, c.ChainMembersMax)
 	}
 	if c.TestingKnobs.AbortOnForwardTimeoutTicks < 0 {
 		return fmt.Errorf("chain: AbortOnForwardTimeoutTicks is %d, want zero or positive",
@@ -461,7 +499,7 @@ func (r *Replica) assertBounds(id TxnID) {
 }
 
 func (r *Replica) stepForward(m Message) error {
-	if err := validateChain(m.Chain); err != nil {
+	if err := r.validateChain(m.Chain); err != nil {
 		return err
 	}
 	if m.Index >= len(m.Chain) || m.Chain[m.Index] != r.cfg.ID {
@@ -472,7 +510,7 @@ func (r *Replica) stepForward(m Message) error {
 			ErrInvalidMessage, m.Index, m.From, upstreamOf(m.Txn, m.Chain, m.Index))
 	}
 	if m.Origin != nil {
-		if err := validateChain(m.Origin); err != nil {
+		if err := r.validateChain(m.Origin); err != nil {
 			return err
 		}
 		if !isSubsequence(m.Chain, m.Origin) {
@@ -491,8 +529,8 @@ func (r *Replica) stepForward(m Message) error {
 		r.resend(m.Txn, rec)
 		return nil
 	}
-	if len(r.txns) >= r.cfg.TxnsMax {
-		r.counters.Dropped++
+	if len(r.txns) >= r.cfg.TxnsMax-(len(m.Chain)-1-m.Index) {
+		r.counters.Dropped++ // See "Admission".
 		return nil
 	}
 	results, committed, err := r.cfg.Stager.Committed(m.Txn)
@@ -559,6 +597,19 @@ func (r *Replica) stepForward(m Message) error {
 	return nil
 }
 
+// validateChain checks a chain as validateChain does, and against this
+// replica's ChainMembersMax, on which its admission rule relies.
+func (r *Replica) validateChain(members []ring.NodeID) error {
+	if err := validateChain(members); err != nil {
+		return err
+	}
+	if len(members) > r.cfg.ChainMembersMax {
+		return fmt.Errorf("%w: chain of %d members, this replica takes at most %d",
+			ErrInvalidMessage, len(members), r.cfg.ChainMembersMax)
+	}
+	return nil
+}
+
 // probe forwards a transaction this member does not stage, because an
 // earlier run of it may have handled it (errText is then ErrRestarted's)
 // or because it was probed itself, and waits for the outcome the members
@@ -609,7 +660,7 @@ func (r *Replica) ask(id TxnID, rec *record, refusal string) bool {
 
 // stepQuery answers a tail that asks for this member's outcome (see ask).
 func (r *Replica) stepQuery(m Message) error {
-	if err := validateChain(m.Chain); err != nil {
+	if err := r.validateChain(m.Chain); err != nil {
 		return err
 	}
 	if m.Index >= len(m.Chain) || m.Chain[m.Index] != r.cfg.ID || !slices.Contains(m.Chain[:m.Index], m.From) {

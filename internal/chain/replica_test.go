@@ -249,13 +249,13 @@ func (sc scenario) run(t *testing.T) {
 	}
 	r, err := chain.NewReplica(chain.ReplicaConfig{
 		ID: chain3[sc.node], Stager: stager, RetransmitTicks: 3, OutcomeRetentionTicks: 10,
-		PendingMax: sc.pending, TxnsMax: sc.txns,
+		PendingMax: sc.pending, TxnsMax: sc.txns, ChainMembersMax: len(chain3),
 		TestingKnobs: chain.TestingKnobs{AbortOnForwardTimeoutTicks: sc.knob},
 	})
 	if sc.restarted {
 		r, err = chain.NewReplica(chain.ReplicaConfig{
 			ID: chain3[sc.node], Stager: stager, RetransmitTicks: 3, OutcomeRetentionTicks: 10,
-			PendingMax: sc.pending, TxnsMax: sc.txns, EarlierRun: func(chain.TxnID) bool { return true },
+			PendingMax: sc.pending, TxnsMax: sc.txns, ChainMembersMax: len(chain3), EarlierRun: func(chain.TxnID) bool { return true },
 		})
 	}
 	if err != nil {
@@ -462,13 +462,32 @@ func TestReplicaScenarios(t *testing.T) {
 			name:    "backpressure refuses beyond PendingMax and drops beyond TxnsMax",
 			node:    1,
 			pending: 1,
-			txns:    2,
+			txns:    3,
 			steps: []step{
 				deliver(fwd(1, 1), prepare1, fwdTo3),
 				deliver(fwd(2, 1), `send n2->n1 Backward c/2 index=0 aborted err="chain: too many transactions in flight"`,
 					"finish c/2 committed=false"),
 				deliver(fwd(3, 1)), // dropped: no record to answer duplicates from
 				deliver(back(1, 1, true), commit1, commitTo1, ackTo3, finCommitted),
+			},
+		},
+		{
+			// See "Admission" in replica.go: the last record is kept for
+			// Forwards to a tail, so members waiting on each other across
+			// chains cannot fill each other's tables.
+			name:    "a table full for a Forward one member before the tail admits one to the tail",
+			node:    1,
+			pending: 2,
+			txns:    3,
+			steps: []step{
+				deliver(fwd(1, 1), prepare1, fwdTo3),
+				deliver(fwd(2, 1), "prepare c/2", "send n2->n3 Forward c/2 index=2 chain=[n1 n2 n3] ops=1"),
+				deliver(fwd(3, 1)), // dropped: 2 records held, TxnsMax − 1 at distance 1
+				// Admitted, and answered: refused, as 2 are staged.
+				deliver(rerouted(4, 1), `send n2->n1 Backward c/4 index=0 aborted err="chain: too many transactions in flight"`,
+					"finish c/4 committed=false"),
+				deliver(fwd(5, 1)), // and the table is full for the tail too
+				deliver(rerouted(6, 1)),
 			},
 		},
 		{
@@ -809,12 +828,26 @@ func TestReplicaConfig(t *testing.T) {
 		{chain.ReplicaConfig{ID: "n1", Stager: stager, OutcomeRetentionTicks: -1}, "OutcomeRetentionTicks is -1"},
 		{chain.ReplicaConfig{ID: "n1", Stager: stager, PendingMax: 8, TxnsMax: 8}, "TxnsMax 8 must exceed PendingMax 8"},
 		{chain.ReplicaConfig{ID: "n1", Stager: stager, TxnsMax: -2}, "TxnsMax is -2"},
+		{chain.ReplicaConfig{ID: "n1", Stager: stager, ChainMembersMax: chain.ChainMembersMax + 1}, "ChainMembersMax is 65"},
+		{chain.ReplicaConfig{ID: "n1", Stager: stager, PendingMax: 4, TxnsMax: 5}, "TxnsMax 5 must be at least ChainMembersMax 64"},
+		{chain.ReplicaConfig{ID: "n1", Stager: stager, PendingMax: 4, TxnsMax: 5, ChainMembersMax: 5}, ""},
 		{chain.ReplicaConfig{ID: "n1", Stager: stager}, ""},
 	} {
 		_, err := chain.NewReplica(tc.cfg)
 		if (err == nil) != (tc.want == "") || (err != nil && !strings.Contains(err.Error(), tc.want)) {
 			t.Errorf("NewReplica(%+v) = %v, want %q", tc.cfg, err, tc.want)
 		}
+	}
+	// The admission rule needs every chain to fit the table.
+	r, err := chain.NewReplica(chain.ReplicaConfig{ID: "n2", Stager: stager, PendingMax: 1, TxnsMax: 2, ChainMembersMax: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Step(fwd(1, 1)); !errors.Is(err, chain.ErrInvalidMessage) {
+		t.Errorf("Forward on a chain of 3 at a replica taking 2 = %v, want ErrInvalidMessage", err)
+	}
+	if r.Tracked() != 0 {
+		t.Errorf("the refused Forward left %d records", r.Tracked())
 	}
 }
 

@@ -3,6 +3,7 @@ package mvcc
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -45,6 +46,11 @@ type Copy struct {
 	Record
 	Replace []uint64
 }
+
+// ErrCopyBehind is a Source's answer when its copy of the blob is older
+// than the version the refresh needs (a commit that passed through this
+// member): the refresh may try another source, or this one later.
+var ErrCopyBehind = errors.New("the source's copy is before the version needed")
 
 // Source is where Refresh copies a blob from.
 type Source interface {

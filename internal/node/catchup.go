@@ -527,30 +527,51 @@ func (n *Node) refresh(ctx context.Context, ks *storage.Keyspace, pl Placement, 
 	if err != nil {
 		return err
 	}
-	src, ready := n.source(vms)
-	if src == "" {
+	srcs := n.sources(vms)
+	if len(srcs) == 0 {
 		if len(vms) == 1 && vms[0] == n.self {
 			return nil // the only replica: nothing to copy
 		}
 		return fmt.Errorf("%w: no live version manager of blob %q to copy from (version managers %v)", errs.ErrUnavailable, key, vms)
 	}
-	_, err = ks.Store.Refresh(key, &chunkSource{ctx: ctx, n: n, ks: ks, pl: pl, key: key, src: src, ready: ready, want: want})
+	// A source behind the commit wanted may never get it (it lost its
+	// stage, every replica having failed at once), while another has it.
+	for _, src := range srcs {
+		_, err = ks.Store.Refresh(key, &chunkSource{ctx: ctx, n: n, ks: ks, pl: pl, key: key, src: src.id, ready: src.ready, want: want})
+		if !errors.Is(err, mvcc.ErrCopyBehind) {
+			break
+		}
+	}
 	return err
 }
 
-// source returns the first of ids, sorted, other than this node that is
-// alive and not catching up (ready), or else the first alive.
-func (n *Node) source(ids []ring.NodeID) (id ring.NodeID, ready bool) {
-	ids = slices.Sorted(slices.Values(ids))
-	for _, id := range ids {
-		if id != n.self && n.cfg.Cluster.Alive(id) && !n.cfg.Cluster.CatchingUp(id) {
-			return id, true
+// candidate is a replica to copy from, and whether it was up to date
+// (alive and not catching up) when chosen.
+type candidate struct {
+	id    ring.NodeID
+	ready bool
+}
+
+// sources returns the members of ids other than this node that are alive:
+// the ready ones first, each group sorted.
+func (n *Node) sources(ids []ring.NodeID) []candidate {
+	var ready, rest []candidate
+	for _, id := range slices.Sorted(slices.Values(ids)) {
+		switch {
+		case id == n.self || !n.cfg.Cluster.Alive(id):
+		case n.cfg.Cluster.CatchingUp(id):
+			rest = append(rest, candidate{id, false})
+		default:
+			ready = append(ready, candidate{id, true})
 		}
 	}
-	for _, id := range ids {
-		if id != n.self && n.cfg.Cluster.Alive(id) {
-			return id, false
-		}
+	return append(ready, rest...)
+}
+
+// source returns the first of sources(ids), if any.
+func (n *Node) source(ids []ring.NodeID) (id ring.NodeID, ready bool) {
+	if srcs := n.sources(ids); len(srcs) > 0 {
+		return srcs[0].id, srcs[0].ready
 	}
 	return "", false
 }
@@ -588,8 +609,8 @@ func (s *chunkSource) Copy(local mvcc.Record) (mvcc.Copy, error) {
 		remote.Chunks[cv.GetChunk()] = cv.GetVersion()
 	}
 	if remote.Exists && remote.Version < s.want {
-		return mvcc.Copy{}, fmt.Errorf("%w: blob %q is at version %d on %s, before the commit at %d that passed through this node",
-			errs.ErrUnavailable, s.key, remote.Version, s.src, s.want)
+		return mvcc.Copy{}, fmt.Errorf("%w: %w: blob %q is at version %d on %s, before the commit at %d that passed through this node",
+			errs.ErrUnavailable, mvcc.ErrCopyBehind, s.key, remote.Version, s.src, s.want)
 	}
 	// Membership may not show yet that the source is catching up; its
 	// answer does.

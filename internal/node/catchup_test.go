@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -412,5 +413,28 @@ func TestClientStagedPassesThrough(t *testing.T) {
 	st = clientStaged{Staged: staged{}}
 	if p, ok := st.(chain.Passing); ok && p.PassesThrough() {
 		t.Fatal("a client commit's applied stage reports passing through")
+	}
+}
+
+// TestSources checks the order a refresh tries replicas in: those up to
+// date first, then those catching up, never itself or a dead one. A
+// refresh that needs a commit it passed through goes down the list while
+// sources are behind it (mvcc.ErrCopyBehind), so a replica that lost the
+// commit does not stall it while another has it.
+func TestSources(t *testing.T) {
+	dead, behind := &sync.Map{}, &sync.Map{}
+	n := &Node{self: "b", cfg: Config{Cluster: fakeCluster{self: "b", dead: dead, catchingUp: behind}}}
+	dead.Store(ring.NodeID("e"), true)
+	behind.Store(ring.NodeID("a"), true)
+	got := n.sources([]ring.NodeID{"e", "d", "c", "b", "a"})
+	want := []candidate{{"c", true}, {"d", true}, {"a", false}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("sources = %v, want %v", got, want)
+	}
+	if id, ready := n.source([]ring.NodeID{"a", "b"}); id != "a" || ready {
+		t.Fatalf("source of a and b at b = %s (ready %t), want a, catching up", id, ready)
+	}
+	if id, _ := n.source([]ring.NodeID{"b", "e"}); id != "" {
+		t.Fatalf("source of b and e at b = %q, want none", id)
 	}
 }

@@ -337,34 +337,54 @@ func (w *world) stepCatchUp(n ring.NodeID) {
 	w.trace("%s caught up (since tick %d)", n, c.since)
 }
 
-// source is the replica node n copies key from, as a node picks it: the
-// first other one that is up and not catching up (ready), or else the
-// first up; none if there is no such replica. Whether n reaches it is
-// the refresh's to find out.
-func (w *world) source(n ring.NodeID, key string) (ring.NodeID, bool) {
+// sources are the replicas node n may copy key from, in the order a node
+// tries them: the other ones that are up and not catching up (ready),
+// then the others up. Whether n reaches them is the refresh's to find
+// out.
+func (w *world) sources(n ring.NodeID, key string) []candidate {
+	var out []candidate
 	for _, ready := range []bool{true, false} {
 		for _, id := range w.placement[key] {
-			if id != n && !w.down[id] && (!ready || !w.catchingUp(id)) {
-				return id, ready
+			if id != n && !w.down[id] && ready != w.catchingUp(id) {
+				out = append(out, candidate{id, ready})
 			}
 		}
 	}
-	return "", false
+	return out
+}
+
+// candidate is a replica to copy from, and whether it is up to date.
+type candidate struct {
+	id    ring.NodeID
+	ready bool
 }
 
 // refreshKey brings node n's copy of key in step with a source's, with a
 // copy at least at version want; it reports whether it is done, or must
-// be tried again later.
+// be tried again later. As a node does, it tries the next source when one
+// is behind want.
 func (w *world) refreshKey(n ring.NodeID, key string, want uint64) bool {
-	src, ready := w.source(n, key)
-	if src == "" {
+	srcs := w.sources(n, key)
+	if len(srcs) == 0 {
 		return len(w.placement[key]) == 1 // the only replica: nothing to copy
 	}
-	if w.partitioned(n, src) || w.stores[src].locked(key) || w.stores[n].locked(key) {
-		return false // a node's call fails, or waits for the lock
-	}
+	var (
+		src     ring.NodeID
+		ready   bool
+		changed bool
+		err     error
+	)
 	before := slices.Clone(w.stores[n].keyLog(key))
-	changed, err := w.stores[n].refresh(key, w.stores[src], ready, want)
+	for _, c := range srcs {
+		src, ready = c.id, c.ready
+		if w.partitioned(n, src) || w.stores[src].locked(key) || w.stores[n].locked(key) {
+			return false // a node's call fails, or waits for the lock
+		}
+		changed, err = w.stores[n].refresh(key, w.stores[src], ready, want)
+		if !errors.Is(err, mvcc.ErrCopyBehind) {
+			break
+		}
+	}
 	if err != nil {
 		w.trace("%s cannot refresh %s from %s yet: %v", n, key, src, err)
 		return false

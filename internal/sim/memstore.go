@@ -274,8 +274,8 @@ func (s *MemStore) locked(key string) bool {
 func (s *MemStore) refresh(key string, from nodeStore, ready bool, want uint64) (bool, error) {
 	remote, local := from.(*MemStore).blobs[key], s.blobs[key]
 	if remote != nil && remote.exists && remote.version < want {
-		return false, fmt.Errorf("%w: %q is at version %d there, before the commit at %d that passed through",
-			errs.ErrUnavailable, key, remote.version, want)
+		return false, fmt.Errorf("%w: %w: %q is at version %d there, before the commit at %d that passed through",
+			errs.ErrUnavailable, mvcc.ErrCopyBehind, key, remote.version, want)
 	}
 	if !ready && local != nil && local.exists && (remote == nil || !remote.exists || remote.version <= local.version) {
 		return false, nil

@@ -316,8 +316,8 @@ func (r *refreshSource) Copy(local mvcc.Record) (mvcc.Copy, error) {
 		return mvcc.Copy{}, err
 	}
 	if remote.Exists && remote.Version < r.want {
-		return mvcc.Copy{}, fmt.Errorf("%w: %q is at version %d there, before the commit at %d that passed through",
-			errs.ErrUnavailable, r.key, remote.Version, r.want)
+		return mvcc.Copy{}, fmt.Errorf("%w: %w: %q is at version %d there, before the commit at %d that passed through",
+			errs.ErrUnavailable, mvcc.ErrCopyBehind, r.key, remote.Version, r.want)
 	}
 	if !r.ready && local.Exists && (!remote.Exists || remote.Version <= local.Version) {
 		return mvcc.Copy{Record: local}, nil // a source catching up too: only a newer copy counts

@@ -182,6 +182,9 @@ func pickProfile(rng *rand.Rand, cfg Config) profile {
 		// Tiny limits, so backpressure refusals and dropped Forwards happen.
 		p.pendingMax = 1 + rng.IntN(3)
 		p.txnsMax = p.pendingMax + 1 + rng.IntN(8)
+		// A chain holds each node at most once, and a table must fit
+		// the longest (see "Admission" in chain/replica.go).
+		p.txnsMax = max(p.txnsMax, p.nodes)
 	}
 	// Retention must outlast the slowest message (see
 	// chain.ReplicaConfig.OutcomeRetentionTicks); sometimes by one tick only.
@@ -523,7 +526,7 @@ func (w *world) newReplica(n ring.NodeID) *chain.Replica {
 	r, err := chain.NewReplica(chain.ReplicaConfig{
 		ID: n, Stager: nodeStager{w: w, n: n}, RetransmitTicks: retransmitTicks,
 		OutcomeRetentionTicks: w.p.retentionTicks, PendingMax: w.p.pendingMax, TxnsMax: w.p.txnsMax,
-		TestingKnobs: knobs,
+		ChainMembersMax: w.chainMembersMax(), TestingKnobs: knobs,
 		// An earlier run may have seen the transactions begun before the
 		// last restart; and a transaction begun long ago counts as one
 		// this member may have handled (see forwardAgeTicks).
@@ -539,6 +542,15 @@ func (w *world) newReplica(n ring.NodeID) *chain.Replica {
 		panic(err)
 	}
 	return r
+}
+
+// chainMembersMax bounds the chains of a run: one member per node, or
+// the replica's default when a run leaves the tables at theirs.
+func (w *world) chainMembersMax() int {
+	if w.p.txnsMax == 0 {
+		return 0
+	}
+	return len(w.nodes)
 }
 
 // scheduleCrashes plans the fault phase's crashes: each takes a node down
