@@ -267,9 +267,34 @@ type Passing interface {
 	PassesThrough() bool
 }
 
-func passesThrough(s Staged) bool {
-	p, ok := s.(Passing)
+// PassesThrough reports whether s is Passing and passes through.
+func PassesThrough(s Staged) bool {
+	p, ok := find[Passing](s)
 	return ok && p.PassesThrough()
+}
+
+// Wrapper is implemented by a Staged that wraps another, say to act on
+// its Commit or Abort. The replica looks through wrappers for Ordered,
+// Passing and a Waits method, so a wrapper need not, and cannot forget
+// to, pass them on.
+type Wrapper interface {
+	Unwrap() Staged
+}
+
+// find returns the first of s and the Stageds it wraps that is a T.
+func find[T any](s Staged) (T, bool) {
+	for s != nil {
+		if t, ok := s.(T); ok {
+			return t, true
+		}
+		w, ok := s.(Wrapper)
+		if !ok {
+			break
+		}
+		s = w.Unwrap()
+	}
+	var zero T
+	return zero, false
 }
 
 // Errors returned or carried by the protocol.

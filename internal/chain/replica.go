@@ -572,7 +572,7 @@ func (r *Replica) stepForward(m Message) error {
 		r.decide(m.Txn, rec, false, err.Error(), nil, nil)
 		return nil
 	}
-	if rec.isTail() && passesThrough(staged) && !brokenPassThrough {
+	if rec.isTail() && PassesThrough(staged) && !brokenPassThrough {
 		// The commit point must apply the commit (see Passing).
 		staged.Abort()
 		r.counters.Behind++
@@ -777,7 +777,7 @@ func (r *Replica) reroute(m Message, rec *record) error {
 			}
 			return nil
 		}
-		if rec.isTail() && passesThrough(rec.staged) && !brokenPassThrough {
+		if rec.isTail() && PassesThrough(rec.staged) && !brokenPassThrough {
 			// This stage applies nothing here, so this member may not
 			// decide a commit (see Passing): the members after it on the
 			// chain the transaction began on may have, so ask them.
@@ -904,7 +904,7 @@ func (r *Replica) stepBackward(m Message) error {
 // phaseApplying (see "Ordering"). downstream are the results of the member
 // after this one (nil at the tail).
 func (r *Replica) apply(id TxnID, rec *record, downstream []txn.Result) {
-	if o, ok := rec.staged.(Ordered); ok && !o.Ready() {
+	if o, ok := find[Ordered](rec.staged); ok && !o.Ready() {
 		if rec.phase != phaseApplying {
 			rec.phase = phaseApplying
 			rec.committed = true
@@ -937,7 +937,7 @@ func (r *Replica) applyReady() {
 		waiting := r.applying[:0]
 		for _, id := range r.applying {
 			rec := r.txns[id]
-			if rec.staged.(Ordered).Ready() {
+			if o, _ := find[Ordered](rec.staged); o.Ready() {
 				r.apply(id, rec, rec.results)
 				progress = true
 			} else {
@@ -1153,7 +1153,7 @@ func (r *Replica) Stalled(ticks int) []string {
 			continue
 		}
 		s := fmt.Sprintf("%s %v waited %d ticks", id, rec, rec.waited)
-		if w, ok := rec.staged.(interface{ Waits() string }); ok {
+		if w, ok := find[interface{ Waits() string }](rec.staged); ok {
 			s += "; " + w.Waits()
 		}
 		out = append(out, s)

@@ -229,30 +229,9 @@ func (s clientStaged) Abort() {
 	s.n.clients.done(s.keyspace, s.client, s.id)
 }
 
-// Ready passes on the ordering of a Staged that has one (chain.Ordered).
-func (s clientStaged) Ready() bool {
-	if o, ok := s.Staged.(interface{ Ready() bool }); ok {
-		return o.Ready()
-	}
-	return true
-}
-
-// PassesThrough passes on whether the Staged applies nothing here
-// (chain.Passing), so that the chain's tail rule sees a pass-through of a
-// commit that carries a client ID too.
-func (s clientStaged) PassesThrough() bool {
-	p, ok := s.Staged.(chain.Passing)
-	return ok && p.PassesThrough()
-}
-
-// Waits passes on the description of what the Staged waits for, if it
-// has one (chain.Replica.Stalled).
-func (s clientStaged) Waits() string {
-	if w, ok := s.Staged.(interface{ Waits() string }); ok {
-		return w.Waits()
-	}
-	return ""
-}
+// Unwrap lets the chain see what the Staged is (chain.Wrapper): ordered,
+// passing through, what it waits for.
+func (s clientStaged) Unwrap() chain.Staged { return s.Staged }
 
 // heldSince is when this node's read lease began holding without a break
 // since, or the zero time if it does not hold now.
