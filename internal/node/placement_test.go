@@ -1,7 +1,10 @@
 package node
 
 import (
+	"errors"
+	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -101,5 +104,86 @@ func TestChainOrder(t *testing.T) {
 				t.Fatalf("chain %v lists a version manager among the holders", chain)
 			}
 		}
+	}
+}
+
+// TestUnkept checks both branches of the rule a member behind follows
+// before it lets a commit pass through (Node.unkept): for a chunk it
+// serves, the tail must hold that chunk; for a chunk it only gains in a
+// ring move, another member of the chain that holds it and is not
+// catching up is enough.
+func TestUnkept(t *testing.T) {
+	nodes := func(ids ...ring.NodeID) []ring.Node {
+		var out []ring.Node
+		for _, id := range ids {
+			out = append(out, ring.Node{ID: id, Weight: 1})
+		}
+		return out
+	}
+	r, err := ring.New(ring.Config{}, 1, nodes("a", "b", "c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := ring.New(ring.Config{}, 2, nodes("a", "b", "c", "d"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const seed, rf, cs = 7, 2, 4 << 10
+	// A key whose one chunk d gains in the move from r to w.
+	var key string
+	var serving, gaining []ring.NodeID
+	for i := 0; key == ""; i++ {
+		k := fmt.Sprintf("k%d", i)
+		old, _ := r.Replicas(seed, k, 0, rf)
+		next, _ := w.Replicas(seed, k, 0, rf)
+		if slices.Contains(next, "d") {
+			key, serving, gaining = k, old, []ring.NodeID{"d"}
+		}
+	}
+	var outside ring.NodeID // a member of r holding nothing of key
+	for _, id := range []ring.NodeID{"a", "b", "c"} {
+		if !slices.Contains(serving, id) {
+			outside = id
+		}
+	}
+	behind := &sync.Map{}
+	member := func(self ring.NodeID, moving bool) (*Node, Placement) {
+		n := &Node{self: self, cfg: Config{Cluster: fakeCluster{self: self, dead: &sync.Map{}, catchingUp: behind}}}
+		pl := Placement{n: n, keyspace: testKeyspace, r: r, seed: seed, rf: rf}
+		if moving {
+			pl.w = w
+		}
+		return n, pl
+	}
+	ops := []txn.Op{{Key: key, Kind: txn.OpWrite, Data: []byte("x"), Create: true}}
+	entry := func(chain ...ring.NodeID) versionEntry { return versionEntry{chain: chain} }
+
+	// Served: the tail must hold the chunk.
+	n, pl := member(serving[0], false)
+	if err := n.unkept(pl, cs, ops, entry(serving[0], serving[1])); err != nil {
+		t.Errorf("serving member, tail holds the chunk: %v", err)
+	}
+	if err := n.unkept(pl, cs, ops, entry(serving[0], outside)); !errors.Is(err, errCatchingUp) {
+		t.Errorf("serving member, tail %s holds nothing of %q: %v, want errCatchingUp", outside, key, err)
+	}
+	if err := n.unkept(pl, cs, ops, versionEntry{}); !errors.Is(err, errCatchingUp) {
+		t.Errorf("no chain named: %v, want errCatchingUp", err)
+	}
+	if err := n.unkept(pl, cs, ops, entry(outside, serving[0])); err != nil {
+		t.Errorf("the member is the tail (the chain refuses): %v", err)
+	}
+
+	// Gained: another in-step holder in the chain is enough, wherever it is.
+	n, pl = member(gaining[0], true)
+	if err := n.unkept(pl, cs, ops, entry(serving[0], gaining[0], outside)); err != nil {
+		t.Errorf("gaining member, %s holds the chunk in step: %v", serving[0], err)
+	}
+	behind.Store(serving[0], true)
+	if err := n.unkept(pl, cs, ops, entry(serving[0], gaining[0], outside)); !errors.Is(err, errCatchingUp) {
+		t.Errorf("gaining member, the only other holder catching up: %v, want errCatchingUp", err)
+	}
+	behind.Delete(serving[0])
+	if err := n.unkept(pl, cs, ops, entry(gaining[0], outside)); !errors.Is(err, errCatchingUp) {
+		t.Errorf("gaining member, no other holder in the chain: %v, want errCatchingUp", err)
 	}
 }
