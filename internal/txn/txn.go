@@ -6,6 +6,7 @@ package txn
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 
 	"github.com/tyrstore/tyr/internal/errs"
 	"github.com/tyrstore/tyr/internal/keyspace"
@@ -163,17 +164,25 @@ type Result struct {
 
 // MergeResults returns a member's results with the values it could not
 // compute taken from the member after it in the chain, which passed them
-// on from a holder of the chunk.
+// on from a holder of the chunk. It changes neither argument: when it
+// takes a value, it returns a copy of own.
 func MergeResults(own, downstream []Result) []Result {
 	if len(own) != len(downstream) {
 		return own
 	}
+	var out []Result
 	for i := range own {
 		if own[i].Unheld && !downstream[i].Unheld {
-			own[i] = downstream[i]
+			if out == nil {
+				out = slices.Clone(own)
+			}
+			out[i] = downstream[i]
 		}
 	}
-	return own
+	if out == nil {
+		return own
+	}
+	return out
 }
 
 // Validate checks one op against the limits that do not depend on stored

@@ -12,6 +12,7 @@ package txn
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -147,5 +148,24 @@ func TestOpKindString(t *testing.T) {
 		if got := fmt.Sprint(k); got != w {
 			t.Errorf("fmt of OpKind(%d) = %q, want %q", uint8(k), got, w)
 		}
+	}
+}
+
+// TestMergeResults: a member's unheld values are taken from downstream,
+// held ones kept, and neither argument changes.
+func TestMergeResults(t *testing.T) {
+	own := []Result{{Value: 1}, {Value: 2, Unheld: true}, {Value: 3, Unheld: true}}
+	down := []Result{{Value: 10}, {Value: 20}, {Value: 30, Unheld: true}}
+	ownBefore, downBefore := slices.Clone(own), slices.Clone(down)
+	got := MergeResults(own, down)
+	want := []Result{{Value: 1}, {Value: 20}, {Value: 3, Unheld: true}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("MergeResults = %v, want %v", got, want)
+	}
+	if !slices.Equal(own, ownBefore) || !slices.Equal(down, downBefore) {
+		t.Fatalf("MergeResults changed its arguments: own %v, downstream %v", own, down)
+	}
+	if got := MergeResults(own, down[:2]); !slices.Equal(got, own) {
+		t.Fatalf("MergeResults of unequal lengths = %v, want own %v", got, own)
 	}
 }
