@@ -36,6 +36,7 @@ fuzz:
 	$(GO) test ./internal/node -run '^$$' -fuzz '^FuzzPeerMessage$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/node -run '^$$' -fuzz '^FuzzPeerRequests$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/node -run '^$$' -fuzz '^FuzzPutRing$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/node -run '^$$' -fuzz '^FuzzDecommission$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/membership -run '^$$' -fuzz '^FuzzDecodeState$$' -fuzztime $(FUZZTIME)
 
 fuzz-long:

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/tyrstore/tyr/api/peerpb"
 	"github.com/tyrstore/tyr/internal/chain"
 	"github.com/tyrstore/tyr/internal/errs"
+	"github.com/tyrstore/tyr/internal/membership"
 	"github.com/tyrstore/tyr/internal/mvcc"
 	"github.com/tyrstore/tyr/internal/rebalance"
 	"github.com/tyrstore/tyr/internal/ring"
@@ -160,6 +162,53 @@ func FuzzPutRing(f *testing.F) {
 			if after, has := n.Ring(); has != had || !reflect.DeepEqual(after, before) {
 				t.Fatalf("invalid record %q changed the node's record from %+v to %+v", b, before, after)
 			}
+		}
+	})
+}
+
+// FuzzDecommission: the node ID a ring change request names (tyr cluster
+// remove, the RingChange RPC) is refused as not found unless it is a
+// member of the ring, and a refused request leaves the ring record as it
+// was. The fuzzer skips the members' IDs: removing one starts a change.
+func FuzzDecommission(f *testing.F) {
+	view := &membership.View{}
+	for _, id := range []ring.NodeID{"n1", "n2"} {
+		if _, err := view.Apply(membership.Event{Kind: membership.EventJoin, Meta: membership.Meta{
+			ID: id, RPCAddr: "addr-" + string(id), Weight: 1, StartedUnixNano: 1}}); err != nil {
+			f.Fatal(err)
+		}
+	}
+	var n *Node
+	for _, id := range []ring.NodeID{"n1", "n2"} {
+		m := &Node{self: id, cfg: Config{Cluster: fakeCluster{self: id, view: view, dead: &sync.Map{}, catchingUp: &sync.Map{}}}}
+		rec, err := rebalance.First(id, viewRingNodes(view))
+		if err != nil {
+			f.Fatal(err)
+		}
+		if err := m.setRing(rec); err != nil {
+			f.Fatal(err)
+		}
+		if m.IsRingCoordinator() {
+			n = m
+		}
+	}
+	if n == nil {
+		f.Fatal("neither node is the ring coordinator")
+	}
+	for _, s := range []string{"", "n3", "n1 ", "\xff", "N1", "n1\x00"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, id string) {
+		before, _ := n.Ring()
+		if before.InNew(ring.NodeID(id)) {
+			return
+		}
+		_, err := n.Decommission(ring.NodeID(id))
+		if !errors.Is(err, errs.ErrNotFound) {
+			t.Fatalf("Decommission(%q) of a node not in the ring %v: %v, want not found", id, before.New, err)
+		}
+		if after, _ := n.Ring(); !reflect.DeepEqual(after, before) {
+			t.Fatalf("Decommission(%q) changed the ring record from %+v to %+v", id, before, after)
 		}
 	})
 }
