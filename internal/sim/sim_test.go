@@ -62,11 +62,12 @@ var (
 	storeFlag   = flag.String("sim.store", "both", "storage of the simulated nodes: mem, mvcc, or both (odd seeds mem, even seeds mvcc)")
 	rerouteFlag = flag.Bool("sim.reroutes", true, "let the clients' failure detectors leave nodes out of chains, so that transactions are re-executed")
 	suspectFlag = flag.Bool("sim.suspicious", false, "make the failure detectors suspect live nodes on every seed, so that most seeds re-execute transactions")
+	movesFlag   = flag.Bool("sim.moves", false, "make ring changes on every seed, not only on a third of them")
 )
 
 // config is the configuration TestSim runs seed with under the flags.
 func config(t *testing.T, seed uint64) sim.Config {
-	return sim.Config{Seed: seed, Store: storeFor(t, seed), NoReroutes: !*rerouteFlag, Suspicious: *suspectFlag}
+	return sim.Config{Seed: seed, Store: storeFor(t, seed), NoReroutes: !*rerouteFlag, Suspicious: *suspectFlag, Moves: *movesFlag}
 }
 
 // storeFor is the storage seed runs on under -sim.store.
