@@ -67,6 +67,14 @@
 // revokes the read lease of a member before it leaves it out of chains, so
 // that member catches up before it serves again.
 //
+// On a third of the seeds the keys are placed by a real ring and the fault
+// phase changes it 1 to 3 times, through the epochs of internal/rebalance:
+// a spare node joins, a member leaves or a member's weight changes, and
+// while ranges move, chains hold the old and the new owners and the new
+// ones copy what they gain over the simulated network (see
+// ringchange.go). The checkers then hold every replica under the final
+// ring to the committed history.
+//
 // A run has two phases. In the fault phase clients begin transactions
 // while the network misbehaves. Then the network heals for good and stops
 // losing messages (it still delays, reorders and repeats them), clients stop
