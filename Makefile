@@ -60,7 +60,8 @@ TORTURE ?= 30m
 torture:
 	TYR_TORTURE_DURATION=$(TORTURE) $(GO) test -race -count=1 -timeout 240m -run 'TestTorture(Cluster|Partition)?$$' -v ./tests/torture/
 
-# Seeded simulation of the chain-commit core over a faulty network.
+# Seeded simulation of the chain-commit core over a faulty network, with
+# crashes, catch-up, version GC and ring changes.
 # `make sim` runs SEEDS seeds (default 10000); `make sim SEED=n` replays one
 # seed with a full event trace. 200 seeds also run in `make test`.
 SEEDS ?= 10000

@@ -143,13 +143,18 @@ func (w *world) prepare(n ring.NodeID, id chain.TxnID, ops []txn.Op) (chain.Stag
 	var mismatch *mvcc.BaseMismatchError
 	if errors.As(err, &mismatch) && (mismatch.Have < mismatch.Want || catching) {
 		unkept := w.unkept(n, ops, f.chain)
-		w.startCatchUp(n, fmt.Sprintf("prepare of %s: %v", id, err), false)
+		// Keys it only gains in a ring change are the move's copy's to
+		// fetch: the node does not catch up as a whole for them.
+		gained := w.onlyGained(n, ops)
+		if !gained {
+			w.startCatchUp(n, fmt.Sprintf("prepare of %s: %v", id, err), false)
+		}
 		if unkept != nil {
 			w.stats.Unkept++
 			w.trace("%s refuses to pass %s through: %v", n, id, unkept)
 			return nil, unkept
 		}
-		return w.passThrough(n, id, ops, f.bases)
+		return w.passThrough(n, id, ops, f.bases, gained)
 	}
 	if mismatch != nil {
 		w.stats.Ahead++
@@ -192,28 +197,55 @@ func (w *world) unkept(n ring.NodeID, ops []txn.Op, chainIDs []ring.NodeID) erro
 		return nil // The chain refuses the commit (chain.ErrBehind).
 	}
 	for _, op := range ops {
-		if op.Kind != txn.OpReadCheck && w.owns(n, op.Key) && !w.owns(tail, op.Key) {
-			return fmt.Errorf("%w: %s, behind on %q, stores it while the tail %s of the chain %v does not",
-				errs.ErrUnavailable, n, op.Key, tail, chainIDs)
+		if op.Kind == txn.OpReadCheck || !w.owns(n, op.Key) {
+			continue
+		}
+		if w.serves(n, op.Key) {
+			if !w.owns(tail, op.Key) {
+				return fmt.Errorf("%w: %s, behind on %q, stores it while the tail %s of the chain %v does not",
+					errs.ErrUnavailable, n, op.Key, tail, chainIDs)
+			}
+			continue
+		}
+		// A key n only gains in a ring change: another member that
+		// stores it and is not catching up will do.
+		if !slices.ContainsFunc(chainIDs, func(id ring.NodeID) bool { return id != n && w.owns(id, op.Key) && !w.catchingUp(id) }) {
+			return fmt.Errorf("%w: %s, gaining %q, is the only member of the chain %v that stores it",
+				errs.ErrUnavailable, n, op.Key, chainIDs)
 		}
 	}
 	return nil
 }
 
 // passThrough is what node n, whose copy is behind, stages for id: nothing.
-func (w *world) passThrough(n ring.NodeID, id chain.TxnID, ops []txn.Op, bases map[string]mvcc.Base) (chain.Staged, error) {
+//
+// gained: n only gains the keys of ops in a ring change; they are marked
+// for the move's copy, unless that copy ended: then n catches up, as a
+// node's passThrough does.
+func (w *world) passThrough(n ring.NodeID, id chain.TxnID, ops []txn.Op, bases map[string]mvcc.Base, gained bool) (chain.Staged, error) {
 	s := w.stores[n]
 	if err := s.pass(id); err != nil {
 		return nil, err
 	}
 	w.stats.Passed++
-	w.trace("%s passes %s through: its copy is behind", n, id)
-	p := &passStaged{w: w, n: n, id: id, ops: ops, wants: map[string]uint64{}}
+	if gained {
+		w.trace("%s passes %s through: its copy of keys it gains is behind", n, id)
+	} else {
+		w.trace("%s passes %s through: its copy is behind", n, id)
+	}
+	owned := slices.DeleteFunc(opKeys(ops), func(k string) bool { return !w.owns(n, k) })
+	if gained && !w.markMoveDirty(n, owned, 0) {
+		gained = false
+		w.startCatchUp(n, fmt.Sprintf("%s passed through it for a key it gains after its copy ended", id), false)
+	}
+	p := &passStaged{w: w, n: n, id: id, ops: ops, wants: map[string]uint64{}, gained: gained}
 	for _, op := range ops {
 		if !w.owns(n, op.Key) {
 			continue
 		}
-		w.markDirty(n, op.Key, 0)
+		if !gained {
+			w.markDirty(n, op.Key, 0)
+		}
 		if op.Kind != txn.OpReadCheck {
 			b, given := bases[op.Key]
 			p.wants[op.Key] = s.versionAfter(id, ops, op.Key, b, given)
@@ -230,6 +262,8 @@ type passStaged struct {
 	id    chain.TxnID
 	ops   []txn.Op
 	wants map[string]uint64 // per key, the version the commit leaves
+	// gained: the keys are marked for a ring change's copy, not catch-up.
+	gained bool
 }
 
 var _ chain.Passing = (*passStaged)(nil)
@@ -241,6 +275,12 @@ func (p *passStaged) Commit(results []txn.Result) error {
 		return err
 	}
 	p.w.stats.PassedCommitted++
+	if p.gained && p.w.markMoveDirty(p.n, nil, 0) {
+		for _, k := range slices.Sorted(maps.Keys(p.wants)) {
+			p.w.markMoveDirty(p.n, []string{k}, p.wants[k])
+		}
+		return nil
+	}
 	for _, k := range slices.Sorted(maps.Keys(p.wants)) {
 		p.w.markDirty(p.n, k, p.wants[k])
 	}
@@ -294,19 +334,7 @@ func (w *world) stepCatchUp(n ring.NodeID) {
 		return
 	}
 	if !c.barrier {
-		j := slices.Index(w.nodes, n)
-		for i, cl := range w.clients {
-			if c.answered[i] || !w.reaches(i, j, cl.ID(), n) || slices.Contains(w.views[i], n) {
-				continue
-			}
-			c.answered[i] = true
-			for _, id := range w.order {
-				if id.Coordinator == cl.ID() && !w.txns[id].finished {
-					c.cut = append(c.cut, id)
-				}
-			}
-		}
-		if slices.Contains(c.answered, false) || slices.ContainsFunc(c.cut, func(id chain.TxnID) bool { return !w.txns[id].finished }) {
+		if !w.barrierStep(n, c.answered, &c.cut) {
 			return
 		}
 		c.barrier, c.cut = true, nil
@@ -337,14 +365,35 @@ func (w *world) stepCatchUp(n ring.NodeID) {
 	w.trace("%s caught up (since tick %d)", n, c.since)
 }
 
+// barrierStep takes a step of node n's barrier (see step 1 at the top of
+// this file): answered holds, per client, whether it answered, and cut
+// the transactions the clients had in flight when they did. It reports
+// whether the barrier is passed.
+func (w *world) barrierStep(n ring.NodeID, answered []bool, cut *[]chain.TxnID) bool {
+	j := slices.Index(w.nodes, n)
+	for i, cl := range w.clients {
+		if answered[i] || !w.reaches(i, j, cl.ID(), n) || slices.Contains(w.views[i], n) {
+			continue
+		}
+		answered[i] = true
+		for _, id := range w.order {
+			if id.Coordinator == cl.ID() && !w.txns[id].finished {
+				*cut = append(*cut, id)
+			}
+		}
+	}
+	return !slices.Contains(answered, false) && !slices.ContainsFunc(*cut, func(id chain.TxnID) bool { return !w.txns[id].finished })
+}
+
 // sources are the replicas node n may copy key from, in the order a node
-// tries them: the other ones that are up and not catching up (ready),
-// then the others up. Whether n reaches them is the refresh's to find
-// out.
+// tries them, among those serving reads of key (not those only gaining it
+// in a ring change): the other ones that are up and not catching up
+// (ready), then the others up. Whether n reaches them is the refresh's to
+// find out.
 func (w *world) sources(n ring.NodeID, key string) []candidate {
 	var out []candidate
 	for _, ready := range []bool{true, false} {
-		for _, id := range w.placement[key] {
+		for _, id := range w.serving[key] {
 			if id != n && !w.down[id] && ready != w.catchingUp(id) {
 				out = append(out, candidate{id, ready})
 			}
@@ -366,28 +415,39 @@ type candidate struct {
 func (w *world) refreshKey(n ring.NodeID, key string, want uint64) bool {
 	srcs := w.sources(n, key)
 	if len(srcs) == 0 {
-		return len(w.placement[key]) == 1 // the only replica: nothing to copy
+		// The only replica serving key: nothing to copy.
+		return !slices.ContainsFunc(w.serving[key], func(id ring.NodeID) bool { return id != n })
 	}
-	var (
-		src     ring.NodeID
-		ready   bool
-		changed bool
-		err     error
-	)
-	before := slices.Clone(w.stores[n].keyLog(key))
 	for _, c := range srcs {
-		src, ready = c.id, c.ready
-		if w.partitioned(n, src) || w.stores[src].locked(key) || w.stores[n].locked(key) {
-			return false // a node's call fails, or waits for the lock
-		}
-		changed, err = w.stores[n].refresh(key, w.stores[src], ready, want)
-		if !errors.Is(err, mvcc.ErrCopyBehind) {
-			break
+		done, behind := w.copyKey(n, key, c.id, c.ready, want)
+		if !behind {
+			return done
 		}
 	}
+	return false
+}
+
+// source is the first of sources(n, key), if any.
+func (w *world) source(n ring.NodeID, key string) (ring.NodeID, bool) {
+	if srcs := w.sources(n, key); len(srcs) > 0 {
+		return srcs[0].id, srcs[0].ready
+	}
+	return "", false
+}
+
+// copyKey brings node n's copy of key in step with src's, with a copy at
+// least at version want, as refreshKey does (ready: src is not catching
+// up); it reports whether it is done, or must be tried again later, and
+// whether src's copy is behind want (mvcc.ErrCopyBehind).
+func (w *world) copyKey(n ring.NodeID, key string, src ring.NodeID, ready bool, want uint64) (done, behind bool) {
+	if w.partitioned(n, src) || w.stores[src].locked(key) || w.stores[n].locked(key) {
+		return false, false // a node's call fails, or waits for the lock
+	}
+	before := slices.Clone(w.stores[n].keyLog(key))
+	changed, err := w.stores[n].refresh(key, w.stores[src], ready, want)
 	if err != nil {
 		w.trace("%s cannot refresh %s from %s yet: %v", n, key, src, err)
-		return false
+		return false, errors.Is(err, mvcc.ErrCopyBehind)
 	}
 	if changed {
 		w.stats.Refreshed++
@@ -398,7 +458,7 @@ func (w *world) refreshKey(n ring.NodeID, key string, want uint64) bool {
 	if !ready {
 		w.noteAllFailed(n, key, before)
 	}
-	return true
+	return true, false
 }
 
 // noteStagesLost records, for each committed transaction, the keys whose
@@ -420,7 +480,7 @@ func (w *world) noteStagesLost() {
 		}
 		for _, op := range t.ops {
 			k := op.Key
-			if w.allFailed[k][id] || slices.ContainsFunc(w.placement[k], func(n ring.NodeID) bool {
+			if w.allFailed[k][id] || slices.ContainsFunc(t.keyPlaced[k], func(n ring.NodeID) bool {
 				return slices.Contains(t.final, n) && !slices.Contains(w.stageLost[id], n)
 			}) {
 				continue

@@ -85,6 +85,13 @@ func (w *world) checkLiveness(add func(string, ...any)) {
 			add("liveness: %s still catches up, since tick %d (barrier passed %t, to refresh %v, dirty %v)",
 				n, c.since, c.barrier, c.todo, c.dirty)
 		}
+		if m := w.ring.moves[n]; m != nil && m.active {
+			add("liveness: %s still copies the ranges it gains in epoch %d (barrier passed %t, to copy %v, dirty %v)",
+				n, m.epoch, m.barrier, m.todo, w.ring.dirty[n])
+		}
+	}
+	if w.ringBusy() {
+		add("liveness: ring epoch %d is %v (changes proposed %d of %d)", w.ring.rec.Epoch, w.ring.rec.Phase, w.ring.proposed, w.ring.plan.changes)
 	}
 }
 

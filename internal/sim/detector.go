@@ -74,7 +74,7 @@ func (w *world) pickDetector(rng *rand.Rand) {
 	w.views = make([][]ring.NodeID, w.p.clients)
 	w.lostSince = make([][]int, w.p.clients)
 	for i := range w.lostSince {
-		w.lostSince[i] = make([]int, w.p.nodes)
+		w.lostSince[i] = make([]int, w.p.nodes+w.ring.plan.spares)
 		for j := range w.lostSince[i] {
 			w.lostSince[i][j] = -1
 		}
@@ -137,12 +137,13 @@ func (w *world) inChains(i int) func(n ring.NodeID) bool {
 	return func(n ring.NodeID) bool { return !slices.Contains(w.views[i], n) }
 }
 
-// keepsKeys reports whether members hold a replica of every key of ops, as
-// a node's check before a re-execution does (node.keepsBlobs): a chain
-// without one would commit that key's change nowhere.
+// keepsKeys reports whether members hold a replica of every key of ops
+// that serves it, as a node's check before a re-execution does
+// (node.keepsBlobs): a chain without one would commit that key's change
+// nowhere, or only where it may not be copied yet.
 func (w *world) keepsKeys(ops []txn.Op, members []ring.NodeID) bool {
 	for _, op := range ops {
-		if !slices.ContainsFunc(w.placement[op.Key], func(n ring.NodeID) bool { return slices.Contains(members, n) }) {
+		if !slices.ContainsFunc(w.serving[op.Key], func(n ring.NodeID) bool { return slices.Contains(members, n) }) {
 			return false
 		}
 	}

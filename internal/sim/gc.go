@@ -252,7 +252,7 @@ func (w *world) stepReader(i int) {
 			return
 		}
 		k := w.keys[rng.IntN(len(w.keys))]
-		n := w.placement[k][rng.IntN(len(w.placement[k]))]
+		n := w.serving[k][rng.IntN(len(w.serving[k]))] // a node gaining k serves no reads
 		use := rng.IntN(100) < w.gc.usePct
 		hold := 1 + rng.IntN(2*w.gc.retentionTicks+w.gc.lingerTicks)
 		if w.down[n] || w.catchingUp(n) {

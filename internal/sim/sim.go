@@ -67,6 +67,14 @@
 // revokes the read lease of a member before it leaves it out of chains, so
 // that member catches up before it serves again.
 //
+// On a third of the seeds the keys are placed by a real ring and the fault
+// phase changes it 1 to 3 times, through the epochs of internal/rebalance:
+// a spare node joins, a member leaves or a member's weight changes, and
+// while ranges move, chains hold the old and the new owners and the new
+// ones copy what they gain over the simulated network (see
+// ringchange.go). The checkers then hold every replica under the final
+// ring to the committed history.
+//
 // A run has two phases. In the fault phase clients begin transactions
 // while the network misbehaves. Then the network heals for good and stops
 // losing messages (it still delays, reorders and repeats them), clients stop
@@ -125,6 +133,12 @@ type Config struct {
 	// its failure detector never took a node for dead: no transaction is
 	// re-executed, or begun on fewer than all its keys' replicas.
 	NoReroutes bool
+	// Moves forces ring changes on every seed (see ringchange.go).
+	Moves bool
+	// SwitchBeforeCopy makes the nodes that gain ranges in a ring change
+	// report them copied without copying them: the bug that switches
+	// reads and chains to the new ring before its owners hold the data.
+	SwitchBeforeCopy bool
 	// Trace, if set, receives one line per event, for replaying a seed.
 	Trace func(line string)
 }
@@ -274,6 +288,12 @@ type Stats struct {
 	// OldServed those served and OldGone those refused (see gc.go).
 	Collections, Collected             int
 	Pins, OldReads, OldServed, OldGone int
+	// Moves counts the ring changes proposed, KeysMoved the replicas of
+	// keys they added, MoveCopies the keys the nodes gaining them copied
+	// (a request and its reply over the network) and CopyRetries the
+	// copy requests sent again, their request or reply lost or the copy
+	// not possible yet (see ringchange.go).
+	Moves, KeysMoved, MoveCopies, CopyRetries int
 }
 
 // Add adds the counts of o to s, field by field (every field is a count).
@@ -293,6 +313,10 @@ const (
 	eventPartition
 	eventCrash
 	eventRestart
+	// eventCopy: a ring change's copy request reaches its source;
+	// eventCopied: its reply reaches the node copying.
+	eventCopy
+	eventCopied
 )
 
 type event struct {
@@ -301,7 +325,8 @@ type event struct {
 	kind eventKind
 	msg  chain.Message
 	sent int         // eventDeliver: when the message was sent
-	node ring.NodeID // eventCrash, eventRestart
+	node ring.NodeID // eventCrash, eventRestart; eventCopy, eventCopied: the node copying
+	copy *copyReq    // eventCopy, eventCopied
 	// sides assigns each endpoint to one side of a partition; nil heals.
 	sides map[ring.NodeID]bool
 	// bases: eventDeliver of a Forward: the bases it carries (see
@@ -339,9 +364,11 @@ type txnRecord struct {
 	// of its last re-execution (chain when there was none). Each is a
 	// subsequence of the one before.
 	placed, chain, final []ring.NodeID
-	reroutes             int
-	finished             bool
-	outcome              chain.Outcome
+	// keyPlaced are the replicas of each key it writes when it began.
+	keyPlaced map[string][]ring.NodeID
+	reroutes  int
+	finished  bool
+	outcome   chain.Outcome
 }
 
 // world is one run's state.
@@ -362,10 +389,15 @@ type world struct {
 	skews     []int
 	keys      []string
 	placement map[string][]ring.NodeID // sorted replicas of each key
-	txns      map[chain.TxnID]*txnRecord
-	order     []chain.TxnID // in begin order
-	sides     map[ring.NodeID]bool
-	healed    bool
+	// serving are the replicas of each key that serve its reads, sorted:
+	// those of placement but for the ones that only gain it in a ring
+	// change (see ringchange.go).
+	serving map[string][]ring.NodeID
+	ring    ringState
+	txns    map[chain.TxnID]*txnRecord
+	order   []chain.TxnID // in begin order
+	sides   map[ring.NodeID]bool
+	healed  bool
 	// down holds the crashed nodes; restarted is when each node last
 	// restarted; behind holds, per key, the nodes whose copy missed a
 	// commit (see the package doc).
@@ -416,7 +448,7 @@ func Run(cfg Config) Result {
 	rng := rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))
 	w := &world{cfg: cfg, p: pickProfile(rng, cfg), rng: rng,
 		replicas: map[ring.NodeID]*chain.Replica{}, stores: map[ring.NodeID]nodeStore{},
-		placement: map[string][]ring.NodeID{}, txns: map[chain.TxnID]*txnRecord{},
+		placement: map[string][]ring.NodeID{}, serving: map[string][]ring.NodeID{}, txns: map[chain.TxnID]*txnRecord{},
 		down: map[ring.NodeID]bool{}, restarted: map[ring.NodeID]int{}, behind: map[string]map[ring.NodeID]bool{},
 		stageLost: map[chain.TxnID][]ring.NodeID{},
 		collected: map[ring.NodeID]int{}, crashTicks: map[ring.NodeID][]int{},
@@ -426,6 +458,9 @@ func Run(cfg Config) Result {
 	w.gc = pickGC(w.gcRng)
 	w.pins = make([]*pin, w.gc.readers)
 	w.p.crashes = pickCrashes(crashSource(cfg.Seed), cfg)
+	w.ring = ringState{rng: ringSource(cfg.Seed), moves: map[ring.NodeID]*moveCopy{},
+		dirty: map[ring.NodeID]map[string]uint64{}, closed: map[ring.NodeID]uint64{}}
+	w.ring.plan = pickRing(w.ring.rng, cfg)
 	h := fnv.New64a()
 	w.traceHasher = func(b []byte) { _, _ = h.Write(b) }
 	defer w.closeStores()
@@ -469,7 +504,7 @@ func Run(cfg Config) Result {
 
 func (w *world) build() {
 	p := w.p
-	for i := range p.nodes {
+	for i := range p.nodes + w.ring.plan.spares {
 		w.nodes = append(w.nodes, ring.NodeID(fmt.Sprintf("n%d", i)))
 	}
 	for i := range p.keys {
@@ -480,7 +515,11 @@ func (w *world) build() {
 			set = append(set, w.nodes[j])
 		}
 		slices.Sort(set)
-		w.placement[k] = set
+		w.placement[k], w.serving[k] = set, set
+	}
+	if w.ringOn() {
+		// The draws above keep the workload's random stream as it was.
+		w.buildRing()
 	}
 	for _, n := range w.nodes {
 		owns := func(key string) bool { return slices.Contains(w.placement[key], n) }
@@ -727,6 +766,7 @@ func (w *world) loop() {
 				// What the node held beside its replica is gone too.
 				w.forwards[e.node] = map[chain.TxnID]*forward{}
 				w.catch[e.node] = &catchUp{}
+				w.ringCrash(e.node)
 				w.stats.Crashes++
 			}
 		case eventRestart:
@@ -736,7 +776,10 @@ func (w *world) loop() {
 				w.restarted[e.node] = w.now
 				w.replicas[e.node] = w.newReplica(e.node)
 				w.startCatchUp(e.node, "restarted", true)
+				w.ringRestart(e.node)
 			}
+		case eventCopy, eventCopied:
+			w.deliverCopy(e.kind, e.node, e.copy)
 		case eventTick:
 			w.tick()
 			if w.done() {
@@ -752,7 +795,7 @@ func (w *world) loop() {
 // done reports whether the liveness phase reached quiescence: every
 // transaction finished, every replica forgot everything, nothing in flight.
 func (w *world) done() bool {
-	if !w.healed || w.inFlight > 0 || len(w.down) > 0 {
+	if !w.healed || w.inFlight > 0 || len(w.down) > 0 || w.ringBusy() {
 		return false
 	}
 	for _, n := range w.nodes {
@@ -775,6 +818,7 @@ func (w *world) done() bool {
 
 func (w *world) tick() {
 	w.updateViews()
+	w.ringTick()
 	w.gcTick()
 	for _, n := range w.nodes {
 		w.stepCatchUp(n)
@@ -808,6 +852,7 @@ func (w *world) tick() {
 func (w *world) begin(c *chain.Coordinator, ci int) {
 	ops := make([]txn.Op, 1+w.rng.IntN(3))
 	var placed []ring.NodeID
+	keyPlaced := map[string][]ring.NodeID{}
 	unavailable := ""
 	inChains := w.inChains(ci)
 	for i := range ops {
@@ -817,7 +862,8 @@ func (w *world) begin(c *chain.Coordinator, ci int) {
 		}
 		ops[i] = w.randomOp(key)
 		placed = append(placed, w.placement[key]...)
-		if !slices.ContainsFunc(w.placement[key], inChains) {
+		keyPlaced[key] = w.placement[key]
+		if !slices.ContainsFunc(w.serving[key], inChains) {
 			unavailable = key
 		}
 	}
@@ -834,7 +880,7 @@ func (w *world) begin(c *chain.Coordinator, ci int) {
 		return
 	}
 	w.stats.Begun++
-	t := &txnRecord{id: id, begun: w.now, version: w.newVersion(ci), ops: ops, placed: placed, chain: members, final: members}
+	t := &txnRecord{id: id, begun: w.now, version: w.newVersion(ci), ops: ops, placed: placed, keyPlaced: keyPlaced, chain: members, final: members}
 	w.txns[id] = t
 	w.order = append(w.order, id)
 	w.trace("%s begin %s version=%d chain=%v ops=%v", c.ID(), id, t.version, members, opsString(ops))
@@ -842,14 +888,15 @@ func (w *world) begin(c *chain.Coordinator, ci int) {
 
 // chainOrder orders the members of a chain of ops (sorted) as a node
 // does (node.Chain): every replica of a key is a version manager of it,
-// so there are no holders; the nodes catching up come after the others,
-// but for a ready one last where each key's first replica in the chain
-// stays a ready one (chain.OrderTailReady).
+// so there are no holders; the nodes catching up, and those that only
+// gain a key of ops in a ring change, come after the others, but for a
+// ready one last where each key's first replica in the chain stays a
+// ready one (chain.OrderTailReady).
 func (w *world) chainOrder(ops []txn.Op, members []ring.NodeID) []ring.NodeID {
 	var groups [4][]ring.NodeID
 	for _, n := range members {
 		g := 0
-		if w.catchingUp(n) {
+		if w.catchingUp(n) || slices.ContainsFunc(ops, func(op txn.Op) bool { return w.gaining(n, op.Key) }) {
 			g = 1
 		}
 		groups[g] = append(groups[g], n)
@@ -1101,7 +1148,7 @@ func (w *world) summary() string {
 		w.stats.Reroutes, w.stats.Rerouted, w.stats.RerouteCommitted, w.stats.LeftOut, w.stats.LeftStaged, w.stats.LeftBehind,
 		w.stats.OldChain, w.stats.Behind, w.stats.Copies, w.now,
 		w.stats.Passed, w.stats.PassedCommitted, w.stats.BehindRefused, w.stats.Asks, w.stats.Unkept, w.stats.Ahead,
-		w.stats.CatchUps, w.stats.CatchUpsBegun, w.stats.Refreshed, w.stats.AllFailed) + w.gcSummary()
+		w.stats.CatchUps, w.stats.CatchUpsBegun, w.stats.Refreshed, w.stats.AllFailed) + w.gcSummary() + w.ringSummary()
 }
 
 // gcSummary is the collector's part of the summary, on mvcc.

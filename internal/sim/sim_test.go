@@ -62,11 +62,12 @@ var (
 	storeFlag   = flag.String("sim.store", "both", "storage of the simulated nodes: mem, mvcc, or both (odd seeds mem, even seeds mvcc)")
 	rerouteFlag = flag.Bool("sim.reroutes", true, "let the clients' failure detectors leave nodes out of chains, so that transactions are re-executed")
 	suspectFlag = flag.Bool("sim.suspicious", false, "make the failure detectors suspect live nodes on every seed, so that most seeds re-execute transactions")
+	movesFlag   = flag.Bool("sim.moves", false, "make ring changes on every seed, not only on a third of them")
 )
 
 // config is the configuration TestSim runs seed with under the flags.
 func config(t *testing.T, seed uint64) sim.Config {
-	return sim.Config{Seed: seed, Store: storeFor(t, seed), NoReroutes: !*rerouteFlag, Suspicious: *suspectFlag}
+	return sim.Config{Seed: seed, Store: storeFor(t, seed), NoReroutes: !*rerouteFlag, Suspicious: *suspectFlag, Moves: *movesFlag}
 }
 
 // storeFor is the storage seed runs on under -sim.store.
@@ -164,13 +165,15 @@ func TestSim(t *testing.T) {
 	start := time.Now()
 	results := runSeeds(*firstFlag, n, func(seed uint64) sim.Config { return config(t, seed) })
 	var total sim.Stats
-	failed, partitioned, lossy, onMVCC, ordered, rerouted := 0, 0, 0, 0, 0, 0
+	failed, partitioned, lossy, onMVCC, ordered, rerouted, moved := 0, 0, 0, 0, 0, 0, 0
+	var failedSeeds []uint64
 	for _, r := range results {
 		if storeOf(r) == "mvcc" {
 			onMVCC++
 		}
 		if len(r.Anomalies) > 0 {
 			failed++
+			failedSeeds = append(failedSeeds, r.Seed)
 			if failed <= 5 {
 				report(t, r)
 			}
@@ -185,6 +188,9 @@ func TestSim(t *testing.T) {
 		if r.Stats.Partitions > 0 {
 			partitioned++
 		}
+		if r.Stats.Moves > 0 {
+			moved++
+		}
 		if r.Stats.Dropped > 0 {
 			lossy++
 		}
@@ -196,7 +202,8 @@ func TestSim(t *testing.T) {
 		"catch-up: %d commits passed through a member behind (%d committed), %d refused by a tail behind (chain.ErrBehind), %d asks by a re-execution's tail, "+
 		"%d pass-throughs refused as the tail does not store the key, %d commits refused by a copy ahead, %d of %d catch-ups finished, %d copies refreshed, "+
 		"%d commits excused as every replica of a key failed; "+
-		"gc: %d collector passes deleted %d page versions; readers pinned %d versions and read superseded ones %d times (%d served, %d gone)",
+		"gc: %d collector passes deleted %d page versions; readers pinned %d versions and read superseded ones %d times (%d served, %d gone); "+
+		"ring: %d changes on %d seeds added %d replicas of keys, %d keys copied, %d copy requests sent again",
 		*firstFlag, *firstFlag+uint64(n)-1, onMVCC, failed, time.Since(start).Round(time.Millisecond), lossy, partitioned,
 		total.Begun, total.Committed, total.Aborted, total.Sent, total.Dropped, total.Partitioned,
 		total.Queued, total.QueuedCommitted, total.Waited, ordered,
@@ -204,7 +211,11 @@ func TestSim(t *testing.T) {
 		total.Behind, total.Copies,
 		total.Passed, total.PassedCommitted, total.BehindRefused, total.Asks, total.Unkept, total.Ahead,
 		total.CatchUps, total.CatchUpsBegun, total.Refreshed, total.AllFailed,
-		total.Collections, total.Collected, total.Pins, total.OldReads, total.OldServed, total.OldGone)
+		total.Collections, total.Collected, total.Pins, total.OldReads, total.OldServed, total.OldGone,
+		total.Moves, moved, total.KeysMoved, total.MoveCopies, total.CopyRetries)
+	if failed > 5 {
+		t.Logf("failed seeds: %v", failedSeeds)
+	}
 	if total.Committed == 0 || total.Aborted == 0 {
 		t.Errorf("the workload is degenerate: %d committed, %d aborted", total.Committed, total.Aborted)
 	}
@@ -218,6 +229,10 @@ func TestSim(t *testing.T) {
 	if n >= 50 && (total.PassedCommitted == 0 || total.BehindRefused == 0 || total.Refreshed == 0) {
 		t.Errorf("the workload is degenerate: %d commits passed through a member and committed, %d were refused by a tail behind, %d copies were refreshed",
 			total.PassedCommitted, total.BehindRefused, total.Refreshed)
+	}
+	if n >= 50 && (total.KeysMoved == 0 || total.MoveCopies == 0 || total.CopyRetries == 0) {
+		t.Errorf("the workload is degenerate: %d ring changes added %d replicas of keys, %d keys copied, %d copy requests sent again",
+			total.Moves, total.KeysMoved, total.MoveCopies, total.CopyRetries)
 	}
 	if *rerouteFlag && n >= 50 && 5*rerouted < n {
 		t.Errorf("the workload is degenerate: only %d of %d seeds re-executed a transaction", rerouted, n)
@@ -280,6 +295,36 @@ func TestSimCatchesAbortOnTimeout(t *testing.T) {
 		}
 	}
 	t.Fatalf("no anomaly in %d lossy seeds with replicas that abort on timeout", seedsMax)
+}
+
+// TestSimCatchesUncopiedMove makes ring changes on every seed with nodes
+// that report the ranges they gain copied without copying them, so that
+// reads and chains switch to owners that lack the data, and expects the
+// checkers to report a key whose replicas under the final ring miss
+// commits the coordinators saw committed, or disagree, within a few
+// hundred seeds; the same seed with the copies must pass.
+func TestSimCatchesUncopiedMove(t *testing.T) {
+	const seedsMax = 400
+	caught := func(a string) bool {
+		return strings.HasPrefix(a, "durability: replica ") || strings.HasPrefix(a, "agreement: ")
+	}
+	batch := runtime.GOMAXPROCS(0)
+	for first := uint64(1); first <= seedsMax; first += uint64(batch) {
+		results := runSeeds(first, batch, func(seed uint64) sim.Config {
+			return sim.Config{Seed: seed, Moves: true, SwitchBeforeCopy: true, Store: storeFor(t, seed), NoReroutes: !*rerouteFlag}
+		})
+		for _, r := range results {
+			if !slices.ContainsFunc(r.Anomalies, caught) {
+				continue
+			}
+			t.Logf("seed %d caught the uncopied move: %s\n\t%s", r.Seed, r.Summary, strings.Join(r.Anomalies, "\n\t"))
+			if clean := sim.Run(sim.Config{Seed: r.Seed, Moves: true, Store: storeFor(t, r.Seed), NoReroutes: !*rerouteFlag}); len(clean.Anomalies) > 0 {
+				report(t, clean)
+			}
+			return
+		}
+	}
+	t.Fatalf("no anomaly in %d seeds with ring changes whose new owners skip the copy", seedsMax)
 }
 
 // TestSimCatchesIgnoredRestarts turns on the replica bug that takes a
