@@ -523,7 +523,7 @@ func (n *Node) peerVersions(ctx context.Context, id ring.NodeID, keyspace string
 // 0 (a commit at want passed through this node), the source's copy must be
 // at least that version or the blob absent.
 func (n *Node) refresh(ctx context.Context, ks *storage.Keyspace, pl Placement, key string, want uint64) error {
-	vms, err := pl.replicas(key, 0)
+	vms, err := pl.sourceReplicas(key, 0)
 	if err != nil {
 		return err
 	}
@@ -646,7 +646,7 @@ func (s *chunkSource) Read(off, length uint64) ([]byte, error) {
 	if expect == 0 {
 		return make([]byte, length), nil // never written since the blob was created
 	}
-	reps, err := s.pl.replicas(s.key, chunk)
+	reps, err := s.pl.sourceReplicas(s.key, chunk)
 	if err != nil {
 		return nil, err
 	}

@@ -562,7 +562,13 @@ func (n *Node) coordinate(ctx context.Context) error {
 	mine := n.ringReport()
 	acks[n.self] = rebalance.Ack{Epoch: rec.Epoch, Phase: rec.Phase, Copied: mine.GetCopied()}
 	if rec.Phase != rebalance.PhaseClean {
-		next, changed := rebalance.Advance(rec, acks, n.cfg.Cluster.Alive)
+		inStep := func(id ring.NodeID) bool {
+			if id == n.self {
+				return !n.CatchingUp()
+			}
+			return !n.cfg.Cluster.CatchingUp(id)
+		}
+		next, changed := rebalance.Advance(rec, acks, n.cfg.Cluster.Alive, inStep)
 		if !changed {
 			return nil
 		}

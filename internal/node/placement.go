@@ -117,6 +117,28 @@ func (p Placement) replicas(key string, c uint64) ([]ring.NodeID, error) {
 	return reps, nil
 }
 
+// sourceReplicas returns the nodes a catch-up may copy chunk c of key
+// from: its read replicas, and while reads switch to a new ring
+// (rebalance.PhaseSwitching) the old ring's replicas too, which take every
+// write until the new owners are all in step: a new owner left out of a
+// commit may have no other new owner to copy it from.
+func (p Placement) sourceReplicas(key string, c uint64) ([]ring.NodeID, error) {
+	reps, err := p.replicas(key, c)
+	if err != nil || p.w == nil || p.w.Epoch() > p.r.Epoch() {
+		return reps, err
+	}
+	old, err := p.w.Replicas(p.seed, key, c, p.rf)
+	if err != nil {
+		return reps, nil
+	}
+	for _, id := range old {
+		if !slices.Contains(reps, id) {
+			reps = append(reps, id)
+		}
+	}
+	return reps, nil
+}
+
 // holdsAny reports whether this node holds a chunk of a blob of size bytes
 // (chunk size cs).
 func (p Placement) holdsAny(key string, size, cs uint64) bool {

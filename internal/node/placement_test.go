@@ -187,3 +187,40 @@ func TestUnkept(t *testing.T) {
 		t.Errorf("gaining member, no other holder in the chain: %v, want errCatchingUp", err)
 	}
 }
+
+// TestSourceReplicas: a catch-up copies from the read replicas, and while
+// reads switch to a new ring also from the old ring's, which still take
+// every write; not from the new ring's while it is being copied.
+func TestSourceReplicas(t *testing.T) {
+	old, err := ring.New(ring.Config{}, 1, []ring.Node{{ID: "a", Weight: 1}, {ID: "b", Weight: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := ring.New(ring.Config{}, 2, []ring.Node{{ID: "a", Weight: 1}, {ID: "b", Weight: 1}, {ID: "c", Weight: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &Node{self: "c"}
+	const seed, rf = 3, 1
+	for i := range 50 {
+		key := fmt.Sprintf("k%d", i)
+		was, _ := old.Replicas(seed, key, 0, rf)
+		now, _ := next.Replicas(seed, key, 0, rf)
+		copying := Placement{n: n, r: old, w: next, seed: seed, rf: rf}
+		if got, err := copying.sourceReplicas(key, 0); err != nil || !slices.Equal(got, was) {
+			t.Fatalf("copying, %s: sources %v (%v), want the old owners %v", key, got, err, was)
+		}
+		switching := Placement{n: n, r: next, w: old, seed: seed, rf: rf}
+		want := slices.Clone(now)
+		if !slices.Equal(was, now) {
+			want = append(want, was...)
+		}
+		if got, err := switching.sourceReplicas(key, 0); err != nil || !slices.Equal(got, want) {
+			t.Fatalf("switching, %s: sources %v (%v), want %v", key, got, err, want)
+		}
+		clean := Placement{n: n, r: next, seed: seed, rf: rf}
+		if got, err := clean.sourceReplicas(key, 0); err != nil || !slices.Equal(got, now) {
+			t.Fatalf("clean, %s: sources %v (%v), want %v", key, got, err, now)
+		}
+	}
+}

@@ -20,13 +20,18 @@
 //     chained after the copy starts includes the new owners.
 //   - Copying: the same placement; every node in Moves copies the blobs of
 //     the ranges it gains from their Old owners, in the background.
-//   - Switching: entered when every move is copied. Writes still go to the
+//   - Switching: entered when every move is copied, by every node gaining
+//     ranges, including one that is down: the change waits for it. Writes still go to the
 //     union; reads go to New's owners, which now hold every commit. Nodes
 //     still in Copying read Old's owners, which hold every commit too.
 //   - Active: writes and reads on New's owners only. Entered once every
 //     member reads from New (acknowledged Switching), so no reader is left
-//     on an owner that no longer takes writes.
-//   - Clean: entered once every member acknowledged Active: no node sends
+//     on an owner that no longer takes writes, and every member of New is
+//     up and in step: a new owner catching up (it missed a commit, say,
+//     taken for dead) copies from the old owners while they still take
+//     every write.
+//   - Clean: entered once every member acknowledged Active, and every
+//     member of New is again up and in step: no node sends
 //     anything to the old owners any more, which now delete what they no
 //     longer hold. A new epoch may be proposed only from Clean,
 //     acknowledged everywhere.
@@ -403,7 +408,8 @@ func (a Ack) acked(r Record) bool {
 // for: every member of Old and New that alive says is alive. A dead member
 // is not waited for: it serves nothing meanwhile, and when it comes back
 // it takes the newest record before it serves anything, and catches up
-// before it serves reads, as after any restart.
+// before it serves reads, as after any restart. Its copy is another
+// matter: Advance waits for it (see Advance).
 func (r Record) Required(alive func(ring.NodeID) bool) []ring.NodeID {
 	var out []ring.NodeID
 	for _, id := range r.Members() {
@@ -417,10 +423,17 @@ func (r Record) Required(alive func(ring.NodeID) bool) []ring.NodeID {
 // Advance returns the record after r given the members' acks, and whether
 // it changed: Copied set on the moves whose node reports it, and the next
 // phase if every required member acknowledged this one (and, from
-// Copying, every move to an alive node is copied). A Clean record does not
-// advance: a new epoch comes from Propose. Advance takes one phase at a
-// time.
-func Advance(r Record, acks map[ring.NodeID]Ack, alive func(ring.NodeID) bool) (Record, bool) {
+// Copying, every move is copied, also to a node that is down: a range
+// whose new owners are all gaining it may have no other new owner, as at
+// replication factor 1, and reads must not switch to owners missing its
+// commits, which the old owners then delete). From Switching and from
+// Active, every member of New must also be alive and in step (inStep: not
+// catching up): a commit that left the new owners of a range out (taken
+// for dead) lives on its old owners only, so writes must not leave them,
+// nor they delete anything, before the new owners caught up, from them if
+// need be. A Clean record does not advance: a new epoch comes from
+// Propose. Advance takes one phase at a time.
+func Advance(r Record, acks map[ring.NodeID]Ack, alive, inStep func(ring.NodeID) bool) (Record, bool) {
 	if r.Phase == PhaseClean {
 		return r, false
 	}
@@ -439,7 +452,11 @@ func Advance(r Record, acks map[ring.NodeID]Ack, alive func(ring.NodeID) bool) (
 			return out, changed
 		}
 	}
-	if r.Phase == PhaseCopying && slices.ContainsFunc(out.Moves, func(m Move) bool { return !m.Copied && alive(m.To) }) {
+	if r.Phase == PhaseCopying && slices.ContainsFunc(out.Moves, func(m Move) bool { return !m.Copied }) {
+		return out, changed
+	}
+	if (r.Phase == PhaseSwitching || r.Phase == PhaseActive) && len(r.Old) > 0 &&
+		slices.ContainsFunc(r.New, func(n ring.Node) bool { return !alive(n.ID) || !inStep(n.ID) }) {
 		return out, changed
 	}
 	out.Phase++

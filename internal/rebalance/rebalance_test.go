@@ -154,16 +154,16 @@ func TestAdvanceOrder(t *testing.T) {
 	}
 	// Nothing advances without every required ack.
 	ackAll("n4")
-	if got, changed := Advance(r, acks, allAlive); changed || got.Phase != PhaseInstalling {
+	if got, changed := Advance(r, acks, allAlive, allAlive); changed || got.Phase != PhaseInstalling {
 		t.Fatalf("advanced without n4's ack: %v", got.Phase)
 	}
 	ackAll()
-	r, _ = Advance(r, acks, allAlive)
+	r, _ = Advance(r, acks, allAlive, allAlive)
 	if r.Phase != PhaseCopying {
 		t.Fatalf("phase %v, want copying", r.Phase)
 	}
 	ackAll()
-	if got, _ := Advance(r, acks, allAlive); got.Phase != PhaseCopying {
+	if got, _ := Advance(r, acks, allAlive, allAlive); got.Phase != PhaseCopying {
 		t.Fatalf("left copying with moves not copied: %v", got.Phase)
 	}
 	for _, m := range r.Moves {
@@ -171,7 +171,7 @@ func TestAdvanceOrder(t *testing.T) {
 		a.Copied = true
 		acks[m.To] = a
 	}
-	r, _ = Advance(r, acks, allAlive)
+	r, _ = Advance(r, acks, allAlive, allAlive)
 	if r.Phase != PhaseSwitching || slices.ContainsFunc(r.Moves, func(m Move) bool { return !m.Copied }) {
 		t.Fatalf("after copies: %+v", r)
 	}
@@ -179,28 +179,41 @@ func TestAdvanceOrder(t *testing.T) {
 		t.Fatal("switching must write to both rings and read the new one")
 	}
 	ackAll()
-	r, _ = Advance(r, acks, allAlive)
+	// Writes stay on the old owners, and they keep their data, while a
+	// new owner is down or catching up (docs/bugs.md row 43).
+	newcomer := r.Moves[0].To
+	notNewcomer := func(id ring.NodeID) bool { return id != newcomer }
+	if got, _ := Advance(r, acks, allAlive, notNewcomer); got.Phase != PhaseSwitching {
+		t.Fatalf("left switching with %s catching up: %v", newcomer, got.Phase)
+	}
+	if got, _ := Advance(r, acks, notNewcomer, allAlive); got.Phase != PhaseSwitching {
+		t.Fatalf("left switching with %s down: %v", newcomer, got.Phase)
+	}
+	r, _ = Advance(r, acks, allAlive, allAlive)
 	if r.Phase != PhaseActive || r.Moving() {
 		t.Fatalf("phase %v moving %v", r.Phase, r.Moving())
 	}
 	// Cleanup waits for every node to have installed Active.
 	ackAll("n2")
-	if got, _ := Advance(r, acks, allAlive); got.Phase != PhaseActive {
+	if got, _ := Advance(r, acks, allAlive, allAlive); got.Phase != PhaseActive {
 		t.Fatal("clean before n2 acknowledged active")
 	}
 	ackAll()
-	r, _ = Advance(r, acks, allAlive)
+	if got, _ := Advance(r, acks, allAlive, notNewcomer); got.Phase != PhaseActive {
+		t.Fatalf("clean with %s catching up: %v", newcomer, got.Phase)
+	}
+	r, _ = Advance(r, acks, allAlive, allAlive)
 	if r.Phase != PhaseClean {
 		t.Fatalf("phase %v", r.Phase)
 	}
-	if _, changed := Advance(r, acks, allAlive); changed {
+	if _, changed := Advance(r, acks, allAlive, allAlive); changed {
 		t.Fatal("a clean record advanced")
 	}
 	// A dead member is not waited for, neither being removed nor new.
 	r2, _ := Propose(r, "n1", nodes("n1", "n2"), 2)
 	acks2 := map[ring.NodeID]Ack{"n1": {Epoch: r2.Epoch, Phase: r2.Phase}, "n2": {Epoch: r2.Epoch, Phase: r2.Phase}}
 	deadN4 := func(id ring.NodeID) bool { return id != "n4" }
-	if got, _ := Advance(r2, acks2, deadN4); got.Phase != PhaseCopying {
+	if got, _ := Advance(r2, acks2, deadN4, allAlive); got.Phase != PhaseCopying {
 		t.Fatalf("waited for a dead leaving node: %v", got.Phase)
 	}
 	r3, _ := Propose(r, "n1", nodes("n1", "n2", "n4", "n5"), 2)
@@ -209,11 +222,18 @@ func TestAdvanceOrder(t *testing.T) {
 	for _, id := range []ring.NodeID{"n1", "n2", "n4"} {
 		acks3[id] = Ack{Epoch: r3.Epoch, Phase: r3.Phase, Copied: true}
 	}
-	if got, _ := Advance(r3, acks3, allAlive); got.Phase != PhaseCopying {
+	if got, _ := Advance(r3, acks3, allAlive, allAlive); got.Phase != PhaseCopying {
 		t.Fatal("advanced without an alive new member's ack and copy")
 	}
-	if got, _ := Advance(r3, acks3, func(id ring.NodeID) bool { return id != "n5" }); got.Phase != PhaseSwitching {
-		t.Fatalf("waited for a dead new member: %v", got.Phase)
+	// A new member down still holds the copy: it may be the only new
+	// owner of a range (docs/bugs.md row 43).
+	deadN5 := func(id ring.NodeID) bool { return id != "n5" }
+	if got, _ := Advance(r3, acks3, deadN5, allAlive); got.Phase != PhaseCopying {
+		t.Fatalf("switched reads without a dead new member's copy: %v", got.Phase)
+	}
+	acks3["n5"] = Ack{Epoch: r3.Epoch, Phase: r3.Phase, Copied: true}
+	if got, _ := Advance(r3, acks3, deadN5, allAlive); got.Phase != PhaseSwitching {
+		t.Fatalf("a new member that copied, then went down: %v, want switching", got.Phase)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/tyrstore/tyr/internal/chain"
 	"github.com/tyrstore/tyr/internal/errs"
 	"github.com/tyrstore/tyr/internal/mvcc"
+	"github.com/tyrstore/tyr/internal/rebalance"
 	"github.com/tyrstore/tyr/internal/ring"
 	"github.com/tyrstore/tyr/internal/txn"
 )
@@ -387,13 +388,19 @@ func (w *world) barrierStep(n ring.NodeID, answered []bool, cut *[]chain.TxnID) 
 
 // sources are the replicas node n may copy key from, in the order a node
 // tries them, among those serving reads of key (not those only gaining it
-// in a ring change): the other ones that are up and not catching up
-// (ready), then the others up. Whether n reaches them is the refresh's to
-// find out.
+// in a ring change) and, while reads switch to a new ring, the old owners,
+// which take every write until the new ones are in step (as
+// node.Placement.sourceReplicas): the other ones that are up and not
+// catching up (ready), then the others up. Whether n reaches them is the
+// refresh's to find out.
 func (w *world) sources(n ring.NodeID, key string) []candidate {
+	from := w.serving[key]
+	if w.ring.rec.Phase == rebalance.PhaseSwitching {
+		from = w.placement[key] // the new owners and the old
+	}
 	var out []candidate
 	for _, ready := range []bool{true, false} {
-		for _, id := range w.serving[key] {
+		for _, id := range from {
 			if id != n && !w.down[id] && ready != w.catchingUp(id) {
 				out = append(out, candidate{id, ready})
 			}

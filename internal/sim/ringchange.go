@@ -273,7 +273,8 @@ func (w *world) coordinate() {
 	}
 	alive := func(id ring.NodeID) bool { return !w.down[id] }
 	if rec.Phase != rebalance.PhaseClean {
-		next, changed := rebalance.Advance(rec, acks, alive)
+		inStep := func(id ring.NodeID) bool { return !w.catchingUp(id) }
+		next, changed := rebalance.Advance(rec, acks, alive, inStep)
 		if changed {
 			w.installRing(next)
 		}

@@ -195,10 +195,7 @@ func pickProfile(rng *rand.Rand, cfg Config) profile {
 	if rng.IntN(4) == 0 {
 		// Tiny limits, so backpressure refusals and dropped Forwards happen.
 		p.pendingMax = 1 + rng.IntN(3)
-		p.txnsMax = p.pendingMax + 1 + rng.IntN(8)
-		// A chain holds each node at most once, and a table must fit
-		// the longest (see "Admission" in chain/replica.go).
-		p.txnsMax = max(p.txnsMax, p.nodes)
+		p.txnsMax = p.pendingMax + 1 + rng.IntN(8) // at least one per node: see build
 	}
 	// Retention must outlast the slowest message (see
 	// chain.ReplicaConfig.OutcomeRetentionTicks); sometimes by one tick only.
@@ -506,6 +503,11 @@ func (w *world) build() {
 	p := w.p
 	for i := range p.nodes + w.ring.plan.spares {
 		w.nodes = append(w.nodes, ring.NodeID(fmt.Sprintf("n%d", i)))
+	}
+	if p.txnsMax > 0 {
+		// A chain holds each node at most once, and a table must fit
+		// the longest (see "Admission" in chain/replica.go).
+		w.p.txnsMax = max(p.txnsMax, len(w.nodes))
 	}
 	for i := range p.keys {
 		k := fmt.Sprintf("k%d", i)

@@ -243,9 +243,11 @@ func TestSim(t *testing.T) {
 // range: 7114 (docs/bugs.md row 39) made a tail apply a commit without
 // the commit queued ahead of it on the version manager; 9651 (row 42)
 // left a member catching up for good, copying from a source that had
-// lost the commit it needed while another replica had it.
+// lost the commit it needed while another replica had it; 286 and 299
+// (row 43) lost writes in ring changes, their new owners down through the
+// copy or left out of a commit as reads switched.
 func TestSimRegressions(t *testing.T) {
-	for _, seed := range []uint64{7114, 9651} {
+	for _, seed := range []uint64{7114, 9651, 286, 299} {
 		if r := sim.Run(sim.Config{Seed: seed, Store: storeFor(t, seed)}); len(r.Anomalies) > 0 {
 			report(t, r)
 		}
