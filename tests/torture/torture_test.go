@@ -13,7 +13,7 @@ package torture
 //
 // Each test runs a sequence of such schedules, each on a fresh server or
 // cluster from a seed of its own, for TYR_TORTURE_DURATION in all (default
-// 20s), in schedules of TYR_TORTURE_SCHEDULE each (default 60s); see
+// 20s), in schedules of TYR_TORTURE_SCHEDULE each (default 45s); see
 // schedules_test.go. Reproduce the schedule of a failure (op timing still
 // varies) with the command the failure prints:
 //
