@@ -54,8 +54,13 @@ crash-long:
 # cluster (2 replicas of each chunk, one node at a time), then partitions
 # and lossy links against a cluster in network namespaces (root only), under
 # a concurrent register workload for TORTURE each (default 30m); the recorded
-# histories are checked for linearizability and serializability. 20 s runs
-# of each are part of `make test`.
+# histories are checked for linearizability and serializability. Each test
+# runs independent fault schedules back to back, each on a fresh server or
+# cluster from a seed of its own and checked on its own, of
+# TYR_TORTURE_SCHEDULE each (default 45s): TORTURE=10m runs about 30 in all
+# (12 or 13 on the server, 8 or 9 on each cluster). A failure prints the
+# command that replays its schedule (TYR_TORTURE_SEED, one schedule). 20 s
+# runs of each, one schedule, are part of `make test`.
 TORTURE ?= 30m
 torture:
 	TYR_TORTURE_DURATION=$(TORTURE) $(GO) test -race -count=1 -timeout 240m -run 'TestTorture(Cluster|Partition)?$$' -v ./tests/torture/

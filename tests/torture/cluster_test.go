@@ -43,16 +43,17 @@ const (
 // random: a kill -9, after which the node is restarted once the others
 // declared it dead, or a SIGSTOP/SIGCONT pause. The next fault waits until
 // the node has caught up, so no chunk ever loses both replicas at once
-// (what holds with f failed nodes: docs/architecture.md).
+// (what holds with f failed nodes: docs/architecture.md). Each schedule
+// (schedules_test.go) runs on a fresh cluster.
 //
-//	TYR_TORTURE_SEED=<seed> TYR_TORTURE_DURATION=<d> go test -race -count=1 -run TestTortureCluster -v ./tests/torture
+//	TYR_TORTURE_SEED=<seed> TYR_TORTURE_DURATION=<length> go test -race -count=1 -run '^TestTortureCluster$' -v ./tests/torture
 func TestTortureCluster(t *testing.T) {
 	const nodes = 4
-	seed := seedFromEnv(t)
-	duration := durationFromEnv(t)
-	faults := schedule(rand.New(rand.NewPCG(seed, 0xc105e7)), duration, nodes)
-	lc := testserver.UpCluster(t, nodes)
-	clusterTorture(t, seed, duration, faults, lc, lc.Endpoints, nil, nil)
+	runSchedules(t, func(t *testing.T, seed uint64, length time.Duration, rep *scheduleReport) {
+		faults := schedule(rand.New(rand.NewPCG(seed, 0xc105e7)), length, nodes)
+		lc := testserver.UpCluster(t, nodes)
+		clusterTorture(t, seed, length, faults, rep, lc, lc.Endpoints, nil, nil)
+	})
 }
 
 // clusterNodes is what the cluster nemesis does to a cluster's nodes.
@@ -66,8 +67,8 @@ type clusterNodes interface {
 // clusterTorture runs the register, list-append and counter workloads
 // against the cluster at endpoints (dialled with opts) while the nemesis injects faults:
 // kills and pauses itself, other kinds through nemesis, which returns whether
-// the node will catch up afterwards.
-func clusterTorture(t *testing.T, seed uint64, duration time.Duration, faults []fault, lc clusterNodes,
+// the node will catch up afterwards. It counts faults and ops in rep.
+func clusterTorture(t *testing.T, seed uint64, duration time.Duration, faults []fault, rep *scheduleReport, lc clusterNodes,
 	endpoints []string, opts []client.Option, nemesis func(f fault) (catchesUp bool)) {
 	nodes := len(endpoints)
 	t.Cleanup(func() {
@@ -121,7 +122,7 @@ func clusterTorture(t *testing.T, seed uint64, duration time.Duration, faults []
 	for k := 1; k <= nodes; k++ {
 		caughtUp[k] = lc.WaitLog(k, "caught up", 0, caughtUpMax)
 	}
-	runTorture(t, seed, duration, faults, tortureTarget{endpoints: endpoints, dialOpts: opts, inject: func(f fault) {
+	runTorture(t, seed, duration, faults, rep, tortureTarget{endpoints: endpoints, dialOpts: opts, inject: func(f fault) {
 		k := f.node
 		other := admins[k%nodes] // a node that stays up
 		switch f.kind {
@@ -149,6 +150,7 @@ func clusterTorture(t *testing.T, seed uint64, duration time.Duration, faults []
 	}})
 	<-txnDone
 	counter.check(t, admins[0])
+	rep.ops["counter"] = int64(len(counter.returned) + counter.refused + counter.unknown)
 	// A node turns a committed result that no holder computed into an
 	// unknown outcome for the client, and logs it: a protocol bug all the
 	// same.
@@ -163,6 +165,7 @@ func clusterTorture(t *testing.T, seed uint64, duration time.Duration, faults []
 		t.Fatal(err)
 	}
 	res := checker.CheckListAppend(completed)
+	rep.ops["list-append"] = int64(res.Txns)
 	t.Logf("list-append transactions: %s", res)
 	if !res.Valid() {
 		keep := filepath.Join(os.TempDir(), fmt.Sprintf("tyr-torture-listappend-%d.jsonl", seed))

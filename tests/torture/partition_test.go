@@ -19,34 +19,36 @@ import (
 // container kernels). Its clients stay with
 // it, so they see the partition too. A node cut off for longer than its
 // read lease stops serving reads and catches up once it is back; the next
-// fault waits for that. Needs root; skipped without.
+// fault waits for that. Each schedule (schedules_test.go) makes its own
+// namespaces and removes them before the next begins. Needs root; skipped
+// without.
 //
-//	TYR_TORTURE_SEED=<seed> TYR_TORTURE_DURATION=<d> go test -race -count=1 -run TestTorturePartition -v ./tests/torture
+//	TYR_TORTURE_SEED=<seed> TYR_TORTURE_DURATION=<length> go test -race -count=1 -run '^TestTorturePartition$' -v ./tests/torture
 func TestTorturePartition(t *testing.T) {
 	const nodes = 4
-	seed := seedFromEnv(t)
-	duration := durationFromEnv(t)
-	faults := partitionSchedule(rand.New(rand.NewPCG(seed, 0x9a27)), duration, nodes)
-	nc := testserver.UpNetCluster(t, nodes)
-	clusterTorture(t, seed, duration, faults, nc, nc.Endpoints, []client.Option{client.WithDialer(nc.Dialer())},
-		func(f fault) bool {
-			switch f.kind {
-			case "isolate":
-				nc.Isolate(f.node)
-				time.Sleep(f.down)
-				nc.Heal(f.node)
-				// Cut off for longer than a lease, with room for the
-				// renewals in flight, the node surely caught up.
-				return f.down > lease.Duration+time.Second
-			case "lossy":
-				nc.Impair(f.node, "tbf", "rate", "256kbit", "burst", "4kb", "latency", "100ms")
-				time.Sleep(f.down)
-				nc.Clear(f.node)
+	runSchedules(t, func(t *testing.T, seed uint64, length time.Duration, rep *scheduleReport) {
+		faults := partitionSchedule(rand.New(rand.NewPCG(seed, 0x9a27)), length, nodes)
+		nc := testserver.UpNetCluster(t, nodes)
+		clusterTorture(t, seed, length, faults, rep, nc, nc.Endpoints, []client.Option{client.WithDialer(nc.Dialer())},
+			func(f fault) bool {
+				switch f.kind {
+				case "isolate":
+					nc.Isolate(f.node)
+					time.Sleep(f.down)
+					nc.Heal(f.node)
+					// Cut off for longer than a lease, with room for the
+					// renewals in flight, the node surely caught up.
+					return f.down > lease.Duration+time.Second
+				case "lossy":
+					nc.Impair(f.node, "tbf", "rate", "256kbit", "burst", "4kb", "latency", "100ms")
+					time.Sleep(f.down)
+					nc.Clear(f.node)
+					return false
+				}
+				t.Fatalf("unknown fault %v", f)
 				return false
-			}
-			t.Fatalf("unknown fault %v", f)
-			return false
-		})
+			})
+	})
 }
 
 // partitionSchedule draws the faults of TestTorturePartition: a healthy gap

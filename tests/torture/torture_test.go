@@ -11,12 +11,15 @@ package torture
 // JSON lines) is checked with internal/checker; any anomaly fails the test
 // and keeps the history file, whose path is printed.
 //
-// Reproduce the schedule of a failure (op timing still varies) with:
+// Each test runs a sequence of such schedules, each on a fresh server or
+// cluster from a seed of its own, for TYR_TORTURE_DURATION in all (default
+// 20s), in schedules of TYR_TORTURE_SCHEDULE each (default 45s); see
+// schedules_test.go. Reproduce the schedule of a failure (op timing still
+// varies) with the command the failure prints:
 //
-//	TYR_TORTURE_SEED=<seed> TYR_TORTURE_DURATION=<d> go test -race -count=1 -run TestTorture -v ./tests/torture
+//	TYR_TORTURE_SEED=<seed> TYR_TORTURE_DURATION=<length> go test -race -count=1 -run '^TestTorture$' -v ./tests/torture
 //
-// TYR_TORTURE_DURATION defaults to 20s; TYR_TORTURE_KEEP=1 keeps the history
-// of a passing run too.
+// TYR_TORTURE_KEEP=1 keeps the history of a passing schedule too.
 
 import (
 	"context"
@@ -152,38 +155,39 @@ type tortureTarget struct {
 }
 
 func TestTorture(t *testing.T) {
-	seed := seedFromEnv(t)
-	duration := durationFromEnv(t)
-	faults := schedule(rand.New(rand.NewPCG(seed, 0x70e7)), duration, 1)
-	srv := testserver.Start(t)
-	admin := srv.Client()
-	if _, err := admin.CreateKeyspace(context.Background(), tortureKeyspace,
-		client.KeyspaceConfig{ChunkSize: 16 << 10, MVCC: true, Sync: true}); err != nil {
-		t.Fatalf("create keyspace: %v", err)
-	}
-	_ = admin.Close()
-	// Restart keeps the endpoint; read it once, before the nemesis runs.
-	runTorture(t, seed, duration, faults, tortureTarget{endpoints: []string{srv.Endpoint}, inject: func(f fault) {
-		switch f.kind {
-		case "kill":
-			srv.Kill()
-			time.Sleep(f.down)
-			srv.Restart()
-		case "pause":
-			if err := srv.Pause(); err != nil {
-				t.Fatalf("pause: %v", err)
-			}
-			time.Sleep(f.down)
-			if err := srv.Resume(); err != nil {
-				t.Fatalf("resume: %v", err)
-			}
+	runSchedules(t, func(t *testing.T, seed uint64, length time.Duration, rep *scheduleReport) {
+		faults := schedule(rand.New(rand.NewPCG(seed, 0x70e7)), length, 1)
+		srv := testserver.Start(t)
+		admin := srv.Client()
+		if _, err := admin.CreateKeyspace(context.Background(), tortureKeyspace,
+			client.KeyspaceConfig{ChunkSize: 16 << 10, MVCC: true, Sync: true}); err != nil {
+			t.Fatalf("create keyspace: %v", err)
 		}
-	}})
+		_ = admin.Close()
+		// Restart keeps the endpoint; read it once, before the nemesis runs.
+		runTorture(t, seed, length, faults, rep, tortureTarget{endpoints: []string{srv.Endpoint}, inject: func(f fault) {
+			switch f.kind {
+			case "kill":
+				srv.Kill()
+				time.Sleep(f.down)
+				srv.Restart()
+			case "pause":
+				if err := srv.Pause(); err != nil {
+					t.Fatalf("pause: %v", err)
+				}
+				time.Sleep(f.down)
+				if err := srv.Resume(); err != nil {
+					t.Fatalf("resume: %v", err)
+				}
+			}
+		}})
+	})
 }
 
 // runTorture runs the register workload against target for duration while
-// the nemesis applies faults, then checks the history.
-func runTorture(t *testing.T, seed uint64, duration time.Duration, faults []fault, target tortureTarget) {
+// the nemesis applies faults, then checks the history. It counts the faults
+// injected and the register ops in rep.
+func runTorture(t *testing.T, seed uint64, duration time.Duration, faults []fault, rep *scheduleReport, target tortureTarget) {
 	var plan strings.Builder
 	for _, f := range faults {
 		fmt.Fprintf(&plan, "\n  %v", f)
@@ -244,7 +248,7 @@ func runTorture(t *testing.T, seed uint64, duration time.Duration, faults []faul
 	}
 
 	// The nemesis runs on the test goroutine, since a fault may fail the test.
-	counts := map[string]int{}
+	injected := rep.faults
 	for _, f := range faults {
 		if wait := time.Until(start.Add(f.at)); wait > 0 {
 			time.Sleep(wait)
@@ -253,9 +257,10 @@ func runTorture(t *testing.T, seed uint64, duration time.Duration, faults []faul
 			break
 		}
 		target.inject(f)
-		counts[f.kind]++
+		injected[f.kind]++
 	}
 	wg.Wait()
+	rep.ops["register"] = w.ops.Load()
 	elapsed := time.Since(start)
 
 	// With the faults over, every key must be readable, and its value is
@@ -296,7 +301,7 @@ func runTorture(t *testing.T, seed uint64, duration time.Duration, faults []faul
 	res := checker.CheckRegister(ops, checker.RegisterOptions{Timeout: max(5*time.Minute, duration),
 		VisualizePath: filepath.Join(dir, "linearizability.html")})
 	t.Logf("%d ops in %v (%d info, %d failed) under faults %v; checked in %v",
-		w.ops.Load(), elapsed.Round(time.Millisecond), w.infos.Load(), w.fails.Load(), counts,
+		w.ops.Load(), elapsed.Round(time.Millisecond), w.infos.Load(), w.fails.Load(), injected,
 		time.Since(checkStart).Round(time.Millisecond))
 	t.Logf("verdict: %v", res)
 	if res.OK == 0 {
