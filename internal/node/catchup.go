@@ -523,11 +523,11 @@ func (n *Node) peerVersions(ctx context.Context, id ring.NodeID, keyspace string
 // 0 (a commit at want passed through this node), the source's copy must be
 // at least that version or the blob absent.
 func (n *Node) refresh(ctx context.Context, ks *storage.Keyspace, pl Placement, key string, want uint64) error {
-	vms, err := pl.sourceReplicas(key, 0)
+	vms, stale, err := pl.sourceReplicas(key, 0)
 	if err != nil {
 		return err
 	}
-	srcs := n.sources(vms)
+	srcs := n.sources(vms, stale)
 	if len(srcs) == 0 {
 		if len(vms) == 1 && vms[0] == n.self {
 			return nil // the only replica: nothing to copy
@@ -553,9 +553,10 @@ type candidate struct {
 }
 
 // sources returns the members of ids other than this node that are alive:
-// the ready ones first, each group sorted.
-func (n *Node) sources(ids []ring.NodeID) []candidate {
-	var ready, rest []candidate
+// the ready ones first, then those of stale (never ready: see
+// Placement.sourceReplicas), then the others, each group sorted.
+func (n *Node) sources(ids, stale []ring.NodeID) []candidate {
+	var ready, old, rest []candidate
 	for _, id := range slices.Sorted(slices.Values(ids)) {
 		switch {
 		case id == n.self || !n.cfg.Cluster.Alive(id):
@@ -565,12 +566,17 @@ func (n *Node) sources(ids []ring.NodeID) []candidate {
 			ready = append(ready, candidate{id, true})
 		}
 	}
-	return append(ready, rest...)
+	for _, id := range slices.Sorted(slices.Values(stale)) {
+		if id != n.self && n.cfg.Cluster.Alive(id) {
+			old = append(old, candidate{id, false})
+		}
+	}
+	return slices.Concat(ready, old, rest)
 }
 
-// source returns the first of sources(ids), if any.
+// source returns the first of sources(ids, nil), if any.
 func (n *Node) source(ids []ring.NodeID) (id ring.NodeID, ready bool) {
-	if srcs := n.sources(ids); len(srcs) > 0 {
+	if srcs := n.sources(ids, nil); len(srcs) > 0 {
 		return srcs[0].id, srcs[0].ready
 	}
 	return "", false
@@ -646,10 +652,11 @@ func (s *chunkSource) Read(off, length uint64) ([]byte, error) {
 	if expect == 0 {
 		return make([]byte, length), nil // never written since the blob was created
 	}
-	reps, err := s.pl.sourceReplicas(s.key, chunk)
+	reps, stale, err := s.pl.sourceReplicas(s.key, chunk)
 	if err != nil {
 		return nil, err
 	}
+	reps = append(reps, stale...) // any holder in step with the copy will do
 	var errList []error
 	for len(reps) > 0 {
 		id, _ := s.n.source(reps)

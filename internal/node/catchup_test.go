@@ -415,7 +415,8 @@ func TestClientStagedPassesThrough(t *testing.T) {
 }
 
 // TestSources checks the order a refresh tries replicas in: those up to
-// date first, then those catching up, never itself or a dead one. A
+// date first, then old owners no longer written to (stale, never taken as
+// up to date), then those catching up, never itself or a dead one. A
 // refresh that needs a commit it passed through goes down the list while
 // sources are behind it (mvcc.ErrCopyBehind), so a replica that lost the
 // commit does not stall it while another has it.
@@ -424,8 +425,8 @@ func TestSources(t *testing.T) {
 	n := &Node{self: "b", cfg: Config{Cluster: fakeCluster{self: "b", dead: dead, catchingUp: behind}}}
 	dead.Store(ring.NodeID("e"), true)
 	behind.Store(ring.NodeID("a"), true)
-	got := n.sources([]ring.NodeID{"e", "d", "c", "b", "a"})
-	want := []candidate{{"c", true}, {"d", true}, {"a", false}}
+	got := n.sources([]ring.NodeID{"e", "d", "c", "b", "a"}, []ring.NodeID{"g", "f", "e", "b"})
+	want := []candidate{{"c", true}, {"d", true}, {"f", false}, {"g", false}, {"a", false}}
 	if !slices.Equal(got, want) {
 		t.Fatalf("sources = %v, want %v", got, want)
 	}

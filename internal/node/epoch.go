@@ -744,6 +744,17 @@ func (p Placement) incomingOnly(key string, size, cs uint64) bool {
 	return true
 }
 
+// activeOld returns the ring before the current epoch's change while the
+// epoch is Active (see Placement.old), else nil.
+func (n *Node) activeOld() *ring.Ring {
+	n.epoch.mu.Lock()
+	defer n.epoch.mu.Unlock()
+	if n.epoch.mu.rec == nil || n.epoch.mu.rec.Phase != rebalance.PhaseActive {
+		return nil
+	}
+	return n.epoch.mu.old
+}
+
 // gainedChunk reports whether this node holds chunk c of key under p but
 // did not under the ring before the current epoch's change: a chunk whose
 // bytes it may lack even if, as a version manager, it knows its version.

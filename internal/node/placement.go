@@ -40,8 +40,12 @@ type Placement struct {
 	keyspace string
 	r        *ring.Ring
 	w        *ring.Ring // nil unless a move is in progress
-	seed     uint64
-	rf       int
+	// old is the ring before the change while writes no longer go to its
+	// owners but they have not deleted anything (rebalance.PhaseActive);
+	// nil otherwise.
+	old  *ring.Ring
+	seed uint64
+	rf   int
 }
 
 // Manages reports whether this node is a version manager of key.
@@ -121,22 +125,39 @@ func (p Placement) replicas(key string, c uint64) ([]ring.NodeID, error) {
 // from: its read replicas, and while reads switch to a new ring
 // (rebalance.PhaseSwitching) the old ring's replicas too, which take every
 // write until the new owners are all in step: a new owner left out of a
-// commit may have no other new owner to copy it from.
-func (p Placement) sourceReplicas(key string, c uint64) ([]ring.NodeID, error) {
-	reps, err := p.replicas(key, c)
-	if err != nil || p.w == nil || p.w.Epoch() > p.r.Epoch() {
-		return reps, err
-	}
-	old, err := p.w.Replicas(p.seed, key, c, p.rf)
+// commit may have no other new owner to copy it from. Once writes left the
+// old owners (rebalance.PhaseActive), and until they delete what they gave
+// up, they are returned apart (stale): they hold every commit begun
+// before, which a new owner may have missed (its stage lost in a crash),
+// but not those begun since, so only a newer copy of theirs counts.
+func (p Placement) sourceReplicas(key string, c uint64) (reps, stale []ring.NodeID, err error) {
+	reps, err = p.replicas(key, c)
 	if err != nil {
-		return reps, nil
+		return nil, nil, err
 	}
-	for _, id := range old {
-		if !slices.Contains(reps, id) {
+	var old *ring.Ring
+	switch {
+	case p.w != nil && p.w.Epoch() < p.r.Epoch():
+		old = p.w
+	case p.old != nil:
+		old = p.old
+	default:
+		return reps, nil, nil
+	}
+	owners, err := old.Replicas(p.seed, key, c, min(p.rf, old.Len()))
+	if err != nil {
+		return reps, nil, nil
+	}
+	for _, id := range owners {
+		switch {
+		case slices.Contains(reps, id):
+		case p.w != nil:
 			reps = append(reps, id)
+		default:
+			stale = append(stale, id)
 		}
 	}
-	return reps, nil
+	return reps, stale, nil
 }
 
 // holdsAny reports whether this node holds a chunk of a blob of size bytes
@@ -179,7 +200,7 @@ func (n *Node) Placement(keyspace string, rf int) (Placement, error) {
 		return Placement{}, fmt.Errorf("%w: keyspace %q keeps %d replicas, but the cluster has %d nodes",
 			errs.ErrUnavailable, keyspace, rf, size)
 	}
-	return Placement{n: n, keyspace: keyspace, r: r, w: w, seed: ring.KeyspaceSeed(keyspace), rf: rf}, nil
+	return Placement{n: n, keyspace: keyspace, r: r, w: w, old: n.activeOld(), seed: ring.KeyspaceSeed(keyspace), rf: rf}, nil
 }
 
 // holders adds to set the replicas of every chunk of key in t (chunk size

@@ -124,6 +124,7 @@ func (w *world) noteForward(n ring.NodeID, m chain.Message, bases map[string]mvc
 // prepare stages ops on node n as a member of the chain its Forward named
 // (see the top of this file).
 func (w *world) prepare(n ring.NodeID, id chain.TxnID, ops []txn.Op) (chain.Staged, error) {
+	w.noteOwners(n, id, ops)
 	f := w.forwards[n][id]
 	if f == nil {
 		f = &forward{}
@@ -391,7 +392,8 @@ func (w *world) barrierStep(n ring.NodeID, answered []bool, cut *[]chain.TxnID) 
 // in a ring change) and, while reads switch to a new ring, the old owners,
 // which take every write until the new ones are in step (as
 // node.Placement.sourceReplicas): the other ones that are up and not
-// catching up (ready), then the others up. Whether n reaches them is the
+// catching up (ready), then in Active the old owners, which no longer
+// take writes (never ready), then the others up. Whether n reaches them is the
 // refresh's to find out.
 func (w *world) sources(n ring.NodeID, key string) []candidate {
 	from := w.serving[key]
@@ -403,6 +405,16 @@ func (w *world) sources(n ring.NodeID, key string) []candidate {
 		for _, id := range from {
 			if id != n && !w.down[id] && ready != w.catchingUp(id) {
 				out = append(out, candidate{id, ready})
+			}
+		}
+		if !ready {
+			continue
+		}
+		// In Active, the old owners no longer written to, never ready
+		// (as node.Node.sources).
+		for _, id := range w.staleOwners(key) {
+			if id != n && !w.down[id] {
+				out = append(out, candidate{id, false})
 			}
 		}
 	}
@@ -469,8 +481,9 @@ func (w *world) copyKey(n ring.NodeID, key string, src ring.NodeID, ready bool, 
 }
 
 // noteStagesLost records, for each committed transaction, the keys whose
-// every replica either was left out of its final chain or lost its stage
-// of it in a crash before the commit reached it (chain.ErrStageLost): the
+// every replica (that stored the key when it prepared the commit) either
+// was left out of its final chain or lost its stage of it in a crash
+// before the commit reached it (chain.ErrStageLost): the
 // replicas of those keys all failed while it committed (docs/
 // architecture.md, "f = r"), and its change of them may be lost with its
 // stages. The members before a chain's tail hold their stages in memory
@@ -487,7 +500,7 @@ func (w *world) noteStagesLost() {
 		}
 		for _, op := range t.ops {
 			k := op.Key
-			if w.allFailed[k][id] || slices.ContainsFunc(t.keyPlaced[k], func(n ring.NodeID) bool {
+			if w.allFailed[k][id] || slices.ContainsFunc(w.ownedAt[id][k], func(n ring.NodeID) bool {
 				return slices.Contains(t.final, n) && !slices.Contains(w.stageLost[id], n)
 			}) {
 				continue
@@ -498,6 +511,23 @@ func (w *world) noteStagesLost() {
 			w.allFailed[k][id] = true
 			w.stats.AllFailed++
 			w.trace("every replica of %s failed while %s committed (left out of %v or lost its stage)", k, id, t.final)
+		}
+	}
+}
+
+// noteOwners records the keys of ops node n stores as it prepares id: a
+// member that no longer stores a key once a ring change moved it keeps
+// nothing of the commit's change of it (see noteStagesLost).
+func (w *world) noteOwners(n ring.NodeID, id chain.TxnID, ops []txn.Op) {
+	for _, op := range ops {
+		if !w.owns(n, op.Key) {
+			continue
+		}
+		if w.ownedAt[id] == nil {
+			w.ownedAt[id] = map[string][]ring.NodeID{}
+		}
+		if !slices.Contains(w.ownedAt[id][op.Key], n) {
+			w.ownedAt[id][op.Key] = append(w.ownedAt[id][op.Key], n)
 		}
 	}
 }

@@ -122,6 +122,9 @@ type ringState struct {
 	closed map[ring.NodeID]uint64
 	// ids numbers the copy requests.
 	ids int
+	// stale holds, in Active, each key's old owners that are not new
+	// ones: they take no more writes, and delete the key once Clean.
+	stale map[string][]ring.NodeID
 }
 
 // moveCopy is one node's copy of the ranges it gains in an epoch.
@@ -171,6 +174,14 @@ func (w *world) setRing(rec rebalance.Record) {
 		panic(fmt.Sprintf("sim: rings of epoch %d: %v", rec.Epoch, err))
 	}
 	w.ring.rec = rec
+	w.ring.stale = nil
+	var old *ring.Ring
+	if rec.Phase == rebalance.PhaseActive && len(rec.Old) > 0 {
+		if old, err = ring.New(ring.Config{}, rec.Epoch-1, rec.Old); err != nil {
+			panic(fmt.Sprintf("sim: ring before epoch %d: %v", rec.Epoch, err))
+		}
+		w.ring.stale = map[string][]ring.NodeID{}
+	}
 	for _, k := range w.keys {
 		write, err := pl.Replicas(w.ring.plan.seed, k, 0, w.p.replicationFactor)
 		if err != nil {
@@ -183,9 +194,26 @@ func (w *world) setRing(rec rebalance.Record) {
 		slices.Sort(write)
 		slices.Sort(read)
 		w.placement[k], w.serving[k] = write, read
+		if old == nil {
+			continue
+		}
+		was, err := old.Replicas(w.ring.plan.seed, k, 0, min(w.p.replicationFactor, old.Len()))
+		if err != nil {
+			panic(fmt.Sprintf("sim: replicas of %s before epoch %d: %v", k, rec.Epoch, err))
+		}
+		for _, id := range was {
+			if !slices.Contains(read, id) {
+				w.ring.stale[k] = append(w.ring.stale[k], id)
+			}
+		}
+		slices.Sort(w.ring.stale[k])
 	}
 	w.trace("ring epoch %d %v: replicas %v serving %v", rec.Epoch, rec.Phase, w.placement, w.serving)
 }
+
+// staleOwners returns key's old owners no longer written to, in Active
+// (see node.Placement.sourceReplicas); none in other phases.
+func (w *world) staleOwners(key string) []ring.NodeID { return w.ring.stale[key] }
 
 // serves reports whether node n serves reads of key: it is a replica of
 // key under the ring reads use.

@@ -361,11 +361,9 @@ type txnRecord struct {
 	// of its last re-execution (chain when there was none). Each is a
 	// subsequence of the one before.
 	placed, chain, final []ring.NodeID
-	// keyPlaced are the replicas of each key it writes when it began.
-	keyPlaced map[string][]ring.NodeID
-	reroutes  int
-	finished  bool
-	outcome   chain.Outcome
+	reroutes             int
+	finished             bool
+	outcome              chain.Outcome
 }
 
 // world is one run's state.
@@ -402,6 +400,9 @@ type world struct {
 	restarted map[ring.NodeID]int
 	behind    map[string]map[ring.NodeID]bool
 	stageLost map[chain.TxnID][]ring.NodeID
+	// ownedAt holds, per transaction and key, the nodes that stored the
+	// key when they prepared the transaction (noteOwners).
+	ownedAt map[chain.TxnID]map[string][]ring.NodeID
 	// det is the failure detector; views holds, per client, the nodes it
 	// leaves out of chains now (sorted), and lostSince, per client and
 	// node, the tick since which the node has been out of the client's
@@ -448,6 +449,7 @@ func Run(cfg Config) Result {
 		placement: map[string][]ring.NodeID{}, serving: map[string][]ring.NodeID{}, txns: map[chain.TxnID]*txnRecord{},
 		down: map[ring.NodeID]bool{}, restarted: map[ring.NodeID]int{}, behind: map[string]map[ring.NodeID]bool{},
 		stageLost: map[chain.TxnID][]ring.NodeID{},
+		ownedAt:   map[chain.TxnID]map[string][]ring.NodeID{},
 		collected: map[ring.NodeID]int{}, crashTicks: map[ring.NodeID][]int{},
 		forwards: map[ring.NodeID]map[chain.TxnID]*forward{}, catch: map[ring.NodeID]*catchUp{},
 		allFailed: map[string]map[chain.TxnID]bool{}}
@@ -854,7 +856,6 @@ func (w *world) tick() {
 func (w *world) begin(c *chain.Coordinator, ci int) {
 	ops := make([]txn.Op, 1+w.rng.IntN(3))
 	var placed []ring.NodeID
-	keyPlaced := map[string][]ring.NodeID{}
 	unavailable := ""
 	inChains := w.inChains(ci)
 	for i := range ops {
@@ -864,7 +865,6 @@ func (w *world) begin(c *chain.Coordinator, ci int) {
 		}
 		ops[i] = w.randomOp(key)
 		placed = append(placed, w.placement[key]...)
-		keyPlaced[key] = w.placement[key]
 		if !slices.ContainsFunc(w.serving[key], inChains) {
 			unavailable = key
 		}
@@ -882,7 +882,7 @@ func (w *world) begin(c *chain.Coordinator, ci int) {
 		return
 	}
 	w.stats.Begun++
-	t := &txnRecord{id: id, begun: w.now, version: w.newVersion(ci), ops: ops, placed: placed, keyPlaced: keyPlaced, chain: members, final: members}
+	t := &txnRecord{id: id, begun: w.now, version: w.newVersion(ci), ops: ops, placed: placed, chain: members, final: members}
 	w.txns[id] = t
 	w.order = append(w.order, id)
 	w.trace("%s begin %s version=%d chain=%v ops=%v", c.ID(), id, t.version, members, opsString(ops))
