@@ -310,6 +310,18 @@ func testRingChange(t *testing.T, keys int, weight uint32) {
 			if rec, _, ok := ringRecord(t, lc.Endpoints[:1]); ok && !rec.InNew("node4") && rec.Phase < rebalance.PhaseClean {
 				lc.Signal(1, syscall.SIGKILL)
 				t.Logf("killed the coordinator node1 at epoch %d %v", rec.Epoch, rec.Phase)
+				// node1 stays in the ring: the change waits for it to
+				// be up and in step before reads and writes leave node4
+				// (docs/bugs.md row 43); another node coordinates
+				// meanwhile.
+				time.Sleep(5 * time.Second)
+				if next, rc, ok := ringRecord(t, lc.Endpoints[1:3]); ok {
+					t.Logf("with node1 down: coordinator %s, epoch %d %v", rc.Coordinator, next.Epoch, next.Phase)
+					if rc.Coordinator == "node1" {
+						t.Errorf("node1 still coordinates while down")
+					}
+				}
+				lc.Start(1)
 				return
 			}
 			time.Sleep(20 * time.Millisecond)
@@ -319,10 +331,9 @@ func testRingChange(t *testing.T, keys int, weight uint32) {
 	t.Logf("remove node4:\n%s", out)
 	<-killed
 	rec, rc, ok := ringRecord(t, lc.Endpoints[1:3])
-	if !ok || rc.Coordinator == "node1" || rec.Phase != rebalance.PhaseClean || len(rec.New) != 3 {
-		t.Fatalf("after the coordinator's death: coordinator %s, record %+v", rc.Coordinator, rec)
+	if !ok || rec.Phase != rebalance.PhaseClean || len(rec.New) != 3 {
+		t.Fatalf("after the coordinator's death and return: coordinator %s, record %+v", rc.Coordinator, rec)
 	}
-	lc.Start(1)
 	r := testserver.Run(t, "cluster", "remove", "node3", "--dir", lc.Dir, "--endpoint", lc.Endpoints[1])
 	if r.Exit == 0 || !strings.Contains(r.Stderr, "fewer than the replication factor") {
 		t.Fatalf("removing a third node of rf 3: exit %d\n%s", r.Exit, r.Stderr)
