@@ -212,7 +212,7 @@ type passThrough struct {
 // A blob only gained is marked for the ring change's copy, unless that
 // copy has ended (markMoveDirty): then the node catches up as a whole.
 func (n *Node) passThrough(keyspace string, id chain.TxnID, ops []txn.Op, version uint64, client []byte, gained bool) passThrough {
-	if gained && !n.markMoveDirty(keyspace, opKeys(ops), 0) {
+	if gained && !n.markMoveDirty(keyspace, txn.Keys(ops), 0) {
 		gained = false
 		n.catch.markDirty(keyspace, ops, 0)
 		n.startCatchUp(fmt.Sprintf("keyspace %q: a commit passed through this node for a blob it gains after its copy ended", keyspace))
@@ -223,7 +223,7 @@ func (n *Node) passThrough(keyspace string, id chain.TxnID, ops []txn.Op, versio
 }
 
 func (p passThrough) Commit(results []txn.Result) error {
-	if !p.gained || !p.n.markMoveDirty(p.keyspace, opKeys(p.ops), p.version) {
+	if !p.gained || !p.n.markMoveDirty(p.keyspace, txn.Keys(p.ops), p.version) {
 		p.n.catch.markDirty(p.keyspace, p.ops, p.version)
 		p.n.startCatchUp(fmt.Sprintf("a commit at version %d passed through this node", p.version))
 	}
@@ -239,17 +239,6 @@ func (p passThrough) Commit(results []txn.Result) error {
 		return ks.Store.PutClient(p.client, p.id.String())
 	}
 	return nil
-}
-
-// opKeys returns the keys of ops.
-func opKeys(ops []txn.Op) []string {
-	var keys []string
-	for _, op := range ops {
-		if !slices.Contains(keys, op.Key) {
-			keys = append(keys, op.Key)
-		}
-	}
-	return keys
 }
 
 func (p passThrough) Abort() {}

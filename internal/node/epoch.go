@@ -310,8 +310,18 @@ func (n *Node) ringActions(rec rebalance.Record) {
 // errs.ErrUnavailable while the node does not know yet whether the
 // cluster has a record.
 func (n *Node) rings() (read, also *ring.Ring, err error) {
+	read, also, _, err = n.ringSet()
+	return read, also, err
+}
+
+// ringSet is rings, and the ring before the current epoch's change while
+// the epoch is Active (see Placement.old), else nil, read under one lock.
+func (n *Node) ringSet() (read, also, stale *ring.Ring, err error) {
 	n.epoch.mu.Lock()
 	rec, pl, known := n.epoch.mu.rec, n.epoch.mu.pl, n.epoch.mu.known
+	if rec != nil && rec.Phase == rebalance.PhaseActive {
+		stale = n.epoch.mu.old
+	}
 	if known && rec == nil && n.cfg.RingFile != "" && n.cfg.Cluster.View().RingID() != n.epoch.mu.noRecord {
 		// The membership changed since the members said they had no
 		// record. The ring coordinator may have published the first
@@ -330,13 +340,13 @@ func (n *Node) rings() (read, also *ring.Ring, err error) {
 	}
 	n.epoch.mu.Unlock()
 	if !known {
-		return nil, nil, fmt.Errorf("%w: node %s is learning the cluster's ring epoch", errs.ErrUnavailable, n.self)
+		return nil, nil, nil, fmt.Errorf("%w: node %s is learning the cluster's ring epoch", errs.ErrUnavailable, n.self)
 	}
 	if rec != nil {
-		return pl.Read, pl.Also, nil
+		return pl.Read, pl.Also, stale, nil
 	}
 	r, err := n.viewRing()
-	return r, nil, err
+	return r, nil, nil, err
 }
 
 // learnRing runs at start: it asks the live members for their records and
@@ -744,17 +754,6 @@ func (p Placement) incomingOnly(key string, size, cs uint64) bool {
 	return true
 }
 
-// activeOld returns the ring before the current epoch's change while the
-// epoch is Active (see Placement.old), else nil.
-func (n *Node) activeOld() *ring.Ring {
-	n.epoch.mu.Lock()
-	defer n.epoch.mu.Unlock()
-	if n.epoch.mu.rec == nil || n.epoch.mu.rec.Phase != rebalance.PhaseActive {
-		return nil
-	}
-	return n.epoch.mu.old
-}
-
 // gainedChunk reports whether this node holds chunk c of key under p but
 // did not under the ring before the current epoch's change: a chunk whose
 // bytes it may lack even if, as a version manager, it knows its version.
@@ -793,7 +792,7 @@ func (n *Node) onlyGained(pl Placement, cs uint64, ops []txn.Op, e versionEntry)
 		}
 	}
 	touched := plan(ops, sizes, cs)
-	for _, key := range opKeys(ops) {
+	for _, key := range txn.Keys(ops) {
 		size := sizes[key]
 		if t, ok := touched[key]; ok {
 			size = max(size, t.Hi)

@@ -188,7 +188,7 @@ func (p Placement) Target(key string, c uint64) (ring.NodeID, error) {
 
 // Placement returns keyspace's placement under the current ring.
 func (n *Node) Placement(keyspace string, rf int) (Placement, error) {
-	r, w, err := n.rings()
+	r, w, old, err := n.ringSet()
 	if err != nil {
 		return Placement{}, err
 	}
@@ -200,7 +200,7 @@ func (n *Node) Placement(keyspace string, rf int) (Placement, error) {
 		return Placement{}, fmt.Errorf("%w: keyspace %q keeps %d replicas, but the cluster has %d nodes",
 			errs.ErrUnavailable, keyspace, rf, size)
 	}
-	return Placement{n: n, keyspace: keyspace, r: r, w: w, old: n.activeOld(), seed: ring.KeyspaceSeed(keyspace), rf: rf}, nil
+	return Placement{n: n, keyspace: keyspace, r: r, w: w, old: old, seed: ring.KeyspaceSeed(keyspace), rf: rf}, nil
 }
 
 // holders adds to set the replicas of every chunk of key in t (chunk size

@@ -235,7 +235,7 @@ func (w *world) passThrough(n ring.NodeID, id chain.TxnID, ops []txn.Op, bases m
 	} else {
 		w.trace("%s passes %s through: its copy is behind", n, id)
 	}
-	owned := slices.DeleteFunc(opKeys(ops), func(k string) bool { return !w.owns(n, k) })
+	owned := slices.DeleteFunc(txn.Keys(ops), func(k string) bool { return !w.owns(n, k) })
 	if gained && !w.markMoveDirty(n, owned, 0) {
 		gained = false
 		w.startCatchUp(n, fmt.Sprintf("%s passed through it for a key it gains after its copy ended", id), false)

@@ -248,16 +248,6 @@ func (w *world) markMoveDirty(n ring.NodeID, keys []string, version uint64) bool
 	return true
 }
 
-func opKeys(ops []txn.Op) []string {
-	var keys []string
-	for _, op := range ops {
-		if !slices.Contains(keys, op.Key) {
-			keys = append(keys, op.Key)
-		}
-	}
-	return keys
-}
-
 // ringTick is the ring's work of one tick: the coordinator's poll, and
 // each node's step of its copy.
 func (w *world) ringTick() {

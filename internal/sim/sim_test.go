@@ -279,24 +279,9 @@ func TestSimDeterministic(t *testing.T) {
 // within the first few hundred lossy seeds; the same seed without the bug
 // must pass, so the finding is the bug's.
 func TestSimCatchesAbortOnTimeout(t *testing.T) {
-	const seedsMax = 400
-	batch := runtime.GOMAXPROCS(0)
-	for first := uint64(1); first <= seedsMax; first += uint64(batch) {
-		results := runSeeds(first, batch, func(seed uint64) sim.Config {
-			return sim.Config{Seed: seed, Lossy: true, AbortOnTimeout: true, Store: storeFor(t, seed), NoReroutes: !*rerouteFlag}
-		})
-		for _, r := range results {
-			if len(r.Anomalies) == 0 {
-				continue
-			}
-			t.Logf("seed %d caught the bug: %s\n\t%s", r.Seed, r.Summary, strings.Join(r.Anomalies, "\n\t"))
-			if clean := sim.Run(sim.Config{Seed: r.Seed, Lossy: true, Store: storeFor(t, r.Seed), NoReroutes: !*rerouteFlag}); len(clean.Anomalies) > 0 {
-				report(t, clean)
-			}
-			return
-		}
-	}
-	t.Fatalf("no anomaly in %d lossy seeds with replicas that abort on timeout", seedsMax)
+	catchWithin(t, 400, "lossy seeds with replicas that abort on timeout", nil, func(seed uint64, bug bool) sim.Config {
+		return sim.Config{Seed: seed, Lossy: true, AbortOnTimeout: bug, Store: storeFor(t, seed), NoReroutes: !*rerouteFlag}
+	})
 }
 
 // TestSimCatchesUncopiedMove makes ring changes on every seed with nodes
@@ -306,27 +291,12 @@ func TestSimCatchesAbortOnTimeout(t *testing.T) {
 // commits the coordinators saw committed, or disagree, within a few
 // hundred seeds; the same seed with the copies must pass.
 func TestSimCatchesUncopiedMove(t *testing.T) {
-	const seedsMax = 400
 	caught := func(a string) bool {
 		return strings.HasPrefix(a, "durability: replica ") || strings.HasPrefix(a, "agreement: ")
 	}
-	batch := runtime.GOMAXPROCS(0)
-	for first := uint64(1); first <= seedsMax; first += uint64(batch) {
-		results := runSeeds(first, batch, func(seed uint64) sim.Config {
-			return sim.Config{Seed: seed, Moves: true, SwitchBeforeCopy: true, Store: storeFor(t, seed), NoReroutes: !*rerouteFlag}
-		})
-		for _, r := range results {
-			if !slices.ContainsFunc(r.Anomalies, caught) {
-				continue
-			}
-			t.Logf("seed %d caught the uncopied move: %s\n\t%s", r.Seed, r.Summary, strings.Join(r.Anomalies, "\n\t"))
-			if clean := sim.Run(sim.Config{Seed: r.Seed, Moves: true, Store: storeFor(t, r.Seed), NoReroutes: !*rerouteFlag}); len(clean.Anomalies) > 0 {
-				report(t, clean)
-			}
-			return
-		}
-	}
-	t.Fatalf("no anomaly in %d seeds with ring changes whose new owners skip the copy", seedsMax)
+	catchWithin(t, 400, "seeds with ring changes whose new owners skip the copy", caught, func(seed uint64, bug bool) sim.Config {
+		return sim.Config{Seed: seed, Moves: true, SwitchBeforeCopy: bug, Store: storeFor(t, seed), NoReroutes: !*rerouteFlag}
+	})
 }
 
 // TestSimCatchesIgnoredRestarts turns on the replica bug that takes a
@@ -334,24 +304,35 @@ func TestSimCatchesUncopiedMove(t *testing.T) {
 // on seeds with crashes, and expects the checkers to flag it; the same
 // seed without the bug must pass.
 func TestSimCatchesIgnoredRestarts(t *testing.T) {
-	const seedsMax = 2000
+	catchWithin(t, 2000, "lossy seeds with crashes and replicas that ignore their earlier runs", nil, func(seed uint64, bug bool) sim.Config {
+		return sim.Config{Seed: seed, Lossy: true, Crashy: true, IgnoreEarlierRuns: bug, Store: storeFor(t, seed), NoReroutes: !*rerouteFlag}
+	})
+}
+
+// catchWithin runs seeds 1 to seedsMax with the bug cfg turns on, until
+// one reports an anomaly caught accepts (nil: any), and fails if none
+// does; the seed that caught it must pass without the bug, so the finding
+// is the bug's.
+func catchWithin(t *testing.T, seedsMax int, seeds string, caught func(string) bool, cfg func(seed uint64, bug bool) sim.Config) {
+	t.Helper()
+	if caught == nil {
+		caught = func(string) bool { return true }
+	}
 	batch := runtime.GOMAXPROCS(0)
-	for first := uint64(1); first <= seedsMax; first += uint64(batch) {
-		results := runSeeds(first, batch, func(seed uint64) sim.Config {
-			return sim.Config{Seed: seed, Lossy: true, Crashy: true, IgnoreEarlierRuns: true, Store: storeFor(t, seed), NoReroutes: !*rerouteFlag}
-		})
+	for first := uint64(1); first <= uint64(seedsMax); first += uint64(batch) {
+		results := runSeeds(first, batch, func(seed uint64) sim.Config { return cfg(seed, true) })
 		for _, r := range results {
-			if len(r.Anomalies) == 0 {
+			if !slices.ContainsFunc(r.Anomalies, caught) {
 				continue
 			}
 			t.Logf("seed %d caught the bug: %s\n\t%s", r.Seed, r.Summary, strings.Join(r.Anomalies, "\n\t"))
-			if clean := sim.Run(sim.Config{Seed: r.Seed, Lossy: true, Crashy: true, Store: storeFor(t, r.Seed), NoReroutes: !*rerouteFlag}); len(clean.Anomalies) > 0 {
+			if clean := sim.Run(cfg(r.Seed, false)); len(clean.Anomalies) > 0 {
 				report(t, clean)
 			}
 			return
 		}
 	}
-	t.Fatalf("no anomaly in %d lossy seeds with crashes and replicas that ignore their earlier runs", seedsMax)
+	t.Fatalf("no anomaly in %d %s", seedsMax, seeds)
 }
 
 // TestSimCatchesShortRetention makes replicas forget outcomes after one

@@ -162,6 +162,18 @@ type Result struct {
 	Unheld bool
 }
 
+// Keys returns the keys ops touch, each once, in the order they first
+// appear.
+func Keys(ops []Op) []string {
+	var keys []string
+	for _, op := range ops {
+		if !slices.Contains(keys, op.Key) {
+			keys = append(keys, op.Key)
+		}
+	}
+	return keys
+}
+
 // MergeResults returns a member's results with the values it could not
 // compute taken from the member after it in the chain, which passed them
 // on from a holder of the chunk. It changes neither argument: when it
