@@ -172,29 +172,12 @@ func clusterRemove(ctx context.Context, e *env, id, dir, endpoint string, timeou
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	var proposed rebalance.Record
-	for {
-		rc, err := ringCall(ctx, endpoints, id)
-		if err == nil {
-			if err := json.Unmarshal(rc.Record, &proposed); err != nil {
-				return fmt.Errorf("the coordinator's ring record: %w", err)
-			}
-			break
-		}
-		var ce *client.Error
-		if errors.As(err, &ce) && strings.Contains(ce.Message, "in progress") {
-			fmt.Fprintf(e.stdout, "waiting for the ring change in progress to finish\n")
-			select {
-			case <-ctx.Done():
-				return fmt.Errorf("remove %s: %w", id, err)
-			case <-time.After(ringPoll):
-			}
-			continue
-		}
+	proposed, err := proposeRemove(ctx, e.stdout, endpoints, id)
+	if err != nil {
 		return fmt.Errorf("remove %s: %w", id, err)
 	}
 	fmt.Fprintf(e.stdout, "removing %s: epoch %d\n", id, proposed.Epoch)
-	err := watchRing(ctx, e.stdout, endpoints, func(rec rebalance.Record) bool {
+	err = watchRing(ctx, e.stdout, endpoints, func(rec rebalance.Record) bool {
 		if rec.InNew(ring.NodeID(id)) && rec.Phase == rebalance.PhaseClean {
 			// The proposal was lost with a coordinator that died before
 			// spreading it: ask its successor again.
@@ -220,6 +203,46 @@ func clusterRemove(ctx context.Context, e *env, id, dir, endpoint string, timeou
 		fmt.Fprintf(e.stdout, "%s holds no data any more; stop its server\n", id)
 	}
 	return nil
+}
+
+// proposeRemove asks the coordinator to take id out of the ring and returns
+// the record it proposed. An unavailable answer is asked again every
+// ringPoll until ctx ends: another change is in progress, or the
+// coordinator died or changed while answering. In the second case the
+// proposal may have been made all the same, so the ring is read before
+// asking again: a ring without id is the proposal.
+func proposeRemove(ctx context.Context, w io.Writer, endpoints []string, id string) (rebalance.Record, error) {
+	var rec rebalance.Record
+	for {
+		rc, err := ringCall(ctx, endpoints, id)
+		if err == nil {
+			if err := json.Unmarshal(rc.Record, &rec); err != nil {
+				return rec, fmt.Errorf("the coordinator's ring record: %w", err)
+			}
+			return rec, nil
+		}
+		if !errors.Is(err, client.ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded) {
+			return rec, err
+		}
+		if ctx.Err() != nil {
+			return rec, err
+		}
+		if strings.Contains(err.Error(), "in progress") {
+			fmt.Fprintf(w, "waiting for the ring change in progress to finish\n")
+		} else {
+			fmt.Fprintf(w, "the coordinator did not answer (%v); asking again\n", err)
+			if cur, err := ringCall(ctx, endpoints, ""); err == nil && len(cur.Record) > 0 {
+				if err := json.Unmarshal(cur.Record, &rec); err == nil && !rec.InNew(ring.NodeID(id)) {
+					return rec, nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return rec, err
+		case <-time.After(ringPoll):
+		}
+	}
 }
 
 // ringCall asks the first endpoint that answers.

@@ -1,0 +1,178 @@
+package cli
+
+// These tests cover how `tyr cluster remove` asks for its ring change
+// against a scripted server: an answer lost with its coordinator, a change
+// already in progress, and a refusal. Run:
+// go test -run 'ProposeRemove' ./internal/cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tyrstore/tyr/api/tyrpb"
+	"github.com/tyrstore/tyr/internal/rebalance"
+	"github.com/tyrstore/tyr/internal/ring"
+)
+
+// scriptedRing answers RingChange calls from a script: each call takes the
+// next step, the last step repeating.
+type scriptedRing struct {
+	tyrpb.UnimplementedTyrServer
+	mu    sync.Mutex
+	steps []func(remove string) (*tyrpb.RingChangeResponse, error)
+	calls []string // the remove argument of each call
+}
+
+func (s *scriptedRing) RingChange(_ context.Context, req *tyrpb.RingChangeRequest) (*tyrpb.RingChangeResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls = append(s.calls, req.GetRemove())
+	step := s.steps[min(len(s.calls), len(s.steps))-1]
+	return step(req.GetRemove())
+}
+
+func serveScript(t *testing.T, s *scriptedRing) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	tyrpb.RegisterTyrServer(g, s)
+	go func() { _ = g.Serve(l) }()
+	t.Cleanup(g.Stop)
+	return l.Addr().String()
+}
+
+func ringAnswer(t *testing.T, epoch uint64, phase rebalance.Phase, members ...ring.NodeID) *tyrpb.RingChangeResponse {
+	t.Helper()
+	rec := rebalance.Record{Epoch: epoch, Phase: phase}
+	for _, id := range members {
+		rec.New = append(rec.New, ring.Node{ID: id, Weight: 1})
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &tyrpb.RingChangeResponse{Coordinator: "node2", Record: b}
+}
+
+func TestProposeRemove(t *testing.T) {
+	reset := status.Error(codes.Unavailable, "error reading from server: connection reset by peer")
+	busy := status.Error(codes.Unavailable, "rebalance: a ring change is still in progress (unavailable)")
+	for _, tc := range []struct {
+		name  string
+		steps func(t *testing.T) []func(string) (*tyrpb.RingChangeResponse, error)
+		epoch uint64 // of the record returned; 0: an error is wanted
+		err   string // a part of the error wanted
+		calls []string
+		out   string // a part of the output wanted
+	}{{
+		name: "proposed at once",
+		steps: func(t *testing.T) []func(string) (*tyrpb.RingChangeResponse, error) {
+			return []func(string) (*tyrpb.RingChangeResponse, error){
+				func(string) (*tyrpb.RingChangeResponse, error) {
+					return ringAnswer(t, 5, rebalance.PhaseInstalling, "node1", "node2", "node3"), nil
+				},
+			}
+		},
+		epoch: 5, calls: []string{"node4"},
+	}, {
+		// The coordinator installed the change and died before answering:
+		// the ring read next shows node4 gone, and it is not asked twice.
+		name: "answer lost, change made",
+		steps: func(t *testing.T) []func(string) (*tyrpb.RingChangeResponse, error) {
+			return []func(string) (*tyrpb.RingChangeResponse, error){
+				func(string) (*tyrpb.RingChangeResponse, error) { return nil, reset },
+				func(string) (*tyrpb.RingChangeResponse, error) {
+					return ringAnswer(t, 5, rebalance.PhaseCopying, "node1", "node2", "node3"), nil
+				},
+			}
+		},
+		epoch: 5, calls: []string{"node4", ""}, out: "did not answer",
+	}, {
+		// It died before installing: node4 is still in the ring, so the
+		// successor is asked again.
+		name: "answer lost, change not made",
+		steps: func(t *testing.T) []func(string) (*tyrpb.RingChangeResponse, error) {
+			return []func(string) (*tyrpb.RingChangeResponse, error){
+				func(string) (*tyrpb.RingChangeResponse, error) { return nil, reset },
+				func(string) (*tyrpb.RingChangeResponse, error) {
+					return ringAnswer(t, 4, rebalance.PhaseClean, "node1", "node2", "node3", "node4"), nil
+				},
+				func(string) (*tyrpb.RingChangeResponse, error) {
+					return ringAnswer(t, 5, rebalance.PhaseInstalling, "node1", "node2", "node3"), nil
+				},
+			}
+		},
+		epoch: 5, calls: []string{"node4", "", "node4"}, out: "did not answer",
+	}, {
+		name: "busy, then proposed",
+		steps: func(t *testing.T) []func(string) (*tyrpb.RingChangeResponse, error) {
+			return []func(string) (*tyrpb.RingChangeResponse, error){
+				func(string) (*tyrpb.RingChangeResponse, error) { return nil, busy },
+				func(string) (*tyrpb.RingChangeResponse, error) {
+					return ringAnswer(t, 6, rebalance.PhaseInstalling, "node1", "node2", "node3"), nil
+				},
+			}
+		},
+		epoch: 6, calls: []string{"node4", "node4"}, out: "waiting for the ring change in progress",
+	}, {
+		name: "refused",
+		steps: func(t *testing.T) []func(string) (*tyrpb.RingChangeResponse, error) {
+			return []func(string) (*tyrpb.RingChangeResponse, error){
+				func(string) (*tyrpb.RingChangeResponse, error) {
+					return nil, status.Error(codes.InvalidArgument, "rebalance: too few nodes (invalid argument): 2 nodes would remain, fewer than the replication factor 3")
+				},
+			}
+		},
+		err: "fewer than the replication factor", calls: []string{"node4"},
+	}, {
+		name: "still unavailable when the time is up",
+		steps: func(t *testing.T) []func(string) (*tyrpb.RingChangeResponse, error) {
+			return []func(string) (*tyrpb.RingChangeResponse, error){
+				func(string) (*tyrpb.RingChangeResponse, error) { return nil, busy },
+			}
+		},
+		err: "in progress",
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &scriptedRing{steps: tc.steps(t)}
+			ep := serveScript(t, s)
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			var out bytes.Buffer
+			rec, err := proposeRemove(ctx, &out, []string{ep}, "node4")
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want one containing %q", err, tc.err)
+				}
+			} else {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if rec.Epoch != tc.epoch || rec.InNew("node4") {
+					t.Fatalf("record %+v, want epoch %d without node4", rec, tc.epoch)
+				}
+			}
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if tc.calls != nil && strings.Join(s.calls, ",") != strings.Join(tc.calls, ",") {
+				t.Fatalf("calls %q, want %q", s.calls, tc.calls)
+			}
+			if !strings.Contains(out.String(), tc.out) {
+				t.Fatalf("output %q, want a part %q", out.String(), tc.out)
+			}
+		})
+	}
+}
