@@ -288,17 +288,22 @@ func (s *mvccNode) setStatus(id chain.TxnID, st status) {
 // count as committed at the copy, for the collector checks.
 func (s *mvccNode) refresh(key string, from nodeStore, ready bool, want uint64) (bool, error) {
 	src := from.(*mvccNode)
-	changed, err := s.store.Refresh(key, &refreshSource{from: src.store, to: s.store, key: key, ready: ready, want: want})
-	if err != nil || !changed {
+	rs := &refreshSource{from: src.store, to: s.store, key: key, ready: ready, want: want}
+	changed, err := s.store.Refresh(key, rs)
+	if err != nil || !rs.taken {
 		return false, err
 	}
+	// Taken, the source's copy is this store's now, changed or not: two
+	// copies that both missed commits may end alike (a blob created and
+	// deleted again), and its log is the one that counts those commits.
+	changed = changed || !slices.Equal(s.logs[key], src.logs[key])
 	s.logs[key] = slices.Clone(src.logs[key])
 	for _, id := range s.logs[key] {
 		if _, ok := s.commitTicks[id]; !ok {
 			s.commitTicks[id] = s.tick()
 		}
 	}
-	return true, nil
+	return changed, nil
 }
 
 // refreshSource is the mvcc.Source of a refresh: another node's store.
@@ -308,6 +313,7 @@ type refreshSource struct {
 	ready    bool
 	want     uint64
 	cp       mvcc.Copy
+	taken    bool // Copy planned the source's copy, not the local one
 }
 
 func (r *refreshSource) Copy(local mvcc.Record) (mvcc.Copy, error) {
@@ -319,10 +325,11 @@ func (r *refreshSource) Copy(local mvcc.Record) (mvcc.Copy, error) {
 		return mvcc.Copy{}, fmt.Errorf("%w: %w: %q is at version %d there, before the commit at %d that passed through",
 			errs.ErrUnavailable, mvcc.ErrCopyBehind, r.key, remote.Version, r.want)
 	}
-	if !r.ready && local.Exists && (!remote.Exists || remote.Version <= local.Version) {
-		return mvcc.Copy{Record: local}, nil // a source catching up too: only a newer copy counts
+	if !r.ready && !mvcc.StaleCopyCounts(local, remote, r.want) {
+		return mvcc.Copy{Record: local}, nil
 	}
 	r.cp = r.to.PlanCopy(r.key, local, remote, nil)
+	r.taken = true
 	return r.cp, nil
 }
 
