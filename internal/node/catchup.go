@@ -512,49 +512,26 @@ func (n *Node) peerVersions(ctx context.Context, id ring.NodeID, keyspace string
 // 0 (a commit at want passed through this node), the source's copy must be
 // at least that version or the blob absent.
 func (n *Node) refresh(ctx context.Context, ks *storage.Keyspace, pl Placement, key string, want uint64) error {
-	_, err := n.refreshBlob(ctx, ks, pl, key, want, false)
-	return err
-}
-
-// refreshBlob is refresh, and the copy of a blob this node gains in a ring
-// change (move); it reports whether the copy changed anything.
-func (n *Node) refreshBlob(ctx context.Context, ks *storage.Keyspace, pl Placement, key string, want uint64, move bool) (bool, error) {
 	vms, stale, err := pl.sourceReplicas(key, 0)
 	if err != nil {
-		return false, err
+		return err
 	}
 	srcs := n.sources(vms, stale)
 	if len(srcs) == 0 {
 		if len(vms) == 1 && vms[0] == n.self {
-			return false, nil // the only replica: nothing to copy
+			return nil // the only replica: nothing to copy
 		}
-		return false, fmt.Errorf("%w: no live version manager of blob %q to copy from (version managers %v)", errs.ErrUnavailable, key, vms)
+		return fmt.Errorf("%w: no live version manager of blob %q to copy from (version managers %v)", errs.ErrUnavailable, key, vms)
 	}
 	// A source behind the commit wanted may never get it (it lost its
 	// stage, every replica having failed at once), while another has it.
-	// A source that is not up to date gives only a newer copy, and a
-	// later one may have a newer one still: all of them are asked, unless
-	// an up-to-date one answers first.
-	changed, took := false, false
-	var lastErr error
 	for _, src := range srcs {
-		c, err := ks.Store.Refresh(key, &chunkSource{ctx: ctx, n: n, ks: ks, pl: pl, key: key, src: src.id, ready: src.ready, want: want, move: move})
-		changed = changed || c
-		switch {
-		case errors.Is(err, mvcc.ErrCopyBehind):
-		case src.ready:
-			return changed, err
-		case err == nil:
-			took = true
-		}
-		if err != nil && !took {
-			lastErr = err
+		_, err = ks.Store.Refresh(key, &chunkSource{ctx: ctx, n: n, ks: ks, pl: pl, key: key, src: src.id, ready: src.ready, want: want})
+		if !errors.Is(err, mvcc.ErrCopyBehind) {
+			break
 		}
 	}
-	if took {
-		return changed, nil
-	}
-	return changed, lastErr
+	return err
 }
 
 // candidate is a replica to copy from, and whether it was up to date
@@ -633,8 +610,8 @@ func (s *chunkSource) Copy(local mvcc.Record) (mvcc.Copy, error) {
 	// Membership may not show yet that the source is catching up; its
 	// answer does.
 	ready := s.ready && !resp.GetCatchingUp()
-	if !ready && !mvcc.StaleCopyCounts(local, remote, s.want) {
-		return mvcc.Copy{Record: local}, nil
+	if !ready && local.Exists && (!remote.Exists || remote.Version <= local.Version) {
+		return mvcc.Copy{Record: local}, nil // a source catching up too: only a newer copy counts
 	}
 	s.cp = s.ks.Store.PlanCopy(s.key, local, remote, s.pl)
 	if remote.Exists {

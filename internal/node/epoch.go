@@ -1005,7 +1005,15 @@ func (n *Node) moveKeyspace(ctx context.Context, ks *storage.Keyspace, peers []r
 
 // moveRefresh is refresh for the copy: throttled and counted.
 func (n *Node) moveRefresh(ctx context.Context, ks *storage.Keyspace, pl Placement, key string, want uint64) error {
-	changed, err := n.refreshBlob(ctx, ks, pl, key, want, true)
+	vms, err := pl.replicas(key, 0)
+	if err != nil {
+		return err
+	}
+	src, ready := n.source(vms)
+	if src == "" {
+		return fmt.Errorf("%w: no live version manager of blob %q to copy from (version managers %v)", errs.ErrUnavailable, key, vms)
+	}
+	changed, err := ks.Store.Refresh(key, &chunkSource{ctx: ctx, n: n, ks: ks, pl: pl, key: key, src: src, ready: ready, want: want, move: true})
 	if err == nil && changed {
 		n.epoch.copiedBlobs.Add(1)
 	}
