@@ -24,12 +24,18 @@ import (
 	"github.com/tyrstore/tyr/internal/ring"
 )
 
+// step is a scripted answer to a RingChange call: a record or an error.
+type step struct {
+	resp *tyrpb.RingChangeResponse
+	err  error
+}
+
 // scriptedRing answers RingChange calls from a script: each call takes the
 // next step, the last step repeating.
 type scriptedRing struct {
 	tyrpb.UnimplementedTyrServer
 	mu    sync.Mutex
-	steps []func(remove string) (*tyrpb.RingChangeResponse, error)
+	steps []step
 	calls []string // the remove argument of each call
 }
 
@@ -37,8 +43,8 @@ func (s *scriptedRing) RingChange(_ context.Context, req *tyrpb.RingChangeReques
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.calls = append(s.calls, req.GetRemove())
-	step := s.steps[min(len(s.calls), len(s.steps))-1]
-	return step(req.GetRemove())
+	st := s.steps[min(len(s.calls), len(s.steps))-1]
+	return st.resp, st.err
 }
 
 func serveScript(t *testing.T, s *scriptedRing) string {
@@ -54,100 +60,50 @@ func serveScript(t *testing.T, s *scriptedRing) string {
 	return l.Addr().String()
 }
 
-func ringAnswer(t *testing.T, epoch uint64, phase rebalance.Phase, members ...ring.NodeID) *tyrpb.RingChangeResponse {
-	t.Helper()
+// ringAnswer is a step answering the record of epoch in phase with members.
+func ringAnswer(epoch uint64, phase rebalance.Phase, members ...ring.NodeID) step {
 	rec := rebalance.Record{Epoch: epoch, Phase: phase}
 	for _, id := range members {
 		rec.New = append(rec.New, ring.Node{ID: id, Weight: 1})
 	}
 	b, err := json.Marshal(rec)
 	if err != nil {
-		t.Fatal(err)
+		panic(err) // a Record always marshals
 	}
-	return &tyrpb.RingChangeResponse{Coordinator: "node2", Record: b}
+	return step{resp: &tyrpb.RingChangeResponse{Coordinator: "node2", Record: b}}
 }
 
 func TestProposeRemove(t *testing.T) {
-	reset := status.Error(codes.Unavailable, "error reading from server: connection reset by peer")
-	busy := status.Error(codes.Unavailable, "rebalance: a ring change is still in progress (unavailable)")
+	reset := step{err: status.Error(codes.Unavailable, "error reading from server: connection reset by peer")}
+	busy := step{err: status.Error(codes.Unavailable, "rebalance: a ring change is still in progress (unavailable)")}
+	refused := step{err: status.Error(codes.InvalidArgument, "rebalance: too few nodes (invalid argument): 2 nodes would remain, fewer than the replication factor 3")}
 	for _, tc := range []struct {
 		name  string
-		steps func(t *testing.T) []func(string) (*tyrpb.RingChangeResponse, error)
-		epoch uint64 // of the record returned; 0: an error is wanted
+		steps []step
+		epoch uint64 // of the record returned, when no error is wanted
 		err   string // a part of the error wanted
 		calls []string
 		out   string // a part of the output wanted
-	}{{
-		name: "proposed at once",
-		steps: func(t *testing.T) []func(string) (*tyrpb.RingChangeResponse, error) {
-			return []func(string) (*tyrpb.RingChangeResponse, error){
-				func(string) (*tyrpb.RingChangeResponse, error) {
-					return ringAnswer(t, 5, rebalance.PhaseInstalling, "node1", "node2", "node3"), nil
-				},
-			}
-		},
-		epoch: 5, calls: []string{"node4"},
-	}, {
+	}{
+		{name: "proposed at once", steps: []step{ringAnswer(5, rebalance.PhaseInstalling, "node1", "node2", "node3")},
+			epoch: 5, calls: []string{"node4"}},
 		// The coordinator installed the change and died before answering:
 		// the ring read next shows node4 gone, and it is not asked twice.
-		name: "answer lost, change made",
-		steps: func(t *testing.T) []func(string) (*tyrpb.RingChangeResponse, error) {
-			return []func(string) (*tyrpb.RingChangeResponse, error){
-				func(string) (*tyrpb.RingChangeResponse, error) { return nil, reset },
-				func(string) (*tyrpb.RingChangeResponse, error) {
-					return ringAnswer(t, 5, rebalance.PhaseCopying, "node1", "node2", "node3"), nil
-				},
-			}
-		},
-		epoch: 5, calls: []string{"node4", ""}, out: "did not answer",
-	}, {
+		{name: "answer lost, change made", steps: []step{reset, ringAnswer(5, rebalance.PhaseCopying, "node1", "node2", "node3")},
+			epoch: 5, calls: []string{"node4", ""}, out: "did not answer"},
 		// It died before installing: node4 is still in the ring, so the
 		// successor is asked again.
-		name: "answer lost, change not made",
-		steps: func(t *testing.T) []func(string) (*tyrpb.RingChangeResponse, error) {
-			return []func(string) (*tyrpb.RingChangeResponse, error){
-				func(string) (*tyrpb.RingChangeResponse, error) { return nil, reset },
-				func(string) (*tyrpb.RingChangeResponse, error) {
-					return ringAnswer(t, 4, rebalance.PhaseClean, "node1", "node2", "node3", "node4"), nil
-				},
-				func(string) (*tyrpb.RingChangeResponse, error) {
-					return ringAnswer(t, 5, rebalance.PhaseInstalling, "node1", "node2", "node3"), nil
-				},
-			}
-		},
-		epoch: 5, calls: []string{"node4", "", "node4"}, out: "did not answer",
-	}, {
-		name: "busy, then proposed",
-		steps: func(t *testing.T) []func(string) (*tyrpb.RingChangeResponse, error) {
-			return []func(string) (*tyrpb.RingChangeResponse, error){
-				func(string) (*tyrpb.RingChangeResponse, error) { return nil, busy },
-				func(string) (*tyrpb.RingChangeResponse, error) {
-					return ringAnswer(t, 6, rebalance.PhaseInstalling, "node1", "node2", "node3"), nil
-				},
-			}
-		},
-		epoch: 6, calls: []string{"node4", "node4"}, out: "waiting for the ring change in progress",
-	}, {
-		name: "refused",
-		steps: func(t *testing.T) []func(string) (*tyrpb.RingChangeResponse, error) {
-			return []func(string) (*tyrpb.RingChangeResponse, error){
-				func(string) (*tyrpb.RingChangeResponse, error) {
-					return nil, status.Error(codes.InvalidArgument, "rebalance: too few nodes (invalid argument): 2 nodes would remain, fewer than the replication factor 3")
-				},
-			}
-		},
-		err: "fewer than the replication factor", calls: []string{"node4"},
-	}, {
-		name: "still unavailable when the time is up",
-		steps: func(t *testing.T) []func(string) (*tyrpb.RingChangeResponse, error) {
-			return []func(string) (*tyrpb.RingChangeResponse, error){
-				func(string) (*tyrpb.RingChangeResponse, error) { return nil, busy },
-			}
-		},
-		err: "in progress",
-	}} {
+		{name: "answer lost, change not made", steps: []step{reset,
+			ringAnswer(4, rebalance.PhaseClean, "node1", "node2", "node3", "node4"),
+			ringAnswer(5, rebalance.PhaseInstalling, "node1", "node2", "node3")},
+			epoch: 5, calls: []string{"node4", "", "node4"}, out: "did not answer"},
+		{name: "busy, then proposed", steps: []step{busy, ringAnswer(6, rebalance.PhaseInstalling, "node1", "node2", "node3")},
+			epoch: 6, calls: []string{"node4", "node4"}, out: "waiting for the ring change in progress"},
+		{name: "refused", steps: []step{refused}, err: "fewer than the replication factor", calls: []string{"node4"}},
+		{name: "still unavailable when the time is up", steps: []step{busy}, err: "in progress"},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := &scriptedRing{steps: tc.steps(t)}
+			s := &scriptedRing{steps: tc.steps}
 			ep := serveScript(t, s)
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 			defer cancel()
