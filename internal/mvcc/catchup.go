@@ -52,6 +52,26 @@ type Copy struct {
 // member): the refresh may try another source, or this one later.
 var ErrCopyBehind = errors.New("the source's copy is before the version needed")
 
+// StaleCopyCounts reports whether a refresh takes the copy (remote) of a
+// source that is not up to date (a replica catching up, or one a ring
+// change keeps apart, see node.Placement.sourceReplicas) over this store's
+// (local). Only a newer copy counts: one that exists, and is at a later
+// version than local's or, local absent, at least at want, the version of
+// a commit this store knows it missed (0: none). An absent copy carries no
+// version (a delete drops the record), so it never counts, and neither
+// does any copy over an absent local one without want: the source may
+// hold the blob from before a delete this store applied.
+func StaleCopyCounts(local, remote Record, want uint64) bool {
+	switch {
+	case !remote.Exists:
+		return false
+	case local.Exists:
+		return remote.Version > local.Version
+	default:
+		return want != 0 && remote.Version >= want
+	}
+}
+
 // Source is where Refresh copies a blob from.
 type Source interface {
 	// Copy returns the blob as the source has it, given this store's

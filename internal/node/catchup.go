@@ -512,26 +512,53 @@ func (n *Node) peerVersions(ctx context.Context, id ring.NodeID, keyspace string
 // 0 (a commit at want passed through this node), the source's copy must be
 // at least that version or the blob absent.
 func (n *Node) refresh(ctx context.Context, ks *storage.Keyspace, pl Placement, key string, want uint64) error {
+	_, err := n.refreshBlob(ctx, ks, pl, key, want, false)
+	return err
+}
+
+// refreshBlob is refresh, and the copy of a blob this node gains in a ring
+// change (move); it reports whether the copy changed anything.
+func (n *Node) refreshBlob(ctx context.Context, ks *storage.Keyspace, pl Placement, key string, want uint64, move bool) (bool, error) {
 	vms, stale, err := pl.sourceReplicas(key, 0)
 	if err != nil {
-		return err
+		return false, err
 	}
 	srcs := n.sources(vms, stale)
 	if len(srcs) == 0 {
 		if len(vms) == 1 && vms[0] == n.self {
-			return nil // the only replica: nothing to copy
+			return false, nil // the only replica: nothing to copy
 		}
-		return fmt.Errorf("%w: no live version manager of blob %q to copy from (version managers %v)", errs.ErrUnavailable, key, vms)
+		return false, fmt.Errorf("%w: no live version manager of blob %q to copy from (version managers %v)", errs.ErrUnavailable, key, vms)
 	}
 	// A source behind the commit wanted may never get it (it lost its
 	// stage, every replica having failed at once), while another has it.
+	// A source that is not up to date gives only a newer copy, and a
+	// later one may have a newer one still: all of them are asked, unless
+	// an up-to-date one answers first.
+	changed, took := false, false
+	var lastErr error
 	for _, src := range srcs {
-		_, err = ks.Store.Refresh(key, &chunkSource{ctx: ctx, n: n, ks: ks, pl: pl, key: key, src: src.id, ready: src.ready, want: want})
-		if !errors.Is(err, mvcc.ErrCopyBehind) {
-			break
+		cs := &chunkSource{ctx: ctx, n: n, ks: ks, pl: pl, key: key, src: src.id, ready: src.ready, want: want, move: move}
+		c, err := ks.Store.Refresh(key, cs)
+		if err == nil && cs.forced {
+			n.noteWhole(blobRef{ks.Name, key}, pl.epoch())
+		}
+		changed = changed || c
+		switch {
+		case errors.Is(err, mvcc.ErrCopyBehind):
+		case src.ready:
+			return changed, err
+		case err == nil:
+			took = true
+		}
+		if err != nil && !took {
+			lastErr = err
 		}
 	}
-	return err
+	if took {
+		return changed, nil
+	}
+	return changed, lastErr
 }
 
 // candidate is a replica to copy from, and whether it was up to date
@@ -585,6 +612,9 @@ type chunkSource struct {
 	cp    mvcc.Copy
 	// move: a ring change's copy (epoch.go), throttled and counted.
 	move bool
+	// forced: the copy replaces the chunks this node gains whatever their
+	// versions (see Copy).
+	forced bool
 }
 
 func (s *chunkSource) Copy(local mvcc.Record) (mvcc.Copy, error) {
@@ -610,8 +640,8 @@ func (s *chunkSource) Copy(local mvcc.Record) (mvcc.Copy, error) {
 	// Membership may not show yet that the source is catching up; its
 	// answer does.
 	ready := s.ready && !resp.GetCatchingUp()
-	if !ready && local.Exists && (!remote.Exists || remote.Version <= local.Version) {
-		return mvcc.Copy{Record: local}, nil // a source catching up too: only a newer copy counts
+	if !ready && !mvcc.StaleCopyCounts(local, remote, s.want) {
+		return mvcc.Copy{Record: local}, nil
 	}
 	s.cp = s.ks.Store.PlanCopy(s.key, local, remote, s.pl)
 	if remote.Exists {
@@ -619,12 +649,18 @@ func (s *chunkSource) Copy(local mvcc.Record) (mvcc.Copy, error) {
 		// those whose pages it does not hold: for a chunk it gains in a
 		// ring change, equal versions do not mean it has the bytes. Copy
 		// every chunk gained, in the change's copy and in a catch-up (a
-		// node that was down during the copy).
+		// node that was down during the copy), until this process took
+		// one such copy of the blob in this change (noteWhole): a copy
+		// again, for a commit that passed through, takes only the chunks
+		// whose versions differ.
 		cs := s.ks.Store.ChunkBytes()
+		whole := s.n.copiedWhole(blobRef{s.ks.Name, s.key}, s.pl.epoch())
 		for c := uint64(0); c*cs < remote.Size; c++ {
-			gained := (s.move && s.pl.on(s.n.self, s.key, c) && !s.pl.ServesChunk(s.key, c)) || s.n.gainedChunk(s.pl, s.key, c) ||
-				(s.n.epoch.recopy.Load() != 0 && s.pl.Holds(s.key, c))
-			if remote.Chunks[c] != 0 && gained && !slices.Contains(s.cp.Replace, c) {
+			gained := !whole && ((s.move && s.pl.on(s.n.self, s.key, c) && !s.pl.ServesChunk(s.key, c)) || s.n.gainedChunk(s.pl, s.key, c))
+			if gained {
+				s.forced = true
+			}
+			if remote.Chunks[c] != 0 && (gained || (s.n.epoch.recopy.Load() != 0 && s.pl.Holds(s.key, c))) && !slices.Contains(s.cp.Replace, c) {
 				s.cp.Replace = append(s.cp.Replace, c)
 			}
 		}

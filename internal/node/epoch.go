@@ -115,6 +115,10 @@ type epochState struct {
 	// closed is the last epoch whose copy has ended, guarded by dirtyMu:
 	// from then on no copy fetches what dirty names (markMoveDirty).
 	closed uint64
+	// whole holds, per blob, the epoch in which this process last took a
+	// copy of it with the bytes of every chunk it gains (guarded by
+	// dirtyMu; see chunkSource.Copy).
+	whole map[blobRef]uint64
 }
 
 // loadRing reads the record file at start.
@@ -122,6 +126,7 @@ func (n *Node) loadRing() error {
 	e := &n.epoch
 	e.mu.progress = map[ring.NodeID]*peerpb.PutRingResponse{}
 	e.dirty = map[blobRef]uint64{}
+	e.whole = map[blobRef]uint64{}
 	rate := n.cfg.MoveBytesPerSecond
 	if rate == 0 {
 		rate = MoveBytesPerSecondDefault
@@ -296,6 +301,9 @@ func (n *Node) ringActions(rec rebalance.Record) {
 		e.mu.copying = rec.Epoch
 		e.copiedBytes.Store(0)
 		e.copiedBlobs.Store(0)
+		e.dirtyMu.Lock()
+		clear(e.whole)
+		e.dirtyMu.Unlock()
 		go n.moveCopy(rec.Epoch)
 	}
 	inOld := slices.ContainsFunc(rec.Old, func(x ring.Node) bool { return x.ID == n.self })
@@ -948,6 +956,26 @@ func (n *Node) moveCopyOnce(ctx context.Context, epoch uint64) error {
 	}
 }
 
+// copiedWhole reports whether this process took a copy of blob ref with
+// the bytes of every chunk it gains in epoch's change (noteWhole).
+func (n *Node) copiedWhole(ref blobRef, epoch uint64) bool {
+	n.epoch.dirtyMu.Lock()
+	defer n.epoch.dirtyMu.Unlock()
+	return n.epoch.whole[ref] == epoch
+}
+
+// noteWhole records that a copy of blob ref took the bytes of every chunk
+// this node gains in epoch's change. From then on, until the process
+// ends, every commit this node applies writes the pages of the chunks it
+// holds, and one it passes through changes the versions of the chunks it
+// writes, which the next copy replaces: a chunk's version is proof of its
+// bytes again.
+func (n *Node) noteWhole(ref blobRef, epoch uint64) {
+	n.epoch.dirtyMu.Lock()
+	defer n.epoch.dirtyMu.Unlock()
+	n.epoch.whole[ref] = epoch
+}
+
 func (n *Node) clearMoveDirty(ref blobRef, version uint64) {
 	n.epoch.dirtyMu.Lock()
 	defer n.epoch.dirtyMu.Unlock()
@@ -1005,15 +1033,7 @@ func (n *Node) moveKeyspace(ctx context.Context, ks *storage.Keyspace, peers []r
 
 // moveRefresh is refresh for the copy: throttled and counted.
 func (n *Node) moveRefresh(ctx context.Context, ks *storage.Keyspace, pl Placement, key string, want uint64) error {
-	vms, err := pl.replicas(key, 0)
-	if err != nil {
-		return err
-	}
-	src, ready := n.source(vms)
-	if src == "" {
-		return fmt.Errorf("%w: no live version manager of blob %q to copy from (version managers %v)", errs.ErrUnavailable, key, vms)
-	}
-	changed, err := ks.Store.Refresh(key, &chunkSource{ctx: ctx, n: n, ks: ks, pl: pl, key: key, src: src, ready: ready, want: want, move: true})
+	changed, err := n.refreshBlob(ctx, ks, pl, key, want, true)
 	if err == nil && changed {
 		n.epoch.copiedBlobs.Add(1)
 	}

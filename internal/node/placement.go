@@ -48,6 +48,14 @@ type Placement struct {
 	rf   int
 }
 
+// epoch is the epoch of the newest ring in use.
+func (p Placement) epoch() uint64 {
+	if p.w != nil {
+		return max(p.r.Epoch(), p.w.Epoch())
+	}
+	return p.r.Epoch()
+}
+
 // Manages reports whether this node is a version manager of key.
 func (p Placement) Manages(key string) bool { return p.Holds(key, 0) }
 
@@ -122,36 +130,43 @@ func (p Placement) replicas(key string, c uint64) ([]ring.NodeID, error) {
 }
 
 // sourceReplicas returns the nodes a catch-up may copy chunk c of key
-// from: its read replicas, and while reads switch to a new ring
-// (rebalance.PhaseSwitching) the old ring's replicas too, which take every
-// write until the new owners are all in step: a new owner left out of a
-// commit may have no other new owner to copy it from. Once writes left the
-// old owners (rebalance.PhaseActive), and until they delete what they gave
-// up, they are returned apart (stale): they hold every commit begun
-// before, which a new owner may have missed (its stage lost in a crash),
-// but not those begun since, so only a newer copy of theirs counts.
+// from: its read replicas, and others by the phase of a ring change:
+//
+//   - While ranges are copied (rebalance.PhaseInstalling, PhaseCopying),
+//     the new owners, apart (stale): they take every write, and one that
+//     staged a commit was in step with the first replica's copy, so it may
+//     hold a commit that every read replica lost its stage of (a crash
+//     after the new owner, as the tail, decided it). Only a newer copy of
+//     theirs counts.
+//   - While reads switch to the new ring (rebalance.PhaseSwitching), the
+//     old ring's replicas, which take every write until the new owners are
+//     all in step: a new owner left out of a commit may have no other new
+//     owner to copy it from.
+//   - Once writes left the old owners (rebalance.PhaseActive), and until
+//     they delete what they gave up, the old owners, apart (stale): they
+//     hold every commit begun before, which a new owner may have missed
+//     (its stage lost in a crash), but not those begun since, so only a
+//     newer copy of theirs counts.
 func (p Placement) sourceReplicas(key string, c uint64) (reps, stale []ring.NodeID, err error) {
 	reps, err = p.replicas(key, c)
 	if err != nil {
 		return nil, nil, err
 	}
-	var old *ring.Ring
-	switch {
-	case p.w != nil && p.w.Epoch() < p.r.Epoch():
-		old = p.w
-	case p.old != nil:
-		old = p.old
-	default:
+	other, full := p.old, false
+	if p.w != nil {
+		other, full = p.w, p.w.Epoch() < p.r.Epoch()
+	}
+	if other == nil {
 		return reps, nil, nil
 	}
-	owners, err := old.Replicas(p.seed, key, c, min(p.rf, old.Len()))
+	owners, err := other.Replicas(p.seed, key, c, min(p.rf, other.Len()))
 	if err != nil {
 		return reps, nil, nil
 	}
 	for _, id := range owners {
 		switch {
 		case slices.Contains(reps, id):
-		case p.w != nil:
+		case full:
 			reps = append(reps, id)
 		default:
 			stale = append(stale, id)

@@ -188,10 +188,10 @@ func TestUnkept(t *testing.T) {
 	}
 }
 
-// TestSourceReplicas: a catch-up copies from the read replicas; while
-// reads switch to a new ring also from the old ring's, which still take
-// every write; once writes left them, from them apart (stale); never from
-// the new ring's while it is being copied.
+// TestSourceReplicas: a catch-up copies from the read replicas; while the
+// new ring is being copied also from its owners apart (stale); while reads
+// switch to it also from the old ring's, which still take every write;
+// once writes left them, from them apart (stale).
 func TestSourceReplicas(t *testing.T) {
 	old, err := ring.New(ring.Config{}, 1, []ring.Node{{ID: "a", Weight: 1}, {ID: "b", Weight: 1}})
 	if err != nil {
@@ -208,9 +208,9 @@ func TestSourceReplicas(t *testing.T) {
 		key := fmt.Sprintf("k%d", i)
 		was, _ := old.Replicas(seed, key, 0, rf)
 		now, _ := next.Replicas(seed, key, 0, rf)
-		var gone []ring.NodeID
+		var gone, gained []ring.NodeID
 		if !slices.Equal(was, now) {
-			gone = was
+			gone, gained = was, now
 			moved++
 		}
 		for _, tc := range []struct {
@@ -218,7 +218,7 @@ func TestSourceReplicas(t *testing.T) {
 			pl          Placement
 			reps, stale []ring.NodeID
 		}{
-			{"copying", Placement{n: n, r: old, w: next, seed: seed, rf: rf}, was, nil},
+			{"copying", Placement{n: n, r: old, w: next, seed: seed, rf: rf}, was, gained},
 			{"switching", Placement{n: n, r: next, w: old, seed: seed, rf: rf}, slices.Concat(now, gone), nil},
 			{"active", Placement{n: n, r: next, old: old, seed: seed, rf: rf}, now, gone},
 			{"clean", Placement{n: n, r: next, seed: seed, rf: rf}, now, nil},

@@ -137,10 +137,13 @@ func (n *Node) ReadChunks(_ context.Context, req *peerpb.ReadChunksRequest) (*pe
 	if !pl.Holds(req.GetKey(), off/cs) {
 		return nil, statusOf(fmt.Errorf("%w: node %s does not hold chunk %d of blob %q", errs.ErrUnavailable, n.self, off/cs, req.GetKey()))
 	}
-	if n.CatchingUp() && n.untrustedChunk(pl, req.GetKey(), off/cs) {
+	if n.untrustedChunk(pl, req.GetKey(), off/cs) {
 		// Its version is no proof of its bytes (a chunk gained and not
 		// copied yet): the expect check below would pass on older pages.
-		return nil, statusOf(fmt.Errorf("%w: node %s is catching up on chunk %d of blob %q, which it gained in a ring change", errs.ErrUnavailable, n.self, off/cs, req.GetKey()))
+		// A node only gaining the chunk is asked too, by a read replica
+		// catching up on a commit only the new owners kept
+		// (Placement.sourceReplicas).
+		return nil, statusOf(fmt.Errorf("%w: node %s has not copied chunk %d of blob %q, which it gained in a ring change", errs.ErrUnavailable, n.self, off/cs, req.GetKey()))
 	}
 	data, err := ks.Store.ReadChunks(req.GetKey(), off, length, req.GetVersion(), req.GetSize(), req.GetExpect())
 	var behind *mvcc.ChunkMismatchError

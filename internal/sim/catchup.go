@@ -392,9 +392,8 @@ func (w *world) barrierStep(n ring.NodeID, answered []bool, cut *[]chain.TxnID) 
 // in a ring change) and, while reads switch to a new ring, the old owners,
 // which take every write until the new ones are in step (as
 // node.Placement.sourceReplicas): the other ones that are up and not
-// catching up (ready), then in Active the old owners, which no longer
-// take writes (never ready), then the others up. Whether n reaches them is the
-// refresh's to find out.
+// catching up (ready), then staleOwners (never ready), then the others
+// up. Whether n reaches them is the refresh's to find out.
 func (w *world) sources(n ring.NodeID, key string) []candidate {
 	from := w.serving[key]
 	if w.ring.rec.Phase == rebalance.PhaseSwitching {
@@ -410,8 +409,7 @@ func (w *world) sources(n ring.NodeID, key string) []candidate {
 		if !ready {
 			continue
 		}
-		// In Active, the old owners no longer written to, never ready
-		// (as node.Node.sources).
+		// Never ready (as node.Node.sources).
 		for _, id := range w.staleOwners(key) {
 			if id != n && !w.down[id] {
 				out = append(out, candidate{id, false})
@@ -429,21 +427,27 @@ type candidate struct {
 
 // refreshKey brings node n's copy of key in step with a source's, with a
 // copy at least at version want; it reports whether it is done, or must
-// be tried again later. As a node does, it tries the next source when one
-// is behind want.
+// be tried again later. As a node does (Node.refresh), it tries the next
+// source when one is behind want, and asks every source that is not up to
+// date unless an up-to-date one answers first.
 func (w *world) refreshKey(n ring.NodeID, key string, want uint64) bool {
 	srcs := w.sources(n, key)
 	if len(srcs) == 0 {
 		// The only replica serving key: nothing to copy.
 		return !slices.ContainsFunc(w.serving[key], func(id ring.NodeID) bool { return id != n })
 	}
+	took := false
 	for _, c := range srcs {
 		done, behind := w.copyKey(n, key, c.id, c.ready, want)
-		if !behind {
+		switch {
+		case behind:
+		case c.ready:
 			return done
+		default:
+			took = took || done
 		}
 	}
-	return false
+	return took
 }
 
 // source is the first of sources(n, key), if any.

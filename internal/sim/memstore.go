@@ -23,6 +23,15 @@ type blob struct {
 	log []chain.TxnID
 }
 
+// record is b as mvcc.Record describes a blob: an absent one (nil, or
+// deleted) has no version.
+func (b *blob) record() mvcc.Record {
+	if b == nil || !b.exists {
+		return mvcc.Record{}
+	}
+	return mvcc.Record{Exists: true, Version: b.version}
+}
+
 func (b *blob) clone() *blob {
 	return &blob{exists: b.exists, data: slices.Clone(b.data), version: b.version, log: b.log}
 }
@@ -269,15 +278,15 @@ func (s *MemStore) locked(key string) bool {
 
 // refresh makes this copy of key from's, as mvcc.Store.Refresh does (see
 // mvccNode.refresh): a source that is not ready gives its copy only if it
-// is newer, and one whose copy exists below version want gives nothing
-// yet.
+// is newer (mvcc.StaleCopyCounts), and one whose copy exists below version
+// want gives nothing yet.
 func (s *MemStore) refresh(key string, from nodeStore, ready bool, want uint64) (bool, error) {
 	remote, local := from.(*MemStore).blobs[key], s.blobs[key]
 	if remote != nil && remote.exists && remote.version < want {
 		return false, fmt.Errorf("%w: %w: %q is at version %d there, before the commit at %d that passed through",
 			errs.ErrUnavailable, mvcc.ErrCopyBehind, key, remote.version, want)
 	}
-	if !ready && local != nil && local.exists && (remote == nil || !remote.exists || remote.version <= local.version) {
+	if !ready && !mvcc.StaleCopyCounts(local.record(), remote.record(), want) {
 		return false, nil
 	}
 	if sameBlob(local, remote) {

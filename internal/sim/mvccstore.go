@@ -325,8 +325,8 @@ func (r *refreshSource) Copy(local mvcc.Record) (mvcc.Copy, error) {
 		return mvcc.Copy{}, fmt.Errorf("%w: %w: %q is at version %d there, before the commit at %d that passed through",
 			errs.ErrUnavailable, mvcc.ErrCopyBehind, r.key, remote.Version, r.want)
 	}
-	if !r.ready && local.Exists && (!remote.Exists || remote.Version <= local.Version) {
-		return mvcc.Copy{Record: local}, nil // a source catching up too: only a newer copy counts
+	if !r.ready && !mvcc.StaleCopyCounts(local, remote, r.want) {
+		return mvcc.Copy{Record: local}, nil
 	}
 	r.cp = r.to.PlanCopy(r.key, local, remote, nil)
 	r.taken = true

@@ -123,7 +123,8 @@ type ringState struct {
 	// ids numbers the copy requests.
 	ids int
 	// stale holds, in Active, each key's old owners that are not new
-	// ones: they take no more writes, and delete the key once Clean.
+	// ones: they take no more writes, and delete the key once Clean; in
+	// Installing and Copying, its new owners that do not serve it yet.
 	stale map[string][]ring.NodeID
 }
 
@@ -146,7 +147,6 @@ type copyReq struct {
 	key      string
 	want     uint64
 	src      ring.NodeID
-	ready    bool
 	deadline int
 }
 
@@ -182,6 +182,10 @@ func (w *world) setRing(rec rebalance.Record) {
 		}
 		w.ring.stale = map[string][]ring.NodeID{}
 	}
+	copying := rec.Moving() && rec.Phase < rebalance.PhaseSwitching
+	if copying {
+		w.ring.stale = map[string][]ring.NodeID{}
+	}
 	for _, k := range w.keys {
 		write, err := pl.Replicas(w.ring.plan.seed, k, 0, w.p.replicationFactor)
 		if err != nil {
@@ -194,6 +198,13 @@ func (w *world) setRing(rec rebalance.Record) {
 		slices.Sort(write)
 		slices.Sort(read)
 		w.placement[k], w.serving[k] = write, read
+		if copying {
+			for _, id := range write {
+				if !slices.Contains(read, id) {
+					w.ring.stale[k] = append(w.ring.stale[k], id)
+				}
+			}
+		}
 		if old == nil {
 			continue
 		}
@@ -211,8 +222,10 @@ func (w *world) setRing(rec rebalance.Record) {
 	w.trace("ring epoch %d %v: replicas %v serving %v", rec.Epoch, rec.Phase, w.placement, w.serving)
 }
 
-// staleOwners returns key's old owners no longer written to, in Active
-// (see node.Placement.sourceReplicas); none in other phases.
+// staleOwners returns the owners of key a catch-up takes only a newer
+// copy from (see node.Placement.sourceReplicas): in Active the old owners,
+// no longer written to; in Installing and Copying the new owners, which
+// serve no reads yet; none in other phases.
 func (w *world) staleOwners(key string) []ring.NodeID { return w.ring.stale[key] }
 
 // serves reports whether node n serves reads of key: it is a replica of
@@ -488,12 +501,12 @@ func (w *world) stepMove(n ring.NodeID) {
 		}
 		return
 	}
-	src, ready := w.source(n, key)
+	src, _ := w.source(n, key)
 	if src == "" {
 		return // no serving replica is up: try again next tick
 	}
 	w.ring.ids++
-	mc.req = &copyReq{id: w.ring.ids, key: key, want: w.ring.dirty[n][key], src: src, ready: ready,
+	mc.req = &copyReq{id: w.ring.ids, key: key, want: w.ring.dirty[n][key], src: src,
 		deadline: w.now + 2*w.p.delayTicksMax + copyTimeoutTicks}
 	w.sendCopy(eventCopy, n, src, n, mc.req)
 }
@@ -520,7 +533,9 @@ func (w *world) deliverCopy(kind eventKind, n ring.NodeID, req *copyReq) {
 		if !current || w.down[n] || w.down[req.src] || w.partitioned(n, req.src) {
 			return
 		}
-		if done, _ := w.copyKey(n, req.key, req.src, req.ready, req.want); !done {
+		// The source asked first; the others as a node asks them
+		// (node.moveRefresh).
+		if !w.refreshKey(n, req.key, req.want) {
 			return // not yet: the request is sent again
 		}
 		w.sendCopy(eventCopied, req.src, n, n, req)

@@ -245,10 +245,13 @@ func TestSim(t *testing.T) {
 // left a member catching up for good, copying from a source that had
 // lost the commit it needed while another replica had it; 286 and 299
 // (row 43) lost writes in ring changes, their new owners down through the
-// copy or left out of a commit as reads switched; 7240 (row 44) flagged a
-// copy that two replicas reached by different commits.
+// copy or left out of a commit as reads switched; 1551 and 2659 (row 45)
+// lost a commit that only a new owner kept while ranges were copied, and
+// 633, 3244 and 9157 stalled or lost one while that was being fixed; 7240
+// (row 44) flagged a copy that both replicas reached by different
+// commits.
 func TestSimRegressions(t *testing.T) {
-	for _, seed := range []uint64{7114, 9651, 286, 299, 7240} {
+	for _, seed := range []uint64{7114, 9651, 286, 299, 1551, 2659, 633, 3244, 9157, 7240} {
 		if r := sim.Run(sim.Config{Seed: seed, Store: storeFor(t, seed)}); len(r.Anomalies) > 0 {
 			report(t, r)
 		}

@@ -53,11 +53,13 @@ func blobOf(seq uint64) []byte {
 	return b
 }
 
+// problem records a finding, stamped with the time (UTC, as in the
+// nodes' logs) to place it among the ring change's phases.
 func (w *ringWorkload) problem(format string, args ...any) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if len(w.problems) < 20 {
-		w.problems = append(w.problems, fmt.Sprintf(format, args...))
+		w.problems = append(w.problems, time.Now().UTC().Format("15:04:05.000 ")+fmt.Sprintf(format, args...))
 	}
 }
 
