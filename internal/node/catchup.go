@@ -546,7 +546,7 @@ func (n *Node) refreshBlob(ctx context.Context, ks *storage.Keyspace, pl Placeme
 		changed = changed || c
 		switch {
 		case errors.Is(err, mvcc.ErrCopyBehind):
-		case src.ready:
+		case cs.ready: // as it answered
 			return changed, err
 		case err == nil:
 			took = true
@@ -601,12 +601,14 @@ func (n *Node) source(ids []ring.NodeID) (id ring.NodeID, ready bool) {
 // chunkSource is the mvcc.Source of a refresh: the record from version
 // manager src, the chunks from their holders.
 type chunkSource struct {
-	ctx   context.Context
-	n     *Node
-	ks    *storage.Keyspace
-	pl    Placement
-	key   string
-	src   ring.NodeID
+	ctx context.Context
+	n   *Node
+	ks  *storage.Keyspace
+	pl  Placement
+	key string
+	src ring.NodeID
+	// ready: the source was up to date when chosen, and, once Copy ran,
+	// when it answered.
 	ready bool
 	want  uint64
 	cp    mvcc.Copy
@@ -639,34 +641,73 @@ func (s *chunkSource) Copy(local mvcc.Record) (mvcc.Copy, error) {
 	}
 	// Membership may not show yet that the source is catching up; its
 	// answer does.
-	ready := s.ready && !resp.GetCatchingUp()
-	if !ready && !mvcc.StaleCopyCounts(local, remote, s.want) {
-		return mvcc.Copy{Record: local}, nil
+	s.ready = s.ready && !resp.GetCatchingUp()
+	force, gains := s.forcedChunks(remote)
+	if !s.ready {
+		if take, err := staleCopy(local, remote, s.want, force); !take {
+			if err != nil {
+				err = fmt.Errorf("%w: %w: %s is catching up: blob %q: %w", errs.ErrUnavailable, mvcc.ErrCopyBehind, s.src, s.key, err)
+			}
+			return mvcc.Copy{Record: local}, err
+		}
 	}
 	s.cp = s.ks.Store.PlanCopy(s.key, local, remote, s.pl)
-	if remote.Exists {
-		// A version manager keeps the versions of every chunk, also of
-		// those whose pages it does not hold: for a chunk it gains in a
-		// ring change, equal versions do not mean it has the bytes. Copy
-		// every chunk gained, in the change's copy and in a catch-up (a
-		// node that was down during the copy), until this process took
-		// one such copy of the blob in this change (noteWhole): a copy
-		// again, for a commit that passed through, takes only the chunks
-		// whose versions differ.
-		cs := s.ks.Store.ChunkBytes()
-		whole := s.n.copiedWhole(blobRef{s.ks.Name, s.key}, s.pl.epoch())
-		for c := uint64(0); c*cs < remote.Size; c++ {
-			gained := !whole && ((s.move && s.pl.on(s.n.self, s.key, c) && !s.pl.ServesChunk(s.key, c)) || s.n.gainedChunk(s.pl, s.key, c))
-			if gained {
-				s.forced = true
-			}
-			if remote.Chunks[c] != 0 && (gained || (s.n.epoch.recopy.Load() != 0 && s.pl.Holds(s.key, c))) && !slices.Contains(s.cp.Replace, c) {
-				s.cp.Replace = append(s.cp.Replace, c)
-			}
+	for _, c := range force {
+		if !slices.Contains(s.cp.Replace, c) {
+			s.cp.Replace = append(s.cp.Replace, c)
 		}
-		slices.Sort(s.cp.Replace)
 	}
+	slices.Sort(s.cp.Replace)
+	s.forced = gains
 	return s.cp, nil
+}
+
+// staleCopy decides whether a refresh takes the copy (remote) of a source
+// that is not up to date over this node's (local): only a newer one counts
+// (mvcc.StaleCopyCounts), unless this node must copy chunks whatever their
+// versions (force, see forcedChunks). Then a copy at its own version is
+// its own record, whose chunks come from their holders in step with it, so
+// it is taken; any other may be behind, and keeping the local copy would
+// count the chunks as copied: it fails (the refresh tries another source,
+// or this one later).
+func staleCopy(local, remote mvcc.Record, want uint64, force []uint64) (bool, error) {
+	switch {
+	case mvcc.StaleCopyCounts(local, remote, want):
+		return true, nil
+	case len(force) == 0:
+		return false, nil
+	case remote.Exists && local.Exists && remote.Version == local.Version:
+		return true, nil
+	}
+	return false, fmt.Errorf("its copy at version %d (0: absent) is not this node's, at %d, and chunks %v must be copied here",
+		remote.Version, local.Version, force)
+}
+
+// forcedChunks returns the chunks of remote (a version manager's copy of
+// the blob) this node copies whatever their versions, and whether it gains
+// any. A version manager keeps the versions of every chunk, also of those
+// whose pages it does not hold: for a chunk it gains in a ring change,
+// equal versions do not mean it has the bytes. Every chunk gained is
+// copied, in the change's copy and in a catch-up (a node that was down
+// during the copy), until this process took one such copy of the blob in
+// this change (noteWhole): a copy again, for a commit that passed through,
+// takes only the chunks whose versions differ. While catch-up copies every
+// chunk (recopy), every chunk held is copied.
+func (s *chunkSource) forcedChunks(remote mvcc.Record) (force []uint64, gains bool) {
+	if !remote.Exists {
+		return nil, false
+	}
+	cs := s.ks.Store.ChunkBytes()
+	whole := s.n.copiedWhole(blobRef{s.ks.Name, s.key}, s.pl.epoch())
+	recopy := s.n.epoch.recopy.Load() != 0
+	for c := uint64(0); c*cs < remote.Size; c++ {
+		gained := !whole && ((s.move && s.pl.on(s.n.self, s.key, c) && !s.pl.ServesChunk(s.key, c)) || s.n.gainedChunk(s.pl, s.key, c))
+		gains = gains || gained
+		if remote.Chunks[c] != 0 && (gained || (recopy && s.pl.Holds(s.key, c))) {
+			force = append(force, c)
+		}
+	}
+	return force, gains
 }
 
 // Read reads a range of one chunk from a holder in step with the copy:

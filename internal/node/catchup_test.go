@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tyrstore/tyr/internal/chain"
+	"github.com/tyrstore/tyr/internal/mvcc"
 	"github.com/tyrstore/tyr/internal/ring"
 	"github.com/tyrstore/tyr/internal/txn"
 )
@@ -435,5 +436,39 @@ func TestSources(t *testing.T) {
 	}
 	if id, _ := n.source([]ring.NodeID{"b", "e"}); id != "" {
 		t.Fatalf("source of b and e at b = %q, want none", id)
+	}
+}
+
+// TestStaleCopy: from a source catching up, a refresh takes only a newer
+// copy, unless this node must copy chunks whatever their versions (gained
+// in a ring change): then a copy at its own version is taken, and any
+// other fails rather than count the chunks as copied (a move that kept
+// its own record from such a source served a gained chunk's old bytes).
+func TestStaleCopy(t *testing.T) {
+	at := func(v uint64) mvcc.Record { return mvcc.Record{Exists: true, Version: v} }
+	absent := mvcc.Record{}
+	for _, tc := range []struct {
+		name          string
+		local, remote mvcc.Record
+		want          uint64
+		force         []uint64
+		take, fails   bool
+	}{
+		{"newer", at(5), at(7), 0, nil, true, false},
+		{"same", at(5), at(5), 0, nil, false, false},
+		{"older", at(5), at(3), 0, nil, false, false},
+		{"over absent", absent, at(3), 0, nil, false, false},
+		{"over absent, missed", absent, at(3), 3, nil, true, false},
+		{"absent there", at(5), absent, 0, nil, false, false},
+		{"newer, gained", at(5), at(7), 0, []uint64{1}, true, false},
+		{"same, gained", at(5), at(5), 0, []uint64{1}, true, false},
+		{"older, gained", at(5), at(3), 0, []uint64{1}, false, true},
+		{"over absent, gained", absent, at(3), 0, []uint64{0, 1}, false, true},
+		{"absent there, gained", at(5), absent, 0, []uint64{1}, false, true},
+	} {
+		take, err := staleCopy(tc.local, tc.remote, tc.want, tc.force)
+		if take != tc.take || (err != nil) != tc.fails {
+			t.Errorf("%s: take %t, err %v; want take %t, fails %t", tc.name, take, err, tc.take, tc.fails)
+		}
 	}
 }
