@@ -967,9 +967,9 @@ func (n *Node) copiedWhole(ref blobRef, epoch uint64) bool {
 // noteWhole records that a copy of blob ref took the bytes of every chunk
 // this node gains in epoch's change. From then on, until the process
 // ends, every commit this node applies writes the pages of the chunks it
-// holds, and one it passes through changes the versions of the chunks it
-// writes, which the next copy replaces: a chunk's version is proof of its
-// bytes again.
+// holds, and after one it passes through, the next copy finds the chunks
+// that commit wrote at other versions than this node's, and replaces them:
+// a chunk's version is proof of its bytes again.
 func (n *Node) noteWhole(ref blobRef, epoch uint64) {
 	n.epoch.dirtyMu.Lock()
 	defer n.epoch.dirtyMu.Unlock()
