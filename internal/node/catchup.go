@@ -551,7 +551,7 @@ func (n *Node) refreshBlob(ctx context.Context, ks *storage.Keyspace, pl Placeme
 		case err == nil:
 			took = true
 		}
-		if err != nil && !took {
+		if err != nil {
 			lastErr = err
 		}
 	}
