@@ -104,9 +104,9 @@ func (b Base) newest() uint64 {
 	return b.Version
 }
 
-// ErrNoBase is the refusal of a member that does not manage a blob and got
-// no Base for it: no version manager of the blob came before it in the
-// chain. Trying again on a chain computed anew may succeed.
+// ErrNoBase would be the refusal of a member that does not manage a blob,
+// got no Base for it and still has a part in it. Step.parts passes such
+// a blob by, so it is an assertion: prepareLocked never sees one.
 var ErrNoBase = errors.New("no version manager of the blob came first in the chain")
 
 // ChunkMismatchError is a holder's refusal of a commit whose chunk it holds

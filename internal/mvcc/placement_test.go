@@ -152,9 +152,21 @@ func TestPlacementChunks(t *testing.T) {
 		t.Fatalf("holder behind on the blob's end: %v, want an extent mismatch at chunk 2", err)
 	}
 
-	// A member that manages nothing and is handed no base refuses.
-	if _, err := chainCommit(t, []txn.Op{{Key: "b", Kind: txn.OpAppend, Data: []byte("x")}}, 1000, h1); !errors.Is(err, ErrNoBase) {
-		t.Fatalf("holder first in a chain: %v, want ErrNoBase", err)
+	// A member that manages a blob and is handed no base for it has no
+	// part in it (it would come after the blob's version manager): it
+	// passes the blob by, changing nothing, and its results are Unheld.
+	p, err := h1.s.TryPrepareStep([]txn.Op{{Key: "b", Kind: txn.OpAppend, Data: []byte("x")}}, Step{Version: 1000, Placement: h1.pl})
+	if err != nil {
+		t.Fatalf("holder first in a chain: %v, want the blob passed by", err)
+	}
+	if r := p.Results(); len(r) != 1 || !r[0].Unheld || len(p.Bases()) != 0 {
+		t.Fatalf("holder first in a chain: results %+v, bases %v; want one Unheld result and no base", r, p.Bases())
+	}
+	if err := p.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := h1.s.Stat("b"); err != nil || st.Size != 2*cs+4 || st.Version != 400 {
+		t.Fatalf("holder passed by: stat %+v, %v; want it unchanged", st, err)
 	}
 }
 

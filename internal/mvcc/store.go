@@ -343,6 +343,10 @@ func (s *Store) prepareLocked(ops []txn.Op, keys []string, o prepareOpts) (*Pend
 			continue
 		}
 		w := blobs[op.Key]
+		if w == nil {
+			results[i].Unheld = true // passed by (Step.parts)
+			continue
+		}
 		r, err := w.apply(op, now)
 		if err != nil {
 			return nil, fmt.Errorf("op %d (%s %q): %w", i, op.Kind, op.Key, err)
@@ -397,7 +401,9 @@ func (s *Store) prepareLocked(ops []txn.Op, keys []string, o prepareOpts) (*Pend
 		}
 	}
 	for i, op := range ops {
-		if w := blobs[op.Key]; w.exists {
+		if w := blobs[op.Key]; w == nil {
+			continue
+		} else if w.exists {
 			results[i].Size = w.meta.Size
 			results[i].Version = w.meta.Version
 		} else {

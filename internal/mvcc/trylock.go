@@ -3,6 +3,7 @@ package mvcc
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/tyrstore/tyr/internal/errs"
@@ -89,16 +90,36 @@ type Step struct {
 	Strict bool
 }
 
+// parts returns the keys this member has a part in: those it manages and
+// those it was given a Base for. A blob it neither manages nor got a Base
+// for comes before the blob's base member in the chain (chain.Order), and
+// a member there holds nothing the commit changes of it: it passes the
+// blob by, neither locking nor changing it, and its results for the
+// blob's ops are Unheld (a later member's take their place). If the chain
+// was planned from a wrong size and this member does hold a changed chunk
+// of the blob, the base member finds it before the blob's holders in the
+// chain and refuses the commit (node.checkCovered).
+func (st Step) parts(keys []string) []string {
+	if st.Placement == nil {
+		return keys
+	}
+	return slices.DeleteFunc(keys, func(key string) bool {
+		_, given := st.Bases[key]
+		return !given && !st.Placement.Manages(key)
+	})
+}
+
 // TryPrepareStep is TryPrepareAt for a member of a chain. A blob this store
 // manages that is not at the version its Base names is refused with a
 // *BaseMismatchError, a held chunk out of step with it with a
-// *ChunkMismatchError, and a blob this store does not manage and got no
-// Base for with ErrNoBase; nothing is held then.
+// *ChunkMismatchError; nothing is held then. A blob this store does not
+// manage and got no Base for is passed by (see parts).
 func (s *Store) TryPrepareStep(ops []txn.Op, st Step) (*Pending, error) {
 	keys, err := commitKeys(ops)
 	if err != nil {
 		return nil, err
 	}
+	keys = st.parts(keys)
 	tk := newTicket(ops, st.Version)
 	if busy, ok := s.locks.tryLock(keys, tk); !ok {
 		return nil, fmt.Errorf("%w: %w: blob %q", errs.ErrConflict, ErrLocked, busy)

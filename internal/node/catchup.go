@@ -198,8 +198,11 @@ type passThrough struct {
 	keyspace string
 	id       chain.TxnID
 	ops      []txn.Op
-	version  uint64
-	client   []byte
+	// own are the ops on the blobs this member has a part in (see
+	// versionEntry.hasPart): the ones catch-up fetches again.
+	own     []txn.Op
+	version uint64
+	client  []byte
 	// gained: the node only gains these blobs in a ring change and serves
 	// no reads of them; the change's copy fetches them (epoch.go) and the
 	// node does not catch up as a whole.
@@ -211,20 +214,20 @@ type passThrough struct {
 // commit's version once committed, catching up anew if the round ended.
 // A blob only gained is marked for the ring change's copy, unless that
 // copy has ended (markMoveDirty): then the node catches up as a whole.
-func (n *Node) passThrough(keyspace string, id chain.TxnID, ops []txn.Op, version uint64, client []byte, gained bool) passThrough {
-	if gained && !n.markMoveDirty(keyspace, txn.Keys(ops), 0) {
+func (n *Node) passThrough(keyspace string, id chain.TxnID, ops, own []txn.Op, version uint64, client []byte, gained bool) passThrough {
+	if gained && !n.markMoveDirty(keyspace, txn.Keys(own), 0) {
 		gained = false
-		n.catch.markDirty(keyspace, ops, 0)
+		n.catch.markDirty(keyspace, own, 0)
 		n.startCatchUp(fmt.Sprintf("keyspace %q: a commit passed through this node for a blob it gains after its copy ended", keyspace))
 	} else if !gained {
-		n.catch.markDirty(keyspace, ops, 0)
+		n.catch.markDirty(keyspace, own, 0)
 	}
-	return passThrough{n: n, keyspace: keyspace, id: id, ops: ops, version: version, client: client, gained: gained}
+	return passThrough{n: n, keyspace: keyspace, id: id, ops: ops, own: own, version: version, client: client, gained: gained}
 }
 
 func (p passThrough) Commit(results []txn.Result) error {
-	if !p.gained || !p.n.markMoveDirty(p.keyspace, txn.Keys(p.ops), p.version) {
-		p.n.catch.markDirty(p.keyspace, p.ops, p.version)
+	if !p.gained || !p.n.markMoveDirty(p.keyspace, txn.Keys(p.own), p.version) {
+		p.n.catch.markDirty(p.keyspace, p.own, p.version)
 		p.n.startCatchUp(fmt.Sprintf("a commit at version %d passed through this node", p.version))
 	}
 	ks, err := p.n.cfg.Engine.Acquire(p.keyspace)

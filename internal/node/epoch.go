@@ -801,6 +801,9 @@ func (n *Node) onlyGained(pl Placement, cs uint64, ops []txn.Op, e versionEntry)
 	}
 	touched := plan(ops, sizes, cs)
 	for _, key := range txn.Keys(ops) {
+		if !e.hasPart(pl, key) {
+			continue
+		}
 		size := sizes[key]
 		if t, ok := touched[key]; ok {
 			size = max(size, t.Hi)

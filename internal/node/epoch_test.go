@@ -66,7 +66,7 @@ func TestPassThroughAfterCopyCatchesUp(t *testing.T) {
 	ops := []txn.Op{{Key: "k", Kind: txn.OpWrite, Data: []byte("x")}}
 	ref := blobRef{"kss", "k"}
 
-	p := n.passThrough("kss", chain.TxnID{Coordinator: "a", Seq: 1}, ops, 7, nil, true)
+	p := n.passThrough("kss", chain.TxnID{Coordinator: "a", Seq: 1}, ops, ops, 7, nil, true)
 	if err := p.Commit(nil); err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func TestPassThroughAfterCopyCatchesUp(t *testing.T) {
 		t.Fatal("the copy did not end with nothing left to fetch")
 	}
 
-	p = n.passThrough("kss", chain.TxnID{Coordinator: "a", Seq: 2}, ops, 8, nil, true)
+	p = n.passThrough("kss", chain.TxnID{Coordinator: "a", Seq: 2}, ops, ops, 8, nil, true)
 	if p.gained || !n.catch.active.Load() || len(n.epoch.dirty) != 0 {
 		t.Fatalf("after the copy: gained %v, catching up %v, move dirty %v; want a catch-up", p.gained, n.catch.active.Load(), n.epoch.dirty)
 	}

@@ -403,31 +403,45 @@ func (n *Node) Chain(keyspace string, rf int, ops []txn.Op, sizes map[string]uin
 			return nil, fmt.Errorf("%w: no live replica of blob %q that serves it (replicas %v)", errs.ErrUnavailable, op.Key, ids)
 		}
 	}
-	holders, gainingChunks := map[ring.NodeID]bool{}, map[ring.NodeID]bool{}
+	parts := map[ring.NodeID]*chain.Part{}
+	part := func(id ring.NodeID) *chain.Part {
+		p := parts[id]
+		if p == nil {
+			p = &chain.Part{ID: id, Behind: n.catchingUp(id) || gaining[id]}
+			parts[id] = p
+		}
+		return p
+	}
+	for key, ids := range blobVMs {
+		for _, id := range ids {
+			part(id).Manages = append(part(id).Manages, key)
+		}
+	}
 	for key, t := range plan(ops, sizes, cs) {
+		holders, gainingChunks := map[ring.NodeID]bool{}, map[ring.NodeID]bool{}
 		if err := pl.holders(holders, gainingChunks, key, cs, t, n.inChains); err != nil {
 			return nil, err
 		}
-	}
-	// Version managers, even those catching up, come before every holder:
-	// the backward pass commits tail first, so a version manager commits
-	// only after every holder has, and a read it pins a version for finds
-	// that version on the holders.
-	var groups [4][]ring.NodeID // ready managers, managers catching up, ready holders, holders catching up
-	for id := range vms {
-		g := btoi(n.catchingUp(id) || gaining[id])
-		groups[g] = append(groups[g], id)
-	}
-	for id := range holders {
-		if !vms[id] && n.inChains(id) {
-			g := 2 + btoi(n.catchingUp(id) || gainingChunks[id])
-			groups[g] = append(groups[g], id)
+		for id := range holders {
+			if !n.inChains(id) || slices.Contains(blobVMs[key], id) {
+				continue
+			}
+			p := part(id)
+			p.Holds = append(p.Holds, key)
+			if len(p.Manages) == 0 && gainingChunks[id] {
+				p.Behind = true
+			}
 		}
 	}
-	for _, g := range groups {
-		slices.Sort(g)
+	members := make([]chain.Part, 0, len(parts))
+	for _, p := range parts {
+		members = append(members, *p)
 	}
-	return chain.OrderTailReady(groups, blobVMs), nil
+	order, err := chain.Order(members)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errs.ErrUnavailable, err)
+	}
+	return order, nil
 }
 
 // keepsBlobs returns whether a chain of keyspace still holds a version
@@ -920,7 +934,8 @@ func (s stager) prepare(id chain.TxnID, ops []txn.Op) (chain.Staged, error) {
 		if sole != nil {
 			return nil, taggedError{sole}
 		}
-		return s.n.passThrough(s.keyspace, id, ops, e.version, e.client, gained), nil
+		own := slices.DeleteFunc(slices.Clone(ops), func(op txn.Op) bool { return !e.hasPart(pl, op.Key) })
+		return s.n.passThrough(s.keyspace, id, ops, own, e.version, e.client, gained), nil
 	}
 	if err != nil {
 		ks.Release()

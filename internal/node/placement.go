@@ -339,10 +339,14 @@ func decodeReplan(text string) (map[string]uint64, bool) {
 	return sizes, true
 }
 
-// checkCovered is the first version managers' check (see above): every
-// live holder of what p changes in the blobs this member gave the base of
-// is in members.
+// checkCovered is the base members' check (see chain.Order): every live
+// holder of what p changes in the blobs this member gave the base of comes
+// after it in members. A holder missing, or one before this member (it
+// passed the blob by, having no Base), means the chain was planned from a
+// wrong size: the commit is refused with the sizes found, to be planned
+// again.
 func (n *Node) checkCovered(pl Placement, cs uint64, p *mvcc.Pending, given map[string]mvcc.Base, members []ring.NodeID) error {
+	self := slices.Index(members, n.self)
 	need := map[ring.NodeID]bool{}
 	for key, t := range p.Touched() {
 		if _, ok := given[key]; ok {
@@ -354,7 +358,7 @@ func (n *Node) checkCovered(pl Placement, cs uint64, p *mvcc.Pending, given map[
 	}
 	var missing []ring.NodeID
 	for id := range need {
-		if !slices.Contains(members, id) && n.inChains(id) {
+		if slices.Index(members, id) <= self && id != n.self && n.inChains(id) {
 			missing = append(missing, id)
 		}
 	}
@@ -362,7 +366,7 @@ func (n *Node) checkCovered(pl Placement, cs uint64, p *mvcc.Pending, given map[
 		return nil
 	}
 	slices.Sort(missing)
-	return &replanError{Sizes: p.Sizes(), why: fmt.Sprintf("the chain %v lacks holders %v of the chunks the commit changes", members, missing)}
+	return &replanError{Sizes: p.Sizes(), why: fmt.Sprintf("the chain %v lacks holders %v of the chunks the commit changes after %s", members, missing, n.self)}
 }
 
 // sizeHints remembers the last size seen of blobs this node coordinated
@@ -437,6 +441,9 @@ func (n *Node) unkept(pl Placement, cs uint64, ops []txn.Op, e versionEntry) err
 		}
 	}
 	for key, t := range plan(ops, sizes, cs) {
+		if !e.hasPart(pl, key) {
+			continue
+		}
 		check := func(c uint64) error {
 			switch {
 			case !pl.Holds(key, c):
@@ -468,6 +475,13 @@ func (n *Node) unkept(pl Placement, cs uint64, ops []txn.Op, e versionEntry) err
 		}
 	}
 	return nil
+}
+
+// hasPart reports whether this member has a part in blob key of the
+// commit e: it manages it or was given its Base (mvcc.Step.parts).
+func (e versionEntry) hasPart(pl Placement, key string) bool {
+	_, given := e.bases[key]
+	return given || pl.Manages(key)
 }
 
 // SameHolders reports whether chunks a and b of key live on the same
