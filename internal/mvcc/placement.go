@@ -205,6 +205,30 @@ func (w *blobWork) changedChunks() []uint64 {
 	return out
 }
 
+// keepsChangeScanMax bounds the chunks keepsChange looks at in a moved
+// end; past it, it answers yes.
+const keepsChangeScanMax = 1 << 16
+
+// keepsChange reports whether this store, not a version manager of the
+// blob, holds a chunk whose bytes or extent the commit changes. A member
+// given the blob's Base that holds none (it is in the chain for another
+// blob) writes nothing of it: it would keep a record of a blob it holds
+// no part of, which no later commit need reach.
+func (w *blobWork) keepsChange() bool {
+	t := w.touched()
+	for _, c := range t.Written {
+		if w.holds(c) {
+			return true
+		}
+	}
+	for c, n := t.Lo/w.chunkBytes, 0; c*w.chunkBytes < t.Hi; c, n = c+1, n+1 {
+		if n == keepsChangeScanMax || w.holds(c) {
+			return true
+		}
+	}
+	return false
+}
+
 // adopt makes the version manager's record the one the commit applies to.
 func (w *blobWork) adopt(b Base, now int64) {
 	w.exists = b.Version != 0

@@ -243,7 +243,7 @@ func (w *blobWork) truncate(size uint64) error {
 // the blob record. With MVCC on, each page version it supersedes is queued
 // for the collector.
 func (s *Store) emit(batch *pebble.Batch, w *blobWork, now int64, manages bool) error {
-	if !w.changed {
+	if !w.changed || !manages && !w.keepsChange() {
 		return nil
 	}
 	if !w.exists {

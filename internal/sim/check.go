@@ -60,6 +60,7 @@ func (w *world) check() []string {
 		}
 	}
 	w.checkLiveness(add)
+	w.checkProgress(add)
 	w.checkOutcomes(add)
 	w.checkKeys(add)
 	if w.cfg.Store == StoreMVCC {
@@ -92,6 +93,19 @@ func (w *world) checkLiveness(add func(string, ...any)) {
 	}
 	if w.ringBusy() {
 		add("liveness: ring epoch %d is %v (changes proposed %d of %d)", w.ring.rec.Epoch, w.ring.rec.Phase, w.ring.proposed, w.ring.plan.changes)
+	}
+}
+
+// checkProgress holds the run to progress, not only safety: every
+// uncontended transaction begun once the run was quiet (probe) committed.
+func (w *world) checkProgress(add func(string, ...any)) {
+	if w.probes < probesMax {
+		add("progress: %d of %d uncontended transactions began before the run ended", w.probes, probesMax)
+	}
+	for _, id := range w.order {
+		if t := w.txns[id]; t.probe && (!t.finished || !t.outcome.Committed) {
+			add("progress: uncontended transaction %s (chain %v, ops %s) did not commit: %v", id, t.final, opsString(t.ops), t.outcome.Err)
+		}
 	}
 }
 

@@ -200,26 +200,23 @@ func (s *mvccNode) prepareStep(id chain.TxnID, ops []txn.Op, bases map[string]mv
 		return nil, nil, err
 	}
 	out := bases
-	var local []txn.Op
-	var index []int // index[j] is local[j]'s position in ops
 	var keys []string
+	index := make([]int, len(ops))
 	results := make([]txn.Result, len(ops))
 	for i, op := range ops {
-		if !s.owns(op.Key) {
-			// Not known here: the result of a member after this one
-			// that stores the key takes its place (txn.MergeResults).
-			results[i].Unheld = true
-			continue
-		}
-		local = append(local, op)
-		index = append(index, i)
-		if !slices.Contains(keys, op.Key) {
+		index[i] = i
+		// The store passes the keys this node does not store by, as a
+		// node's does (mvcc.Step.parts): their results are Unheld, and
+		// those of a member after this one that stores the key take
+		// their place (txn.MergeResults).
+		results[i].Unheld = true
+		if s.owns(op.Key) && !slices.Contains(keys, op.Key) {
 			keys = append(keys, op.Key)
 		}
 	}
 	p := &mvccStaged{node: s, id: id, keys: keys, index: index, results: results}
-	if len(local) > 0 {
-		pending, err := s.store.TryPrepareStep(local, mvcc.Step{Version: s.versionOf(id), Bases: bases, Strict: strict})
+	if len(keys) > 0 {
+		pending, err := s.store.TryPrepareStep(ops, mvcc.Step{Version: s.versionOf(id), Bases: bases, Strict: strict, Placement: ownership(keys)})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -379,6 +376,15 @@ var (
 	_ chain.Staged  = (*mvccStaged)(nil)
 	_ chain.Ordered = (*mvccStaged)(nil)
 )
+
+// ownership is the mvcc.Placement of a simulated node as a commit is
+// staged, the keys it stores then (a node's Placement too is the one of
+// the moment it staged): every replica of a key stores all of it and
+// manages it.
+type ownership []string
+
+func (o ownership) Manages(key string) bool         { return slices.Contains(o, key) }
+func (o ownership) Holds(key string, _ uint64) bool { return slices.Contains(o, key) }
 
 // refresh copies the inner commit's results into results. It makes a new
 // slice: the replica may hold the one Results returned before.

@@ -147,6 +147,10 @@ type Config struct {
 const (
 	faultTicks        = 300
 	livenessTicksMax  = 3000
+	// probesMax uncontended transactions run one after another once the
+	// run is quiet, within probeTicksMax ticks in all (see probe).
+	probesMax     = 8
+	probeTicksMax = 1500
 	retransmitTicks   = 5
 	crashDownTicksMax = 40
 )
@@ -179,6 +183,13 @@ func pickProfile(rng *rand.Rand, cfg Config) profile {
 		clientInflightMax: 1 + rng.IntN(4),
 	}
 	p.replicationFactor = 1 + rng.IntN(min(3, p.nodes))
+	if shape := shapeSource(cfg.Seed); shape.IntN(3) == 0 {
+		// A third of the seeds draw from every shape a cluster may have
+		// (1 to 7 nodes, replication 1 to min(nodes, 5)), from a source
+		// of their own so that the other seeds keep their shapes.
+		p.nodes = 1 + shape.IntN(7)
+		p.replicationFactor = 1 + shape.IntN(min(5, p.nodes))
+	}
 	p.counters = 1 + rng.IntN((p.keys+1)/2)
 	if rng.IntN(4) != 0 {
 		p.dropPct = rng.IntN(31)
@@ -205,6 +216,9 @@ func pickProfile(rng *rand.Rand, cfg Config) profile {
 	}
 	return p
 }
+
+// shapeSource is the random source of the wider cluster shapes.
+func shapeSource(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0x5a9e)) }
 
 // crashSource is the random source of the crash schedule, apart from the
 // rest so that adding crashes left every other choice of a seed as it was.
@@ -246,6 +260,17 @@ type Stats struct {
 	// that, once committed, waited on some member for the commits ahead
 	// of them to be decided before they applied.
 	Queued, QueuedCommitted, Waited int
+	// MultiVM counts the transactions whose keys did not all have the
+	// same replicas (their version managers differ), and MultiVMCommitted
+	// those of them that committed.
+	MultiVM, MultiVMCommitted int
+	// Probes counts the uncontended transactions run one at a time once
+	// the faults are over (see probe), and ProbesCommitted those that
+	// committed: progress requires every one of them to.
+	Probes, ProbesCommitted int
+	// ProbeKeysExcused counts the keys the progress check left out as
+	// every replica failed while one of their commits was made.
+	ProbeKeysExcused int
 	// Reroutes counts the re-executions the coordinators sent
 	// (chain.Coordinator.Reroute), Rerouted the transactions re-executed
 	// at least once and RerouteCommitted those of them that committed.
@@ -361,7 +386,10 @@ type txnRecord struct {
 	// of its last re-execution (chain when there was none). Each is a
 	// subsequence of the one before.
 	placed, chain, final []ring.NodeID
-	reroutes             int
+	// multiVM: the keys' replicas differ; probe: one of the uncontended
+	// transactions of the progress check.
+	multiVM, probe bool
+	reroutes       int
 	finished             bool
 	outcome              chain.Outcome
 }
@@ -379,6 +407,10 @@ type world struct {
 	replicas map[ring.NodeID]*chain.Replica
 	stores   map[ring.NodeID]nodeStore
 	clients  []*chain.Coordinator
+	// probes is how many transactions of the progress check began, and
+	// probeOpen the last of them.
+	probes    int
+	probeOpen *txnRecord
 	// skews are how many ticks each client's clock runs ahead of the
 	// virtual time, so that versions do not follow begin order exactly.
 	skews     []int
@@ -789,7 +821,7 @@ func (w *world) loop() {
 			if w.done() {
 				return
 			}
-			if w.now < faultTicks+livenessTicksMax {
+			if w.now < faultTicks+livenessTicksMax+probeTicksMax {
 				w.push(&event{at: w.now + 1, kind: eventTick})
 			}
 		}
@@ -799,6 +831,19 @@ func (w *world) loop() {
 // done reports whether the liveness phase reached quiescence: every
 // transaction finished, every replica forgot everything, nothing in flight.
 func (w *world) done() bool {
+	if !w.quiet() {
+		return false
+	}
+	if w.probes < probesMax {
+		w.probe()
+		return false
+	}
+	return w.probeOpen == nil || w.probeOpen.finished
+}
+
+// quiet reports whether the run is quiet: faults over, every node up and
+// caught up, no ring change under way, nothing in flight or tracked.
+func (w *world) quiet() bool {
 	if !w.healed || w.inFlight > 0 || len(w.down) > 0 || w.ringBusy() {
 		return false
 	}
@@ -855,23 +900,80 @@ func (w *world) tick() {
 // whose replicas it keeps.
 func (w *world) begin(c *chain.Coordinator, ci int) {
 	ops := make([]txn.Op, 1+w.rng.IntN(3))
-	var placed []ring.NodeID
-	unavailable := ""
-	inChains := w.inChains(ci)
 	for i := range ops {
 		key := w.keys[w.rng.IntN(len(w.keys))]
 		if w.rng.IntN(2) == 0 {
 			key = w.keys[w.rng.IntN(w.p.counters)]
 		}
 		ops[i] = w.randomOp(key)
-		placed = append(placed, w.placement[key]...)
-		if !slices.ContainsFunc(w.serving[key], inChains) {
-			unavailable = key
+	}
+	w.beginOps(c, ci, ops)
+}
+
+// probe begins the next uncontended transaction of the progress check,
+// once the one before finished: the run is quiet and, from the first
+// probe on, fault-free (every message arrives once, a tick later), so
+// nothing conflicts with it and it must commit (checkProgress). Each writes two or three
+// keys, whose replicas differ where the run's placement allows.
+func (w *world) probe() {
+	if w.probeOpen != nil && !w.probeOpen.finished {
+		return
+	}
+	ci := w.probes % len(w.clients)
+	// A key whose every replica failed while it committed (f = r, see
+	// catchup.go) may have replicas that disagree for good: it is left
+	// out, and counted (Stats.ProbeKeysExcused).
+	usable := slices.DeleteFunc(slices.Clone(w.keys), func(k string) bool { return len(w.allFailed[k]) > 0 })
+	if w.probes == 0 {
+		w.stats.ProbeKeysExcused = len(w.keys) - len(usable)
+	}
+	w.probes++
+	if len(usable) == 0 {
+		return
+	}
+	first := usable[w.rng.IntN(len(usable))]
+	keys := []string{first}
+	for _, k := range w.rng.Perm(len(usable)) {
+		if len(keys) == 3 {
+			break
+		}
+		if k := usable[k]; k != first && (!w.samePlacement(k, first) || len(keys) == 1 && w.rng.IntN(4) == 0) {
+			keys = append(keys, k)
+		}
+	}
+	ops := []txn.Op{{Key: keys[0], Kind: txn.OpAppend, Data: []byte("p"), Create: true}}
+	for _, k := range keys[1:] {
+		ops = append(ops, txn.Op{Key: k, Kind: txn.OpWrite, Offset: 0, Data: []byte("q"), Create: true})
+	}
+	w.probeOpen = w.beginOps(w.clients[ci], ci, ops)
+	if w.probeOpen == nil {
+		w.failures = append(w.failures, fmt.Sprintf("tick %d: progress: client %d refused an uncontended transaction on %v in a quiet run", w.now, ci, keys))
+		return
+	}
+	w.probeOpen.probe = true
+	w.stats.Probes++
+}
+
+// samePlacement reports whether keys a and b have the same replicas.
+func (w *world) samePlacement(a, b string) bool {
+	return slices.Equal(slices.Sorted(slices.Values(w.placement[a])), slices.Sorted(slices.Values(w.placement[b])))
+}
+
+// beginOps begins a transaction of ops on client ci, and returns its
+// record (nil if the client refused it).
+func (w *world) beginOps(c *chain.Coordinator, ci int, ops []txn.Op) *txnRecord {
+	var placed []ring.NodeID
+	unavailable := ""
+	inChains := w.inChains(ci)
+	for _, op := range ops {
+		placed = append(placed, w.placement[op.Key]...)
+		if !slices.ContainsFunc(w.serving[op.Key], inChains) {
+			unavailable = op.Key
 		}
 	}
 	if unavailable != "" {
 		w.trace("%s begin refused: no replica of %s in chains (%v left out)", c.ID(), unavailable, w.views[ci])
-		return
+		return nil
 	}
 	slices.Sort(placed)
 	placed = slices.Compact(placed)
@@ -879,35 +981,43 @@ func (w *world) begin(c *chain.Coordinator, ci int) {
 	id, err := c.Begin(ops, members)
 	if err != nil {
 		w.trace("%s begin refused: %v", c.ID(), err)
-		return
+		return nil
 	}
 	w.stats.Begun++
 	t := &txnRecord{id: id, begun: w.now, version: w.newVersion(ci), ops: ops, placed: placed, chain: members, final: members}
+	for _, op := range ops {
+		t.multiVM = t.multiVM || !w.samePlacement(op.Key, ops[0].Key)
+	}
+	if t.multiVM {
+		w.stats.MultiVM++
+	}
 	w.txns[id] = t
 	w.order = append(w.order, id)
 	w.trace("%s begin %s version=%d chain=%v ops=%v", c.ID(), id, t.version, members, opsString(ops))
+	return t
 }
 
-// chainOrder orders the members of a chain of ops (sorted) as a node
-// does (node.Chain): every replica of a key is a version manager of it,
-// so there are no holders; the nodes catching up, and those that only
-// gain a key of ops in a ring change, come after the others, but for a
-// ready one last where each key's first replica in the chain stays a
-// ready one (chain.OrderTailReady).
+// chainOrder orders the members of a chain of ops as a node does
+// (node.Chain), with chain.Order: every replica of a key is a version
+// manager of it, so there are no holders; the nodes catching up, and
+// those that only gain a key of ops in a ring change, are behind.
 func (w *world) chainOrder(ops []txn.Op, members []ring.NodeID) []ring.NodeID {
-	var groups [4][]ring.NodeID
+	parts := make([]chain.Part, 0, len(members))
 	for _, n := range members {
-		g := 0
-		if w.catchingUp(n) || slices.ContainsFunc(ops, func(op txn.Op) bool { return w.gaining(n, op.Key) }) {
-			g = 1
+		p := chain.Part{ID: n, Behind: w.catchingUp(n)}
+		for _, k := range txn.Keys(ops) {
+			if w.owns(n, k) {
+				p.Manages = append(p.Manages, k)
+				p.Behind = p.Behind || w.gaining(n, k)
+			}
 		}
-		groups[g] = append(groups[g], n)
+		parts = append(parts, p)
 	}
-	keyVMs := map[string][]ring.NodeID{}
-	for _, op := range ops {
-		keyVMs[op.Key] = slices.DeleteFunc(slices.Clone(w.placement[op.Key]), func(n ring.NodeID) bool { return !slices.Contains(members, n) })
+	order, err := chain.Order(parts)
+	if err != nil {
+		panic(fmt.Sprintf("sim: a chain of version managers only has an order: %v", err))
 	}
-	return chain.OrderTailReady(groups, keyVMs)
+	return order
 }
 
 // isCounter reports whether key is one of the counters.
@@ -1085,6 +1195,12 @@ func (w *world) flushClient(c *chain.Coordinator) {
 		t.finished, t.outcome = true, f
 		if f.Committed {
 			w.stats.Committed++
+			if t.multiVM {
+				w.stats.MultiVMCommitted++
+			}
+			if t.probe {
+				w.stats.ProbesCommitted++
+			}
 		} else {
 			w.stats.Aborted++
 		}
@@ -1119,8 +1235,12 @@ func (w *world) send(m chain.Message) {
 		w.traceMessage("drop", m)
 		return
 	}
-	copies := 1
-	if w.rng.IntN(100) < w.p.duplicatePct {
+	copies, delayMax := 1, w.p.delayTicksMax
+	if w.probes > 0 {
+		// The progress check's window is fault-free: every message
+		// arrives once, a tick later (see probe).
+		delayMax = 1
+	} else if w.rng.IntN(100) < w.p.duplicatePct {
 		copies = 2
 		w.stats.Dups++
 	}
@@ -1130,7 +1250,7 @@ func (w *world) send(m chain.Message) {
 	}
 	for range copies {
 		w.inFlight++
-		w.push(&event{at: w.now + 1 + w.rng.IntN(w.p.delayTicksMax), kind: eventDeliver, msg: m, sent: w.now, bases: bases})
+		w.push(&event{at: w.now + 1 + w.rng.IntN(delayMax), kind: eventDeliver, msg: m, sent: w.now, bases: bases})
 	}
 }
 
@@ -1139,12 +1259,13 @@ func (w *world) summary() string {
 	return fmt.Sprintf("seed=%d store=%s nodes=%d clients=%d keys=%d rf=%d drop=%d%% dup=%d%% delay<=%d retention=%d "+
 		"pending<=%d txns<=%d partitions=%d crashes=%d "+
 		"detect=%d suspicions=%d "+
-		"| txns=%d committed=%d aborted=%d queued=%d (committed %d) waited=%d msgs=%d dropped=%d cut=%d dups=%d lost=%d stages-lost=%d "+
+		"| txns=%d committed=%d aborted=%d multi-vm=%d (committed %d) probes=%d (committed %d, keys excused %d) queued=%d (committed %d) waited=%d msgs=%d dropped=%d cut=%d dups=%d lost=%d stages-lost=%d "+
 		"reroutes=%d rerouted=%d (committed %d) left-out=%d (staged %d, behind %d) old-chain=%d behind=%d/%d ticks=%d "+
 		"| catch-up: passed=%d (committed %d) behind-refused=%d asks=%d unkept=%d ahead=%d catch-ups=%d/%d refreshed=%d all-failed=%d",
 		w.cfg.Seed, w.cfg.Store, p.nodes, p.clients, p.keys, p.replicationFactor, p.dropPct, p.duplicatePct, p.delayTicksMax,
 		p.retentionTicks, p.pendingMax, p.txnsMax, w.stats.Partitions, w.stats.Crashes, w.det.detectTicks, len(w.det.suspicions),
 		w.stats.Begun, w.stats.Committed, w.stats.Aborted,
+		w.stats.MultiVM, w.stats.MultiVMCommitted, w.stats.Probes, w.stats.ProbesCommitted, w.stats.ProbeKeysExcused,
 		w.stats.Queued, w.stats.QueuedCommitted, w.stats.Waited,
 		w.stats.Sent, w.stats.Dropped, w.stats.Partitioned, w.stats.Dups, w.stats.Lost, w.stats.StagesLost,
 		w.stats.Reroutes, w.stats.Rerouted, w.stats.RerouteCommitted, w.stats.LeftOut, w.stats.LeftStaged, w.stats.LeftBehind,

@@ -196,6 +196,7 @@ func TestSim(t *testing.T) {
 		}
 	}
 	t.Logf("seeds %d..%d (%d on mvcc): %d failed in %v; %d lossy, %d partitioned; %d transactions (%d committed, %d aborted), %d messages (%d dropped, %d cut); "+
+		"shapes: %d transactions on keys whose version managers differ (%d committed); progress: %d uncontended transactions in fault-free windows, %d committed, %d keys left out as every replica failed; "+
 		"ordering: %d transactions queued behind undecided ones (%d committed), %d waited to apply, on %d seeds; "+
 		"reroutes: %d re-executions of %d transactions (%d committed) on %d seeds, %d members left out (%d had staged, %d missed a commit), %d old-chain messages dropped; "+
 		"%d of %d copies of keys missed a commit; "+
@@ -206,6 +207,7 @@ func TestSim(t *testing.T) {
 		"ring: %d changes on %d seeds added %d replicas of keys, %d keys copied, %d copy requests sent again",
 		*firstFlag, *firstFlag+uint64(n)-1, onMVCC, failed, time.Since(start).Round(time.Millisecond), lossy, partitioned,
 		total.Begun, total.Committed, total.Aborted, total.Sent, total.Dropped, total.Partitioned,
+		total.MultiVM, total.MultiVMCommitted, total.Probes, total.ProbesCommitted, total.ProbeKeysExcused,
 		total.Queued, total.QueuedCommitted, total.Waited, ordered,
 		total.Reroutes, total.Rerouted, total.RerouteCommitted, rerouted, total.LeftOut, total.LeftStaged, total.LeftBehind, total.OldChain,
 		total.Behind, total.Copies,
@@ -215,6 +217,10 @@ func TestSim(t *testing.T) {
 		total.Moves, moved, total.KeysMoved, total.MoveCopies, total.CopyRetries)
 	if failed > 5 {
 		t.Logf("failed seeds: %v", failedSeeds)
+	}
+	if n >= 50 && (total.MultiVMCommitted == 0 || total.Probes < 4*n) {
+		t.Errorf("the workload is degenerate: %d transactions on keys with different version managers committed, %d uncontended ones ran on %d seeds",
+			total.MultiVMCommitted, total.Probes, n)
 	}
 	if total.Committed == 0 || total.Aborted == 0 {
 		t.Errorf("the workload is degenerate: %d committed, %d aborted", total.Committed, total.Aborted)
