@@ -145,12 +145,12 @@ type Config struct {
 
 // Bounds of a run, in ticks.
 const (
-	faultTicks        = 300
-	livenessTicksMax  = 3000
+	faultTicks       = 300
+	livenessTicksMax = 3000
 	// probesMax uncontended transactions run one after another once the
 	// run is quiet, within probeTicksMax ticks in all (see probe).
-	probesMax     = 8
-	probeTicksMax = 1500
+	probesMax         = 8
+	probeTicksMax     = 1500
 	retransmitTicks   = 5
 	crashDownTicksMax = 40
 )
@@ -390,8 +390,8 @@ type txnRecord struct {
 	// transactions of the progress check.
 	multiVM, probe bool
 	reroutes       int
-	finished             bool
-	outcome              chain.Outcome
+	finished       bool
+	outcome        chain.Outcome
 }
 
 // world is one run's state.
