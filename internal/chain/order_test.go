@@ -1,6 +1,7 @@
 package chain_test
 
 import (
+	"errors"
 	"slices"
 	"testing"
 
@@ -39,5 +40,47 @@ func TestOrderTailReady(t *testing.T) {
 		if got := chain.OrderTailReady(tc.groups, tc.blobVMs); !slices.Equal(got, tc.want) {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestOrder: each blob's first version manager comes before every other
+// member with a part in the blob, whatever the node IDs; holders come
+// after every version manager; members behind come after the ready ones;
+// a cycle is refused.
+func TestOrder(t *testing.T) {
+	ids := func(s ...string) []ring.NodeID {
+		out := make([]ring.NodeID, len(s))
+		for i, x := range s {
+			out[i] = ring.NodeID(x)
+		}
+		return out
+	}
+	vm := func(id string, blobs ...string) chain.Part { return chain.Part{ID: ring.NodeID(id), Manages: blobs} }
+	for _, tc := range []struct {
+		name  string
+		parts []chain.Part
+		want  []ring.NodeID
+	}{
+		{"one blob each, ID order", []chain.Part{vm("b", "y"), vm("a", "x")}, ids("a", "b")},
+		{"a manager holding another blob's chunk follows that blob's manager",
+			[]chain.Part{{ID: "a", Manages: []string{"x"}, Holds: []string{"y"}}, vm("b", "y")}, ids("b", "a")},
+		{"holders after every manager",
+			[]chain.Part{{ID: "a", Holds: []string{"x"}}, vm("c", "x"), vm("b", "y")}, ids("b", "c", "a")},
+		{"behind after ready", []chain.Part{{ID: "a", Manages: []string{"x"}, Behind: true}, vm("b", "x"), vm("c", "x")}, ids("b", "a", "c")},
+		{"a ready manager of a blob whose managers are all behind",
+			[]chain.Part{{ID: "a", Manages: []string{"x"}, Holds: []string{"y"}}, {ID: "b", Manages: []string{"y"}, Behind: true}}, ids("a", "b")},
+		{"a chain of three", []chain.Part{
+			{ID: "a", Manages: []string{"x"}, Holds: []string{"y"}},
+			{ID: "b", Manages: []string{"y"}, Holds: []string{"z"}},
+			vm("c", "z")}, ids("c", "b", "a")},
+	} {
+		got, err := chain.Order(tc.parts)
+		if err != nil || !slices.Equal(got, tc.want) {
+			t.Errorf("%s: %v, %v; want %v", tc.name, got, err, tc.want)
+		}
+	}
+	cycle := []chain.Part{{ID: "a", Manages: []string{"x"}, Holds: []string{"y"}}, {ID: "b", Manages: []string{"y"}, Holds: []string{"x"}}}
+	if got, err := chain.Order(cycle); !errors.Is(err, chain.ErrNoOrder) {
+		t.Errorf("cycle: %v, %v; want ErrNoOrder", got, err)
 	}
 }
