@@ -397,6 +397,7 @@ func (w *blobWork) touched() Touched {
 func (p *Pending) Sizes() map[string]uint64 {
 	out := make(map[string]uint64, len(p.bases))
 	for key, b := range p.bases {
+		out[key] = 0
 		if b.Version != 0 {
 			out[key] = b.Size
 		}

@@ -258,6 +258,8 @@ type prepareOpts struct {
 	rebase bool
 	// strict accepts no Base.Ahead version (see Step.Strict).
 	strict bool
+	// fetched are the blobs whose Base was fetched ahead (Step.Fetched).
+	fetched map[string]bool
 	// queued are, per blob, the versions queued here ahead of the commit
 	// (ticket.ahead): a Base.Ahead version above this store's must be one
 	// of them (see ErrAheadUnseen).
@@ -294,6 +296,14 @@ func (s *Store) prepareLocked(ops []txn.Op, keys []string, o prepareOpts) (*Pend
 		}
 		b, given := o.bases[key]
 		switch {
+		case given && manages[key] && o.fetched[key] && !o.rebase:
+			switch have := w.version(); {
+			case have < b.Version:
+				return nil, &BaseMismatchError{Key: key, Have: have, Want: b.Version}
+			case have > b.Version || len(o.queued[key]) > 0:
+				return nil, fmt.Errorf("%w: %w: blob %q: the base fetched ahead of the commit names version %d, and it is at version %d here with %d commits queued ahead",
+					errs.ErrConflict, ErrLocked, key, b.Version, have, len(o.queued[key]))
+			}
 		case given && manages[key]:
 			if have := w.version(); !o.rebase && !b.accepts(have, o.strict) {
 				want := b.Version
@@ -363,7 +373,7 @@ func (s *Store) prepareLocked(ops []txn.Op, keys []string, o prepareOpts) (*Pend
 	}
 	bases := make(map[string]Base, len(keys))
 	for _, key := range keys {
-		if b, given := o.bases[key]; given {
+		if b, given := o.bases[key]; given && !o.fetched[key] {
 			bases[key] = b
 			continue
 		}

@@ -79,6 +79,15 @@ type Step struct {
 	Bases map[string]Base
 	// Placement says which chunks this store keeps; nil: all of them.
 	Placement Placement
+	// Fetched are the blobs whose Base the chain's coordinator fetched
+	// from a version manager before the commit began, for a chain in
+	// which some holder of a blob's changed chunks comes before every
+	// version manager of it (chain.ErrNoOrder). This store, the first
+	// version manager of such a blob in the chain, accepts the Base only
+	// if its record is still at that version with no commit queued ahead
+	// (else it refuses, as locked: the coordinator fetches it again), and
+	// hands its own record on.
+	Fetched map[string]bool
 	// Strict accepts a blob only at its Base, never at one of the
 	// versions queued ahead on the version manager (Base.Ahead): for a
 	// store that may have missed commits (a member catching up). A store
@@ -124,7 +133,7 @@ func (s *Store) TryPrepareStep(ops []txn.Op, st Step) (*Pending, error) {
 	if busy, ok := s.locks.tryLock(keys, tk); !ok {
 		return nil, fmt.Errorf("%w: %w: blob %q", errs.ErrConflict, ErrLocked, busy)
 	}
-	o := prepareOpts{version: st.Version, bases: st.Bases, placement: st.Placement, strict: st.Strict}
+	o := prepareOpts{version: st.Version, bases: st.Bases, placement: st.Placement, strict: st.Strict, fetched: st.Fetched}
 	if tk != nil {
 		o.queued = tk.ahead
 	}
@@ -140,7 +149,7 @@ func (s *Store) TryPrepareStep(ops []txn.Op, st Step) (*Pending, error) {
 	}
 	if tk != nil {
 		for key, ahead := range tk.ahead {
-			if _, given := st.Bases[key]; !given {
+			if _, given := st.Bases[key]; !given || st.Fetched[key] {
 				b := p.bases[key]
 				b.Ahead = ahead
 				p.bases[key] = b

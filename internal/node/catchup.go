@@ -75,6 +75,7 @@ import (
 	"github.com/tyrstore/tyr/internal/chain"
 	"github.com/tyrstore/tyr/internal/errs"
 	"github.com/tyrstore/tyr/internal/limits"
+	"github.com/tyrstore/tyr/internal/membership"
 	"github.com/tyrstore/tyr/internal/ring"
 	"github.com/tyrstore/tyr/internal/storage"
 	"github.com/tyrstore/tyr/internal/txn"
@@ -283,7 +284,12 @@ func (n *Node) catchUpLoop() {
 			// A round that began before a recopy was asked for does not
 			// end the catch-up (skippedCopy sets it under catch.mu).
 			recopy := n.epoch.recopy.Load()
-			err := n.catchUpOnce(ctx)
+			var err error
+			if !n.alone() {
+				// A node alone has no one to catch up from, and no one
+				// committed without it: its round ends at once.
+				err = n.catchUpOnce(ctx)
+			}
 			if err == nil && n.catch.finish(func() bool { return n.epoch.recopy.Load() == recopy }) {
 				n.epoch.recopy.CompareAndSwap(recopy, 0)
 				break
@@ -315,6 +321,63 @@ func (n *Node) catchUpLoop() {
 			close(n.catch.first)
 		}
 	}
+}
+
+// alone reports whether no other node is a member: the view holds no
+// other member that has not left, and the ring record, if the node has
+// one, names no other node. Such a node has nothing to catch up on.
+func (n *Node) alone() bool {
+	for _, m := range n.cfg.Cluster.View().Members() {
+		if m.Meta.ID != n.self && m.State != membership.StateLeft {
+			return false
+		}
+	}
+	n.epoch.mu.Lock()
+	rec := n.epoch.mu.rec
+	n.epoch.mu.Unlock()
+	if rec == nil {
+		return true
+	}
+	for _, nodes := range [][]ring.Node{rec.Old, rec.New} {
+		for _, m := range nodes {
+			if m.ID != n.self {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// Ready returns nil once the node serves reads: it has caught up since it
+// started and is not catching up now, holds its read lease (lease.go),
+// knows the cluster's ring (epoch.go), and its membership sees it alive.
+// Otherwise it returns an errs.ErrUnavailable error that says why. A
+// server reports ready (its ready file, its health service) only then.
+func (n *Node) Ready() error {
+	notReady := func(why string, args ...any) error {
+		return fmt.Errorf("%w: node %s %s", errs.ErrUnavailable, n.self, fmt.Sprintf(why, args...))
+	}
+	select {
+	case <-n.catch.first:
+	default:
+		return notReady("has not caught up since it started")
+	}
+	if _, _, err := n.rings(); err != nil {
+		return err
+	}
+	switch {
+	case n.catch.active.Load():
+		return notReady("is %v", errCatchingUp)
+	case !n.leaseHeld() || !n.leaseWasHeld.Load():
+		return notReady("does not hold its read lease (grants from a majority of the ring)")
+	case time.Since(time.Unix(0, n.lastTick.Load())) > PauseMax:
+		return notReady("has not ticked for %v", time.Since(time.Unix(0, n.lastTick.Load())).Round(time.Millisecond))
+	case n.CatchingUp():
+		return notReady("is %v", errCatchingUp)
+	case !n.cfg.Cluster.Alive(n.self):
+		return notReady("is not alive in its own membership view")
+	}
+	return nil
 }
 
 // WaitCaughtUp waits until the node has caught up once since it started,

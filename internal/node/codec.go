@@ -136,8 +136,13 @@ func decodeEnvelope(in *peerpb.Message) (envelope, error) {
 //	"retry: "             a member cannot take the commit yet (it is
 //	                      catching up); unavailable if it stays so
 //
-// An untagged text (the chain's own refusals, such as chain.ErrBusy) is
-// reported as unavailable.
+// "locked: " and "retry: " are followed by the "code <gRPC code>: " of the
+// member's error, so the refusal keeps the member's class (a conflict stays
+// a conflict when the coordinator gives up retrying it); without one (an
+// older member) a locked refusal is a conflict and a retry unavailable. An
+// untagged text (the chain's own refusals, such as chain.ErrBusy) is
+// reported as unavailable. Every refusal the coordinator reports is
+// definite (errs.Refused): the chain aborted the commit.
 const (
 	tagCode   = "code "
 	tagLocked = "locked: "
@@ -150,16 +155,17 @@ type taggedError struct{ err error }
 
 func (e taggedError) Error() string {
 	var stale *mvcc.StaleVersionError
+	code, _ := errs.Code(e.err)
+	coded := fmt.Sprintf("%s%d: %v", tagCode, code, e.err)
 	switch {
 	case errors.As(e.err, &stale):
 		return fmt.Sprintf("%s%d: %v", tagStale, stale.Floor, e.err)
 	case errors.Is(e.err, mvcc.ErrLocked):
-		return tagLocked + e.err.Error()
+		return tagLocked + coded
 	case errors.Is(e.err, errCatchingUp), errors.Is(e.err, mvcc.ErrNoBase):
-		return tagRetry + e.err.Error()
+		return tagRetry + coded
 	}
-	code, _ := errs.Code(e.err)
-	return fmt.Sprintf("%s%d: %v", tagCode, code, e.err)
+	return coded
 }
 
 func (e taggedError) Unwrap() error { return e.err }
@@ -174,33 +180,58 @@ type refusal struct {
 func decodeRefusal(text string) refusal {
 	switch {
 	case strings.HasPrefix(text, tagLocked):
-		return refusal{err: fmt.Errorf("%w: %s", errs.ErrConflict, text[len(tagLocked):]), locked: true}
+		return refusal{err: decodeCoded(text[len(tagLocked):], errs.ErrConflict), locked: true}
 	case strings.HasPrefix(text, tagRetry):
-		return refusal{err: fmt.Errorf("%w: %s", errs.ErrUnavailable, text[len(tagRetry):]), locked: true}
+		return refusal{err: decodeCoded(text[len(tagRetry):], errs.ErrUnavailable), locked: true}
 	case strings.HasPrefix(text, tagStale):
 		num, rest, _ := strings.Cut(text[len(tagStale):], ": ")
 		floor, err := strconv.ParseUint(num, 10, 64)
 		if err == nil {
-			return refusal{err: &remoteError{class: errs.ErrConflict, text: rest}, floor: floor}
+			return refusal{err: &remoteError{class: errs.ErrConflict, text: errs.Message(errs.ErrConflict, rest)}, floor: floor}
 		}
 	case strings.HasPrefix(text, tagCode):
-		num, rest, _ := strings.Cut(text[len(tagCode):], ": ")
-		code, err := strconv.ParseUint(num, 10, 32)
-		if err == nil {
-			if class := errs.Class(codes.Code(code)); class != nil {
-				return refusal{err: &remoteError{class: class, text: rest}}
-			}
+		if _, _, ok := cutCode(text); ok {
+			return refusal{err: decodeCoded(text, errs.ErrUnavailable)}
 		}
 	case text == chain.ErrRestarted.Error(), text == chain.ErrBehind.Error():
 		// A member restarted while the commit was on its way, or the tail
 		// is catching up: a new attempt gets through.
-		return refusal{err: fmt.Errorf("%w: %s", errs.ErrUnavailable, text), locked: true}
+		return refusal{err: &remoteError{class: errs.ErrUnavailable, text: errs.Message(errs.ErrUnavailable, text)}, locked: true}
 	}
-	return refusal{err: fmt.Errorf("%w: chain refused the commit: %s", errs.ErrUnavailable, text)}
+	return refusal{err: &remoteError{class: errs.ErrUnavailable,
+		text: errs.Message(errs.ErrUnavailable, "chain refused the commit: "+text)}}
+}
+
+// decodeCoded decodes a member's error: "code <gRPC code>: text", or text
+// alone. It keeps the code's class, or takes class for text alone or a code
+// of no class.
+func decodeCoded(text string, class error) error {
+	if c, rest, ok := cutCode(text); ok {
+		text = rest
+		if c != nil {
+			class = c
+		}
+	}
+	return &remoteError{class: class, text: errs.Message(class, text)}
+}
+
+// cutCode splits "code <gRPC code>: rest" into the code's class (nil for a
+// code of no class) and rest; ok is false if text does not start so.
+func cutCode(text string) (class error, rest string, ok bool) {
+	if !strings.HasPrefix(text, tagCode) {
+		return nil, "", false
+	}
+	num, rest, _ := strings.Cut(text[len(tagCode):], ": ")
+	code, err := strconv.ParseUint(num, 10, 32)
+	if err != nil {
+		return nil, "", false
+	}
+	return errs.Class(codes.Code(code)), rest, true
 }
 
 // remoteError is a classified error raised on another member: its text is
-// the member's, and errors.Is finds its class.
+// the member's, with its class word first and only there (errs.Message),
+// and errors.Is finds its class, and no other.
 type remoteError struct {
 	class error
 	text  string

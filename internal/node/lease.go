@@ -196,6 +196,17 @@ func (n *Node) holdLeaseForGood() {
 	n.leaseWasHeld.Store(true)
 }
 
+// holdLeaseAlone notes the lease of a node that starts alone (see alone):
+// a ring of this node alone is its own majority, so it holds the lease at
+// once, and its first catch-up round, which has nothing to do, counts (see
+// catchUpLoop) without waiting for a tick to note the lease. Once other
+// members join, checkLease finds the lease needs their grants.
+func (n *Node) holdLeaseAlone() {
+	n.leaseUntil.Store(n.lease.Until(nil).UnixNano())
+	n.leaseSince.Store(time.Now().UnixNano())
+	n.leaseWasHeld.Store(true)
+}
+
 // leaseHeld reports whether this node holds its read lease now. Grants
 // that arrived since the last check only make it end later.
 func (n *Node) leaseHeld() bool { return time.Now().UnixNano() < n.leaseUntil.Load() }

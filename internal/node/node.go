@@ -246,6 +246,9 @@ type versionEntry struct {
 	// bases: what the Forward brought, then once staged here what this
 	// member hands on (see mvcc.Pending.Bases).
 	bases map[string]mvcc.Base
+	// fetched are the bases this node fetched as the coordinator
+	// (fetch.go), which its own Forwards carry.
+	fetched map[string]mvcc.Base
 	// chain is the chain the Forward named.
 	chain []ring.NodeID
 	// client is the client ID the commit carries, if any (resolve.go).
@@ -258,7 +261,10 @@ type beginReq struct {
 	chain    []ring.NodeID
 	version  uint64
 	client   []byte
-	done     chan beginResult
+	// bases are those the coordinator fetched ahead (fetchBases), which
+	// its Forwards carry from the head on.
+	bases map[string]mvcc.Base
+	done  chan beginResult
 }
 
 type beginResult struct {
@@ -294,6 +300,8 @@ func Start(cfg Config) (*Node, error) {
 	}
 	if cfg.LeaseDuration < 0 {
 		n.holdLeaseForGood()
+	} else if n.alone() {
+		n.holdLeaseAlone()
 	}
 	n.lastTick.Store(time.Now().UnixNano())
 	go n.loop()
@@ -358,9 +366,13 @@ func (n *Node) viewRing() (*ring.Ring, error) {
 // others, so that the first version manager of each blob holds every
 // commit of it, and a ready member is the tail where one may be
 // (chain.OrderTailReady); each group is sorted by node ID (the protocol's global
-// order). It fails with errs.ErrUnavailable when a blob has no live
-// version manager.
-func (n *Node) Chain(keyspace string, rf int, ops []txn.Op, sizes map[string]uint64) ([]ring.NodeID, error) {
+// order; see chain.Order for the whole rule). It fails with
+// errs.ErrUnavailable when a blob has no live version manager, and with a
+// *cycleError when no order puts each blob's first version manager before
+// the holders of its changed chunks: the coordinator then fetches those
+// blobs' bases ahead and plans again with them in fetched, whose holders
+// may come anywhere.
+func (n *Node) Chain(keyspace string, rf int, ops []txn.Op, sizes map[string]uint64, fetched map[string]bool) ([]ring.NodeID, error) {
 	pl, err := n.Placement(keyspace, rf)
 	if err != nil {
 		return nil, err
@@ -427,7 +439,9 @@ func (n *Node) Chain(keyspace string, rf int, ops []txn.Op, sizes map[string]uin
 				continue
 			}
 			p := part(id)
-			p.Holds = append(p.Holds, key)
+			if !fetched[key] {
+				p.Holds = append(p.Holds, key)
+			}
 			if len(p.Manages) == 0 && gainingChunks[id] {
 				p.Behind = true
 			}
@@ -438,6 +452,17 @@ func (n *Node) Chain(keyspace string, rf int, ops []txn.Op, sizes map[string]uin
 		members = append(members, *p)
 	}
 	order, err := chain.Order(members)
+	if errors.Is(err, chain.ErrNoOrder) && fetched == nil {
+		cyc := &cycleError{err: err}
+		for _, p := range members {
+			if len(p.Manages) > 0 {
+				cyc.blobs = append(cyc.blobs, p.Holds...)
+			}
+		}
+		slices.Sort(cyc.blobs)
+		cyc.blobs = slices.Compact(cyc.blobs)
+		return nil, cyc
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errs.ErrUnavailable, err)
 	}
@@ -548,7 +573,7 @@ func (n *Node) Commit(ctx context.Context, keyspace string, rf int, ops []txn.Op
 		}
 		r := decodeRefusal(o.Err)
 		if (!r.locked && r.floor == 0) || time.Now().After(deadline) {
-			return nil, r.err
+			return nil, errs.Refused(r.err) // the chain aborted every attempt
 		}
 		floor = max(floor, r.floor)
 		wait := backoff/2 + rand.N(backoff)
@@ -565,26 +590,42 @@ func (n *Node) Commit(ctx context.Context, keyspace string, rf int, ops []txn.Op
 // computed until it ends (see Barrier).
 func (n *Node) attempt(ctx context.Context, keyspace string, rf int, ops []txn.Op, version uint64, client []byte) (chain.Outcome, error) {
 	defer n.Track()()
+	// Errors before the commit is handed to the loop or the local store are
+	// definite refusals (errs.Refused): nothing was sent.
 	if !n.majority() {
-		return chain.Outcome{}, fmt.Errorf("%w: node %s does not see a majority of the cluster alive", errs.ErrUnavailable, n.self)
+		return chain.Outcome{}, errs.Refused(fmt.Errorf("%w: node %s does not see a majority of the cluster alive", errs.ErrUnavailable, n.self))
 	}
-	members, err := n.Chain(keyspace, rf, ops, n.hints.get(keyspace, ops))
+	sizes := n.hints.get(keyspace, ops)
+	members, err := n.Chain(keyspace, rf, ops, sizes, nil)
+	var bases map[string]mvcc.Base
+	if cyc := (*cycleError)(nil); errors.As(err, &cyc) {
+		bases, err = n.fetchBases(ctx, keyspace, rf, ops, cyc.blobs)
+		if err == nil {
+			if sizes == nil {
+				sizes = map[string]uint64{}
+			}
+			for key, b := range bases {
+				sizes[key] = b.Size
+			}
+			members, err = n.Chain(keyspace, rf, ops, sizes, fetchedSet(bases))
+		}
+	}
 	if err != nil {
-		return chain.Outcome{}, err
+		return chain.Outcome{}, errs.Refused(err)
 	}
 	if r, err := n.currentRing(); err != nil {
-		return chain.Outcome{}, err
+		return chain.Outcome{}, errs.Refused(err)
 	} else if r.Len() > 1 {
 		// Even a chain of this node alone checks that it holds every chunk
 		// the commit changes (see checkCovered).
-		return n.run(ctx, keyspace, ops, members, version, client)
+		return n.run(ctx, keyspace, ops, members, version, client, bases)
 	}
 	if n.CatchingUp() {
 		return chain.Outcome{Err: taggedError{fmt.Errorf("node %s is the only live replica: %w", n.self, errCatchingUp)}.Error()}, nil
 	}
 	ks, err := n.cfg.Engine.Acquire(keyspace)
 	if err != nil {
-		return chain.Outcome{}, err
+		return chain.Outcome{}, errs.Refused(err)
 	}
 	defer ks.Release()
 	var member chain.Member = mvcc.Member{Store: ks.Store}
@@ -598,15 +639,15 @@ func (n *Node) attempt(ctx context.Context, keyspace string, rf int, ops []txn.O
 	return chain.Outcome{Committed: true, Results: results}, nil
 }
 
-func (n *Node) run(ctx context.Context, keyspace string, ops []txn.Op, members []ring.NodeID, version uint64, client []byte) (chain.Outcome, error) {
+func (n *Node) run(ctx context.Context, keyspace string, ops []txn.Op, members []ring.NodeID, version uint64, client []byte, bases map[string]mvcc.Base) (chain.Outcome, error) {
 	done := make(chan beginResult, 1)
-	req := beginReq{keyspace: keyspace, ops: ops, chain: slices.Clone(members), version: version, client: client, done: done}
+	req := beginReq{keyspace: keyspace, ops: ops, chain: slices.Clone(members), version: version, client: client, bases: bases, done: done}
 	select {
 	case n.begins <- req:
 	case <-ctx.Done():
 		return chain.Outcome{}, ctx.Err()
 	case <-n.stop:
-		return chain.Outcome{}, fmt.Errorf("%w: node shutting down", errs.ErrUnavailable)
+		return chain.Outcome{}, errs.Refused(fmt.Errorf("%w: node shutting down", errs.ErrUnavailable))
 	}
 	select {
 	case r := <-done:
@@ -735,7 +776,7 @@ func (n *Node) earlierRun(keyspace string, id chain.TxnID) bool {
 func (n *Node) begin(req beginReq) {
 	g, err := n.group(req.keyspace)
 	if err != nil {
-		req.done <- beginResult{err: err}
+		req.done <- beginResult{err: errs.Refused(err)}
 		return
 	}
 	id, err := g.coord.Begin(req.ops, req.chain)
@@ -743,13 +784,13 @@ func (n *Node) begin(req beginReq) {
 		if errors.Is(err, chain.ErrBusy) {
 			err = fmt.Errorf("%w: %w", errs.ErrUnavailable, err)
 		}
-		req.done <- beginResult{err: err}
+		req.done <- beginResult{err: errs.Refused(err)}
 		return
 	}
 	key := waiterKey{req.keyspace, id}
 	n.waiters[key] = req.done
 	now := time.Now()
-	n.versions[key] = versionEntry{version: req.version, begun: now.UnixNano(), at: now, client: req.client}
+	n.versions[key] = versionEntry{version: req.version, begun: now.UnixNano(), at: now, client: req.client, fetched: req.bases}
 	n.flush(req.keyspace, g)
 }
 
@@ -793,7 +834,7 @@ func (n *Node) flush(keyspace string, g *group) {
 		if g.replica.HasReady() {
 			o := g.replica.Ready()
 			g.replica.Advance(o)
-			n.emit(keyspace, o.Messages)
+			n.emit(keyspace, o.Messages, false)
 			for _, f := range o.Finished {
 				if f.CommitErr != nil {
 					n.cfg.Log.Error("local commit failed after the chain committed; this replica is behind",
@@ -809,7 +850,7 @@ func (n *Node) flush(keyspace string, g *group) {
 		if g.coord.HasReady() {
 			o := g.coord.Ready()
 			g.coord.Advance(o)
-			n.emit(keyspace, o.Messages)
+			n.emit(keyspace, o.Messages, true)
 			for _, f := range o.Finished {
 				key := waiterKey{keyspace, f.Txn}
 				if w, ok := n.waiters[key]; ok {
@@ -822,13 +863,18 @@ func (n *Node) flush(keyspace string, g *group) {
 	}
 }
 
-func (n *Node) emit(keyspace string, msgs []chain.Message) {
+func (n *Node) emit(keyspace string, msgs []chain.Message, coordinator bool) {
 	now := time.Now().UnixNano()
 	for _, m := range msgs {
 		env := envelope{keyspace: keyspace, msg: m, sent: now}
 		if m.Type == chain.MsgForward {
 			v := n.versions[waiterKey{keyspace, m.Txn}]
 			env.version, env.begun, env.bases, env.client = v.version, v.begun, v.bases, v.client
+			if coordinator {
+				// The coordinator's Forwards carry the bases it fetched
+				// (fetch.go), never those this node staged as a member.
+				env.bases = v.fetched
+			}
 		}
 		if m.To == n.self {
 			n.local = append(n.local, env)
@@ -914,7 +960,7 @@ func (s stager) prepare(id chain.TxnID, ops []txn.Op) (chain.Staged, error) {
 	}
 	// A member catching up may have been left out of commits queued ahead
 	// of this one on the head: it accepts no Base with commits ahead.
-	p, err := ks.Store.TryPrepareStep(ops, mvcc.Step{Version: e.version, Bases: e.bases, Placement: pl, Strict: s.n.CatchingUp()})
+	p, err := ks.Store.TryPrepareStep(ops, mvcc.Step{Version: e.version, Bases: e.bases, Placement: pl, Strict: s.n.CatchingUp(), Fetched: e.fetchedHere(pl, s.n.self)})
 	var mismatch *mvcc.BaseMismatchError
 	var chunkMismatch *mvcc.ChunkMismatchError
 	behind := errors.As(err, &chunkMismatch) ||

@@ -90,7 +90,7 @@ func TestChainOrder(t *testing.T) {
 	}
 	for _, slow := range []int{0, 1} {
 		tc.catchingUp.Store(vms[slow], true)
-		chain, err := n.Chain(testKeyspace, 2, ops, nil)
+		chain, err := n.Chain(testKeyspace, 2, ops, nil, nil)
 		tc.catchingUp.Delete(vms[slow])
 		if err != nil {
 			t.Fatal(err)

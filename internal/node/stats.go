@@ -26,11 +26,14 @@ type Stats struct {
 	// MessagesReceived is the chain messages other nodes delivered to this
 	// node.
 	MessagesReceived uint64
+	// BasesFetched is the commits this node coordinated whose chain
+	// needed bases fetched ahead (fetch.go).
+	BasesFetched uint64
 }
 
 // counters are the live counts behind Stats.
 type counters struct {
-	sent, calls, failures, dropped, received atomic.Uint64
+	sent, calls, failures, dropped, received, fetched atomic.Uint64
 }
 
 // counters returns n's counters.
@@ -47,5 +50,6 @@ func (n *Node) Stats() Stats {
 		DeliverFailures:  c.failures.Load(),
 		MessagesDropped:  c.dropped.Load(),
 		MessagesReceived: c.received.Load(),
+		BasesFetched:     c.fetched.Load(),
 	}
 }
