@@ -201,10 +201,8 @@ func (s *mvccNode) prepareStep(id chain.TxnID, ops []txn.Op, bases map[string]mv
 	}
 	out := bases
 	var keys []string
-	index := make([]int, len(ops))
 	results := make([]txn.Result, len(ops))
 	for i, op := range ops {
-		index[i] = i
 		// The store passes the keys this node does not store by, as a
 		// node's does (mvcc.Step.parts): their results are Unheld, and
 		// those of a member after this one that stores the key take
@@ -214,7 +212,7 @@ func (s *mvccNode) prepareStep(id chain.TxnID, ops []txn.Op, bases map[string]mv
 			keys = append(keys, op.Key)
 		}
 	}
-	p := &mvccStaged{node: s, id: id, keys: keys, index: index, results: results}
+	p := &mvccStaged{node: s, id: id, keys: keys, results: results}
 	if len(keys) > 0 {
 		pending, err := s.store.TryPrepareStep(ops, mvcc.Step{Version: s.versionOf(id), Bases: bases, Strict: strict, Placement: ownership(keys)})
 		if err != nil {
@@ -362,9 +360,6 @@ type mvccStaged struct {
 	node *mvccNode
 	id   chain.TxnID
 	keys []string // in first-touched order, which is deterministic
-	// index[j] is the position in the transaction's ops of the j-th op
-	// this node stores.
-	index []int
 	inner *mvcc.ChainStaged // nil when the node stores none of the keys
 	// results has an entry per op of the transaction; those of the ops on
 	// keys this node does not store are Unheld.
@@ -389,11 +384,7 @@ func (o ownership) Holds(key string, _ uint64) bool { return slices.Contains(o, 
 // refresh copies the inner commit's results into results. It makes a new
 // slice: the replica may hold the one Results returned before.
 func (p *mvccStaged) refresh() {
-	results := slices.Clone(p.results)
-	for j, r := range p.inner.Results() {
-		results[p.index[j]] = r
-	}
-	p.results = results
+	p.results = slices.Clone(p.inner.Results())
 }
 
 func (p *mvccStaged) finish(st status) {
