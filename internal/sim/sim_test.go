@@ -257,7 +257,7 @@ func TestSim(t *testing.T) {
 // (row 44) flagged a copy that both replicas reached by different
 // commits.
 func TestSimRegressions(t *testing.T) {
-	for _, seed := range []uint64{7114, 9651, 286, 299, 1551, 2659, 633, 3244, 9157, 7240} {
+	for _, seed := range []uint64{7114, 9651, 286, 299, 1551, 2659, 633, 3244, 9157, 7240, 8171, 16, 185} {
 		if r := sim.Run(sim.Config{Seed: seed, Store: storeFor(t, seed)}); len(r.Anomalies) > 0 {
 			report(t, r)
 		}
