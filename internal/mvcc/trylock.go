@@ -109,7 +109,7 @@ type Step struct {
 // of the blob, the base member finds it before the blob's holders in the
 // chain and refuses the commit (node.checkCovered).
 func (st Step) parts(keys []string) []string {
-	if st.Placement == nil {
+	if st.Placement == nil || brokenNoBase {
 		return keys
 	}
 	return slices.DeleteFunc(keys, func(key string) bool {

@@ -447,6 +447,17 @@ func TestSimCatchesCollectedInUse(t *testing.T) {
 	})
 }
 
+// TestSimCatchesNoBase runs mvcc seeds whose members stage every key of a
+// commit and refuse one they neither store nor got a Base for (in
+// binaries built with tyr_broken_nobase: the rule before the base rule of
+// chain.Order), and expects the progress check to report an uncontended
+// transaction on keys with different replicas that did not commit.
+func TestSimCatchesNoBase(t *testing.T) {
+	catchBroken(t, brokenNoBase, "tyr_broken_nobase", "TestSimCatchesNoBase", "refused uncontended transactions", 40, func(a string) bool {
+		return strings.HasPrefix(a, "progress: uncontended transaction")
+	})
+}
+
 func Example() {
 	r := sim.Run(sim.Config{Seed: 42})
 	fmt.Println(len(r.Anomalies))
