@@ -5,7 +5,11 @@ import (
 	"errors"
 	"fmt"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
 	"github.com/tyrstore/tyr/api/tyrpb"
+	"github.com/tyrstore/tyr/internal/errs"
 )
 
 // Op is one operation of an atomic Commit. Build ops with CreateOp, WriteOp,
@@ -107,7 +111,9 @@ type OpResult struct {
 // the commit dies), Commit asks the cluster's nodes for the outcome for up
 // to ResolveTimeout (see resolve.go): it returns the results if the commit
 // took effect, an ErrConflict error if it did not and never will, and an
-// error wrapping ErrOutcomeUnknown if the outcome could not be learnt.
+// error wrapping ErrOutcomeUnknown if the outcome could not be learnt. A
+// commit the server refused for certain (Refused) is not resolved: its
+// error is returned as it is.
 func (c *Client) Commit(ctx context.Context, ks string, ops ...Op) ([]OpResult, error) {
 	return c.commit(ctx, ks, ops, nil, true)
 }
@@ -124,10 +130,17 @@ func (c *Client) commit(ctx context.Context, ks string, ops []Op, reads []*tyrpb
 		// node that died, so the client learns them first (once).
 		c.router.current(ctx)
 	}
-	resp, err := c.api.Commit(ctx, req)
+	var trailer metadata.MD
+	resp, err := c.api.Commit(ctx, req, grpc.Trailer(&trailer))
 	if err != nil {
 		err = fromStatus(err)
-		if resolve && !refused(err) && ctx.Err() == nil {
+		var e *Error
+		if errors.As(err, &e) && len(trailer.Get(errs.RefusedTrailer)) > 0 {
+			e.refused = true
+		}
+		// A definite refusal changed nothing: only a lost answer is
+		// resolved.
+		if resolve && !Refused(err) && ctx.Err() == nil {
 			return c.resolve(ctx, req, err)
 		}
 		return nil, err

@@ -6,7 +6,10 @@
 //
 // Errors carry a class usable with errors.Is: ErrNotFound, ErrExists,
 // ErrInvalidArgument, ErrOutOfRange, ErrTooLarge, ErrUnavailable,
-// ErrConflict, ErrCorruption.
+// ErrConflict, ErrCorruption. An error has one class, and its text names it
+// first ("tyr: conflict: ..."). Retryable tells whether sending the request
+// again can succeed; Refused whether a failed commit certainly changed
+// nothing.
 //
 // One request carries at most PayloadBytesMax bytes. Read and Write split
 // larger ranges into parts; each part is atomic, the whole is not. Append is
@@ -22,6 +25,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/tyrstore/tyr/api/tyrpb"
@@ -62,10 +66,45 @@ type Error struct {
 	Class   error // one of the Err* classes, or nil when unknown
 	Code    codes.Code
 	Message string
+	// refused: the server marked the failed commit as refused for certain
+	// (it changed nothing), whatever its class.
+	refused bool
+	// unknown: the commit's answer was lost and its outcome could not be
+	// learnt (ErrOutcomeUnknown).
+	unknown bool
 }
 
-func (e *Error) Error() string { return "tyr: " + e.Message }
+// Error returns "tyr: " and the message, with the class word first.
+func (e *Error) Error() string { return "tyr: " + errs.Message(e.Class, e.Message) }
 func (e *Error) Unwrap() error { return e.Class }
+
+// Is reports whether e is a commit of unknown outcome, for
+// errors.Is(err, ErrOutcomeUnknown); errors.Is finds the class by Unwrap.
+func (e *Error) Is(target error) bool { return e.unknown && target == ErrOutcomeUnknown }
+
+// Refused reports whether e is a commit the server refused for certain:
+// it changed nothing, and never will. Every error of class ErrConflict,
+// ErrInvalidArgument, ErrNotFound, ErrExists, ErrOutOfRange or ErrTooLarge
+// is one; an ErrUnavailable one is when the server says so (a member was
+// catching up, no replica was live), and never when the outcome is
+// unknown.
+func (e *Error) Refused() bool {
+	if e.unknown {
+		return false
+	}
+	return e.refused || errs.IsRefused(e.Class)
+}
+
+// Retryable reports whether sending the same request again can succeed:
+// after ErrConflict (run the transaction again; RunTx does) or
+// ErrUnavailable (later), but not after ErrOutcomeUnknown, where the
+// commit may have taken effect, nor after the other classes.
+func Retryable(err error) bool { return errs.Retryable(err) }
+
+// Refused reports whether err is the error of a commit that certainly
+// changed nothing (see Error.Refused): one the server refused, or one that
+// failed before it was sent.
+func Refused(err error) bool { return errs.IsRefused(err) }
 
 // fromStatus turns a gRPC error into an *Error; context errors stay as they
 // are so errors.Is(err, context.DeadlineExceeded) works.
@@ -137,6 +176,21 @@ func Dial(endpoint string, opts ...Option) (*Client, error) {
 		r.endpoint = c.api
 	}
 	return c, nil
+}
+
+// Ready returns nil if the server serves reads, as its gRPC health service
+// (grpc.health.v1.Health) says: it has caught up on what it may have missed
+// while down, holds its read lease and knows the cluster's ring. Otherwise
+// it returns an ErrUnavailable error, or the error of the call.
+func (c *Client) Ready(ctx context.Context) error {
+	resp, err := healthpb.NewHealthClient(c.conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		return fromStatus(err)
+	}
+	if st := resp.GetStatus(); st != healthpb.HealthCheckResponse_SERVING {
+		return &Error{Class: ErrUnavailable, Code: codes.Unavailable, Message: "server not ready: health " + st.String()}
+	}
+	return nil
 }
 
 // Close closes the connections. Calls in flight fail.

@@ -6,11 +6,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
 
 	"github.com/tyrstore/tyr/api/tyrpb"
+	"github.com/tyrstore/tyr/internal/errs"
 )
 
 // Outcome resolution: every commit carries an ID of the client's (its
@@ -39,8 +41,8 @@ const (
 
 // ErrOutcomeUnknown is wrapped by the error of a commit whose answer was
 // lost and whose outcome could not be learnt: it may or may not have taken
-// effect.
-var ErrOutcomeUnknown = errors.New("commit outcome unknown")
+// effect. Such an error is of class ErrUnavailable, and not Retryable.
+var ErrOutcomeUnknown = errs.ErrOutcomeUnknown
 
 // newTxnID returns a fresh client ID for a commit: the clock in unix
 // nanoseconds (the servers refuse one far from theirs), then 8 random
@@ -52,15 +54,22 @@ func newTxnID() []byte {
 	return id
 }
 
-// refused reports whether a commit's error says that the server decided it
-// changed nothing (a class of error decided before anything applies).
-func refused(err error) bool {
-	for _, class := range []error{ErrConflict, ErrInvalidArgument, ErrNotFound, ErrExists, ErrOutOfRange, ErrTooLarge} {
-		if errors.Is(err, class) {
-			return true
-		}
+// detail is err's text for a message about it: without "tyr: " and
+// without class words, which the message's own class replaces.
+func detail(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return errs.Message(nil, e.Message)
 	}
-	return false
+	return errs.Message(nil, strings.TrimPrefix(err.Error(), "tyr: "))
+}
+
+// unknownOutcome is the error of a commit whose answer was lost and whose
+// outcome resolution did not learn: of class ErrUnavailable, and
+// ErrOutcomeUnknown.
+func unknownOutcome(format string, args ...any) error {
+	return &Error{Class: ErrUnavailable, Code: codes.Unavailable, unknown: true,
+		Message: errs.Message(ErrUnavailable, ErrOutcomeUnknown.Error()+": "+fmt.Sprintf(format, args...))}
 }
 
 // resolve learns the outcome of commit req, whose answer was lost with
@@ -76,7 +85,7 @@ func (c *Client) resolve(ctx context.Context, req *tyrpb.CommitRequest, cause er
 			resp, err := target.Resolve(cctx, &tyrpb.ResolveRequest{Commit: req})
 			ccancel()
 			if err != nil {
-				last = fromStatus(err).Error()
+				last = detail(fromStatus(err))
 				continue
 			}
 			answered = time.Now()
@@ -84,20 +93,22 @@ func (c *Client) resolve(ctx context.Context, req *tyrpb.CommitRequest, cause er
 			case tyrpb.Outcome_OUTCOME_COMMITTED:
 				return opResults(len(req.GetOps()), resp.GetResults())
 			case tyrpb.Outcome_OUTCOME_ABORTED:
-				return nil, &Error{Class: ErrConflict, Code: codes.Aborted,
-					Message: fmt.Sprintf("commit aborted: its answer was lost (%v), and the cluster found it did not take effect", cause)}
+				// Aborted for good: like a conflict, it changed nothing and
+				// may be run again.
+				return nil, &Error{Class: ErrConflict, Code: codes.Aborted, refused: true,
+					Message: errs.Message(ErrConflict, fmt.Sprintf("commit aborted: its answer was lost (%s), and the cluster found it did not take effect", detail(cause)))}
 			default:
 				last = fmt.Sprintf("%s: %s", resp.GetOutcome(), resp.GetDetail())
 			}
 		}
 		if time.Since(answered) > resolveSilenceMax {
-			return nil, fmt.Errorf("tyr: %w: the answer was lost (%w), and no node answered for %v (last: %s)",
-				ErrOutcomeUnknown, cause, resolveSilenceMax, last)
+			return nil, unknownOutcome("the answer was lost (%s), and no node answered for %v (last: %s)",
+				detail(cause), resolveSilenceMax, last)
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("tyr: %w: the answer was lost (%w), and resolution did not tell (last: %s)",
-				ErrOutcomeUnknown, cause, last)
+			return nil, unknownOutcome("the answer was lost (%s), and resolution did not tell (last: %s)",
+				detail(cause), last)
 		case <-time.After(resolvePause):
 		}
 	}

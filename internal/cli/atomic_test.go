@@ -181,7 +181,7 @@ func TestCLIExitCode(t *testing.T) {
 	if got := exitCode(conflict); got != 1 {
 		t.Errorf("exit code of a plain conflict: %d, want 1", got)
 	}
-	if line := errorLine(fmt.Errorf("%w: %w", errCASUnequal, conflict)); line != "tyr: differ" {
+	if line := errorLine(fmt.Errorf("%w: %w", errCASUnequal, conflict)); line != "tyr: conflict: differ; retrying can help" {
 		t.Errorf("error line %q, want the server's message", line)
 	}
 }

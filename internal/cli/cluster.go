@@ -313,20 +313,41 @@ func (n *localNode) pid() int {
 
 // launch starts the node's server detached from this process (its own
 // process group, so it survives the CLI and the CLI's terminal signals),
-// and records its PID.
+// records its PID, and waits until it is ready (waitReady). A node that
+// does not get ready in time is left running, as it may once more of the
+// cluster runs; the error says so.
 func (n *localNode) launch(join []string) (*exec.Cmd, error) {
+	cmd, exited, err := n.spawn(join)
+	if err != nil {
+		return nil, err
+	}
+	if err := n.waitReady(exited); err != nil {
+		select {
+		case <-exited:
+			return nil, err
+		default:
+		}
+		return nil, fmt.Errorf("%w; it still runs as pid %d (tyr cluster stop --node to stop it)", err, cmd.Process.Pid)
+	}
+	return cmd, nil
+}
+
+// spawn starts the node's server as launch does, and waits only until it
+// gossips (its gossip-ready file), so that other nodes can join it. exited
+// is closed when the process exits.
+func (n *localNode) spawn(join []string) (*exec.Cmd, <-chan struct{}, error) {
 	self, err := os.Executable()
 	if err != nil {
-		return nil, fmt.Errorf("find the tyr binary: %w", err)
+		return nil, nil, fmt.Errorf("find the tyr binary: %w", err)
 	}
 	for _, f := range []string{"ready", "gossip-ready"} {
 		if err := os.Remove(n.path(f)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	logFile, err := os.OpenFile(n.path("log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer logFile.Close()
 	args := []string{"server", "--data", n.path("data"), "--listen", n.Listen, "--gossip-listen", n.Gossip,
@@ -354,32 +375,67 @@ func (n *localNode) launch(join []string) (*exec.Cmd, error) {
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", n.ID, err)
+		return nil, nil, fmt.Errorf("start %s: %w", n.ID, err)
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
 	if err := writeFileAtomic(n.path("pid"), strconv.Itoa(cmd.Process.Pid)+"\n"); err != nil {
 		_ = cmd.Process.Kill()
-		return nil, err
+		return nil, nil, err
 	}
-	if err := n.waitReady(exited); err != nil {
+	if err := n.waitFile("gossip-ready", exited, "gossiping"); err != nil {
 		_ = cmd.Process.Kill()
-		return nil, err
+		return nil, nil, err
 	}
-	return cmd, nil
+	return cmd, exited, nil
 }
 
 // readyTimeout bounds how long a node may take to open its data directory,
 // join (a failed join takes at most membership.JoinAddressesMax seconds)
-// and catch up (a server reports ready after caughtUpWait at the latest).
-const readyTimeout = caughtUpWait + 30*time.Second
+// and become ready: catch up on what it missed while down and get its read
+// lease, which needs a majority of the ring alive.
+const readyTimeout = 90 * time.Second
 
-// waitReady waits for the node's ready file, or reports the server's own
-// error line if it exits first.
+// waitReady waits until the node is ready: it wrote its ready file, which
+// a server does once it serves reads, and its health service says it
+// serves (client.Client.Ready). It reports the server's own error line if
+// it exits first.
 func (n *localNode) waitReady(exited <-chan struct{}) error {
 	deadline := time.Now().Add(readyTimeout)
+	if err := n.waitFile("ready", exited, "ready"); err != nil {
+		return err
+	}
+	c, err := client.Dial(n.endpoint(), client.WithoutRouting())
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := c.Ready(ctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s wrote its ready file, but its health service says: %s (log: %s)",
+				n.ID, strings.TrimPrefix(err.Error(), "tyr: "), n.path("log"))
+		}
+		select {
+		case <-exited:
+			return fmt.Errorf("%s exited during start: %s (log: %s)", n.ID, n.lastError(), n.path("log"))
+		case <-time.After(clusterPollInterval):
+		}
+	}
+}
+
+// waitFile waits for the node's file name (ready or gossip-ready) for up
+// to readyTimeout, or reports the server's own error line if it exits
+// first; what says what the file stands for.
+func (n *localNode) waitFile(name string, exited <-chan struct{}, what string) error {
+	deadline := time.Now().Add(readyTimeout)
 	for time.Now().Before(deadline) {
-		if b, err := os.ReadFile(n.path("ready")); err == nil && len(b) > 0 {
+		if b, err := os.ReadFile(n.path(name)); err == nil && len(b) > 0 {
 			return nil
 		}
 		select {
@@ -388,7 +444,7 @@ func (n *localNode) waitReady(exited <-chan struct{}) error {
 		case <-time.After(clusterPollInterval):
 		}
 	}
-	return fmt.Errorf("%s not ready after %v (log: %s)", n.ID, readyTimeout, n.path("log"))
+	return fmt.Errorf("%s not %s after %v (log: %s)", n.ID, what, readyTimeout, n.path("log"))
 }
 
 // lastError returns the last "tyr: " line of the node's log.
@@ -605,7 +661,9 @@ type upOptions struct {
 
 func clusterUp(ctx context.Context, e *env, dir string, opts upOptions) error {
 	count := opts.nodes
-	if existing, err := loadNodes(dir); err == nil {
+	existing, err := loadNodes(dir)
+	restart := err == nil
+	if restart {
 		if len(existing) != count {
 			return fmt.Errorf("%s holds a cluster of %d nodes, not %d; use another --dir", dir, len(existing), count)
 		}
@@ -661,15 +719,33 @@ func clusterUp(ctx context.Context, e *env, dir string, opts upOptions) error {
 		}
 		return err
 	}
+	// A new cluster's nodes start one after another, each ready before the
+	// next joins. A stopped cluster's nodes start alike but are waited for
+	// together once all gossip: a node of it is ready only once it holds
+	// its read lease from a majority of the ring, so node1 alone never is.
+	exited := make([]<-chan struct{}, 0, count)
 	for i, n := range nodes {
 		var join []string
 		if i > 0 {
 			join = []string{nodes[0].Gossip}
 		}
-		if _, err := n.launch(join); err != nil {
+		_, done, err := n.spawn(join)
+		if err != nil {
 			return fail(err)
 		}
 		started = append(started, n)
+		if !restart {
+			if err := n.waitReady(done); err != nil {
+				return fail(err)
+			}
+			continue
+		}
+		exited = append(exited, done)
+	}
+	for i, done := range exited {
+		if err := nodes[i].waitReady(done); err != nil {
+			return fail(err)
+		}
 	}
 	if err := waitAllAlive(ctx, nodes, opts.timeout); err != nil {
 		return fail(err)

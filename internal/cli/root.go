@@ -1,6 +1,7 @@
 // Package cli is the tyr command line: the server, keyspace administration
 // and blob commands. Every command that fails prints one line, "tyr: ...",
-// to stderr and exits non-zero.
+// to stderr and exits non-zero; an error of a class names it first and
+// ends saying whether retrying can help.
 package cli
 
 import (
@@ -14,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tyrstore/tyr/client"
+	"github.com/tyrstore/tyr/internal/errs"
 )
 
 // env holds what the commands share: streams and the endpoint flag.
@@ -49,15 +51,28 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// errorLine renders err as the one line a failing command prints.
+// errorLine renders err as the one line a failing command prints: its
+// message (errorText), then, for an error of a class, whether retrying can
+// help: "tyr: conflict: blob \"k\" ...; retrying can help".
 func errorLine(err error) string {
+	line := "tyr: " + errorText(err)
+	if hint := errs.Hint(err); hint != "" {
+		line += "; " + hint
+	}
+	return line
+}
+
+// errorText renders err's message on one line: the server's message for an
+// error of the server's, with its class word first and nowhere else
+// (errs.Message).
+func errorText(err error) string {
 	msg := err.Error()
 	var ce *client.Error
 	if errors.As(err, &ce) {
 		msg = ce.Message
 	}
 	msg = strings.TrimPrefix(msg, "tyr: ")
-	return "tyr: " + strings.ReplaceAll(msg, "\n", "; ")
+	return strings.ReplaceAll(errs.Message(errs.Of(err), msg), "\n", "; ")
 }
 
 func newRoot(e *env) *cobra.Command {

@@ -195,6 +195,7 @@ func runServer(ctx context.Context, e *env, f serverFlags) error {
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", metrics.Handler())
+		mux.Handle("/healthz", server.HealthHandler(svc.Ready))
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
@@ -205,7 +206,7 @@ func runServer(ctx context.Context, e *env, f serverFlags) error {
 	}
 	served := make(chan error, 1)
 	go func() { served <- grpcServer.Serve(lis) }()
-	log.Info("tyr server ready", "addr", lis.Addr().String(), "data", f.data,
+	log.Info("tyr server serving", "addr", lis.Addr().String(), "data", f.data,
 		"node_id", string(node.ID()), "gossip_addr", node.GossipAddr())
 	if f.cluster.gossipReadyFile != "" {
 		if err := writeFileAtomic(f.cluster.gossipReadyFile, node.GossipAddr()); err != nil {
@@ -214,22 +215,25 @@ func runServer(ctx context.Context, e *env, f serverFlags) error {
 		}
 	}
 	// A node may have missed commits while it was down: it reports ready
-	// once it has caught up, when its own reads are current.
-	waitCtx, cancel := context.WithTimeout(ctx, caughtUpWait)
-	if err := chainNode.WaitCaughtUp(waitCtx); err != nil && ctx.Err() == nil {
-		log.Warn("not caught up yet; reporting ready, reads go to up-to-date replicas meanwhile", "waited", caughtUpWait)
-	}
-	cancel()
-	if f.readyFile != "" {
-		if err := writeFileAtomic(f.readyFile, lis.Addr().String()); err != nil {
-			grpcServer.Stop()
-			return err
-		}
-	}
-	select {
-	case err := <-served:
+	// (the ready file; its health service and /healthz say so meanwhile)
+	// only once it serves reads (server.Service.Ready).
+	ready, err := awaitReady(ctx, svc, served, log)
+	if err != nil {
 		return err
-	case <-ctx.Done():
+	}
+	if ready {
+		log.Info("tyr server ready", "addr", lis.Addr().String(), "node_id", string(node.ID()))
+		if f.readyFile != "" {
+			if err := writeFileAtomic(f.readyFile, lis.Addr().String()); err != nil {
+				grpcServer.Stop()
+				return err
+			}
+		}
+		select {
+		case err := <-served:
+			return err
+		case <-ctx.Done():
+		}
 	}
 	log.Info("shutting down")
 	leaveCluster(node, log)
@@ -253,9 +257,43 @@ const (
 	reweightIntervalMax = 24 * time.Hour
 )
 
-// caughtUpWait bounds how long a starting server waits for its first
-// catch-up before it reports ready.
-const caughtUpWait = time.Minute
+// Timing of a starting server's wait to be ready.
+const (
+	// readyPoll is how often it checks whether it serves reads.
+	readyPoll = 10 * time.Millisecond
+	// notReadyLogEvery is how often it logs why it is not ready yet.
+	notReadyLogEvery = 30 * time.Second
+)
+
+// awaitReady waits until svc serves reads (Service.Ready), logging why
+// not every notReadyLogEvery. It returns false, and no error, if ctx ends
+// first, and the server's error if it stops serving first.
+func awaitReady(ctx context.Context, svc *server.Service, served <-chan error, log *slog.Logger) (bool, error) {
+	tick := time.NewTicker(readyPoll)
+	defer tick.Stop()
+	began, logged := time.Now(), time.Now()
+	for {
+		err := svc.Ready()
+		if err == nil {
+			return true, nil
+		}
+		if time.Since(logged) >= notReadyLogEvery {
+			log.Warn("not ready yet: reads go to other replicas, or are refused", "why", errs.Text(err),
+				"waited", time.Since(began).Round(time.Second))
+			logged = time.Now()
+		}
+		select {
+		case err := <-served:
+			if err == nil {
+				err = errors.New("the client API stopped serving")
+			}
+			return false, err
+		case <-ctx.Done():
+			return false, nil
+		case <-tick.C:
+		}
+	}
+}
 
 func writeFileAtomic(path, content string) error {
 	tmp := path + ".tmp"

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tyrstore/tyr/client"
+	"github.com/tyrstore/tyr/internal/errs"
 )
 
 // Limits of `tyr txn`.
@@ -254,6 +255,24 @@ type txnOutcome struct {
 	Status  string      `json:"status"`
 	Results []txnResult `json:"results,omitempty"`
 	Error   string      `json:"error,omitempty"`
+	// Class is the error's class ("conflict", "unavailable", "invalid
+	// argument", ...), empty for an error of no class.
+	Class string `json:"class,omitempty"`
+	// Retryable says, for a transaction that did not commit, whether
+	// running it again can succeed (errs.Retryable).
+	Retryable *bool `json:"retryable,omitempty"`
+}
+
+// txnFailed is the outcome of a transaction that failed with err, text
+// being its message.
+func txnFailed(status string, err error, text string) txnOutcome {
+	o := txnOutcome{Status: status, Error: text}
+	if class := errs.Of(err); class != nil {
+		o.Class = class.Error()
+	}
+	retry := errs.Retryable(err) && status != txnUnknown // it may have taken effect
+	o.Retryable = &retry
+	return o
 }
 
 // txnResult is the result of one op of a committed transaction: the bytes
@@ -288,8 +307,8 @@ func txnRead(ctx context.Context, tx *client.Tx, s txnStep, budget *int64) (data
 		return []byte{}, false, nil
 	}
 	if end-s.offset > uint64(*budget) {
-		return nil, false, fmt.Errorf("the reads of the transaction return more than %d bytes: read smaller ranges",
-			txnReadBytesMax)
+		return nil, false, fmt.Errorf("%w: the reads of the transaction return more than %d bytes: read smaller ranges",
+			client.ErrTooLarge, txnReadBytesMax)
 	}
 	out := make([]byte, 0, end-s.offset)
 	for off := s.offset; off < end; {
@@ -360,21 +379,14 @@ func txnAttempt(ctx context.Context, c *client.Client, ks string, steps []txnSte
 	return results, true, nil
 }
 
-// commitRefused reports whether a failed commit certainly changed nothing:
-// the server answered with a class of error it decides before anything
-// applies (a conflict, a failed compare-and-swap, bad or oversized input, a
-// missing or existing blob). For any other error, such as a lost
-// connection, a deadline or ErrUnavailable ("commit outcome unknown"), the
+// commitRefused reports whether a failed commit certainly changed nothing
+// (client.Refused): the server answered with a class of error it decides
+// before anything applies (a conflict, a failed compare-and-swap, bad or
+// oversized input, a missing or existing blob), or marked it refused (a
+// commit refused as unavailable before anything applied). For any other
+// error, such as a lost connection, a deadline or ErrOutcomeUnknown, the
 // commit may have taken effect.
-func commitRefused(err error) bool {
-	for _, class := range []error{client.ErrConflict, client.ErrInvalidArgument, client.ErrNotFound,
-		client.ErrExists, client.ErrOutOfRange, client.ErrTooLarge} {
-		if errors.Is(err, class) {
-			return true
-		}
-	}
-	return false
-}
+func commitRefused(err error) bool { return client.Refused(err) }
 
 // txnStatus is the status of a transaction that failed with err: aborted
 // when nothing was committed for certain, else unknown.
@@ -384,9 +396,6 @@ func txnStatus(err error, committing bool) string {
 	}
 	return txnUnknown
 }
-
-// errorText renders err for an output line: errorLine without its prefix.
-func errorText(err error) string { return strings.TrimPrefix(errorLine(err), "tyr: ") }
 
 // runTxn runs one transaction, running it again after a conflict (which
 // changed nothing) up to retries times.
@@ -400,9 +409,9 @@ func runTxn(ctx context.Context, c *client.Client, ks string, steps []txnStep, r
 		if !errors.Is(err, client.ErrConflict) || attempt >= retries {
 			text := errorText(err)
 			if attempt > 0 {
-				text = fmt.Sprintf("gave up after %d attempts: %s", attempt+1, text)
+				text = errs.Message(errs.Of(err), fmt.Sprintf("gave up after %d attempts: %s", attempt+1, text))
 			}
-			return txnOutcome{Status: txnStatus(err, committing), Error: text}
+			return txnFailed(txnStatus(err, committing), err, text)
 		}
 		t := time.NewTimer(backoff/2 + rand.N(backoff/2+1))
 		backoff = min(2*backoff, txnBackoffMax)
@@ -410,7 +419,7 @@ func runTxn(ctx context.Context, c *client.Client, ks string, steps []txnStep, r
 		case <-ctx.Done():
 			t.Stop()
 			// The last attempt failed with a conflict: nothing applied.
-			return txnOutcome{Status: txnAborted, Error: errorText(ctx.Err())}
+			return txnFailed(txnAborted, ctx.Err(), errorText(ctx.Err()))
 		case <-t.C:
 		}
 	}
@@ -465,7 +474,8 @@ func runTxns(ctx context.Context, c *client.Client, in io.Reader, out io.Writer,
 		var o txnOutcome
 		switch {
 		case errors.Is(err, errLineTooLong):
-			o = txnOutcome{Status: txnAborted, Error: fmt.Sprintf("longer than %d bytes", txnLineBytesMax)}
+			err := fmt.Errorf("%w: longer than %d bytes", errs.ErrTooLarge, txnLineBytesMax)
+			o = txnFailed(txnAborted, err, errs.Text(err))
 		case err != nil:
 			return err
 		case len(bytes.TrimSpace(line)) == 0:
@@ -473,7 +483,8 @@ func runTxns(ctx context.Context, c *client.Client, in io.Reader, out io.Writer,
 		default:
 			ks, steps, err := parseTxnLine(line)
 			if err != nil {
-				o = txnOutcome{Status: txnAborted, Error: err.Error()}
+				err = fmt.Errorf("%w: %w", errs.ErrInvalidArgument, err)
+				o = txnFailed(txnAborted, err, errs.Text(err))
 			} else {
 				o = runTxn(ctx, c, ks, steps, retries)
 			}
@@ -514,11 +525,18 @@ Ops, run in order; reads see the transaction's earlier ops, "data" and
 
 Output, results in op order:
   {"status":"committed","results":[{"data":"..."},{}]}
-  {"status":"aborted","error":"line N: ..."}    certainly changed nothing
-  {"status":"unknown","error":"line N: ..."}    the commit was sent, its
+  {"status":"aborted","error":"line N: CLASS: ...",
+   "class":"CLASS","retryable":B}               certainly changed nothing
+  {"status":"unknown","error":"line N: CLASS: ...",
+   "class":"CLASS","retryable":false}           the commit was sent, its
                                                 answer was lost and the
                                                 cluster could not tell
                                                 its outcome within 30s
+CLASS is the error's class (conflict, unavailable, invalid argument, not
+found, already exists, out of range, too large, corruption), named once;
+"class" is left out for an error of no class (a lost connection). B says
+whether running the transaction again can succeed: true after a conflict
+or while something is unavailable.
 A read of a missing blob gives {"data":"","missing":true}. A line that is
 not a valid transaction, or names blobs of two keyspaces, is aborted before
 anything runs. Blank lines are skipped. A line holds at most 32 MiB, and the

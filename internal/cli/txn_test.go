@@ -7,6 +7,7 @@ package cli
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/tyrstore/tyr/client"
+	"github.com/tyrstore/tyr/internal/errs"
 )
 
 func TestTxnParseLine(t *testing.T) {
@@ -108,6 +110,8 @@ func TestTxnStatus(t *testing.T) {
 		{"commit out of range", class(client.ErrOutOfRange), true, txnAborted},
 		{"commit too large", class(client.ErrTooLarge), true, txnAborted},
 		{"commit unavailable", class(client.ErrUnavailable), true, txnUnknown},
+		{"commit unavailable, refused", errs.Refused(class(client.ErrUnavailable)), true, txnAborted},
+		{"commit outcome unknown", fmt.Errorf("%w: %w", class(client.ErrUnavailable), client.ErrOutcomeUnknown), true, txnUnknown},
 		{"commit corruption", class(client.ErrCorruption), true, txnUnknown},
 		{"commit unclassified", class(nil), true, txnUnknown},
 		{"commit deadline", fmt.Errorf("tyr: commit outcome unknown: %w", context.DeadlineExceeded), true, txnUnknown},
@@ -166,5 +170,69 @@ func TestTxnReadLine(t *testing.T) {
 	r = bufio.NewReaderSize(strings.NewReader(strings.Repeat("d", bytesMax+1)), 16)
 	if _, err := readLine(r, bytesMax); !errors.Is(err, errLineTooLong) {
 		t.Errorf("a last line of %d bytes: %v, want too long", bytesMax+1, err)
+	}
+}
+
+// A failed transaction's line names its class once, first after the line
+// number, and says whether running it again can help; an unknown outcome
+// never says so, since the commit may have taken effect.
+func TestTxnOutcomeClassAndRetry(t *testing.T) {
+	srv := func(c error, msg string) error { return &client.Error{Class: c, Message: msg} }
+	for _, tc := range []struct {
+		name   string
+		status string
+		err    error
+		want   string
+	}{
+		{"conflict", txnAborted, srv(client.ErrConflict, `conflict: blob "a1": no version manager of the blob came first in the chain`),
+			`{"status":"aborted","error":"conflict: blob \"a1\": no version manager of the blob came first in the chain","class":"conflict","retryable":true}`},
+		// The text a user once saw, stacked: one class is left.
+		{"stacked", txnAborted, srv(client.ErrConflict, `unavailable: conflict: blob "a1": locked`),
+			`{"status":"aborted","error":"conflict: blob \"a1\": locked","class":"conflict","retryable":true}`},
+		{"not found", txnAborted, srv(client.ErrNotFound, `blob "k": not found`),
+			`{"status":"aborted","error":"not found: blob \"k\"","class":"not found","retryable":false}`},
+		{"invalid", txnAborted, srv(client.ErrInvalidArgument, "atomic width 3"),
+			`{"status":"aborted","error":"invalid argument: atomic width 3","class":"invalid argument","retryable":false}`},
+		{"unavailable refused", txnAborted, errs.Refused(srv(client.ErrUnavailable, "unavailable: node n1 is catching up")),
+			`{"status":"aborted","error":"unavailable: node n1 is catching up","class":"unavailable","retryable":true}`},
+		{"unknown", txnUnknown, fmt.Errorf("%w: %w", srv(client.ErrUnavailable, "commit outcome unknown: lost"), client.ErrOutcomeUnknown),
+			`{"status":"unknown","error":"unavailable: commit outcome unknown: lost","class":"unavailable","retryable":false}`},
+		{"no class", txnUnknown, errors.New("connection reset"),
+			`{"status":"unknown","error":"connection reset","retryable":false}`},
+	} {
+		o := txnFailed(tc.status, tc.err, errorText(tc.err))
+		var sb strings.Builder
+		enc := json.NewEncoder(&sb)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(o); err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.TrimSpace(sb.String()); got != tc.want {
+			t.Errorf("%s:\n got %s\nwant %s", tc.name, got, tc.want)
+		}
+		if o.Class != "" && errs.ClassWordPrefixes(o.Error) != 1 {
+			t.Errorf("%s: %q names %d classes", tc.name, o.Error, errs.ClassWordPrefixes(o.Error))
+		}
+	}
+}
+
+// The line a failing command prints: one class, first, and the hint.
+func TestErrorLine(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{&client.Error{Class: client.ErrConflict, Message: `unavailable: conflict: blob "a1": locked`},
+			`tyr: conflict: blob "a1": locked; retrying can help`},
+		{&client.Error{Class: client.ErrNotFound, Message: `keyspace "ks": not found`},
+			`tyr: not found: keyspace "ks"; retrying cannot help`},
+		{fmt.Errorf("%w: %w", client.ErrUnavailable, client.ErrOutcomeUnknown),
+			"tyr: unavailable: commit outcome unknown; the commit may have taken effect: check before retrying"},
+		{errors.New("invalid --retries 200: want 0 to 100"), "tyr: invalid --retries 200: want 0 to 100"},
+		{errors.Join(errors.New("a"), errors.New("b")), "tyr: a; b"},
+	} {
+		if got := errorLine(tc.err); got != tc.want {
+			t.Errorf("errorLine(%v) = %q, want %q", tc.err, got, tc.want)
+		}
 	}
 }

@@ -190,7 +190,7 @@ func decodeRefusal(text string) refusal {
 			return refusal{err: &remoteError{class: errs.ErrConflict, text: errs.Message(errs.ErrConflict, rest)}, floor: floor}
 		}
 	case strings.HasPrefix(text, tagCode):
-		if _, _, ok := cutCode(text); ok {
+		if _, ok, _ := cutCode(text); ok {
 			return refusal{err: decodeCoded(text, errs.ErrUnavailable)}
 		}
 	case text == chain.ErrRestarted.Error(), text == chain.ErrBehind.Error():
@@ -206,7 +206,7 @@ func decodeRefusal(text string) refusal {
 // alone. It keeps the code's class, or takes class for text alone or a code
 // of no class.
 func decodeCoded(text string, class error) error {
-	if c, rest, ok := cutCode(text); ok {
+	if rest, ok, c := cutCode(text); ok {
 		text = rest
 		if c != nil {
 			class = c
@@ -215,18 +215,18 @@ func decodeCoded(text string, class error) error {
 	return &remoteError{class: class, text: errs.Message(class, text)}
 }
 
-// cutCode splits "code <gRPC code>: rest" into the code's class (nil for a
-// code of no class) and rest; ok is false if text does not start so.
-func cutCode(text string) (class error, rest string, ok bool) {
+// cutCode splits "code <gRPC code>: rest" into rest and the code's class
+// (nil for a code of no class); ok is false if text does not start so.
+func cutCode(text string) (rest string, ok bool, class error) {
 	if !strings.HasPrefix(text, tagCode) {
-		return nil, "", false
+		return "", false, nil
 	}
 	num, rest, _ := strings.Cut(text[len(tagCode):], ": ")
 	code, err := strconv.ParseUint(num, 10, 32)
 	if err != nil {
-		return nil, "", false
+		return "", false, nil
 	}
-	return errs.Class(codes.Code(code)), rest, true
+	return rest, true, errs.Class(codes.Code(code))
 }
 
 // remoteError is a classified error raised on another member: its text is

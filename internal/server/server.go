@@ -12,6 +12,8 @@ import (
 	"unicode/utf8"
 
 	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/tyrstore/tyr/api/peerpb"
@@ -62,6 +64,7 @@ func (s *Service) Register(m *Metrics) *grpc.Server {
 		grpc.ChainUnaryInterceptor(m.interceptor(s.log), s.countOps(), s.routingHeaders()),
 	)
 	tyrpb.RegisterTyrServer(g, s)
+	healthpb.RegisterHealthServer(g, healthServer{ready: s.Ready})
 	if s.node != nil {
 		peerpb.RegisterPeerServer(g, s.node)
 	}
@@ -69,8 +72,8 @@ func (s *Service) Register(m *Metrics) *grpc.Server {
 }
 
 // toStatus maps an error to a gRPC status with its class's code; the
-// message keeps the whole error text. A status error without a class passes
-// through unchanged.
+// message is the error text with the class word first and nowhere else
+// (errs.Text). A status error without a class passes through unchanged.
 func toStatus(err error) error {
 	if err == nil {
 		return nil
@@ -79,7 +82,17 @@ func toStatus(err error) error {
 	if _, ok := status.FromError(err); ok && !classified {
 		return err
 	}
-	return status.Error(code, err.Error())
+	return status.Error(code, errs.Text(err))
+}
+
+// refusedTrailer marks a failed commit the server refused for certain
+// (errs.IsRefused): the client need not resolve its outcome, whatever
+// its class.
+func refusedTrailer(ctx context.Context, err error) {
+	if errs.IsRefused(err) {
+		// SetTrailer fails only outside a handler's context.
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(errs.RefusedTrailer, "1"))
+	}
 }
 
 func keyspaceInfo(ks *storage.Keyspace, diskBytes uint64) *tyrpb.KeyspaceInfo {
@@ -229,6 +242,7 @@ func (s *Service) Commit(ctx context.Context, req *tyrpb.CommitRequest) (*tyrpb.
 	defer ks.Release()
 	results, err := s.commit(ctx, ks, ops, req.GetTxnId())
 	if err != nil {
+		refusedTrailer(ctx, err)
 		return nil, toStatus(err)
 	}
 	// The read checks come after the ops and answer nothing.

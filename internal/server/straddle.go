@@ -64,7 +64,9 @@ func (s *Service) commitStraddling(ctx context.Context, ks *storage.Keyspace, op
 			resp, err := s.clusterRead(ctx, ks, &tyrpb.ReadRequest{Keyspace: []byte(ks.Name), Key: []byte(op.Key),
 				Offset: op.Offset, Length: uint64(op.Width), Consistent: true})
 			if err != nil {
-				return nil, statusError(err)
+				// Every earlier try of the commit was refused: nothing
+				// applied.
+				return nil, errs.Refused(statusError(err))
 			}
 			var cur [8]byte
 			copy(cur[:], resp.GetData()) // bytes past the end read as zero

@@ -4,6 +4,7 @@
 package testserver
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -140,15 +141,41 @@ func (s *Server) Restart() {
 	s.t.Fatalf("server did not start: %v\n%s", lastErr, s.Log())
 }
 
+// waitReady waits until the server is ready, that is serves reads: it
+// wrote its ready file, and its health service says it serves
+// (client.Client.Ready). It returns the address from the ready file.
 func waitReady(cmd *exec.Cmd, ready string) (string, error) {
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	deadline := time.Now().Add(30 * time.Second)
+	addr := ""
+	var c *client.Client
+	defer func() {
+		if c != nil {
+			_ = c.Close()
+		}
+	}()
+	last := "no ready file"
 	for time.Now().Before(deadline) {
-		if b, err := os.ReadFile(ready); err == nil && len(b) > 0 {
-			_ = os.Remove(ready)
-			go func() { <-exited }()
-			return strings.TrimSpace(string(b)), nil
+		if addr == "" {
+			if b, err := os.ReadFile(ready); err == nil && len(b) > 0 {
+				_ = os.Remove(ready)
+				addr = strings.TrimSpace(string(b))
+				if c, err = client.Dial(addr, client.WithoutRouting()); err != nil {
+					_ = cmd.Process.Kill()
+					return "", err
+				}
+			}
+		}
+		if c != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			err := c.Ready(ctx)
+			cancel()
+			if err == nil {
+				go func() { <-exited }()
+				return addr, nil
+			}
+			last = fmt.Sprintf("ready file written, but health: %v", err)
 		}
 		select {
 		case err := <-exited:
@@ -157,7 +184,7 @@ func waitReady(cmd *exec.Cmd, ready string) (string, error) {
 		}
 	}
 	_ = cmd.Process.Kill()
-	return "", fmt.Errorf("server not ready after 30s")
+	return "", fmt.Errorf("server not ready after 30s: %s", last)
 }
 
 // Kill stops the server with SIGKILL, as a crash would. It is a no-op if the

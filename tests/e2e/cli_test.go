@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/tyrstore/tyr/client"
+	"github.com/tyrstore/tyr/internal/errs"
 	"github.com/tyrstore/tyr/internal/testserver"
 )
 
@@ -34,11 +35,11 @@ func TestCLIErrors(t *testing.T) {
 		stdin string
 		want  string // a part of the error line
 	}{
-		{"unknown keyspace", []string{"cat", "nope/blob"}, "", `keyspace "nope": not found`},
-		{"unknown keyspace put", []string{"put", "nope/blob"}, "data", `keyspace "nope": not found`},
+		{"unknown keyspace", []string{"cat", "nope/blob"}, "", `not found: keyspace "nope"; retrying cannot help`},
+		{"unknown keyspace put", []string{"put", "nope/blob"}, "data", `not found: keyspace "nope"`},
 		{"unknown keyspace info", []string{"keyspace", "info", "nope"}, "", "not found"},
 		{"unknown keyspace drop", []string{"keyspace", "drop", "nope"}, "", "not found"},
-		{"missing blob cat", []string{"cat", "cli/missing"}, "", `blob "missing": not found`},
+		{"missing blob cat", []string{"cat", "cli/missing"}, "", `not found: blob "missing"`},
 		{"missing blob get", []string{"get", "cli/missing"}, "", "not found"},
 		{"missing blob stat", []string{"stat", "cli/missing"}, "", "not found"},
 		{"missing blob rm", []string{"rm", "cli/missing"}, "", "not found"},
@@ -89,6 +90,9 @@ func TestCLIErrors(t *testing.T) {
 			}
 			if !strings.Contains(line, tc.want) {
 				t.Errorf("stderr %q does not mention %q", line, tc.want)
+			}
+			if n := errs.ClassWordPrefixes(line); n > 1 {
+				t.Errorf("stderr %q names %d error classes, want at most one", line, n)
 			}
 		})
 	}

@@ -228,13 +228,13 @@ func TestCLITxn(t *testing.T) {
 	want := []string{
 		fmt.Sprintf(`{"status":"committed","results":[{},{"data":%q},{"data":"","missing":true},{"offset":0},{"offset":10},{"data":%q},{"value":42}]}`,
 			b64("01AB456789"), b64("9!")),
-		`{"status":"aborted","error":"line 2: invalid JSON: unexpected EOF"}`,
-		`{"status":"aborted","error":"line 3: ops[1]: keyspace \"clitxn2\", but ops[0] is on \"clitxn\": a transaction runs on one keyspace"}`,
-		`{"status":"aborted","error":"line 5: * compare-and-swap * differ from the expected *"}`,
+		`{"status":"aborted","error":"line 2: invalid argument: invalid JSON: unexpected EOF","class":"invalid argument","retryable":false}`,
+		`{"status":"aborted","error":"line 3: invalid argument: ops[1]: keyspace \"clitxn2\", but ops[0] is on \"clitxn\": a transaction runs on one keyspace","class":"invalid argument","retryable":false}`,
+		`{"status":"aborted","error":"line 5: conflict: * compare-and-swap * differ from the expected *","class":"conflict","retryable":true}`,
 		fmt.Sprintf(`{"status":"committed","results":[{"data":%q},{"data":%q}]}`, b64("01AB456789!"), base64.StdEncoding.EncodeToString(le64(42))),
 		`{"status":"committed","results":[{"data":"","missing":true}]}`,
 		fmt.Sprintf(`{"status":"committed","results":[{},{},{"data":%q},{},{"data":"","missing":true},{},{"data":""},{"value":-2}]}`, b64("abAB")),
-		`{"status":"aborted","error":"line 9: ops[0]: invalid width 3: want 1, 2, 4 or 8"}`,
+		`{"status":"aborted","error":"line 9: invalid argument: ops[0]: invalid width 3: want 1, 2, 4 or 8","class":"invalid argument","retryable":false}`,
 	}
 	got := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
 	if len(got) != len(want) {
@@ -263,7 +263,7 @@ func TestCLITxn(t *testing.T) {
 	line := fmt.Sprintf(`{"ops":[{"op":"append","key":"clitxn/log","data":%q},{"op":"cas","key":"clitxn/a","expected":%q,"data":%q}]}`,
 		b64("x"), b64("zz"), b64("yy"))
 	stdout, stderr, exit = cliRun(t, srv, line, "txn", "--retries", "2")
-	if w := `{"status":"aborted","error":"line 1: gave up after 3 attempts: * differ from the expected *"}`; exit != 0 || stderr != "" ||
+	if w := `{"status":"aborted","error":"line 1: conflict: gave up after 3 attempts: * differ from the expected *","class":"conflict","retryable":true}`; exit != 0 || stderr != "" ||
 		!matchStars(w, strings.TrimSuffix(stdout, "\n")) {
 		t.Errorf("tyr txn --retries 2: exit %d, stdout %q, stderr %q; want %s", exit, stdout, stderr, w)
 	}
@@ -287,7 +287,7 @@ func TestCLITxn(t *testing.T) {
 	want = []string{
 		fmt.Sprintf(`{"status":"committed","results":[{"data":%q},{"data":%q}]}`,
 			b64(string(big[1:])), b64(string(big[client.PayloadBytesMax-1:client.PayloadBytesMax+2]))),
-		`{"status":"aborted","error":"line 2: the reads of the transaction return more than 16777216 bytes: read smaller ranges"}`,
+		`{"status":"aborted","error":"line 2: too large: the reads of the transaction return more than 16777216 bytes: read smaller ranges","class":"too large","retryable":false}`,
 	}
 	if got := strings.TrimSuffix(stdout, "\n"); exit != 0 || stderr != "" || got != strings.Join(want, "\n") {
 		t.Errorf("tyr txn of large reads: exit %d, stderr %q, stdout (%d bytes) is not the blob's bytes, or not\n%s",
