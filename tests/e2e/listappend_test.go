@@ -72,57 +72,120 @@ func TestCheckerCatchesSkippedValidation(t *testing.T) {
 
 const listAppendProcesses, listAppendTxnsEach, listAppendKeys = 8, 120, 5
 
-// TestClusterListAppend: on 3 nodes keeping every blob on all three (MVCC
-// on), 12 clients spread over the nodes run list-append transactions on 8
-// lists, so commits are coordinated by every node and contend for the same
-// blobs. The recorded history has no anomaly, every acknowledged append is
-// in the final read of its list through each node, and the history has
-// enough committed transactions, aborts and non-empty reads for the verdict
-// to mean something.
+// TestClusterListAppend runs on each cluster shape (clusterShapes), MVCC
+// on: 12 clients spread over the nodes run list-append transactions on 8
+// lists, so commits are coordinated by every node, contend for the same
+// blobs, and mostly span blobs of different version managers. The recorded
+// history has no anomaly, every acknowledged append is in the final read
+// of its list through each node, the history has enough committed
+// transactions, aborts and non-empty reads for the verdict to mean
+// something, and enough of the transactions commit (listAppendCommitShare).
 func TestClusterListAppend(t *testing.T) {
 	const (
 		ks        = "cluster-listappend"
-		nodes     = 3
 		processes = 12
-		txnsEach  = 60
+		txnsEach  = 30
 		keys      = 8
 		// runFor bounds the workload, so a slow machine gives a shorter
 		// history instead of a timeout; the minimum below still applies.
-		runFor       = 25 * time.Second
-		minCommitted = 150
+		runFor       = 12 * time.Second
+		minCommitted = 80
 	)
 	seed := seedFromEnv(t)
-	lc, admin := txnCluster(t, nodes, ks, client.KeyspaceConfig{ChunkSize: 4096, Replication: 3, MVCC: true})
-	// A connection per process: commits of process p go through node p%3.
-	clients := make([]*client.Client, processes)
-	for p := range clients {
-		clients[p] = dial(t, lc.Endpoints[p%nodes])
+	forEachShape(t, func(t *testing.T, s clusterShape) {
+		lc, admin := txnCluster(t, s.nodes, ks, client.KeyspaceConfig{ChunkSize: 4096, Replication: uint32(s.replication), MVCC: true})
+		p := clusterPlacement(t, lc, ks, s.replication)
+		var lists []string
+		for k := range keys {
+			lists = append(lists, listappend.Key(k))
+		}
+		t.Logf("the %d lists have %d distinct sets of version managers", keys, p.vmSets(lists...))
+		// A connection per process: commits of process p go through node
+		// p%nodes.
+		clients := make([]*client.Client, processes)
+		for i := range clients {
+			clients[i] = dial(t, lc.Endpoints[i%s.nodes])
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), runFor)
+		defer cancel()
+		began := time.Now()
+		run := runListAppend(t, ctx, "cluster-listappend-"+s.name,
+			listappend.Config{Keyspace: ks, Processes: processes, TxnsEach: txnsEach, Keys: keys, Seed: seed,
+				Deadline: clusterOpTimeout},
+			func(i int) *client.Client { return clients[i%processes] }, admin)
+		elapsed := time.Since(began)
+		spanning, multi := run.spanning(t, p)
+		w := run.workload
+		t.Logf("%s: %v for %d txns: %d committed (%.1f/s), %d aborted, %d unknown; %d committed reads saw a non-empty list; "+
+			"%d committed txns touched several lists, %d of them lists of different version managers",
+			s.name, elapsed.Round(time.Millisecond), w.total(), w.ok, float64(w.ok)/elapsed.Seconds(),
+			w.fail, w.info, run.nonEmpty, multi, spanning)
+		run.check(t)
+		if w.info > 0 {
+			// Counted with the aborts below, not a failure of its own: the
+			// checker counts each such txn as committed or not, whichever
+			// its reads require. On a loaded machine a node stalled for
+			// over 2 s catches up, refusing commits meanwhile.
+			t.Logf("%d txns of unknown outcome: %s", w.info, run.infoErrors.String())
+		}
+		if w.ok < minCommitted || w.fail == 0 || run.nonEmpty == 0 {
+			t.Errorf("seed %d: a weak history proves little: %d committed (want at least %d), %d aborted, %d non-empty reads",
+				seed, w.ok, minCommitted, w.fail, run.nonEmpty)
+		}
+		if float64(w.ok) < listAppendCommitShare*float64(w.total()) {
+			t.Errorf("seed %d: %d of %d txns committed (%.1f%%; %d aborted, %d unknown), want at least %.0f%%",
+				seed, w.ok, w.total(), 100*float64(w.ok)/float64(max(1, w.total())), w.fail, w.info, 100*listAppendCommitShare)
+		}
+		if p.vmSets(lists...) > 1 && spanning == 0 {
+			t.Errorf("no committed txn touched lists of different version managers")
+		}
+		if t.Failed() {
+			t.Logf("node warnings and errors:\n%s%s", lc.LogLines("level=WARN", 20), lc.LogLines("level=ERROR", 20))
+		}
+	})
+}
+
+// listAppendCommitShare is the share of TestClusterListAppend's txns that
+// must commit. A txn has 1 to 4 micro-ops, each a read or an append of one
+// of 8 lists: about 1.2 lists read and 1.2 appended, and 23% of the txns
+// read nothing, so nothing can abort them. Another txn appends to a list
+// one reads with probability about 1.2×1.2/8 ≈ 0.18, so while one is in
+// flight the 11 other processes commit about 11×0.18×p ≈ 2p txns that
+// invalidate it if a share p of the txns commits: p ≈ 0.23+0.77×e^(-2p),
+// p ≈ 0.5. Half of that must be met.
+const listAppendCommitShare = 0.25
+
+// spanning counts the committed workload txns of the run that touched
+// several lists (multi), and those of them whose lists do not all have
+// the same version managers.
+func (r *listAppendRun) spanning(t *testing.T, p placement) (spanning, multi int) {
+	t.Helper()
+	completed, err := history.LoadPairs(r.path)
+	if err != nil {
+		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), runFor)
-	defer cancel()
-	began := time.Now()
-	run := runListAppend(t, ctx, "cluster-listappend",
-		listappend.Config{Keyspace: ks, Processes: processes, TxnsEach: txnsEach, Keys: keys, Seed: seed,
-			Deadline: clusterOpTimeout},
-		func(p int) *client.Client { return clients[p%processes] }, admin)
-	elapsed := time.Since(began)
-	t.Logf("%v for %d txns: %d committed (%.1f/s), %d aborted, %d unknown; %d committed reads saw a non-empty list",
-		elapsed.Round(time.Millisecond), run.workload.total(), run.workload.ok, float64(run.workload.ok)/elapsed.Seconds(),
-		run.workload.fail, run.workload.info, run.nonEmpty)
-	run.check(t)
-	if run.workload.info > 0 {
-		// Not a failure: the checker counts each such txn as committed or
-		// not, whichever its reads require. On a loaded machine a node
-		// stalled for over 2 s catches up, refusing commits meanwhile.
-		t.Logf("%d txns of unknown outcome: %s", run.workload.info, run.infoErrors.String())
+	for _, op := range completed {
+		if op.Process >= finalProcess || op.Type != history.OK {
+			continue
+		}
+		var mops []history.MicroOp
+		if err := json.Unmarshal(op.Output, &mops); err != nil {
+			t.Fatalf("op %d: %v", op.Index, err)
+		}
+		var keys []string
+		for _, m := range mops {
+			if !slices.Contains(keys, m.Key) {
+				keys = append(keys, m.Key)
+			}
+		}
+		if len(keys) > 1 {
+			multi++
+			if p.spansVMs(keys...) {
+				spanning++
+			}
+		}
 	}
-	if run.workload.ok < minCommitted || run.workload.fail == 0 || run.nonEmpty == 0 {
-		t.Errorf("seed %d: a weak history proves little: %d committed (want at least %d), %d aborted, %d non-empty reads",
-			seed, run.workload.ok, minCommitted, run.workload.fail, run.nonEmpty)
-	}
-	if t.Failed() {
-		t.Logf("node warnings and errors:\n%s%s", lc.LogLines("level=WARN", 20), lc.LogLines("level=ERROR", 20))
-	}
+	return spanning, multi
 }
 
 // listAppendRun is a recorded list-append run and what was found in it.

@@ -90,39 +90,96 @@ func (e *errorTally) String() string {
 	return strings.Join(msgs, "; ")
 }
 
-// TestClusterBank: on 3 nodes keeping every blob on all three (MVCC on),
-// 32 clients spread over the nodes move random amounts between 100
+// TestClusterBank runs on each cluster shape (clusterShapes), keeping
+// every blob MVCC. First the uncontended multi-blob check (spreadTxns):
+// every transaction over blobs of different version managers commits.
+// Then 32 clients spread over the nodes move random amounts between 100
 // accounts held 10 to a blob in 10 blobs, in transactions, and read every
 // account in read-only transactions (audits), under load that comes in
 // waves of heavy and light. Every audit that commits (passes validation)
 // saw a total of exactly 100×1000, audits that saw another total all fail
 // validation, conflicts abort transfers without effect, the final total is
-// 100×1000, and each node's own copies of the blobs are identical.
+// 100×1000, and each blob's replicas are identical. No transfer ends
+// otherwise than committed or aborted by a conflict, and enough of them
+// commit (bankCommitShare), also among those whose two blobs have
+// different version managers.
 func TestClusterBank(t *testing.T) {
+	const ks = "cluster-bank"
+	seed := seedFromEnv(t)
+	forEachShape(t, func(t *testing.T, s clusterShape) {
+		lc, admin := txnCluster(t, s.nodes, ks, client.KeyspaceConfig{ChunkSize: 4096, Replication: uint32(s.replication), MVCC: true})
+		t.Run("uncontended", func(t *testing.T) { spreadTxns(t, lc, admin, ks, s, seed) })
+		t.Run("contended", func(t *testing.T) { bankLoad(t, lc, admin, ks, s, seed) })
+		if t.Failed() {
+			t.Logf("node warnings and errors:\n%s%s", lc.LogLines("level=WARN", 20), lc.LogLines("level=ERROR", 20))
+		}
+	})
+}
+
+// bankCommitShare is the share of the transfers of TestClusterBank that
+// must commit. Each of the 32 clients has one transfer in flight at a time,
+// touching 2 of the 10 blobs (1 in 10 stay in one blob), and validation is
+// by blob: another transfer shares a blob with it with probability
+// 1-(8/10)(7/9) ≈ 0.38, so each commit invalidates about 0.38×31 ≈ 12 of
+// the transfers in flight. If a share p of them commits, one in flight
+// sees about 12p commits land on its blobs before it validates, and
+// commits if none does: p ≈ e^(-12p), p ≈ 0.2. Half of that must be met.
+const bankCommitShare = 0.1
+
+// bankLoad is the contended part of TestClusterBank, on the cluster lc
+// with keyspace ks.
+func bankLoad(t *testing.T, lc *testserver.LocalCluster, admin []*client.Client, ks string, s clusterShape, seed uint64) {
 	const (
-		ks                      = "cluster-bank"
-		nodes                   = 3
 		blobs, perBlob, initial = 10, 10, 1000
 		accounts                = blobs * perBlob
 		blobBytes               = 8 * perBlob
 		want                    = int64(accounts * initial)
 		amountMax               = 100
 		workers                 = 32
-		loadFor                 = 8 * time.Second
+		loadFor                 = 6 * time.Second
 		// Load waves (see below): cycles of cycle, the last lightFor of
 		// each light.
-		cycle, lightFor = 2 * time.Second, 700 * time.Millisecond
+		cycle, lightFor = 2 * time.Second, time.Second
 		// In heavy load, one operation in auditEvery is a read-only audit.
 		auditEvery = 8
 		// In light load, the clients that move money, pausing lightPause
 		// after each transfer, and those that audit.
 		lightMovers, lightAuditors = 1, 6
-		lightPause                 = 100 * time.Millisecond
+		lightPause                 = 300 * time.Millisecond
+		// The least number of transfers across version managers for their
+		// share of commits to be checked.
+		spanningMin = 20
 	)
-	seed := seedFromEnv(t)
-	lc, admin := txnCluster(t, nodes, ks, client.KeyspaceConfig{ChunkSize: 4096, Replication: 3, MVCC: true})
+	nodes := s.nodes
+	waitRingsAgree(t, lc, ks) // every node in step, as the load begins
 	blobKey := func(b int) string { return fmt.Sprintf("bank/%d", b) }
 	where := func(acct int) (string, uint64) { return blobKey(acct / perBlob), uint64(8 * (acct % perBlob)) }
+	// Transfers by their blobs: in one blob, in two with the same version
+	// managers, in two with different ones.
+	const oneBlob, sameVMs, otherVMs = 0, 1, 2
+	p := clusterPlacement(t, lc, ks, s.replication)
+	kindOf := func(from, to int) int {
+		fb, tb := blobKey(from/perBlob), blobKey(to/perBlob)
+		switch {
+		case fb == tb:
+			return oneBlob
+		case p.spansVMs(fb, tb):
+			return otherVMs
+		}
+		return sameVMs
+	}
+	var allBlobs []string
+	for b := range blobs {
+		allBlobs = append(allBlobs, blobKey(b))
+	}
+	t.Logf("the %d bank blobs have %d distinct sets of version managers", blobs, p.vmSets(allBlobs...))
+	kinds := make([][]int, accounts) // kinds[from][to]
+	for from := range kinds {
+		kinds[from] = make([]int, accounts)
+		for to := range kinds[from] {
+			kinds[from][to] = kindOf(from, to)
+		}
+	}
 	init := make([]byte, 0, blobBytes)
 	for range perBlob {
 		init = binary.LittleEndian.AppendUint64(init, uint64(initial))
@@ -148,14 +205,15 @@ func TestClusterBank(t *testing.T) {
 	}
 
 	var (
-		commits, conflicts atomic.Int64 // transfers
-		noops              atomic.Int64 // transfers from an account to itself: skipped
+		commits, conflicts [3]atomic.Int64 // transfers, by kind
+		noops              atomic.Int64    // transfers from an account to itself: skipped
 		// Read-only audits, by phase (0 heavy, 1 light): committed, and
 		// aborted by conflicts, in all and after seeing a wrong total.
 		audits, auditConflicts, auditTorn [2]atomic.Int64
 		others                            errorTally
 		wg                                sync.WaitGroup
 	)
+	sum := func(a *[3]atomic.Int64) int64 { return a[0].Load() + a[1].Load() + a[2].Load() }
 	// audit reads every blob in a read-only transaction and commits it: a
 	// committed audit must have seen the right total.
 	audit := func(cl *client.Client, phase int) {
@@ -216,11 +274,11 @@ func TestClusterBank(t *testing.T) {
 		} else {
 			tx.Rollback()
 		}
-		switch {
+		switch kind := kinds[from][to]; {
 		case err == nil:
-			commits.Add(1)
+			commits[kind].Add(1)
 		case errors.Is(err, client.ErrConflict):
-			conflicts.Add(1)
+			conflicts[kind].Add(1)
 		default:
 			others.add(fmt.Errorf("transfer: %w", err))
 		}
@@ -277,6 +335,7 @@ func TestClusterBank(t *testing.T) {
 	wg.Wait()
 	elapsed := time.Since(began)
 
+	waitRingsAgree(t, lc, ks)
 	ctx, cancel := opCtx()
 	defer cancel()
 	var total int64
@@ -291,66 +350,86 @@ func TestClusterBank(t *testing.T) {
 		for i := range perBlob {
 			total += int64(binary.LittleEndian.Uint64(data[8*i:]))
 		}
-		// Every node's own replica, byte for byte and version for version.
+		// Every replica, byte for byte and version for version.
 		var first []byte
 		var firstInfo client.BlobInfo
-		for n, c := range admin {
-			local, info, err := c.ReadPart(localRead(ctx), ks, blobKey(b), 0, blobBytes)
+		replicas := p.endpoints(blobKey(b), 0)
+		for j, n := range replicas {
+			local, info, err := admin[n].ReadPart(localRead(ctx), ks, blobKey(b), 0, blobBytes)
 			if err != nil {
 				t.Fatalf("node%d: local read of %s: %v", n+1, blobKey(b), err)
 			}
-			if n == 0 {
+			if j == 0 {
 				first, firstInfo = local, info
 			} else if !bytes.Equal(local, first) || info.Version != firstInfo.Version {
-				t.Errorf("%s: node%d holds %x at version %d, node1 %x at version %d",
-					blobKey(b), n+1, local, info.Version, first, firstInfo.Version)
+				t.Errorf("%s: node%d holds %x at version %d, node%d %x at version %d",
+					blobKey(b), n+1, local, info.Version, replicas[0]+1, first, firstInfo.Version)
 			}
 		}
 	}
-	t.Logf("%v of load by %d clients: %d transfers committed (%.0f/s), %d aborted by conflicts (%.1f%%), %d skipped (same account); "+
+	committed, aborted := sum(&commits), sum(&conflicts)
+	t.Logf("%s: %v of load by %d clients: %d transfers committed (%.0f/s), %d aborted by conflicts (%.1f%%), %d unknown, %d skipped (same account); "+
 		"read-only audits in heavy load: %d committed, %d aborted by conflicts (%d of them had seen a wrong total), "+
-		"in light load: %d committed, %d aborted (%d had seen a wrong total); %d other errors",
-		elapsed.Round(time.Millisecond), workers, commits.Load(), float64(commits.Load())/elapsed.Seconds(), conflicts.Load(),
-		100*float64(conflicts.Load())/float64(max(1, commits.Load()+conflicts.Load())), noops.Load(),
+		"in light load: %d committed, %d aborted (%d had seen a wrong total)",
+		s.name, elapsed.Round(time.Millisecond), workers, committed, float64(committed)/elapsed.Seconds(), aborted,
+		100*float64(aborted)/float64(max(1, committed+aborted)), others.total(), noops.Load(),
 		audits[0].Load(), auditConflicts[0].Load(), auditTorn[0].Load(),
-		audits[1].Load(), auditConflicts[1].Load(), auditTorn[1].Load(), others.total())
+		audits[1].Load(), auditConflicts[1].Load(), auditTorn[1].Load())
+	t.Logf("%s: transfers committed/aborted: in one blob %d/%d, across blobs of the same version managers %d/%d, of different ones %d/%d",
+		s.name, commits[oneBlob].Load(), conflicts[oneBlob].Load(), commits[sameVMs].Load(), conflicts[sameVMs].Load(),
+		commits[otherVMs].Load(), conflicts[otherVMs].Load())
 	if total != want {
 		t.Errorf("final total %d, want %d", total, want)
 	}
 	if others.total() > 0 {
-		t.Errorf("errors other than conflicts in a run without faults: %s", others.String())
+		t.Errorf("transfers or audits of unknown outcome in a run without faults: %s", others.String())
 	}
-	if commits.Load() == 0 {
-		t.Errorf("no transfer committed")
+	if share := float64(committed) / float64(max(1, committed+aborted)); share < bankCommitShare {
+		t.Errorf("%d of %d transfers committed (%.1f%%), want at least %.0f%%", committed, committed+aborted, 100*share, 100*bankCommitShare)
+	}
+	switch c, a := commits[otherVMs].Load(), conflicts[otherVMs].Load(); {
+	case c+a < spanningMin:
+		t.Errorf("only %d transfers between blobs of different version managers, want at least %d to check their commits", c+a, spanningMin)
+	case float64(c) < bankCommitShare*float64(c+a):
+		t.Errorf("%d of %d transfers between blobs of different version managers committed (%.1f%%), want at least %.0f%%",
+			c, c+a, 100*float64(c)/float64(c+a), 100*bankCommitShare)
 	}
 	if audits[0].Load()+audits[1].Load() == 0 {
 		t.Errorf("no read-only audit committed")
 	}
-	if t.Failed() {
-		t.Logf("node warnings and errors:\n%s%s", lc.LogLines("level=WARN", 20), lc.LogLines("level=ERROR", 20))
-	}
 }
 
-// TestClusterHotCounter: on 3 nodes keeping every blob on all three, 32
+// TestClusterHotCounter runs on each cluster shape (clusterShapes): 32
 // clients spread over the nodes increment one 8-byte counter, first with
 // read-modify-write transactions retried on conflict (phase A), then with
 // atomic adds (phase B), each for a fixed time. In both phases the counter
 // ends at exactly the number of acknowledged increments, every
 // acknowledged increment has its own value (0..n-1 read by the committed
 // transactions, 1..n returned by the atomics), and no increment fails
-// otherwise than by a conflict. The throughput of each phase and their
+// otherwise than by a conflict. Progress: every aborted attempt of phase A
+// was invalidated by an increment committed while it was in flight, and
+// each committed increment lands inside at most one attempt of each other
+// client (a client runs one at a time), so there are at most 31 aborted
+// attempts per increment; atomic adds queue on the blob instead of
+// aborting, so none is refused. The throughput of each phase and their
 // ratio are logged, with the aborts of phase A.
 func TestClusterHotCounter(t *testing.T) {
+	forEachShape(t, hotCounter)
+}
+
+func hotCounter(t *testing.T, s clusterShape) {
 	const (
 		ks             = "cluster-hot"
-		nodes          = 3
 		workers        = 32
-		phaseFor       = 4 * time.Second
+		phaseFor       = 3 * time.Second
 		txKey, atomKey = "hot/tx", "hot/atomic"
 		maxBackoff     = 50 * time.Millisecond
 		retriesMax     = 1 << 20
 	)
-	lc, admin := txnCluster(t, nodes, ks, client.KeyspaceConfig{ChunkSize: 4096, Replication: 3, MVCC: true})
+	nodes := s.nodes
+	lc, admin := txnCluster(t, nodes, ks, client.KeyspaceConfig{ChunkSize: 4096, Replication: uint32(s.replication), MVCC: true})
+	p := clusterPlacement(t, lc, ks, s.replication)
+	t.Logf("%s on %v, %s on %v", txKey, p.replicas(txKey, 0), atomKey, p.replicas(atomKey, 0))
 	for i, key := range []string{txKey, atomKey} {
 		ctx, cancel := opCtx()
 		_, err := admin[i].WriteCreate(ctx, ks, key, 0, make([]byte, 8))
@@ -376,8 +455,10 @@ func TestClusterHotCounter(t *testing.T) {
 	// run runs one phase: inc on each client until phaseFor passes; inc
 	// returns the value that identifies the increment. An increment
 	// refused with a conflict did not happen: it is counted, not retried.
-	run := func(name string, inc func(cl *client.Client) (uint64, error)) (values []uint64, elapsed time.Duration, refused *errorTally) {
+	// One of unknown outcome ends its client.
+	run := func(name string, inc func(cl *client.Client) (uint64, error)) (values []uint64, elapsed time.Duration, refused *errorTally, unknown int64) {
 		refused = &errorTally{}
+		var unknowns atomic.Int64
 		var mu sync.Mutex
 		var wg sync.WaitGroup
 		began := time.Now()
@@ -399,6 +480,7 @@ func TestClusterHotCounter(t *testing.T) {
 						continue
 					}
 					if err != nil {
+						unknowns.Add(1)
 						t.Errorf("%s: client %d: an increment of unknown outcome after %d acknowledged ones: %v", name, w, len(mine), err)
 						return
 					}
@@ -407,12 +489,12 @@ func TestClusterHotCounter(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		return values, time.Since(began), refused
+		return values, time.Since(began), refused, unknowns.Load()
 	}
 
 	// Phase A: transactions, retried on conflict.
 	var attempts, failures atomic.Int64
-	txValues, txElapsed, txRefused := run("transactions", func(cl *client.Client) (uint64, error) {
+	txValues, txElapsed, txRefused, txUnknown := run("transactions", func(cl *client.Client) (uint64, error) {
 		ctx, cancel := opCtx()
 		defer cancel()
 		var read uint64
@@ -433,7 +515,8 @@ func TestClusterHotCounter(t *testing.T) {
 	})
 	txN := uint64(len(txValues))
 	// Every other attempt was aborted by a conflict (of a read or, mostly,
-	// of the commit): RunTx retries nothing else.
+	// of the commit): RunTx retries nothing else. failures are the
+	// increments refused or of unknown outcome.
 	aborts := attempts.Load() - int64(txN) - failures.Load()
 	if got := counter(txKey); got != txN {
 		t.Errorf("transactions: counter %d, want %d acknowledged increments", got, txN)
@@ -441,7 +524,7 @@ func TestClusterHotCounter(t *testing.T) {
 	checkDistinct(t, "transactions (values read)", txValues, 0)
 
 	// Phase B: atomic adds.
-	atomValues, atomElapsed, atomRefused := run("atomics", func(cl *client.Client) (uint64, error) {
+	atomValues, atomElapsed, atomRefused, atomUnknown := run("atomics", func(cl *client.Client) (uint64, error) {
 		ctx, cancel := opCtx()
 		defer cancel()
 		return cl.Atomic(ctx, ks, atomKey, 0, 8, client.FuncAdd, 1)
@@ -454,18 +537,19 @@ func TestClusterHotCounter(t *testing.T) {
 
 	txRate := float64(txN) / txElapsed.Seconds()
 	atomRate := float64(atomN) / atomElapsed.Seconds()
-	t.Logf("phase A, transactions: %d increments in %v, %.1f/s, %d attempts, %d aborted by conflicts (%.2f per increment)",
-		txN, txElapsed.Round(time.Millisecond), txRate, attempts.Load(), aborts, float64(aborts)/float64(max(1, txN)))
-	t.Logf("phase B, atomics: %d increments in %v, %.1f/s", atomN, atomElapsed.Round(time.Millisecond), atomRate)
-	for _, p := range []struct {
+	t.Logf("%s: phase A, transactions: %d increments committed in %v, %.1f/s, %d attempts, %d aborted by conflicts (%.2f per increment), %d unknown",
+		s.name, txN, txElapsed.Round(time.Millisecond), txRate, attempts.Load(), aborts, float64(aborts)/float64(max(1, txN)), txUnknown)
+	t.Logf("%s: phase B, atomics: %d increments committed in %v, %.1f/s, %d refused with a conflict, %d unknown",
+		s.name, atomN, atomElapsed.Round(time.Millisecond), atomRate, atomRefused.total(), atomUnknown)
+	for _, ph := range []struct {
 		name    string
 		refused *errorTally
 	}{{"transactions", txRefused}, {"atomics", atomRefused}} {
-		if n := p.refused.total(); n > 0 {
+		if n := ph.refused.total(); n > 0 {
 			// Definite refusals, so exactness holds, but each is a client
 			// that could not get an increment in for the server's whole
 			// retry time.
-			t.Logf("%s: %d increments refused with a conflict after the server's retries: %s", p.name, n, p.refused)
+			t.Logf("%s: %d increments refused with a conflict after the server's retries: %s", ph.name, n, ph.refused)
 		}
 	}
 	if txRate > 0 {
@@ -473,6 +557,12 @@ func TestClusterHotCounter(t *testing.T) {
 	}
 	if txN == 0 || atomN == 0 {
 		t.Errorf("no progress: %d transactional and %d atomic increments acknowledged", txN, atomN)
+	}
+	if aborts > (workers-1)*int64(txN) {
+		t.Errorf("phase A: %d attempts aborted for %d committed increments, want at most %d per increment", aborts, txN, workers-1)
+	}
+	if n := atomRefused.total(); n > 0 {
+		t.Errorf("phase B: %d atomic adds refused with a conflict, want none", n)
 	}
 	if t.Failed() {
 		t.Logf("node warnings and errors:\n%s%s", lc.LogLines("level=WARN", 20), lc.LogLines("level=ERROR", 20))
