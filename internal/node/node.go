@@ -494,13 +494,6 @@ func (n *Node) keepsBlobs(keyspace string) func(ops []txn.Op, members []ring.Nod
 	}
 }
 
-func btoi(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
 // catchingUp reports whether member id is catching up, as far as this node
 // knows: its own state for itself, the view's for the others.
 func (n *Node) catchingUp(id ring.NodeID) bool {
