@@ -213,3 +213,48 @@ func TestReadChunksPinned(t *testing.T) {
 		t.Fatalf("a read at version 200 after a delete: %v; want ErrConflict", err)
 	}
 }
+
+// keysOf is a Placement: the store manages and holds all of the listed
+// blobs and nothing of the others.
+type keysOf map[string]bool
+
+func (p keysOf) Manages(key string) bool         { return p[key] }
+func (p keysOf) Holds(key string, _ uint64) bool { return p[key] }
+
+// TestPassedByBlobKeepsNoFloor: a member that writes nothing of a blob (it
+// is in the chain for another one) does not refuse the commit's version
+// as stale because it accepted a newer version of some other blob; nor
+// does a holder without a record of the blob, which takes the version
+// manager's word for its history.
+func TestPassedByBlobKeepsNoFloor(t *testing.T) {
+	clock := newFakeClock()
+	a := member{openStore(t, Options{MVCC: true, Now: clock.Now}), keysOf{"a": true}}
+	b := member{openStore(t, Options{MVCC: true, Now: clock.Now}), keysOf{"b": true}}
+	if _, err := chainCommit(t, []txn.Op{{Key: "b", Kind: txn.OpWrite, Data: []byte("b"), Create: true}}, 500, b); err != nil {
+		t.Fatal(err)
+	}
+	ops := []txn.Op{{Key: "a", Kind: txn.OpWrite, Data: []byte("a"), Create: true}, {Key: "b", Kind: txn.OpWrite, Offset: 1, Data: []byte("b"), Create: true}}
+	if _, err := chainCommit(t, ops, 300, a, b); err == nil {
+		t.Fatal("a version below b's accepted at b")
+	}
+	if _, err := chainCommit(t, ops[:1], 310, a, b); err != nil {
+		t.Fatalf("b, passing a by, refused a version below one it accepted for b: %v", err)
+	}
+	// A holder of a's chunk 1 only, without a record of a.
+	h := member{openStore(t, Options{MVCC: true, Now: clock.Now, ChunkBytes: 4 << 10}), chunksOf{held: map[uint64]bool{1: true}}}
+	vm := member{openStore(t, Options{MVCC: true, Now: clock.Now, ChunkBytes: 4 << 10}), chunksOf{manages: true, held: map[uint64]bool{0: true}}}
+	if _, err := chainCommit(t, []txn.Op{{Key: "z", Kind: txn.OpWrite, Offset: 5000, Data: []byte("z"), Create: true}}, 900, vm, h); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chainCommit(t, []txn.Op{{Key: "y", Kind: txn.OpWrite, Offset: 5000, Data: []byte("y"), Create: true}}, 800, vm, h); !errors.As(err, new(*StaleVersionError)) {
+		t.Fatalf("version 800 after 900 on the version manager: %v, want it refused as stale there", err)
+	}
+	h2 := member{openStore(t, Options{MVCC: true, Now: clock.Now, ChunkBytes: 4 << 10}), chunksOf{held: map[uint64]bool{1: true}}}
+	if _, err := chainCommit(t, []txn.Op{{Key: "x", Kind: txn.OpWrite, Offset: 5000, Data: []byte("x"), Create: true}}, 950, vm, h2); err != nil {
+		t.Fatal(err)
+	}
+	vm2 := member{openStore(t, Options{MVCC: true, Now: clock.Now, ChunkBytes: 4 << 10}), chunksOf{manages: true, held: map[uint64]bool{0: true}}}
+	if _, err := chainCommit(t, []txn.Op{{Key: "y", Kind: txn.OpWrite, Offset: 5000, Data: []byte("y"), Create: true}}, 920, vm2, h2); err != nil {
+		t.Fatalf("a holder with no record of y refused version 920 as it accepted 950 for x: %v", err)
+	}
+}

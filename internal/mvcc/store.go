@@ -158,16 +158,22 @@ func (s *Store) nextVersion(floor uint64) uint64 {
 
 // acceptVersion checks a caller's version for the changed blobs (see
 // TryPrepareAt) and, if it passes, records it as issued.
-func (s *Store) acceptVersion(blobs map[string]*blobWork, keys []string, version uint64) error {
+func (s *Store) acceptVersion(blobs map[string]*blobWork, keys []string, version uint64, o prepareOpts, manages map[string]bool) error {
 	s.versionMu.Lock()
 	defer s.versionMu.Unlock()
 	for _, key := range keys {
 		w := blobs[key]
-		if !w.changed {
-			continue
+		if !w.changed || !manages[key] && !w.keepsChange() {
+			continue // nothing of it is written here (see emit)
 		}
 		floor := w.baseMeta.Version
-		if !w.baseExists {
+		if b, given := o.bases[key]; !w.baseExists && given && !manages[key] {
+			// A holder without a record of the blob: the version
+			// manager that handed the Base on checked the version
+			// against the blob's history; this store's newest version
+			// of any blob says nothing of this one.
+			floor = b.Version
+		} else if !w.baseExists {
 			floor = s.lastVersion
 		}
 		if version <= floor {
@@ -392,7 +398,7 @@ func (s *Store) prepareLocked(ops []txn.Op, keys []string, o prepareOpts) (*Pend
 	case version != 0 && !o.rebase:
 		// A rebased commit's version was accepted when it was staged; its
 		// own records and the floor have moved past it since.
-		if err := s.acceptVersion(blobs, keys, version); err != nil {
+		if err := s.acceptVersion(blobs, keys, version, o, manages); err != nil {
 			return nil, err
 		}
 	}
