@@ -357,9 +357,9 @@ func (s *mvccNode) crash() {
 }
 
 type mvccStaged struct {
-	node *mvccNode
-	id   chain.TxnID
-	keys []string // in first-touched order, which is deterministic
+	node  *mvccNode
+	id    chain.TxnID
+	keys  []string          // in first-touched order, which is deterministic
 	inner *mvcc.ChainStaged // nil when the node stores none of the keys
 	// results has an entry per op of the transaction; those of the ops on
 	// keys this node does not store are Unheld.
