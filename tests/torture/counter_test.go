@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/tyrstore/tyr/client"
+	"github.com/tyrstore/tyr/internal/checker"
+	"github.com/tyrstore/tyr/internal/history"
 	"github.com/tyrstore/tyr/internal/testserver"
 )
 
@@ -47,6 +49,8 @@ type counterResult struct {
 	returned []counterAdd // the acknowledged adds
 	refused  int          // adds that certainly did not apply
 	unknown  int          // adds whose outcome is unknown
+	began    time.Time
+	spans    []checker.Span // every add, in nanoseconds from began
 }
 
 // runCounter creates the counter and adds to it from counterProcesses
@@ -57,8 +61,8 @@ func runCounter(ctx context.Context, t *testing.T, clientOf func(p int) *client.
 		_, err := clientOf(0).WriteCreate(ctx, txnKeyspace, counterKey, 0, make([]byte, 8))
 		return err == nil, fmt.Sprint(err)
 	})
-	res := &counterResult{done: make(chan struct{})}
 	began := time.Now()
+	res := &counterResult{done: make(chan struct{}), began: began}
 	var wg sync.WaitGroup
 	for p := range counterProcesses {
 		wg.Add(1)
@@ -70,15 +74,20 @@ func runCounter(ctx context.Context, t *testing.T, clientOf func(p int) *client.
 				start := time.Since(began)
 				v, err := c.Atomic(opCtx, txnKeyspace, counterKey, 0, 8, client.FuncAdd, 1)
 				cancel()
+				end := time.Since(began)
 				res.mu.Lock()
+				span := checker.Span{Call: start.Nanoseconds(), Return: end.Nanoseconds(), Type: history.OK}
 				switch {
 				case err == nil:
-					res.returned = append(res.returned, counterAdd{v, p, start, time.Since(began)})
+					res.returned = append(res.returned, counterAdd{v, p, start, end})
 				case blobStore{}.Definite(err):
 					res.refused++
+					span.Type, span.Error = history.Fail, err.Error()
 				default:
 					res.unknown++
+					span.Type, span.Error = history.Info, err.Error()
 				}
+				res.spans = append(res.spans, span)
 				res.mu.Unlock()
 			}
 		}()

@@ -25,11 +25,11 @@ import (
 //
 //	TYR_TORTURE_SEED=<seed> TYR_TORTURE_DURATION=<length> go test -race -count=1 -run '^TestTorturePartition$' -v ./tests/torture
 func TestTorturePartition(t *testing.T) {
-	const nodes = 4
+	const nodes, replicas = 4, 2
 	runSchedules(t, func(t *testing.T, seed uint64, length time.Duration, rep *scheduleReport) {
 		faults := partitionSchedule(rand.New(rand.NewPCG(seed, 0x9a27)), length, nodes)
 		nc := testserver.UpNetCluster(t, nodes)
-		clusterTorture(t, seed, length, faults, rep, nc, nc.Endpoints, []client.Option{client.WithDialer(nc.Dialer())},
+		clusterTorture(t, seed, length, faults, rep, nc, nc.Endpoints, replicas, []client.Option{client.WithDialer(nc.Dialer())},
 			func(f fault) bool {
 				switch f.kind {
 				case "isolate":

@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/tyrstore/tyr/internal/checker"
 	"github.com/tyrstore/tyr/internal/testseed"
 	"github.com/tyrstore/tyr/internal/testserver"
 )
@@ -46,6 +47,16 @@ const (
 type scheduleReport struct {
 	faults map[string]int   // faults injected, by kind
 	ops    map[string]int64 // ops issued, by workload
+	// progress counts the outcomes of each workload's ops by the fault in
+	// effect while they ran (progress_test.go), and probe what the end
+	// probe did, by workload.
+	progress map[string]map[string]checker.Tally
+	probe    map[string]probeCount
+}
+
+func newScheduleReport() *scheduleReport {
+	return &scheduleReport{faults: map[string]int{}, ops: map[string]int64{},
+		progress: map[string]map[string]checker.Tally{}, probe: map[string]probeCount{}}
 }
 
 // scheduleRow is one line of the summary.
@@ -115,7 +126,7 @@ func runSchedules(t *testing.T, run func(t *testing.T, seed uint64, length time.
 			}
 		}
 		seed := next()
-		rep := &scheduleReport{faults: map[string]int{}, ops: map[string]int64{}}
+		rep := newScheduleReport()
 		repro := reproduce(t.Name(), seed, l)
 		t.Logf("schedule %d: seed %d, %v; reproduce with\n\t%s", n, seed, l, repro)
 		began := time.Now()
@@ -125,6 +136,9 @@ func runSchedules(t *testing.T, run func(t *testing.T, seed uint64, length time.
 			run(t, seed, l, rep)
 		})
 		took := time.Since(began)
+		if p := rep.progressLines(); p != "" {
+			t.Logf("schedule %d progress (ok/fail/info, and the share failed or unknown, by the fault in effect):\n%s", n, p)
+		}
 		beyond += took - l
 		row := scheduleRow{seed: seed, length: l, took: took, report: rep, verdict: "ok"}
 		switch {
@@ -171,7 +185,41 @@ func summary(rows []scheduleRow, elapsed time.Duration) string {
 	}
 	fmt.Fprintf(w, "  all\t\t\t\t%s\t%s\t\n", counts(faults), counts(ops))
 	_ = w.Flush()
+	all := newScheduleReport()
+	for _, r := range rows {
+		for wl, byKind := range r.report.progress {
+			if all.progress[wl] == nil {
+				all.progress[wl] = map[string]checker.Tally{}
+			}
+			for k, n := range byKind {
+				all.progress[wl][k] = all.progress[wl][k].Plus(n)
+			}
+		}
+		for wl, n := range r.report.probe {
+			all.probe[wl] = all.probe[wl].plus(n)
+		}
+	}
+	if p := all.progressLines(); p != "" {
+		fmt.Fprintf(&b, "outcomes ok/fail/info of all schedules, by the fault in effect:\n%s", p)
+	}
 	return strings.TrimRight(b.String(), "\n")
+}
+
+// progressLines formats the report's outcome counts, a line per workload
+// and one for the end probe; "" if there are none.
+func (r *scheduleReport) progressLines() string {
+	var b strings.Builder
+	for _, wl := range slices.Sorted(maps.Keys(r.progress)) {
+		fmt.Fprintf(&b, "  %-11s  %s\n", wl, checker.FormatProgress(r.progress[wl]))
+	}
+	if len(r.probe) > 0 {
+		var parts []string
+		for _, wl := range slices.Sorted(maps.Keys(r.probe)) {
+			parts = append(parts, fmt.Sprintf("%s %v", wl, r.probe[wl]))
+		}
+		fmt.Fprintf(&b, "  %-11s  %s\n", "end probe", strings.Join(parts, ", "))
+	}
+	return b.String()
 }
 
 // counts formats a count by kind as "kind n, kind n", kinds sorted.

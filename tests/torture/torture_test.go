@@ -9,7 +9,10 @@ package torture
 // deadline per op; an op that times out or loses its connection has an
 // unknown outcome and is recorded as "info". The history (Elle-compatible
 // JSON lines) is checked with internal/checker; any anomaly fails the test
-// and keeps the history file, whose path is printed.
+// and keeps the history file, whose path is printed. Progress is checked
+// too: the ops that failed or ended unknown under each kind of fault are
+// counted and bounded, and work on keys of each client's own must get done
+// once the faults are over (progress_test.go).
 //
 // Each test runs a sequence of such schedules, each on a fresh server or
 // cluster from a seed of its own, for TYR_TORTURE_DURATION in all (default
@@ -152,6 +155,9 @@ type tortureTarget struct {
 	endpoints []string
 	dialOpts  []client.Option
 	inject    func(f fault)
+	// inStep, if set, returns when the target was back in step after the
+	// nemesis was done with a fault at done (progress_test.go).
+	inStep func(done time.Time) time.Time
 }
 
 func TestTorture(t *testing.T) {
@@ -185,9 +191,11 @@ func TestTorture(t *testing.T) {
 }
 
 // runTorture runs the register workload against target for duration while
-// the nemesis applies faults, then checks the history. It counts the faults
-// injected and the register ops in rep.
-func runTorture(t *testing.T, seed uint64, duration time.Duration, faults []fault, rep *scheduleReport, target tortureTarget) {
+// the nemesis applies faults, then, settleAfterHeal after the last fault
+// ended, the register end probe (progress_test.go), and checks the history
+// and the progress made. It counts the faults injected and the register ops
+// in rep, and returns when each fault was in effect (until target.inStep).
+func runTorture(t *testing.T, seed uint64, duration time.Duration, faults []fault, rep *scheduleReport, target tortureTarget) []faultWindow {
 	var plan strings.Builder
 	for _, f := range faults {
 		fmt.Fprintf(&plan, "\n  %v", f)
@@ -199,6 +207,7 @@ func runTorture(t *testing.T, seed uint64, duration time.Duration, faults []faul
 		t.Fatal(err)
 	}
 	path := filepath.Join(dir, "history.jsonl")
+	recStart := time.Now() // the history's times count from a moment later by microseconds
 	rec, err := history.Create(path)
 	if err != nil {
 		t.Fatal(err)
@@ -249,6 +258,8 @@ func runTorture(t *testing.T, seed uint64, duration time.Duration, faults []faul
 
 	// The nemesis runs on the test goroutine, since a fault may fail the test.
 	injected := rep.faults
+	var windows []faultWindow
+	healed := start // when the last fault ended
 	for _, f := range faults {
 		if wait := time.Until(start.Add(f.at)); wait > 0 {
 			time.Sleep(wait)
@@ -256,7 +267,10 @@ func runTorture(t *testing.T, seed uint64, duration time.Duration, faults []faul
 		if time.Since(start) > duration {
 			break
 		}
+		from := time.Now()
 		target.inject(f)
+		healed = time.Now()
+		windows = append(windows, faultWindow{kind: f.kind, from: from, to: healed})
 		injected[f.kind]++
 	}
 	wg.Wait()
@@ -289,6 +303,19 @@ func runTorture(t *testing.T, seed uint64, duration time.Duration, faults []faul
 			t.Fatalf("final read of %s: %v", key, err)
 		}
 	}
+	time.Sleep(time.Until(healed.Add(settleAfterHeal)))
+	probe := registerProbe(rec, func(id int) registerStore { return dialer(id)() })
+	if len(windows) > 0 {
+		var b strings.Builder
+		for i, w := range windows {
+			fmt.Fprintf(&b, "\n  %-7s from %8v to %8v", w.kind, w.from.Sub(start).Round(time.Millisecond), w.to.Sub(start).Round(time.Millisecond))
+			if target.inStep != nil {
+				windows[i].to = target.inStep(w.to)
+				fmt.Fprintf(&b, ", in step at %8v", windows[i].to.Sub(start).Round(time.Millisecond))
+			}
+		}
+		t.Logf("faults in effect (from the start of the workload):%s", b.String())
+	}
 	if err := rec.Close(); err != nil {
 		t.Fatalf("history: %v", err)
 	}
@@ -310,9 +337,12 @@ func runTorture(t *testing.T, seed uint64, duration time.Duration, faults []faul
 	for _, a := range res.Anomalies {
 		t.Errorf("seed %d: %v", seed, a)
 	}
+	checkProgress(t, rep, "register", historySpans(t, path, func(p int) bool { return p < finalProcess }), windowsSince(windows, recStart))
+	probe.check(t, rep, "register")
 	if t.Failed() || os.Getenv("TYR_TORTURE_KEEP") != "" {
 		t.Logf("history kept in %s", path)
-		return
+		return windows
 	}
 	_ = os.RemoveAll(dir)
+	return windows
 }
