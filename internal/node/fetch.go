@@ -62,17 +62,10 @@ func fetchedSet(bases map[string]mvcc.Base) map[string]bool {
 // the first of its version managers that serves it and is in step, in
 // node ID order.
 func (n *Node) fetchBases(ctx context.Context, keyspace string, rf int, ops []txn.Op, blobs []string) (map[string]mvcc.Base, error) {
-	pl, err := n.Placement(keyspace, rf)
+	pl, cs, err := n.placed(keyspace, rf)
 	if err != nil {
 		return nil, err
 	}
-	ks, err := n.cfg.Engine.Acquire(keyspace)
-	if err != nil {
-		return nil, err
-	}
-	cs := ks.Store.ChunkBytes()
-	store := ks.Store
-	defer ks.Release()
 	n.stats.fetched.Add(1)
 	out := make(map[string]mvcc.Base, len(blobs))
 	for _, key := range blobs {
@@ -88,7 +81,7 @@ func (n *Node) fetchBases(ctx context.Context, keyspace string, rf int, ops []tx
 		}
 		var rec mvcc.Record
 		if vms[i] == n.self {
-			rec, err = store.Record(key)
+			rec, err = n.localRecord(keyspace, key)
 		} else {
 			rec, err = n.fetchRecord(ctx, keyspace, key, vms[i])
 		}
@@ -110,6 +103,16 @@ func (n *Node) fetchBases(ctx context.Context, keyspace string, rf int, ops []tx
 		out[key] = b
 	}
 	return out, nil
+}
+
+// localRecord is blob key's record in this node's store.
+func (n *Node) localRecord(keyspace, key string) (mvcc.Record, error) {
+	ks, err := n.cfg.Engine.Acquire(keyspace)
+	if err != nil {
+		return mvcc.Record{}, err
+	}
+	defer ks.Release()
+	return ks.Store.Record(key)
 }
 
 // fetchRecord asks version manager id for blob key's record.

@@ -373,17 +373,10 @@ func (n *Node) viewRing() (*ring.Ring, error) {
 // blobs' bases ahead and plans again with them in fetched, whose holders
 // may come anywhere.
 func (n *Node) Chain(keyspace string, rf int, ops []txn.Op, sizes map[string]uint64, fetched map[string]bool) ([]ring.NodeID, error) {
-	pl, err := n.Placement(keyspace, rf)
+	pl, cs, err := n.placed(keyspace, rf)
 	if err != nil {
 		return nil, err
 	}
-	ks, err := n.cfg.Engine.Acquire(keyspace)
-	if err != nil {
-		return nil, err
-	}
-	cs := ks.Store.ChunkBytes()
-	ks.Release()
-	vms := map[ring.NodeID]bool{}
 	blobVMs := map[string][]ring.NodeID{} // each blob's live version managers
 	// gaining: version managers that only gain a blob in a move and so
 	// may not hold it yet; they come after those that serve it, like
@@ -402,7 +395,6 @@ func (n *Node) Chain(keyspace string, rf int, ops []txn.Op, sizes map[string]uin
 		serves := pl.serving(op.Key, 0)
 		for _, id := range ids {
 			if n.inChains(id) {
-				vms[id] = true
 				blobVMs[op.Key] = append(blobVMs[op.Key], id)
 				if serves(id) {
 					live++
@@ -467,6 +459,20 @@ func (n *Node) Chain(keyspace string, rf int, ops []txn.Op, sizes map[string]uin
 		return nil, fmt.Errorf("%w: %w", errs.ErrUnavailable, err)
 	}
 	return order, nil
+}
+
+// placed returns keyspace's placement and chunk size.
+func (n *Node) placed(keyspace string, rf int) (Placement, uint64, error) {
+	pl, err := n.Placement(keyspace, rf)
+	if err != nil {
+		return Placement{}, 0, err
+	}
+	ks, err := n.cfg.Engine.Acquire(keyspace)
+	if err != nil {
+		return Placement{}, 0, err
+	}
+	defer ks.Release()
+	return pl, ks.Store.ChunkBytes(), nil
 }
 
 // keepsBlobs returns whether a chain of keyspace still holds a version
