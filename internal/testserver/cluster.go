@@ -88,16 +88,39 @@ type LocalCluster struct {
 // ends it runs `tyr cluster down` and kills, by PID, any node still
 // running; the cluster's directory (data and logs) is removed if the test
 // passed and kept, its path logged, if it failed.
+//
+// A free port can be taken by another process (an outgoing connection of
+// another test, say) before the node binds it: `up` then fails with the
+// node's bind error, and UpCluster takes the cluster down and tries again
+// on other ports, up to upTries times.
 func UpCluster(t testing.TB, n int, extra ...string) *LocalCluster {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "tyr-cluster-")
-	if err != nil {
-		t.Fatal(err)
+	for try := 1; ; try++ {
+		dir, err := os.MkdirTemp("", "tyr-cluster-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := &LocalCluster{t: t, Dir: dir}
+		args := append([]string{"cluster", "up", "--nodes", strconv.Itoa(n), "--dir", c.Dir, "--base-port", "0"}, extra...)
+		r := Run(t, args...)
+		if r.Exit != 0 && try < upTries && strings.Contains(r.Stderr, "address already in use") {
+			t.Logf("tyr cluster up, try %d: %s; trying again on other ports", try, strings.TrimSpace(r.Stderr))
+			c.down()
+			_ = os.RemoveAll(dir)
+			continue
+		}
+		t.Cleanup(c.cleanup)
+		c.check(r, n)
+		return c
 	}
-	c := &LocalCluster{t: t, Dir: dir}
-	args := append([]string{"cluster", "up", "--nodes", strconv.Itoa(n), "--dir", c.Dir, "--base-port", "0"}, extra...)
-	r := Run(t, args...)
-	t.Cleanup(c.cleanup)
+}
+
+// upTries bounds UpCluster's tries.
+const upTries = 3
+
+func (c *LocalCluster) check(r Result, n int) {
+	t := c.t
+	t.Helper()
 	if r.Exit != 0 {
 		t.Fatalf("tyr cluster up: exit %d\n%s\n%s", r.Exit, r.Stderr, c.Logs())
 	}
@@ -105,10 +128,11 @@ func UpCluster(t testing.TB, n int, extra ...string) *LocalCluster {
 	if len(c.Endpoints) != n {
 		t.Fatalf("tyr cluster up printed %d endpoints, want %d: %q", len(c.Endpoints), n, r.Stdout)
 	}
-	return c
 }
 
-func (c *LocalCluster) cleanup() {
+// down stops every node of c: `tyr cluster down`, then SIGKILL by PID for
+// any still running.
+func (c *LocalCluster) down() {
 	pids := c.PIDs()
 	_ = exec.Command(Binary(c.t), "cluster", "down", "--dir", c.Dir, "--timeout", "5s").Run()
 	for _, pid := range pids {
@@ -116,6 +140,10 @@ func (c *LocalCluster) cleanup() {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
+}
+
+func (c *LocalCluster) cleanup() {
+	c.down()
 	if c.t.Failed() {
 		c.t.Logf("cluster directory kept: %s", c.Dir)
 		return
