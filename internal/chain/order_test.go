@@ -12,13 +12,6 @@ import (
 // TestOrderTailReady: the chain's tail is a ready member wherever one can
 // be without a member behind becoming a blob's first version manager.
 func TestOrderTailReady(t *testing.T) {
-	ids := func(s ...string) []ring.NodeID {
-		out := make([]ring.NodeID, len(s))
-		for i, x := range s {
-			out[i] = ring.NodeID(x)
-		}
-		return out
-	}
 	for _, tc := range []struct {
 		name    string
 		groups  [4][]ring.NodeID
@@ -48,13 +41,6 @@ func TestOrderTailReady(t *testing.T) {
 // after every version manager; members behind come after the ready ones;
 // a cycle is refused.
 func TestOrder(t *testing.T) {
-	ids := func(s ...string) []ring.NodeID {
-		out := make([]ring.NodeID, len(s))
-		for i, x := range s {
-			out[i] = ring.NodeID(x)
-		}
-		return out
-	}
 	vm := func(id string, blobs ...string) chain.Part { return chain.Part{ID: ring.NodeID(id), Manages: blobs} }
 	for _, tc := range []struct {
 		name  string
@@ -83,4 +69,12 @@ func TestOrder(t *testing.T) {
 	if got, err := chain.Order(cycle); !errors.Is(err, chain.ErrNoOrder) {
 		t.Errorf("cycle: %v, %v; want ErrNoOrder", got, err)
 	}
+}
+
+func ids(s ...string) []ring.NodeID {
+	out := make([]ring.NodeID, len(s))
+	for i, x := range s {
+		out[i] = ring.NodeID(x)
+	}
+	return out
 }
