@@ -181,14 +181,19 @@ type Outcome struct {
 
 // Output is the work a Replica or Coordinator hands to its caller.
 //
-// Ordering contract: every storage effect behind Messages is already done
-// when Ready returns it. Stager.Commit runs inside Step, before the replica
-// queues the Backward (or Reply) that announces the commit, so a member's
-// commit is durable (as durable as the Stager's Commit makes it) before the
-// message saying so leaves. Likewise the staged state behind a Forward is in
-// place before the Forward leaves. The caller may therefore send Messages
-// at once, in any order and over any channel, and may lose, repeat or delay
-// them: the protocol tolerates all three.
+// Ordering contract: every storage effect behind Messages is already
+// written when Ready returns it. Stager.Commit runs inside Step, before
+// the replica queues the Backward (or Reply, or Ack) that announces the
+// commit, and likewise the staged state behind a Forward is in place before
+// the Forward leaves. A Commit need not wait for its fsync: MustSync says
+// that one ran since the last Advance, and then the caller makes the
+// writes durable before any of Messages leaves the node (internal/outbox
+// holds them, so one sync covers the commits of many steps). Messages the
+// node sends itself may go at once: they leave nothing outside it that a
+// crash could contradict. Finished outcomes a coordinator reports to a
+// client wait for the same sync. Past that, the caller may send Messages
+// in any order and over any channel, and may lose, repeat or delay them:
+// the protocol tolerates all three.
 //
 // The replica does not touch the returned slices after Ready; the caller
 // owns them once it calls Advance.
@@ -198,10 +203,13 @@ type Output struct {
 	// Finished lists the transactions this replica or coordinator decided
 	// since the last Advance, each exactly once.
 	Finished []Outcome
+	// MustSync says a Staged was committed since the last Advance: its
+	// writes must be durable before Messages leave (see above).
+	MustSync bool
 }
 
 // IsEmpty reports whether there is nothing to do.
-func (o Output) IsEmpty() bool { return len(o.Messages) == 0 && len(o.Finished) == 0 }
+func (o Output) IsEmpty() bool { return len(o.Messages) == 0 && len(o.Finished) == 0 && !o.MustSync }
 
 // Stager is the local storage a replica stages transactions into. It is
 // called synchronously from Step and Tick, so it must not block: a Prepare
@@ -228,10 +236,11 @@ type Stager interface {
 // Staged is a transaction prepared on one replica. The replica calls exactly
 // one of Commit or Abort, once.
 type Staged interface {
-	// Commit makes the staged ops durable and visible, records durably
+	// Commit writes the staged ops, visible at once, with the record
 	// that the transaction committed here with results (what this member
 	// reports upstream; see Stager.Committed), and releases what Prepare
-	// held. An error means the local storage failed; what is held is
+	// held. The writes may become durable later, with the sync the
+	// Output's MustSync asks for. An error means the local storage failed; what is held is
 	// released anyway.
 	Commit(results []txn.Result) error
 	// Abort drops the staged ops and releases what Prepare held.

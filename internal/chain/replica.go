@@ -64,8 +64,9 @@ import (
 //  4. A Backward reaches member i only from member i+1, only if member i
 //     forwarded, and always carries the same outcome. An Ack reaches member
 //     i only after member i sent its outcome upstream.
-//  5. The local Commit is done before the Backward announcing it is queued
-//     (see Output).
+//  5. The local Commit is written before the Backward announcing it is
+//     queued, and the Output holding that Backward says MustSync (see
+//     Output): the edge sends it only once the commit is durable.
 //  6. The member holds state for at most TxnsMax transactions, of which at
 //     most PendingMax are staged.
 //
@@ -919,6 +920,7 @@ func (r *Replica) apply(id TxnID, rec *record, downstream []txn.Result) {
 	r.staged--
 	results := txn.MergeResults(staged.Results(), downstream)
 	commitErr := staged.Commit(results)
+	r.out.MustSync = true
 	results = txn.MergeResults(staged.Results(), results)
 	if rec.point && commitErr != nil {
 		// A tail whose storage fails to commit has made nothing durable
@@ -1183,6 +1185,7 @@ func advance(id ring.NodeID, out, done Output) Output {
 	return Output{
 		Messages: clipOrNil(out.Messages[len(done.Messages):]),
 		Finished: clipOrNil(out.Finished[len(done.Finished):]),
+		MustSync: out.MustSync && !done.MustSync,
 	}
 }
 

@@ -9,6 +9,8 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/tyrstore/tyr/internal/txn"
 )
 
 // gatedFS holds every WAL sync while gate is armed, so a test can look at
@@ -147,5 +149,81 @@ func TestReadsWaitForDurability(t *testing.T) {
 		if r.got != want[r.what] {
 			t.Errorf("%s after the sync: got %q, want %q", r.what, r.got, want[r.what])
 		}
+	}
+}
+
+// CommitLater writes without the sync: a crash before Store.Sync loses the
+// commit, a crash after it keeps it, and reads of the blob wait for the
+// Sync, while the commits staged after it see it at once.
+func TestCommitLaterDurableAtSync(t *testing.T) {
+	fs := vfs.NewCrashableMem()
+	open := func(fs vfs.FS) (*pebble.DB, *Store) {
+		db, err := pebble.Open("db", &pebble.Options{FS: fs, Logger: testLogger{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := Open(db, Options{MVCC: true, Sync: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return db, s
+	}
+	db, s := open(fs)
+	defer func() { _ = db.Close() }()
+	mustCommit(t, s, writeOp("k", "old"))
+	later := func(ops ...txn.Op) {
+		t.Helper()
+		p, err := s.Prepare(ops)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.CommitLater(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	later(writeOp("k", "new"))
+	if err := s.PutTxn("t1", []byte("r")); err != nil {
+		t.Fatal(err)
+	}
+	// The next commit stages on top of the unsynced one.
+	p, err := s.Prepare([]txn.Op{{Key: "k", Kind: txn.OpAppend, Data: []byte("+")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.CommitLater(); err != nil {
+		t.Fatal(err)
+	}
+
+	lost := fs.CrashClone(vfs.CrashCloneCfg{})
+	db2, s2 := open(lost)
+	if got := readString(t, s2, "k"); got != "old" {
+		t.Errorf("after a crash before Sync: k = %q, want the synced %q", got, "old")
+	}
+	if _, ok, _ := s2.Txn("t1"); ok {
+		t.Error("after a crash before Sync: the PutTxn record survived")
+	}
+	_ = db2.Close()
+
+	read := make(chan string, 1)
+	go func() { read <- readString(t, s, "k") }()
+	select {
+	case got := <-read:
+		t.Fatalf("read returned %q before the Sync", got)
+	case <-time.After(100 * time.Millisecond):
+	}
+	if err := s.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-read; got != "new+" {
+		t.Errorf("read after Sync = %q, want %q", got, "new+")
+	}
+	kept := fs.CrashClone(vfs.CrashCloneCfg{})
+	db3, s3 := open(kept)
+	defer func() { _ = db3.Close() }()
+	if got := readString(t, s3, "k"); got != "new+" {
+		t.Errorf("after a crash after Sync: k = %q, want %q", got, "new+")
+	}
+	if _, ok, _ := s3.Txn("t1"); !ok {
+		t.Error("after a crash after Sync: the PutTxn record is gone")
 	}
 }

@@ -70,6 +70,9 @@ type ChainStaged struct {
 	// Client is the client's transaction ID the commit carries, if any;
 	// the commit records it too (see Store.Client).
 	Client []byte
+	// Later commits with CommitLater: the replica's edge syncs (see
+	// chain.Output's MustSync).
+	Later bool
 }
 
 // Commit implements chain.Staged. A commit queued behind others is rebased
@@ -92,6 +95,9 @@ func (s ChainStaged) Commit(results []txn.Result) error {
 			s.P.Abort()
 			return err
 		}
+	}
+	if s.Later {
+		return s.P.CommitLater()
 	}
 	return s.P.Commit()
 }

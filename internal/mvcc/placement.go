@@ -424,6 +424,7 @@ func (s *Store) Pin(key string, version uint64, use bool) (BlobInfo, func(), err
 	snap := s.db.NewSnapshot()
 	defer snap.Close()
 	m, ok, err := getMeta(snap, key)
+	s.syncing.await(key)
 	if err == nil && !ok && version == 0 {
 		err = fmt.Errorf("blob %q: %w", key, errs.ErrNotFound)
 	}

@@ -447,7 +447,16 @@ func (s *Store) prepareLocked(ops []txn.Op, keys []string, o prepareOpts) (*Pend
 // Commit makes the prepared ops durable (when Sync) and visible, atomically.
 // A commit queued behind others (see order.go) must be Ready; it is rebased
 // first.
-func (p *Pending) Commit() error {
+func (p *Pending) Commit() error { return p.commit(false) }
+
+// CommitLater is Commit without waiting for the sync: the ops are visible
+// to the commits staged after this one at once, and durable once a Sync
+// that began after CommitLater returned has returned. Reads of the blobs
+// wait for that Sync (see durable.go), so the owner of the store must call
+// it: a chain member's edge does, for the Output that says MustSync.
+func (p *Pending) CommitLater() error { return p.commit(true) }
+
+func (p *Pending) commit(later bool) error {
 	if err := p.Rebase(); err != nil {
 		if errors.Is(err, ErrNotReady) {
 			return err
@@ -457,7 +466,10 @@ func (p *Pending) Commit() error {
 	}
 	defer p.store.locks.release(p.keys, p.ticket)
 	opt := pebble.NoSync
-	if p.store.opts.Sync {
+	switch {
+	case p.store.opts.Sync && later:
+		defer p.store.syncing.beginLater(p.keys)()
+	case p.store.opts.Sync:
 		opt = pebble.Sync
 		defer p.store.syncing.begin(p.keys)()
 	}
@@ -472,6 +484,25 @@ func (p *Pending) Commit() error {
 	for key, b := range p.given {
 		p.store.uses.note(key, b.InUse)
 	}
+	return nil
+}
+
+// Sync makes every commit made with CommitLater before the call durable,
+// with one WAL sync, and lets the reads waiting for them go on. It does
+// nothing when there is none, or when the store does not sync. Should it
+// fail, the commits' durability is unknown and their readers keep
+// waiting: the caller must stop using the store.
+func (s *Store) Sync() error {
+	s.syncing.syncMu.Lock()
+	defer s.syncing.syncMu.Unlock()
+	done, keys := s.syncing.takeLater()
+	if done == nil {
+		return nil
+	}
+	if err := s.db.LogData(nil, pebble.Sync); err != nil {
+		return fmt.Errorf("%w: sync: %w", errs.ErrUnavailable, err)
+	}
+	s.syncing.end(done, keys)
 	return nil
 }
 

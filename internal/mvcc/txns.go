@@ -59,10 +59,20 @@ func (p *Pending) RecordTxn(id string, payload []byte) error {
 }
 
 // PutTxn records that transaction id committed here with payload, for a
-// commit that changed nothing in this store (it passed through).
+// commit that changed nothing in this store (it passed through). Like
+// Pending.CommitLater, it is durable once a later Sync returned.
 func (s *Store) PutTxn(id string, payload []byte) error {
 	b := s.db.NewBatch()
-	return commitBatch(b, s.setTxn(b, id, payload), s.opts.Sync)
+	return s.commitLater(b, s.setTxn(b, id, payload))
+}
+
+// commitLater commits b, built without error err, as CommitLater does a
+// commit that holds no blob.
+func (s *Store) commitLater(b *pebble.Batch, err error) error {
+	if s.opts.Sync && err == nil {
+		defer s.syncing.beginLater(nil)()
+	}
+	return commitBatch(b, err, false)
 }
 
 // Txn returns the payload recorded for transaction id, and whether there is
@@ -145,10 +155,11 @@ func (p *Pending) RecordClient(client []byte, txnID string) error {
 
 // PutClient records that the chain transaction txnID carrying client
 // transaction ID client committed here, for a commit that changed nothing
-// in this store (it passed through).
+// in this store (it passed through). Like PutTxn, it is durable once a
+// later Sync returned.
 func (s *Store) PutClient(client []byte, txnID string) error {
 	b := s.db.NewBatch()
-	return commitBatch(b, s.setClient(b, client, clientCommitted, []byte(txnID)), s.opts.Sync)
+	return s.commitLater(b, s.setClient(b, client, clientCommitted, []byte(txnID)))
 }
 
 // FenceClient records durably (fsynced whatever the keyspace's sync) that
@@ -165,8 +176,12 @@ func (s *Store) FenceClient(client []byte, vouched bool) error {
 }
 
 // Client returns what is recorded for client transaction ID client, and
-// whether anything is.
+// whether anything is. A record written with a commit not yet synced is
+// made durable first: the answer may leave the node.
 func (s *Store) Client(client []byte) (ClientRecord, bool, error) {
+	if err := s.Sync(); err != nil {
+		return ClientRecord{}, false, err
+	}
 	v, closer, err := s.db.Get(clientKey(client))
 	if err == pebble.ErrNotFound {
 		return ClientRecord{}, false, nil
