@@ -176,12 +176,10 @@ func (s *Store) FenceClient(client []byte, vouched bool) error {
 }
 
 // Client returns what is recorded for client transaction ID client, and
-// whether anything is. A record written with a commit not yet synced is
-// made durable first: the answer may leave the node.
+// whether anything is, including a record written with a commit not yet
+// synced (see Pending.CommitLater): a caller whose answer leaves the node
+// calls Sync first.
 func (s *Store) Client(client []byte) (ClientRecord, bool, error) {
-	if err := s.Sync(); err != nil {
-		return ClientRecord{}, false, err
-	}
 	v, closer, err := s.db.Get(clientKey(client))
 	if err == pebble.ErrNotFound {
 		return ClientRecord{}, false, nil

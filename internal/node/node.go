@@ -51,6 +51,7 @@ import (
 	"github.com/tyrstore/tyr/internal/lease"
 	"github.com/tyrstore/tyr/internal/membership"
 	"github.com/tyrstore/tyr/internal/mvcc"
+	"github.com/tyrstore/tyr/internal/outbox"
 	"github.com/tyrstore/tyr/internal/ring"
 	"github.com/tyrstore/tyr/internal/storage"
 	"github.com/tyrstore/tyr/internal/txn"
@@ -219,7 +220,17 @@ type Node struct {
 	stats    counters
 	lastTick atomic.Int64 // unix nanoseconds of the loop's last tick
 
+	// syncReqs and syncDone carry the loop's one sync in flight to the
+	// syncer goroutine and back (see syncer).
+	syncReqs chan syncReq
+	syncDone chan syncResult
+
 	// Owned by the loop goroutine.
+	// out holds what leaves the node until the commits before it are
+	// durable; dirty lists the keyspaces written since the last sync
+	// began.
+	out      outbox.Outbox[func()]
+	dirty    map[string]bool
 	groups   map[string]*group
 	waiters  map[waiterKey]chan beginResult
 	versions map[waiterKey]versionEntry
@@ -289,6 +300,7 @@ func Start(cfg Config) (*Node, error) {
 		peers:  map[ring.NodeID]*peer{},
 		groups: map[string]*group{}, waiters: map[waiterKey]chan beginResult{},
 		versions: map[waiterKey]versionEntry{},
+		syncReqs: make(chan syncReq, 1), syncDone: make(chan syncResult, 1), dirty: map[string]bool{},
 	}
 	for _, ks := range cfg.Engine.List() {
 		n.earlier[ks.Name] = !cfg.FirstRun
@@ -305,6 +317,7 @@ func Start(cfg Config) (*Node, error) {
 	}
 	n.lastTick.Store(time.Now().UnixNano())
 	go n.loop()
+	go n.syncer()
 	go n.ringLoop()
 	go n.catchUpLoop()
 	go n.leaseLoop()
@@ -635,6 +648,9 @@ func (n *Node) attempt(ctx context.Context, keyspace string, rf int, ops []txn.O
 	if err != nil {
 		return chain.Outcome{}, err
 	}
+	if ks.Config.Sync {
+		n.stats.syncs.Add(1)
+	}
 	return chain.Outcome{Committed: true, Results: results}, nil
 }
 
@@ -695,6 +711,8 @@ func (n *Node) loop() {
 			n.step(env)
 		case req := <-n.begins:
 			n.begin(req)
+		case r := <-n.syncDone:
+			n.synced(r)
 		case <-ticker.C:
 			n.tick()
 			n.checkLease()
@@ -718,6 +736,7 @@ func (n *Node) loop() {
 			n.local = n.local[1:]
 			n.step(env)
 		}
+		n.startSync()
 	}
 }
 
@@ -833,6 +852,10 @@ func (n *Node) flush(keyspace string, g *group) {
 		if g.replica.HasReady() {
 			o := g.replica.Ready()
 			g.replica.Advance(o)
+			if o.MustSync {
+				n.out.Wrote()
+				n.dirty[keyspace] = true
+			}
 			n.emit(keyspace, o.Messages, false)
 			for _, f := range o.Finished {
 				if f.CommitErr != nil {
@@ -853,7 +876,9 @@ func (n *Node) flush(keyspace string, g *group) {
 			for _, f := range o.Finished {
 				key := waiterKey{keyspace, f.Txn}
 				if w, ok := n.waiters[key]; ok {
-					w <- beginResult{outcome: f}
+					// The outcome may rest on this node's own commit
+					// (a Reply from its replica as the head).
+					n.release(func() { w <- beginResult{outcome: f} })
 					delete(n.waiters, key)
 				}
 				delete(n.versions, key)
@@ -879,7 +904,16 @@ func (n *Node) emit(keyspace string, msgs []chain.Message, coordinator bool) {
 			n.local = append(n.local, env)
 			continue
 		}
-		n.send(env)
+		n.release(func() { n.send(env) })
+	}
+}
+
+// release performs f once the commits written before it are durable: at
+// once when there are none, otherwise when the sync covering them returns
+// (see internal/outbox).
+func (n *Node) release(f func()) {
+	for _, g := range n.out.Put(f) {
+		g()
 	}
 }
 
@@ -997,7 +1031,7 @@ func (s stager) prepare(id chain.TxnID, ops []txn.Op) (chain.Staged, error) {
 	}
 	e.bases = p.Bases()
 	s.n.versions[key] = e
-	return staged{ChainStaged: mvcc.ChainStaged{P: p, ID: id, Client: e.client}, release: ks.Release}, nil
+	return staged{ChainStaged: mvcc.ChainStaged{P: p, ID: id, Client: e.client, Later: true}, release: ks.Release}, nil
 }
 
 // Committed implements chain.Stager from the keyspace's transaction

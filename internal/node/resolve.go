@@ -272,6 +272,11 @@ func (n *Node) resolveHere(keyspace string, client []byte) (v Verdict, results [
 	if len(n.clients.pending[clientsKey(keyspace, client)]) > 0 {
 		return VerdictPending, nil, false, fmt.Sprintf("staged on %s", n.self), nil
 	}
+	// The verdict leaves the node: the commit record it rests on must be
+	// durable (see sync.go).
+	if err := ks.Store.Sync(); err != nil {
+		return 0, nil, false, "", err
+	}
 	rec, ok, err := ks.Store.Client(client)
 	if err != nil {
 		return 0, nil, false, "", err

@@ -29,11 +29,15 @@ type Stats struct {
 	// BasesFetched is the commits this node coordinated whose chain
 	// needed bases fetched ahead (fetch.go).
 	BasesFetched uint64
+	// Syncs is the WAL syncs this node made to make chain commits durable,
+	// one per keyspace written since the previous one (sync.go); a commit
+	// on a one-node ring, which Pebble syncs itself, counts one.
+	Syncs uint64
 }
 
 // counters are the live counts behind Stats.
 type counters struct {
-	sent, calls, failures, dropped, received, fetched atomic.Uint64
+	sent, calls, failures, dropped, received, fetched, syncs atomic.Uint64
 }
 
 // counters returns n's counters.
@@ -51,5 +55,6 @@ func (n *Node) Stats() Stats {
 		MessagesDropped:  c.dropped.Load(),
 		MessagesReceived: c.received.Load(),
 		BasesFetched:     c.fetched.Load(),
+		Syncs:            c.syncs.Load(),
 	}
 }
