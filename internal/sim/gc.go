@@ -262,6 +262,7 @@ func (w *world) stepReader(i int) {
 		if s.locked(k) {
 			return // a node's Pin would wait for the commit
 		}
+		s.sync() // a node's reads wait for the sync of what they read
 		info, release, err := s.store.Pin(k, 0, use)
 		release()
 		if errors.Is(err, errs.ErrNotFound) {
@@ -308,6 +309,7 @@ func (w *world) stepReader(i int) {
 // readOld reads p's key at p's version on p's node and records it.
 func (w *world) readOld(p *pin) {
 	s := w.mvccNode(p.node)
+	s.sync()
 	data, _, err := s.store.ReadAt(p.key, 0, readBytesMax, p.version)
 	collected, ok := w.collected[p.node]
 	if !ok {

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"math/rand/v2"
 	"encoding/binary"
 	"fmt"
 	"slices"
@@ -333,9 +334,15 @@ func (p *memStaged) Results() []txn.Result { return p.results }
 
 // crash drops what the store staged and lets a restarted replica stage
 // again what it staged or aborted; commits stay.
-func (s *MemStore) crash() {
+// sync does nothing: a MemStore's commits are durable at once.
+func (s *MemStore) sync() {}
+
+// crash loses what the store staged; its commits are durable at once, so
+// none is lost.
+func (s *MemStore) crash(*rand.Rand) []chain.TxnID {
 	clear(s.locks)
 	loseUncommitted(s.status)
+	return nil
 }
 
 // loseUncommitted marks what a crashed node staged or aborted as lost: a

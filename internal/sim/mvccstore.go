@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"time"
 
@@ -73,9 +74,14 @@ type nodeStore interface {
 	storeAnomalies() []string
 	// keyLog lists the transactions committed here on key, in commit order.
 	keyLog(key string) []chain.TxnID
+	// sync makes what the store committed durable (see chain.Output's
+	// MustSync).
+	sync()
 	// crash drops what the store staged and lets a restarted replica stage
-	// again what it staged or aborted; commits stay.
-	crash()
+	// again what it staged or aborted. Commits synced stay; of the others,
+	// rng picks which are lost, a random part of the writes since the last
+	// sync, and crash returns them.
+	crash(rng *rand.Rand) []chain.TxnID
 	// keyState is key's current content here. Its version is the
 	// MemStore's commit count or, on mvcc, the version of the last commit
 	// that changed it, which its coordinator chose (0 when it is absent):
@@ -108,9 +114,10 @@ var simEpoch = time.Unix(1_700_000_000, 0)
 type mvccNode struct {
 	node ring.NodeID
 	owns func(key string) bool
-	// fs holds the database's files, which outlive a crash; db and store
-	// are opened again over it at each one (see crash).
-	fs    vfs.FS
+	// fs holds the database's files, which outlive a crash as far as they
+	// were synced; db and store are opened again over a crash clone at
+	// each one (see crash).
+	fs    *vfs.MemFS
 	opts  mvcc.Options
 	db    *pebble.DB
 	store *mvcc.Store
@@ -132,6 +139,9 @@ type mvccNode struct {
 	// anomalies are contract breaches seen by the wrapper, such as a second
 	// Prepare of one transaction.
 	anomalies []string
+	// unsynced lists the transactions committed or passed here since the
+	// last sync: those a crash may lose.
+	unsynced []chain.TxnID
 }
 
 // mvccClock is what an mvccNode knows of the virtual time: the clock of
@@ -149,8 +159,8 @@ type mvccClock struct {
 // run's trace.
 func newMVCCNode(node ring.NodeID, owns func(key string) bool, clock mvccClock, linger, retention time.Duration,
 	versionOf func(id chain.TxnID) uint64, trace func(format string, args ...any)) (*mvccNode, error) {
-	s := &mvccNode{node: node, owns: owns, fs: vfs.NewMem(),
-		opts: mvcc.Options{MVCC: true, Sync: false, Now: clock.now, Linger: linger, Retention: retention},
+	s := &mvccNode{node: node, owns: owns, fs: vfs.NewCrashableMem(),
+		opts: mvcc.Options{MVCC: true, Sync: true, Now: clock.now, Linger: linger, Retention: retention},
 		tick: clock.tick, stageTicks: map[chain.TxnID]int{}, commitTicks: map[chain.TxnID]int{},
 		versionOf: versionOf, trace: trace,
 		status: map[chain.TxnID]status{}, staged: map[chain.TxnID]*mvccStaged{}, logs: map[string][]chain.TxnID{},
@@ -219,7 +229,7 @@ func (s *mvccNode) prepareStep(id chain.TxnID, ops []txn.Op, bases map[string]mv
 			return nil, nil, err
 		}
 		out = handOn(bases, pending.Bases())
-		p.inner = &mvcc.ChainStaged{P: pending, ID: id}
+		p.inner = &mvcc.ChainStaged{P: pending, ID: id, Later: true}
 		p.refresh()
 		if !p.inner.Ready() {
 			// Staged behind undecided commits of a blob it only applies
@@ -258,6 +268,7 @@ func (s *mvccNode) passed(id chain.TxnID, results []txn.Result) error {
 		return err
 	}
 	s.setStatus(id, statusPassed)
+	s.unsynced = append(s.unsynced, id)
 	return nil
 }
 
@@ -283,6 +294,10 @@ func (s *mvccNode) setStatus(id chain.TxnID, st status) {
 // count as committed at the copy, for the collector checks.
 func (s *mvccNode) refresh(key string, from nodeStore, ready bool, want uint64) (bool, error) {
 	src := from.(*mvccNode)
+	// A node's catch-up reads wait for the syncs of the commits they
+	// read, on both sides (see mvcc/durable.go).
+	s.sync()
+	src.sync()
 	rs := &refreshSource{from: src.store, to: s.store, key: key, ready: ready, want: want}
 	changed, err := s.store.Refresh(key, rs)
 	if err != nil || !rs.taken {
@@ -336,10 +351,23 @@ func (r *refreshSource) Read(off, length uint64) ([]byte, error) {
 	return r.from.ReadChunks(r.key, off, length, r.cp.Version, r.cp.Size, expect)
 }
 
+// sync makes every commit written so far durable, as the node's syncer
+// does; the reads of a node wait for it (see mvcc/durable.go), so the
+// simulator syncs before it reads too.
+func (s *mvccNode) sync() {
+	if err := s.store.Sync(); err != nil {
+		panic(fmt.Sprintf("sim: syncing %s's store: %v", s.node, err))
+	}
+	s.unsynced = s.unsynced[:0]
+}
+
 // crash drops what the store staged and opens the database and the store
-// again, as a restarted node does: what lived in the store's memory, such
-// as the versions running transactions use (see mvcc/uses.go), is gone.
-func (s *mvccNode) crash() {
+// again, as a restarted node does, over what a crash leaves of its files:
+// everything synced and, picked by rng, part of the rest. What lived in
+// the store's memory, such as the versions running transactions use (see
+// mvcc/uses.go), is gone. The commits since the last sync whose records
+// did not survive are undone in the simulator's books, and returned.
+func (s *mvccNode) crash(rng *rand.Rand) []chain.TxnID {
 	ids := slices.SortedFunc(maps.Keys(s.staged), chain.TxnID.Compare)
 	for _, id := range ids {
 		if p := s.staged[id]; p.inner != nil {
@@ -348,12 +376,30 @@ func (s *mvccNode) crash() {
 	}
 	clear(s.staged)
 	loseUncommitted(s.status)
+	kept := s.fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: rng.IntN(101), RNG: rng})
 	if err := s.db.Close(); err != nil {
 		panic(fmt.Sprintf("sim: closing %s's store: %v", s.node, err))
 	}
+	s.fs = kept
 	if err := s.open(); err != nil {
 		panic(fmt.Sprintf("sim: reopening %s's store: %v", s.node, err))
 	}
+	var lost []chain.TxnID
+	for _, id := range s.unsynced {
+		if _, ok, err := s.store.Txn(id.String()); err != nil {
+			panic(fmt.Sprintf("sim: %s's record of %s: %v", s.node, id, err))
+		} else if ok {
+			continue
+		}
+		lost = append(lost, id)
+		s.status[id] = statusLost
+		delete(s.commitTicks, id)
+		for k, log := range s.logs {
+			s.logs[k] = slices.DeleteFunc(log, func(c chain.TxnID) bool { return c == id })
+		}
+	}
+	s.unsynced = s.unsynced[:0]
+	return lost
 }
 
 type mvccStaged struct {
@@ -421,6 +467,7 @@ func (p *mvccStaged) Commit(results []txn.Result) error {
 	for _, k := range p.keys {
 		p.node.logs[k] = append(p.node.logs[k], p.id)
 	}
+	p.node.unsynced = append(p.node.unsynced, p.id)
 	return nil
 }
 
@@ -467,6 +514,7 @@ func (s *mvccNode) storeAnomalies() []string { return s.anomalies }
 func (s *mvccNode) keyLog(key string) []chain.TxnID { return s.logs[key] }
 
 func (s *mvccNode) keyState(key string) (blob, error) {
+	s.sync()
 	info, err := s.store.Stat(key)
 	if errors.Is(err, errs.ErrNotFound) {
 		return blob{}, nil

@@ -98,6 +98,7 @@ import (
 
 	"github.com/tyrstore/tyr/internal/chain"
 	"github.com/tyrstore/tyr/internal/mvcc"
+	"github.com/tyrstore/tyr/internal/outbox"
 	"github.com/tyrstore/tyr/internal/ring"
 	"github.com/tyrstore/tyr/internal/txn"
 )
@@ -224,6 +225,14 @@ func shapeSource(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0x5
 // rest so that adding crashes left every other choice of a seed as it was.
 func crashSource(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0xc7a54)) }
 
+// syncSource is the random source of sync durations and of what crashes
+// keep of unsynced writes, apart from the rest like crashSource.
+func syncSource(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0x5c1d)) }
+
+// syncTicksMax bounds how long a node's sync takes: 1 to syncTicksMax
+// ticks, during which its replica goes on and a crash may come.
+const syncTicksMax = 3
+
 func pickCrashes(rng *rand.Rand, cfg Config) int {
 	n := 0
 	if rng.IntN(2) == 0 {
@@ -260,6 +269,12 @@ type Stats struct {
 	// that, once committed, waited on some member for the commits ahead
 	// of them to be decided before they applied.
 	Queued, QueuedCommitted, Waited int
+	// Syncs counts the syncs the nodes made for their commits (see
+	// chain.Output's MustSync), Held the messages that waited in a node's
+	// outbox for one, HeldLost those a crash dropped there, and
+	// UnsyncedLost the commits a crash took back because their sync had
+	// not run (mvcc only).
+	Syncs, Held, HeldLost, UnsyncedLost int
 	// MultiVM counts the transactions whose keys did not all have the
 	// same replicas (their version managers differ), and MultiVMCommitted
 	// those of them that committed.
@@ -339,6 +354,8 @@ const (
 	// eventCopied: its reply reaches the node copying.
 	eventCopy
 	eventCopied
+	// eventSync: a node's sync returns (see syncNode).
+	eventSync
 )
 
 type event struct {
@@ -347,7 +364,11 @@ type event struct {
 	kind eventKind
 	msg  chain.Message
 	sent int         // eventDeliver: when the message was sent
-	node ring.NodeID // eventCrash, eventRestart; eventCopy, eventCopied: the node copying
+	node ring.NodeID // eventCrash, eventRestart, eventSync; eventCopy, eventCopied: the node copying
+	// upTo and run: eventSync: the writes the sync covers (see
+	// outbox.Outbox.StartSync), in the node's run that began it.
+	upTo uint64
+	run  int
 	copy *copyReq    // eventCopy, eventCopied
 	// sides assigns each endpoint to one side of a partition; nil heals.
 	sides map[ring.NodeID]bool
@@ -466,7 +487,14 @@ type world struct {
 	// allFailed holds, per key, the commits that may have been lost
 	// because every replica of the key had failed at once (see
 	// noteAllFailed and noteStagesLost).
-	allFailed   map[string]map[chain.TxnID]bool
+	allFailed map[string]map[chain.TxnID]bool
+	// outs holds what each node's replica sent until its commits are
+	// durable; runs counts each node's crashes, so that a sync begun
+	// before one is not taken for one after it; syncRng draws how long
+	// each sync takes and what a crash keeps of what was not synced.
+	outs        map[ring.NodeID]*outbox.Outbox[chain.Message]
+	runs        map[ring.NodeID]int
+	syncRng     *rand.Rand
 	stats       Stats
 	failures    []string
 	traceHasher func([]byte)
@@ -484,7 +512,9 @@ func Run(cfg Config) Result {
 		ownedAt:   map[chain.TxnID]map[string][]ring.NodeID{},
 		collected: map[ring.NodeID]int{}, crashTicks: map[ring.NodeID][]int{},
 		forwards: map[ring.NodeID]map[chain.TxnID]*forward{}, catch: map[ring.NodeID]*catchUp{},
-		allFailed: map[string]map[chain.TxnID]bool{}}
+		allFailed: map[string]map[chain.TxnID]bool{},
+		outs:      map[ring.NodeID]*outbox.Outbox[chain.Message]{}, runs: map[ring.NodeID]int{},
+		syncRng: syncSource(cfg.Seed)}
 	w.gcRng = gcSource(cfg.Seed)
 	w.gc = pickGC(w.gcRng)
 	w.pins = make([]*pin, w.gc.readers)
@@ -801,7 +831,15 @@ func (w *world) loop() {
 			if !w.down[e.node] {
 				w.trace("crash %s", e.node)
 				w.down[e.node] = true
-				w.stores[e.node].crash()
+				w.runs[e.node]++
+				if held := w.out(e.node).Drop(); held > 0 {
+					w.stats.HeldLost += held
+					w.trace("%s's outbox loses %d messages", e.node, held)
+				}
+				if lost := w.stores[e.node].crash(w.syncRng); len(lost) > 0 {
+					w.stats.UnsyncedLost += len(lost)
+					w.trace("%s loses the unsynced commits of %v", e.node, lost)
+				}
 				w.crashTicks[e.node] = append(w.crashTicks[e.node], w.now)
 				w.countReplica(e.node)
 				w.replicas[e.node] = nil
@@ -822,6 +860,10 @@ func (w *world) loop() {
 			}
 		case eventCopy, eventCopied:
 			w.deliverCopy(e.kind, e.node, e.copy)
+		case eventSync:
+			if !w.down[e.node] && e.run == w.runs[e.node] {
+				w.synced(e.node, e.upTo)
+			}
 		case eventTick:
 			w.tick()
 			if w.done() {
@@ -1159,9 +1201,48 @@ func (w *world) flushReplica(n ring.NodeID) {
 			w.failures = append(w.failures, fmt.Sprintf("tick %d: %s failed to commit %s: %v", w.now, n, f.Txn, f.CommitErr))
 		}
 	}
-	for _, m := range o.Messages {
+	out := w.out(n)
+	if o.MustSync {
+		out.Wrote()
+	}
+	sent := out.Put(o.Messages...)
+	w.stats.Held += len(o.Messages) - len(sent)
+	for _, m := range sent {
 		w.send(m)
 	}
+	w.startSync(n)
+}
+
+// out is node n's outbox.
+func (w *world) out(n ring.NodeID) *outbox.Outbox[chain.Message] {
+	o := w.outs[n]
+	if o == nil {
+		o = &outbox.Outbox[chain.Message]{}
+		w.outs[n] = o
+	}
+	return o
+}
+
+// startSync begins node n's sync if its commits wait for one and none is
+// under way, as a node's loop does: it returns 1 to syncTicksMax ticks
+// later, when the store syncs what it wrote until then.
+func (w *world) startSync(n ring.NodeID) {
+	upTo, ok := w.out(n).StartSync()
+	if !ok {
+		return
+	}
+	w.stats.Syncs++
+	w.push(&event{at: w.now + 1 + w.syncRng.IntN(syncTicksMax), kind: eventSync, node: n, upTo: upTo, run: w.runs[n]})
+}
+
+// synced ends node n's sync: the store syncs, and the messages the
+// outbox held go.
+func (w *world) synced(n ring.NodeID, upTo uint64) {
+	w.stores[n].sync()
+	for _, m := range w.out(n).Synced(upTo) {
+		w.send(m)
+	}
+	w.startSync(n)
 }
 
 // stageLostAt records that node n missed the commit of id: its copy of the

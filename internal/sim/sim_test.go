@@ -203,6 +203,7 @@ func TestSim(t *testing.T) {
 		"catch-up: %d commits passed through a member behind (%d committed), %d refused by a tail behind (chain.ErrBehind), %d asks by a re-execution's tail, "+
 		"%d pass-throughs refused as the tail does not store the key, %d commits refused by a copy ahead, %d of %d catch-ups finished, %d copies refreshed, "+
 		"%d commits excused as every replica of a key failed; "+
+		"durability: %d syncs, %d messages held for one, %d held messages and %d unsynced commits lost in crashes; "+
 		"gc: %d collector passes deleted %d page versions; readers pinned %d versions and read superseded ones %d times (%d served, %d gone); "+
 		"ring: %d changes on %d seeds added %d replicas of keys, %d keys copied, %d copy requests sent again",
 		*firstFlag, *firstFlag+uint64(n)-1, onMVCC, failed, time.Since(start).Round(time.Millisecond), lossy, partitioned,
@@ -213,6 +214,7 @@ func TestSim(t *testing.T) {
 		total.Behind, total.Copies,
 		total.Passed, total.PassedCommitted, total.BehindRefused, total.Asks, total.Unkept, total.Ahead,
 		total.CatchUps, total.CatchUpsBegun, total.Refreshed, total.AllFailed,
+		total.Syncs, total.Held, total.HeldLost, total.UnsyncedLost,
 		total.Collections, total.Collected, total.Pins, total.OldReads, total.OldServed, total.OldGone,
 		total.Moves, moved, total.KeysMoved, total.MoveCopies, total.CopyRetries)
 	if failed > 5 {
@@ -224,6 +226,10 @@ func TestSim(t *testing.T) {
 	}
 	if total.Committed == 0 || total.Aborted == 0 {
 		t.Errorf("the workload is degenerate: %d committed, %d aborted", total.Committed, total.Aborted)
+	}
+	if onMVCC >= 20 && (total.Held == 0 || total.HeldLost == 0 || total.UnsyncedLost == 0) {
+		t.Errorf("the workload is degenerate: on %d mvcc seeds %d messages waited for a sync, crashes dropped %d of them and took back %d unsynced commits",
+			onMVCC, total.Held, total.HeldLost, total.UnsyncedLost)
 	}
 	if onMVCC >= 20 && total.Waited == 0 {
 		t.Errorf("the workload is degenerate: no committed transaction waited behind a queued one on %d mvcc seeds", onMVCC)
@@ -455,6 +461,17 @@ func TestSimCatchesCollectedInUse(t *testing.T) {
 func TestSimCatchesNoBase(t *testing.T) {
 	catchBroken(t, brokenNoBase, "tyr_broken_nobase", "TestSimCatchesNoBase", "refused uncontended transactions", 40, func(a string) bool {
 		return strings.HasPrefix(a, "progress: uncontended transaction")
+	})
+}
+
+// TestSimCatchesEarlySend runs mvcc seeds whose nodes send what they say of
+// a commit before the commit is durable (in binaries built with
+// tyr_broken_early_send: the outbox holds nothing), and expects a crash
+// that loses an unsynced commit to break durability: a transaction
+// reported committed that its chain's members no longer hold.
+func TestSimCatchesEarlySend(t *testing.T) {
+	catchBroken(t, brokenEarlySend, "tyr_broken_early_send", "TestSimCatchesEarlySend", "messages sent before the sync", 400, func(a string) bool {
+		return strings.HasPrefix(a, "durability:")
 	})
 }
 
