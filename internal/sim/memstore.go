@@ -1,9 +1,9 @@
 package sim
 
 import (
-	"math/rand/v2"
 	"encoding/binary"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 
 	"github.com/tyrstore/tyr/internal/chain"

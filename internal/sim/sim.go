@@ -369,7 +369,7 @@ type event struct {
 	// outbox.Outbox.StartSync), in the node's run that began it.
 	upTo uint64
 	run  int
-	copy *copyReq    // eventCopy, eventCopied
+	copy *copyReq // eventCopy, eventCopied
 	// sides assigns each endpoint to one side of a partition; nil heals.
 	sides map[ring.NodeID]bool
 	// bases: eventDeliver of a Forward: the bases it carries (see
