@@ -93,13 +93,16 @@ LOAD_BEFORE=$(uptime)
 
 CLUSTER_DIR=$TMP/cluster
 log "starting a $NODES-node cluster with tyr cluster up --sync"
-"$BIN" cluster up --nodes "$NODES" --dir "$CLUSTER_DIR" --base-port 0 --sync >"$TMP/endpoints"
+"$BIN" cluster up --nodes "$NODES" --dir "$CLUSTER_DIR" --base-port 0 --sync --metrics >"$TMP/endpoints"
 mapfile -t endpoints <"$TMP/endpoints"
 EP=${endpoints[0]}
 node_pids=()
+metrics=()
 for k in $(seq 1 "$NODES"); do
 	node_pids+=("$(<"$CLUSTER_DIR/node$k/pid")")
+	metrics+=("$(sed -n 's/.*"metrics": "\([^"]*\)".*/\1/p' "$CLUSTER_DIR/node$k/node.json")")
 done
+METRICS=$(IFS=,; echo "${metrics[*]}")
 log "cluster: endpoints ${endpoints[*]}, pids ${node_pids[*]}"
 
 start_redis redis-durable --save '' --appendonly yes --appendfsync always
@@ -149,7 +152,9 @@ bench() {
 	echo "| after | $(seq -s ' | ' -f 'node%g' 1 "$NODES") |"
 	echo "|---|$(printf -- '---:|%.0s' $(seq 1 "$NODES"))"
 } >"$OUT/memory.md"
-TYR=(--endpoint "$EP" --replication "$NODES")
+# Every tyr result carries what the nodes counted during it: chain
+# messages, Deliver calls, requests served and WAL syncs, per operation.
+TYR=(--endpoint "$EP" --replication "$NODES" --metrics-addr "$METRICS")
 ZK=(--zookeeper "127.0.0.1:$ZK_PORT" --zk-redis "$DURABLE")
 
 bench limits --clients "$CLIENTS" --duration "$LIMITS_DURATION" --dir "$TMP"
@@ -168,7 +173,7 @@ done
 bench isolation "${TYR[@]}" --direct --clients "$ISOLATION_CLIENTS" --duration "$DURATION" \
 	--value-size 1KiB --read-keys 10000
 bench stream "${TYR[@]}" --stream-size "$STREAM_SIZE" --peer redis --peer-addr "$MEMORY"
-bench stream --endpoint "$EP" --replication 1 --system tyr-rf1 --stream-size "$STREAM_SIZE"
+bench stream --endpoint "$EP" --replication 1 --metrics-addr "$METRICS" --system tyr-rf1 --stream-size "$STREAM_SIZE"
 
 # Each node's peak resident memory since it started, as the kernel kept it.
 for k in $(seq 1 "$NODES"); do

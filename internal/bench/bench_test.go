@@ -192,6 +192,7 @@ func TestParseCounts(t *testing.T) {
 # TYPE tyr_peer_messages_sent_total counter
 tyr_peer_messages_sent_total 1234
 tyr_peer_deliver_calls_total 56
+tyr_wal_syncs_total 31
 tyr_ops_total{code="OK",op="Commit"} 100
 tyr_ops_total{code="Unavailable",op="Commit"} 2
 tyr_ops_total{code="OK",op="Read"} 7
@@ -202,7 +203,7 @@ tyr_peer_messages_sent_total_other 5
 	if err != nil || !seen {
 		t.Fatalf("parseCounts: %v, seen %v", err, seen)
 	}
-	if want := (clusterCounts{peerMessages: 1234, peerCalls: 56, served: 109}); c != want {
+	if want := (clusterCounts{peerMessages: 1234, peerCalls: 56, served: 109, syncs: 31}); c != want {
 		t.Errorf("parseCounts = %+v, want %+v", c, want)
 	}
 	if _, seen, _ := parseCounts(bufio.NewScanner(strings.NewReader("tyr_ops_total{op=\"Read\"} 1\n"))); seen {
@@ -213,7 +214,7 @@ tyr_peer_messages_sent_total_other 5
 func TestReportCounts(t *testing.T) {
 	results := []Result{
 		{Workload: "write", System: "tyr-3", Clients: 1, OpsPerS: 50, Ops: 100, MetricsNodes: 3,
-			PeerMessages: 400, PeerDeliverCalls: 250, ServedRequests: 100},
+			PeerMessages: 400, PeerDeliverCalls: 250, ServedRequests: 100, Syncs: 25},
 		{Workload: "write", System: "tyr-1", Clients: 1, OpsPerS: 200, Ops: 400, MetricsNodes: 1, ServedRequests: 400},
 	}
 	var md strings.Builder
@@ -222,8 +223,8 @@ func TestReportCounts(t *testing.T) {
 	}
 	for _, row := range []string{
 		"| write | 1 | 50 | 200 | 0.25 |",
-		"| write | tyr-3 | 1 | 50.0 | 0.00 | 0.0 | 0.0 | 0 | 3 | 4.00 | 2.50 | 1.00 |",
-		"| write | tyr-1 | 1 | 200.0 | 0.00 | 0.0 | 0.0 | 0 | 1 | 0.00 | 0.00 | 1.00 |",
+		"| write | tyr-3 | 1 | 50.0 | 0.00 | 0.0 | 0.0 | 0 | 3 | 4.00 | 2.50 | 1.00 | 0.250 |",
+		"| write | tyr-1 | 1 | 200.0 | 0.00 | 0.0 | 0.0 | 0 | 1 | 0.00 | 0.00 | 1.00 | 0.000 |",
 	} {
 		if !strings.Contains(md.String(), row) {
 			t.Errorf("report lacks %q:\n%s", row, md.String())

@@ -27,6 +27,10 @@ import (
 //	limit-fsync      a 128-byte append then fsync, to a file of its own per
 //	                 client in --dir: the most durable small writes without
 //	                 group commit.
+//	limit-disk       a 4 MiB write then fsync, sequential in a file of its
+//	                 own per client in --dir (wrapping at 256 MiB): the
+//	                 disk's sequential write rate for durable writes of the
+//	                 size one stream put request carries.
 const (
 	// MachineSystem names the results of the limits workload.
 	MachineSystem = "machine"
@@ -34,14 +38,16 @@ const (
 	limitRoundtripBytes = 16
 	limitStreamBytes    = 1 << 20
 	limitFsyncBytes     = 128
+	limitDiskBytes      = 4 << 20
+	limitDiskFileBytes  = 256 << 20
 )
 
 // LimitWorkloads are the results the limits workload writes.
-var LimitWorkloads = []string{"limit-roundtrip", "limit-stream", "limit-fsync"}
+var LimitWorkloads = []string{"limit-roundtrip", "limit-stream", "limit-fsync", "limit-disk"}
 
 func runLimits(ctx context.Context, cfg *Config, emit func(Result) error) error {
 	opBytes := map[string]int{"limit-roundtrip": limitRoundtripBytes, "limit-stream": limitStreamBytes,
-		"limit-fsync": limitFsyncBytes}
+		"limit-fsync": limitFsyncBytes, "limit-disk": limitDiskBytes}
 	for _, kind := range LimitWorkloads {
 		m := &machineSystem{kind: kind, dir: cfg.Dir}
 		if err := m.Open(ctx); err != nil {
@@ -76,6 +82,8 @@ func (m *machineSystem) Note(string) string {
 		return "limit-roundtrip: 16-byte request and response over loopback TCP to an in-process echo server"
 	case "limit-stream":
 		return "limit-stream: 1 MiB writes over loopback TCP to an in-process server discarding them"
+	case "limit-disk":
+		return fmt.Sprintf("limit-disk: 4 MiB sequential write and fsync, one file per client in %s", m.dir)
 	default:
 		return fmt.Sprintf("limit-fsync: 128-byte append and fsync, one file per client in %s", m.dir)
 	}
@@ -89,7 +97,7 @@ func (m *machineSystem) Info() SystemInfo {
 
 // Open starts the in-process server of the TCP limits, on loopback only.
 func (m *machineSystem) Open(context.Context) error {
-	if m.kind == "limit-fsync" {
+	if m.fileBacked() {
 		return nil
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -147,8 +155,8 @@ func (m *machineSystem) Conns(ctx context.Context, n int) ([]conn, func() error,
 	for range n {
 		c := &machineConn{}
 		var err error
-		if m.kind == "limit-fsync" {
-			c.f, err = os.CreateTemp(m.dir, "tyr-bench-fsync-*")
+		if m.fileBacked() {
+			c.f, err = os.CreateTemp(m.dir, "tyr-bench-"+m.kind+"-*")
 		} else {
 			var d net.Dialer
 			c.nc, err = d.DialContext(ctx, "tcp", m.ln.Addr().String())
@@ -183,6 +191,12 @@ func (m *machineSystem) op(ctx context.Context, c conn, _ int, _ *rand.Rand, val
 	case "limit-stream":
 		n, err := mc.nc.Write(value)
 		return n, err
+	case "limit-disk":
+		if _, err := mc.f.WriteAt(value, mc.off); err != nil {
+			return 0, err
+		}
+		mc.off = (mc.off + int64(len(value))) % limitDiskFileBytes
+		return len(value), mc.f.Sync()
 	default:
 		if _, err := mc.f.Write(value); err != nil {
 			return 0, err
@@ -191,10 +205,15 @@ func (m *machineSystem) op(ctx context.Context, c conn, _ int, _ *rand.Rand, val
 	}
 }
 
+// fileBacked reports whether the limit writes files rather than talking
+// to a server.
+func (m *machineSystem) fileBacked() bool { return m.kind == "limit-fsync" || m.kind == "limit-disk" }
+
 // machineConn is a client's connection or file.
 type machineConn struct {
-	nc net.Conn
-	f  *os.File
+	nc  net.Conn
+	f   *os.File
+	off int64 // limit-disk: where the next write goes
 }
 
 func (c *machineConn) Ping(context.Context) error { return nil }

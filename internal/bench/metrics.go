@@ -15,6 +15,7 @@ import (
 const (
 	metricPeerMessages = "tyr_peer_messages_sent_total"
 	metricPeerCalls    = "tyr_peer_deliver_calls_total"
+	metricSyncs        = "tyr_wal_syncs_total"
 	metricOps          = "tyr_ops_total"
 )
 
@@ -30,7 +31,7 @@ const metricsSettle = 300 * time.Millisecond
 
 // clusterCounts are counters summed over every node of a cluster.
 type clusterCounts struct {
-	peerMessages, peerCalls, served float64
+	peerMessages, peerCalls, served, syncs float64
 }
 
 // scrapeCluster reads the counters of every node in addrs.
@@ -44,6 +45,7 @@ func scrapeCluster(ctx context.Context, addrs []string) (clusterCounts, error) {
 		total.peerMessages += c.peerMessages
 		total.peerCalls += c.peerCalls
 		total.served += c.served
+		total.syncs += c.syncs
 	}
 	return total, nil
 }
@@ -96,6 +98,8 @@ func parseCounts(sc *bufio.Scanner) (clusterCounts, bool, error) {
 			dst, seen = &c.peerMessages, true
 		case name == metricPeerCalls:
 			dst = &c.peerCalls
+		case name == metricSyncs:
+			dst = &c.syncs
 		case name == metricOps && containsAny(labels, servedOps):
 			dst = &c.served
 		default:
@@ -160,10 +164,11 @@ func (s *tyrSystem) end(ctx context.Context, r *Result) error {
 		}
 		return uint64(a - b), nil
 	}
-	var errs [3]error
+	var errs [4]error
 	r.MetricsNodes = len(s.metrics)
 	r.PeerMessages, errs[0] = diff(after.peerMessages, s.before.peerMessages)
 	r.PeerDeliverCalls, errs[1] = diff(after.peerCalls, s.before.peerCalls)
 	r.ServedRequests, errs[2] = diff(after.served, s.before.served)
+	r.Syncs, errs[3] = diff(after.syncs, s.before.syncs)
 	return errors.Join(errs[:]...)
 }

@@ -121,7 +121,7 @@ func TestLimitsMeasureTheMachine(t *testing.T) {
 	if len(results) != 2*len(LimitWorkloads) {
 		t.Fatalf("%d results, want %d", len(results), 2*len(LimitWorkloads))
 	}
-	want := map[string]int{"limit-roundtrip": 16, "limit-stream": 1 << 20, "limit-fsync": 128}
+	want := map[string]int{"limit-roundtrip": 16, "limit-stream": 1 << 20, "limit-fsync": 128, "limit-disk": 4 << 20}
 	for _, r := range results {
 		if r.System != MachineSystem || r.Ops == 0 || r.Errors != 0 || r.OpBytes != want[r.Workload] || r.Note == "" {
 			t.Errorf("limit result %+v", r)

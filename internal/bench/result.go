@@ -47,12 +47,13 @@ type Result struct {
 
 	// With --metrics-addr, what the MetricsNodes nodes counted during the
 	// measurement, summed over them: chain messages and Deliver calls
-	// between nodes, and client requests served (Commit and Read calls; a
-	// forwarded read counts twice).
+	// between nodes, client requests served (Commit and Read calls; a
+	// forwarded read counts twice), and WAL syncs made for commits.
 	MetricsNodes     int    `json:"metrics_nodes,omitempty"`
 	PeerMessages     uint64 `json:"peer_messages,omitempty"`
 	PeerDeliverCalls uint64 `json:"peer_deliver_calls,omitempty"`
 	ServedRequests   uint64 `json:"served_requests,omitempty"`
+	Syncs            uint64 `json:"syncs,omitempty"`
 
 	// RetriesOnConflict is set when the system ran each operation as a
 	// transaction that it aborts on conflict and runs again until it
@@ -364,12 +365,12 @@ func writeMeasurements(b *strings.Builder, c comparison, results []Result, retri
 		sep += "---:|---:|"
 	}
 	if counted {
-		b.WriteString(" nodes | peer messages/op | Deliver calls/op | requests served/op |")
-		sep += "---:|---:|---:|---:|"
+		b.WriteString(" nodes | peer messages/op | Deliver calls/op | requests served/op | WAL syncs/op |")
+		sep += "---:|---:|---:|---:|---:|"
 	}
 	if limited {
-		b.WriteString(" of round-trip limit | of fsync limit | of stream limit |")
-		sep += "---:|---:|---:|"
+		b.WriteString(" of round-trip limit | of fsync limit | of stream limit | of disk limit |")
+		sep += "---:|---:|---:|---:|"
 	}
 	b.WriteString("\n" + sep + "\n")
 	for _, r := range results {
@@ -464,7 +465,7 @@ func writeAbortTable(b *strings.Builder, c comparison, wl string) {
 
 // limitCells gives r as a fraction of the machine's limits at the same
 // client count: operations against round trips and fsyncs, and the stream
-// workloads' bytes against the stream limit.
+// workloads' bytes against the stream and disk limits.
 func (c comparison) limitCells(r Result) string {
 	frac := func(limit string, v func(Result) float64) string {
 		l, ok := c.limits[cell{limit, r.Clients}]
@@ -476,9 +477,9 @@ func (c comparison) limitCells(r Result) string {
 	ops := func(x Result) float64 { return x.OpsPerS }
 	mb := func(x Result) float64 { return x.MBPerS }
 	if strings.HasPrefix(r.Workload, "stream") {
-		return fmt.Sprintf(" – | – | %s |", frac("limit-stream", mb))
+		return fmt.Sprintf(" – | – | %s | %s |", frac("limit-stream", mb), frac("limit-disk", mb))
 	}
-	return fmt.Sprintf(" %s | %s | – |", frac("limit-roundtrip", ops), frac("limit-fsync", ops))
+	return fmt.Sprintf(" %s | %s | – | – |", frac("limit-roundtrip", ops), frac("limit-fsync", ops))
 }
 
 // systemInfos returns one line per system that described itself, with its
@@ -518,11 +519,11 @@ func Notes(results []Result) []string {
 // countCells formats what the nodes counted during r, per operation.
 func countCells(r Result) string {
 	if r.MetricsNodes == 0 || r.Ops == 0 {
-		return " – | – | – | – |"
+		return " – | – | – | – | – |"
 	}
 	per := func(v uint64) float64 { return float64(v) / float64(r.Ops) }
-	return fmt.Sprintf(" %d | %.2f | %.2f | %.2f |", r.MetricsNodes, per(r.PeerMessages), per(r.PeerDeliverCalls),
-		per(r.ServedRequests))
+	return fmt.Sprintf(" %d | %.2f | %.2f | %.2f | %.3f |", r.MetricsNodes, per(r.PeerMessages), per(r.PeerDeliverCalls),
+		per(r.ServedRequests), per(r.Syncs))
 }
 
 func opsCell(r Result, ok bool) string {

@@ -56,8 +56,8 @@ Workloads:
             system. tyr keeps --accounts-per-blob 8-byte balances side by
             side in a blob and runs RunTx
   limits    no server: loopback TCP round trips, loopback stream MB/s and
-            small appends with fsync in --dir, the limits the other results
-            can be read against
+            small appends with fsync and 4 MiB sequential writes with fsync
+            in --dir, the limits the other results can be read against
 
 For counter and monalisa, --agg says how tyr updates: with atomic ops in the
 commit ("tyr") and/or as transactional read-modify-write ("tyr-rmw"). A

@@ -8,8 +8,9 @@ import (
 
 // RegisterNode adds n's peer traffic counts to m:
 // tyr_peer_messages_sent_total, tyr_peer_deliver_calls_total,
-// tyr_peer_deliver_failures_total, tyr_peer_messages_dropped_total and
-// tyr_peer_messages_received_total, read from n.Stats at each scrape.
+// tyr_peer_deliver_failures_total, tyr_peer_messages_dropped_total,
+// tyr_peer_messages_received_total and tyr_wal_syncs_total, read from
+// n.Stats at each scrape.
 func (m *Metrics) RegisterNode(n *node.Node) {
 	m.Registry.MustRegister(nodeCollector{n: n})
 }
@@ -25,6 +26,8 @@ var (
 		"Chain messages this node dropped before sending: no address, no connection or a full queue.", nil, nil)
 	peerMessagesReceivedDesc = prometheus.NewDesc("tyr_peer_messages_received_total",
 		"Chain messages other nodes delivered to this node.", nil, nil)
+	walSyncsDesc = prometheus.NewDesc("tyr_wal_syncs_total",
+		"WAL syncs this node made to make commits durable: one per keyspace per group commit.", nil, nil)
 )
 
 // nodeCollector reads a node's counts when metrics are scraped.
@@ -32,7 +35,7 @@ type nodeCollector struct{ n *node.Node }
 
 func (nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{peerMessagesSentDesc, peerDeliverCallsDesc, peerDeliverFailuresDesc,
-		peerMessagesDroppedDesc, peerMessagesReceivedDesc} {
+		peerMessagesDroppedDesc, peerMessagesReceivedDesc, walSyncsDesc} {
 		ch <- d
 	}
 }
@@ -48,6 +51,7 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		{peerDeliverFailuresDesc, st.DeliverFailures},
 		{peerMessagesDroppedDesc, st.MessagesDropped},
 		{peerMessagesReceivedDesc, st.MessagesReceived},
+		{walSyncsDesc, st.Syncs},
 	} {
 		ch <- prometheus.MustNewConstMetric(v.d, prometheus.CounterValue, float64(v.n))
 	}
