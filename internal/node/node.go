@@ -222,8 +222,9 @@ type Node struct {
 
 	// syncReqs and syncDone carry the loop's one sync in flight to the
 	// syncer goroutine and back (see syncer).
-	syncReqs chan syncReq
-	syncDone chan syncResult
+	syncReqs   chan syncReq
+	syncDone   chan syncResult
+	syncerDone chan struct{}
 
 	// Owned by the loop goroutine.
 	// out holds what leaves the node until the commits before it are
@@ -300,7 +301,8 @@ func Start(cfg Config) (*Node, error) {
 		peers:  map[ring.NodeID]*peer{},
 		groups: map[string]*group{}, waiters: map[waiterKey]chan beginResult{},
 		versions: map[waiterKey]versionEntry{},
-		syncReqs: make(chan syncReq, 1), syncDone: make(chan syncResult, 1), dirty: map[string]bool{},
+		syncReqs: make(chan syncReq, 1), syncDone: make(chan syncResult, 1), syncerDone: make(chan struct{}),
+		dirty: map[string]bool{},
 	}
 	for _, ks := range cfg.Engine.List() {
 		n.earlier[ks.Name] = !cfg.FirstRun
@@ -329,6 +331,7 @@ func Start(cfg Config) (*Node, error) {
 func (n *Node) Close() {
 	close(n.stop)
 	<-n.done
+	<-n.syncerDone
 	<-n.catch.done
 	<-n.leaseDone
 	<-n.ringDone

@@ -56,6 +56,7 @@ func (n *Node) synced(r syncResult) {
 
 // syncer performs the loop's syncs, the keyspaces of one in parallel.
 func (n *Node) syncer() {
+	defer close(n.syncerDone)
 	for {
 		var req syncReq
 		select {
