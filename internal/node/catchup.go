@@ -236,6 +236,7 @@ func (p passThrough) Commit(results []txn.Result) error {
 		return err
 	}
 	defer ks.Release()
+	p.n.stats.memberCommits.Add(1)
 	if err := ks.Store.PutTxn(p.id.String(), txn.EncodeResults(results)); err != nil {
 		return err
 	}

@@ -1034,7 +1034,7 @@ func (s stager) prepare(id chain.TxnID, ops []txn.Op) (chain.Staged, error) {
 	}
 	e.bases = p.Bases()
 	s.n.versions[key] = e
-	return staged{ChainStaged: mvcc.ChainStaged{P: p, ID: id, Client: e.client, Later: true}, release: ks.Release}, nil
+	return staged{ChainStaged: mvcc.ChainStaged{P: p, ID: id, Client: e.client, Later: true}, n: s.n, release: ks.Release}, nil
 }
 
 // Committed implements chain.Stager from the keyspace's transaction
@@ -1050,11 +1050,13 @@ func (s stager) Committed(id chain.TxnID) ([]txn.Result, bool, error) {
 
 type staged struct {
 	mvcc.ChainStaged
+	n       *Node
 	release func()
 }
 
 func (s staged) Commit(results []txn.Result) error {
 	defer s.release()
+	s.n.stats.memberCommits.Add(1)
 	return s.ChainStaged.Commit(results)
 }
 

@@ -188,6 +188,9 @@ func startClusterWith(t testing.TB, size, rf int, loss float64, seed uint64, lea
 		if _, err := eng.Create(testKeyspace, keyspace.Config{ChunkBytes: 4 << 10, Replication: uint32(rf), MVCC: true}); err != nil {
 			t.Fatal(err)
 		}
+		if _, err := eng.Create(syncKeyspace, keyspace.Config{ChunkBytes: 4 << 10, Replication: uint32(rf), MVCC: true, Sync: true}); err != nil {
+			t.Fatal(err)
+		}
 		n, err := Start(Config{Cluster: fakeCluster{self: id, view: view, dead: tc.dead, catchingUp: tc.catchingUp}, Engine: eng, Log: log.With("node", id), FirstRun: true, LeaseDuration: leaseDuration,
 			Dial: func(addr string) (grpc.ClientConnInterface, error) {
 				return netConn{tc.net, addr, "addr-" + string(id)}, nil

@@ -33,11 +33,15 @@ type Stats struct {
 	// one per keyspace written since the previous one (sync.go); a commit
 	// on a one-node ring, which Pebble syncs itself, counts one.
 	Syncs uint64
+	// MemberCommits is the chain commits this node wrote as a member
+	// (applied or passed through); without group commit each would take
+	// a sync of its own.
+	MemberCommits uint64
 }
 
 // counters are the live counts behind Stats.
 type counters struct {
-	sent, calls, failures, dropped, received, fetched, syncs atomic.Uint64
+	sent, calls, failures, dropped, received, fetched, syncs, memberCommits atomic.Uint64
 }
 
 // counters returns n's counters.
@@ -56,5 +60,6 @@ func (n *Node) Stats() Stats {
 		MessagesReceived: c.received.Load(),
 		BasesFetched:     c.fetched.Load(),
 		Syncs:            c.syncs.Load(),
+		MemberCommits:    c.memberCommits.Load(),
 	}
 }
