@@ -155,6 +155,8 @@ bench() {
 # Every tyr result carries what the nodes counted during it: chain
 # messages, Deliver calls, requests served and WAL syncs, per operation.
 TYR=(--endpoint "$EP" --replication "$NODES" --metrics-addr "$METRICS")
+# isolation and stream take no --metrics-addr.
+TYR_PLAIN=(--endpoint "$EP" --replication "$NODES")
 ZK=(--zookeeper "127.0.0.1:$ZK_PORT" --zk-redis "$DURABLE")
 
 bench limits --clients "$CLIENTS" --duration "$LIMITS_DURATION" --dir "$TMP"
@@ -170,10 +172,10 @@ for spec in 1KiB:10000 800B:10000 100KiB:1000; do
 	bench read "${TYR[@]}" --direct --clients "$CLIENTS" --duration "$DURATION" \
 		--value-size "${spec%%:*}" --read-keys "${spec##*:}" --peer redis --peer-addr "$MEMORY"
 done
-bench isolation "${TYR[@]}" --direct --clients "$ISOLATION_CLIENTS" --duration "$DURATION" \
+bench isolation "${TYR_PLAIN[@]}" --direct --clients "$ISOLATION_CLIENTS" --duration "$DURATION" \
 	--value-size 1KiB --read-keys 10000
-bench stream "${TYR[@]}" --stream-size "$STREAM_SIZE" --peer redis --peer-addr "$MEMORY"
-bench stream --endpoint "$EP" --replication 1 --metrics-addr "$METRICS" --system tyr-rf1 --stream-size "$STREAM_SIZE"
+bench stream "${TYR_PLAIN[@]}" --stream-size "$STREAM_SIZE" --peer redis --peer-addr "$MEMORY"
+bench stream --endpoint "$EP" --replication 1 --system tyr-rf1 --stream-size "$STREAM_SIZE"
 
 # Each node's peak resident memory since it started, as the kernel kept it.
 for k in $(seq 1 "$NODES"); do

@@ -220,7 +220,7 @@ func newBenchWorkloadCommand(e *env, workload string) *cobra.Command {
 			"send each read and write to the node that serves its blob, found from the endpoint's cluster status")
 		f.StringSliceVar(&cfg.MetricsAddrs, "metrics-addr", nil,
 			"metrics address (host:port) of every node of the cluster; each result then carries the peer messages, "+
-				"Deliver calls and requests the nodes counted during it")
+				"Deliver calls, requests and WAL syncs the nodes counted during it")
 	}
 	f.StringVar(&cfg.Peer, "peer", "", "also measure this system under the same workload: redis")
 	f.StringSliceVar(&cfg.PeerAddrs, "peer-addr", []string{"127.0.0.1:6379"},
