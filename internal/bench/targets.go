@@ -183,10 +183,15 @@ func Targets(results []Result, base string) []Target {
 			"transactional read-modify-write",
 			ratio("counter", "redis-durable", 1),
 			ratio("counter", base+"-rmw", 2)),
+		target("`bank`, "+at, "≥ 1× PostgreSQL SERIALIZABLE",
+			ratio("bank", "postgres", 1)),
+		target("`write` 4 KiB, "+at, "≥ 1× Redis SET appendfsync always",
+			ratio("write", "redis-durable", 1)),
 		target("`read` 1 KiB direct, "+at, "≥ 1× Redis GET (memory-only)",
 			ratio(read1K, "redis-memory", 1)),
 		isolationTarget(results, base),
 		streamTarget(c, results, base),
+		streamPutTarget(c, base),
 		memoryTarget(results),
 	}
 	return ts
@@ -234,6 +239,29 @@ func streamTarget(c comparison, results []Result, base string) Target {
 	t := target("`stream` get, RF=1", "≥ 0.5× the loopback stream limit", b)
 	if b.ok {
 		t.Measured += fmt.Sprintf(" (%.0f of %.0f MB/s, %s)", get.MBPerS, limit.MBPerS, sizeLabel(int64(get.Ops)*int64(get.OpBytes)))
+	}
+	return t
+}
+
+// streamPutTarget compares the stream put at the cluster's replication
+// with the same put at one replica, and that with the disk's durable
+// sequential write rate, at one client.
+func streamPutTarget(c comparison, base string) Target {
+	put := c.by[cell{"stream-put", 1}]
+	rf, rfOK := put[base]
+	one, oneOK := put[base+"-rf1"]
+	disk, diskOK := c.limits[cell{"limit-disk", 1}]
+	replicated := bound{label: base + " put / " + base + "-rf1 put", need: 0.5, ok: rfOK && oneOK && one.MBPerS > 0, unit: "×"}
+	if replicated.ok {
+		replicated.got = rf.MBPerS / one.MBPerS
+	}
+	single := bound{label: base + "-rf1 put / limit-disk", need: 0.5, ok: oneOK && diskOK && disk.MBPerS > 0, unit: "×"}
+	if single.ok {
+		single.got = one.MBPerS / disk.MBPerS
+	}
+	t := target("`stream-put`", "replicated ≥ 0.5× one replica; one replica ≥ 0.5× the disk's sequential write rate", replicated, single)
+	if replicated.ok && single.ok {
+		t.Measured += fmt.Sprintf(" (%.0f, %.0f and %.0f MB/s)", rf.MBPerS, one.MBPerS, disk.MBPerS)
 	}
 	return t
 }
