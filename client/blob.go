@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/tyrstore/tyr/api/tyrpb"
 	"github.com/tyrstore/tyr/internal/errs"
@@ -113,7 +114,10 @@ type OpResult struct {
 // took effect, an ErrConflict error if it did not and never will, and an
 // error wrapping ErrOutcomeUnknown if the outcome could not be learnt. A
 // commit the server refused for certain (Refused) is not resolved: its
-// error is returned as it is.
+// error is returned as it is. When the node could not be reached at all
+// and the cluster found the commit did not take effect, Commit sends it
+// anew, under a new ID, through each other member it knows in turn, so a
+// client whose endpoint is down keeps committing.
 func (c *Client) Commit(ctx context.Context, ks string, ops ...Op) ([]OpResult, error) {
 	return c.commit(ctx, ks, ops, nil, true)
 }
@@ -130,22 +134,45 @@ func (c *Client) commit(ctx context.Context, ks string, ops []Op, reads []*tyrpb
 		// node that died, so the client learns them first (once).
 		c.router.current(ctx)
 	}
-	var trailer metadata.MD
-	resp, err := c.api.Commit(ctx, req, grpc.Trailer(&trailer))
-	if err != nil {
-		err = fromStatus(err)
-		var e *Error
-		if errors.As(err, &e) && len(trailer.Get(errs.RefusedTrailer)) > 0 {
-			e.refused = true
+	targets := []tyrpb.TyrClient{c.api}
+	for i := 0; ; i++ {
+		results, unreachable, err := c.commitVia(ctx, targets[i], req, resolve)
+		if !unreachable {
+			return results, err
 		}
-		// A definite refusal changed nothing: only a lost answer is
-		// resolved.
-		if resolve && !Refused(err) && ctx.Err() == nil {
-			return c.resolve(ctx, req, err)
+		if i == 0 {
+			targets = append(targets, c.router.members(ctx)...)
 		}
-		return nil, err
+		if i+1 == len(targets) {
+			return nil, err
+		}
+		req = proto.Clone(req).(*tyrpb.CommitRequest)
+		req.TxnId = newTxnID()
 	}
-	return opResults(len(ops), resp.GetResults())
+}
+
+// commitVia sends commit req through target. It reports unreachable when
+// the node could not be reached (the call failed as unavailable) and
+// resolution found the commit did not take effect and never will: it
+// may then be sent anew through another node.
+func (c *Client) commitVia(ctx context.Context, target tyrpb.TyrClient, req *tyrpb.CommitRequest, resolve bool) (results []OpResult, unreachable bool, err error) {
+	var trailer metadata.MD
+	resp, err := target.Commit(ctx, req, grpc.Trailer(&trailer))
+	if err == nil {
+		results, err = opResults(len(req.GetOps()), resp.GetResults())
+		return results, false, err
+	}
+	err = fromStatus(err)
+	var e *Error
+	if errors.As(err, &e) && len(trailer.Get(errs.RefusedTrailer)) > 0 {
+		e.refused = true
+	}
+	// A definite refusal changed nothing: only a lost answer is resolved.
+	if !resolve || Refused(err) || ctx.Err() != nil {
+		return nil, false, err
+	}
+	results, rerr := c.resolve(ctx, req, err)
+	return results, rerr != nil && errors.Is(err, ErrUnavailable) && errors.Is(rerr, ErrConflict) && Refused(rerr), rerr
 }
 
 func opResults(n int, in []*tyrpb.OpResult) ([]OpResult, error) {

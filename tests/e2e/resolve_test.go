@@ -203,6 +203,18 @@ func TestResolveAfterCoordinatorKill(t *testing.T) {
 		tally[fmt.Sprintf("raw: answered %t, resolved %v", s.resp != nil, resp.GetOutcome())]++
 	}
 	t.Logf("outcomes: %v", tally)
+
+	// node1, c1's endpoint, is down: c1's commits go through another node
+	// once the cluster found they did not take effect there.
+	actx, acancel := context.WithTimeout(context.Background(), resolveBound+clusterOpTimeout)
+	defer acancel()
+	res, err := c1.Commit(actx, ks, client.AppendOp("after", []byte("<after>"), true))
+	if err != nil {
+		t.Fatalf("a commit through a client whose endpoint is down: %v", err)
+	}
+	if data, err := clients[1].Read(ctx, ks, "after", 0, 1<<20); err != nil || !bytes.Equal(data, []byte("<after>")) || res[0].Offset != 0 {
+		t.Errorf("after the commit through another node, blob after holds %q (%v), committed at %d", data, err, res[0].Offset)
+	}
 	lost := 0
 	for _, s := range all {
 		if s.req != nil && s.resp == nil {
