@@ -264,6 +264,17 @@ type probeResult struct {
 	errors []string
 }
 
+// run runs worker(p) for every p below n at once, and returns res once
+// every worker is done.
+func (res *probeResult) run(n int, worker func(p int)) *probeResult {
+	var wg sync.WaitGroup
+	for p := range n {
+		wg.Go(func() { worker(p) })
+	}
+	wg.Wait()
+	return res
+}
+
 // attempt is one try of a probe op: its outcome, and the error of one
 // that did not succeed.
 type attempt func(ctx context.Context) (history.Type, error)
@@ -341,65 +352,58 @@ func outcome(err error) history.Type {
 // The ops are recorded in rec, so the linearizability check covers them too.
 func registerProbe(rec *history.Recorder, dial func(id int) registerStore) *probeResult {
 	res := &probeResult{}
-	var wg sync.WaitGroup
-	for id := range tortureClients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			store := dial(id)
-			key := fmt.Sprintf("own/%d", id)
-			process := probeProcess + id
-			for j := range probeOps {
-				var value string
-				tries := 0
-				if !res.do(fmt.Sprintf("client %d: write %d of %s", id, j, key), func(ctx context.Context) (history.Type, error) {
-					// A fresh value each try: the checker tells writes apart by value.
-					value = fmt.Sprintf("own-%d-%d-%d", id, j, tries)
-					tries++
-					op := rec.Invoke(process, history.FWrite, history.Register{Key: key, Value: &value})
-					err := store.Write(ctx, key, encodeValue(value, 24<<10))
-					switch typ := outcome(err); typ {
-					case history.OK:
-						rec.Ok(op, history.Register{Key: key, Value: &value})
-						return typ, nil
-					case history.Fail:
-						rec.Fail(op, history.Register{Key: key, Value: &value}, err)
-						return typ, err
-					default:
-						rec.Info(op, history.Register{Key: key, Value: &value}, err)
-						return typ, err
-					}
-				}) {
-					return
+	return res.run(tortureClients, func(id int) {
+		store := dial(id)
+		key := fmt.Sprintf("own/%d", id)
+		process := probeProcess + id
+		for j := range probeOps {
+			var value string
+			tries := 0
+			if !res.do(fmt.Sprintf("client %d: write %d of %s", id, j, key), func(ctx context.Context) (history.Type, error) {
+				// A fresh value each try: the checker tells writes apart by value.
+				value = fmt.Sprintf("own-%d-%d-%d", id, j, tries)
+				tries++
+				op := rec.Invoke(process, history.FWrite, history.Register{Key: key, Value: &value})
+				err := store.Write(ctx, key, encodeValue(value, 24<<10))
+				switch typ := outcome(err); typ {
+				case history.OK:
+					rec.Ok(op, history.Register{Key: key, Value: &value})
+					return typ, nil
+				case history.Fail:
+					rec.Fail(op, history.Register{Key: key, Value: &value}, err)
+					return typ, err
+				default:
+					rec.Info(op, history.Register{Key: key, Value: &value}, err)
+					return typ, err
 				}
-				var got *string
-				if !res.do(fmt.Sprintf("client %d: read %d of %s", id, j, key), func(ctx context.Context) (history.Type, error) {
-					op := rec.Invoke(process, history.FRead, history.Register{Key: key})
-					content, err := store.Read(ctx, key)
-					if err != nil {
-						// A read changes nothing: it can always be tried again.
-						rec.Fail(op, history.Register{Key: key}, err)
-						return history.Fail, err
-					}
-					got = nil
-					if content != nil {
-						got = history.Str(decodeValue(content))
-					}
-					rec.Ok(op, history.Register{Key: key, Value: got})
-					return history.OK, nil
-				}) {
-					return
-				}
-				if got == nil || *got != value {
-					// The linearizability check reports it too.
-					res.fail("client %d: read %s after writing %q: %v", id, key, value, got)
-					return
-				}
+			}) {
+				return
 			}
-		}()
-	}
-	wg.Wait()
-	return res
+			var got *string
+			if !res.do(fmt.Sprintf("client %d: read %d of %s", id, j, key), func(ctx context.Context) (history.Type, error) {
+				op := rec.Invoke(process, history.FRead, history.Register{Key: key})
+				content, err := store.Read(ctx, key)
+				if err != nil {
+					// A read changes nothing: it can always be tried again.
+					rec.Fail(op, history.Register{Key: key}, err)
+					return history.Fail, err
+				}
+				got = nil
+				if content != nil {
+					got = history.Str(decodeValue(content))
+				}
+				rec.Ok(op, history.Register{Key: key, Value: got})
+				return history.OK, nil
+			}) {
+				return
+			}
+			if got == nil || *got != value {
+				// The linearizability check reports it too.
+				res.fail("client %d: read %s after writing %q: %v", id, key, value, got)
+				return
+			}
+		}
+	})
 }
 
 // listAppendProbe runs the list-append end probe: one worker per node,
@@ -409,53 +413,47 @@ func registerProbe(rec *history.Recorder, dial func(id int) registerStore) *prob
 // exactly the worker's earlier appends.
 func listAppendProbe(rec *history.Recorder, clients []*client.Client, keyspace string) *probeResult {
 	res := &probeResult{}
-	var wg sync.WaitGroup
-	for p, c := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			keys := []string{fmt.Sprintf("own%d-a", p), fmt.Sprintf("own%d-b", p), fmt.Sprintf("own%d-c", p)}
-			appended := []int{}
-			process := probeProcess + p
-			for j := range probeOps {
-				var ops []history.MicroOp
-				tries := 0
-				if !res.do(fmt.Sprintf("worker %d through node%d: txn %d", p, p+1, j), func(ctx context.Context) (history.Type, error) {
-					ops = ops[:0]
-					for _, k := range keys {
-						ops = append(ops, history.Read(k, nil))
-					}
-					v := 900_000_000 + p*100_000 + j*1000 + tries // a fresh value each try
-					tries++
-					for _, k := range keys {
-						ops = append(ops, history.Append(k, v))
-					}
-					op := rec.Invoke(process, history.FTxn, ops)
-					typ, err := probeTxn(ctx, c, keyspace, ops)
-					switch typ {
-					case history.OK:
-						rec.Ok(op, ops)
-					case history.Fail:
-						rec.Fail(op, ops, err)
-					default:
-						rec.Info(op, ops, err)
-					}
-					return typ, err
-				}) {
+	return res.run(len(clients), func(p int) {
+		c := clients[p]
+		keys := []string{fmt.Sprintf("own%d-a", p), fmt.Sprintf("own%d-b", p), fmt.Sprintf("own%d-c", p)}
+		appended := []int{}
+		process := probeProcess + p
+		for j := range probeOps {
+			var ops []history.MicroOp
+			tries := 0
+			if !res.do(fmt.Sprintf("worker %d through node%d: txn %d", p, p+1, j), func(ctx context.Context) (history.Type, error) {
+				ops = ops[:0]
+				for _, k := range keys {
+					ops = append(ops, history.Read(k, nil))
+				}
+				v := 900_000_000 + p*100_000 + j*1000 + tries // a fresh value each try
+				tries++
+				for _, k := range keys {
+					ops = append(ops, history.Append(k, v))
+				}
+				op := rec.Invoke(process, history.FTxn, ops)
+				typ, err := probeTxn(ctx, c, keyspace, ops)
+				switch typ {
+				case history.OK:
+					rec.Ok(op, ops)
+				case history.Fail:
+					rec.Fail(op, ops, err)
+				default:
+					rec.Info(op, ops, err)
+				}
+				return typ, err
+			}) {
+				return
+			}
+			for _, m := range ops[:len(keys)] {
+				if !slices.Equal(m.Read, appended) {
+					res.fail("worker %d through node%d: txn %d read %s as %v, want %v", p, p+1, j, m.Key, m.Read, appended)
 					return
 				}
-				for _, m := range ops[:len(keys)] {
-					if !slices.Equal(m.Read, appended) {
-						res.fail("worker %d through node%d: txn %d read %s as %v, want %v", p, p+1, j, m.Key, m.Read, appended)
-						return
-					}
-				}
-				appended = append(appended, ops[len(keys)].Value)
 			}
-		}()
-	}
-	wg.Wait()
-	return res
+			appended = append(appended, ops[len(keys)].Value)
+		}
+	})
 }
 
 // probeTxn runs the micro-ops of a list-append transaction through c, like
@@ -516,36 +514,30 @@ func decodeList(b []byte) ([]int, error) {
 // 3, ...
 func counterProbe(clients []*client.Client, keyspace string) *probeResult {
 	res := &probeResult{}
-	var wg sync.WaitGroup
-	for p, c := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			key := fmt.Sprintf("counter-own%d", p)
-			if !res.do(fmt.Sprintf("worker %d through node%d: create %s", p, p+1, key), func(ctx context.Context) (history.Type, error) {
-				_, err := c.WriteCreate(ctx, keyspace, key, 0, make([]byte, 8))
+	return res.run(len(clients), func(p int) {
+		c := clients[p]
+		key := fmt.Sprintf("counter-own%d", p)
+		if !res.do(fmt.Sprintf("worker %d through node%d: create %s", p, p+1, key), func(ctx context.Context) (history.Type, error) {
+			_, err := c.WriteCreate(ctx, keyspace, key, 0, make([]byte, 8))
+			return outcome(err), err
+		}) {
+			return
+		}
+		for j := range probeOps {
+			var v uint64
+			if !res.do(fmt.Sprintf("worker %d through node%d: add %d to %s", p, p+1, j+1, key), func(ctx context.Context) (history.Type, error) {
+				var err error
+				v, err = c.Atomic(ctx, keyspace, key, 0, 8, client.FuncAdd, 1)
 				return outcome(err), err
 			}) {
 				return
 			}
-			for j := range probeOps {
-				var v uint64
-				if !res.do(fmt.Sprintf("worker %d through node%d: add %d to %s", p, p+1, j+1, key), func(ctx context.Context) (history.Type, error) {
-					var err error
-					v, err = c.Atomic(ctx, keyspace, key, 0, 8, client.FuncAdd, 1)
-					return outcome(err), err
-				}) {
-					return
-				}
-				if v != uint64(j+1) {
-					res.fail("worker %d through node%d: add %d to %s returned %d, want %d", p, p+1, j+1, key, v, j+1)
-					return
-				}
+			if v != uint64(j+1) {
+				res.fail("worker %d through node%d: add %d to %s returned %d, want %d", p, p+1, j+1, key, v, j+1)
+				return
 			}
-		}()
-	}
-	wg.Wait()
-	return res
+		}
+	})
 }
 
 // TestInStep: a fault lasts, past the nemesis's part in it, until every
