@@ -157,19 +157,8 @@ func TestReadsWaitForDurability(t *testing.T) {
 // Sync, while the commits staged after it see it at once.
 func TestCommitLaterDurableAtSync(t *testing.T) {
 	fs := vfs.NewCrashableMem()
-	open := func(fs vfs.FS) (*pebble.DB, *Store) {
-		db, err := pebble.Open("db", &pebble.Options{FS: fs, Logger: testLogger{}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := Open(db, Options{MVCC: true, Sync: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return db, s
-	}
-	db, s := open(fs)
-	defer func() { _ = db.Close() }()
+	opts := Options{MVCC: true, Sync: true}
+	s := openStoreFS(t, fs, opts)
 	mustCommit(t, s, writeOp("k", "old"))
 	later := func(ops ...txn.Op) {
 		t.Helper()
@@ -186,23 +175,15 @@ func TestCommitLaterDurableAtSync(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The next commit stages on top of the unsynced one.
-	p, err := s.Prepare([]txn.Op{{Key: "k", Kind: txn.OpAppend, Data: []byte("+")}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.CommitLater(); err != nil {
-		t.Fatal(err)
-	}
+	later(txn.Op{Key: "k", Kind: txn.OpAppend, Data: []byte("+")})
 
-	lost := fs.CrashClone(vfs.CrashCloneCfg{})
-	db2, s2 := open(lost)
+	s2 := openStoreFS(t, fs.CrashClone(vfs.CrashCloneCfg{}), opts)
 	if got := readString(t, s2, "k"); got != "old" {
 		t.Errorf("after a crash before Sync: k = %q, want the synced %q", got, "old")
 	}
 	if _, ok, _ := s2.Txn("t1"); ok {
 		t.Error("after a crash before Sync: the PutTxn record survived")
 	}
-	_ = db2.Close()
 
 	read := make(chan string, 1)
 	go func() { read <- readString(t, s, "k") }()
@@ -217,9 +198,7 @@ func TestCommitLaterDurableAtSync(t *testing.T) {
 	if got := <-read; got != "new+" {
 		t.Errorf("read after Sync = %q, want %q", got, "new+")
 	}
-	kept := fs.CrashClone(vfs.CrashCloneCfg{})
-	db3, s3 := open(kept)
-	defer func() { _ = db3.Close() }()
+	s3 := openStoreFS(t, fs.CrashClone(vfs.CrashCloneCfg{}), opts)
 	if got := readString(t, s3, "k"); got != "new+" {
 		t.Errorf("after a crash after Sync: k = %q, want %q", got, "new+")
 	}

@@ -95,7 +95,14 @@ func (testLogger) Fatalf(f string, args ...any) { panic(fmt.Sprintf(f, args...))
 // openStore opens a Store over a fresh in-memory Pebble database.
 func openStore(t testing.TB, opts Options) *Store {
 	t.Helper()
-	db, err := pebble.Open("db", &pebble.Options{FS: vfs.NewMem(), Logger: testLogger{}})
+	return openStoreFS(t, vfs.NewMem(), opts)
+}
+
+// openStoreFS opens a Store over the Pebble database in fs, closed when
+// the test ends.
+func openStoreFS(t testing.TB, fs vfs.FS, opts Options) *Store {
+	t.Helper()
+	db, err := pebble.Open("db", &pebble.Options{FS: fs, Logger: testLogger{}})
 	if err != nil {
 		t.Fatal(err)
 	}
