@@ -40,8 +40,6 @@ type Outbox[T any] struct {
 	// when none is.
 	written, synced, syncing uint64
 	held                     []held[T]
-	// syncs counts the syncs begun.
-	syncs uint64
 }
 
 type held[T any] struct {
@@ -73,7 +71,6 @@ func (o *Outbox[T]) StartSync() (upTo uint64, ok bool) {
 		return 0, false
 	}
 	o.syncing = o.written
-	o.syncs++
 	return o.syncing, true
 }
 
@@ -99,20 +96,11 @@ func (o *Outbox[T]) Synced(upTo uint64) []T {
 	return out
 }
 
-// Held is how many outputs wait for a sync.
-func (o *Outbox[T]) Held() int { return len(o.held) }
-
-// Unsynced reports whether writes wait for a sync (in flight or not begun).
-func (o *Outbox[T]) Unsynced() bool { return o.written != o.synced }
-
-// Syncs is how many syncs have begun.
-func (o *Outbox[T]) Syncs() uint64 { return o.syncs }
-
 // Drop forgets everything, as a crash does: the held outputs never leave,
 // and the writes they waited for may be lost. It returns how many outputs
 // it dropped.
 func (o *Outbox[T]) Drop() int {
 	n := len(o.held)
-	*o = Outbox[T]{syncs: o.syncs}
+	*o = Outbox[T]{}
 	return n
 }
