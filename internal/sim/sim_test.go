@@ -227,7 +227,9 @@ func TestSim(t *testing.T) {
 	if total.Committed == 0 || total.Aborted == 0 {
 		t.Errorf("the workload is degenerate: %d committed, %d aborted", total.Committed, total.Aborted)
 	}
-	if onMVCC >= 20 && (total.Held == 0 || total.HeldLost == 0 || total.UnsyncedLost == 0) {
+	// A crash between a commit and its sync is rare: about one mvcc seed
+	// in 27 loses an unsynced commit (186 in 5,000).
+	if (onMVCC >= 20 && total.Held == 0) || (onMVCC >= 100 && (total.HeldLost == 0 || total.UnsyncedLost == 0)) {
 		t.Errorf("the workload is degenerate: on %d mvcc seeds %d messages waited for a sync, crashes dropped %d of them and took back %d unsynced commits",
 			onMVCC, total.Held, total.HeldLost, total.UnsyncedLost)
 	}
