@@ -1590,8 +1590,12 @@ type PutRingResponse struct {
 	// The receiver copied every range it gains in its record's epoch.
 	Copied bool `protobuf:"varint,2,opt,name=copied,proto3" json:"copied,omitempty"`
 	// Bytes and blobs the receiver copied for that epoch so far.
-	CopiedBytes   uint64 `protobuf:"varint,3,opt,name=copied_bytes,json=copiedBytes,proto3" json:"copied_bytes,omitempty"`
-	CopiedBlobs   uint64 `protobuf:"varint,4,opt,name=copied_blobs,json=copiedBlobs,proto3" json:"copied_blobs,omitempty"`
+	CopiedBytes uint64 `protobuf:"varint,3,opt,name=copied_bytes,json=copiedBytes,proto3" json:"copied_bytes,omitempty"`
+	CopiedBlobs uint64 `protobuf:"varint,4,opt,name=copied_blobs,json=copiedBlobs,proto3" json:"copied_blobs,omitempty"`
+	// The receiver's drain of its record's epoch is done: every commit it
+	// held staged when it learnt of the Active phase has finished, and its
+	// writes are durable (rebalance.Drain).
+	Drained       bool `protobuf:"varint,5,opt,name=drained,proto3" json:"drained,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1652,6 +1656,13 @@ func (x *PutRingResponse) GetCopiedBlobs() uint64 {
 		return x.CopiedBlobs
 	}
 	return 0
+}
+
+func (x *PutRingResponse) GetDrained() bool {
+	if x != nil {
+		return x.Drained
+	}
+	return false
 }
 
 var File_api_peerpb_peer_proto protoreflect.FileDescriptor
@@ -1777,12 +1788,13 @@ const file_api_peerpb_peer_proto_rawDesc = "" +
 	"\avouched\x18\x03 \x01(\bR\avouched\x12\x16\n" +
 	"\x06detail\x18\x04 \x01(\tR\x06detail\"(\n" +
 	"\x0ePutRingRequest\x12\x16\n" +
-	"\x06record\x18\x01 \x01(\fR\x06record\"\x87\x01\n" +
+	"\x06record\x18\x01 \x01(\fR\x06record\"\xa1\x01\n" +
 	"\x0fPutRingResponse\x12\x16\n" +
 	"\x06record\x18\x01 \x01(\fR\x06record\x12\x16\n" +
 	"\x06copied\x18\x02 \x01(\bR\x06copied\x12!\n" +
 	"\fcopied_bytes\x18\x03 \x01(\x04R\vcopiedBytes\x12!\n" +
-	"\fcopied_blobs\x18\x04 \x01(\x04R\vcopiedBlobs2\x84\x05\n" +
+	"\fcopied_blobs\x18\x04 \x01(\x04R\vcopiedBlobs\x12\x18\n" +
+	"\adrained\x18\x05 \x01(\bR\adrained2\x84\x05\n" +
 	"\x04Peer\x12D\n" +
 	"\aDeliver\x12\x1b.tyr.peer.v1.DeliverRequest\x1a\x1c.tyr.peer.v1.DeliverResponse\x12>\n" +
 	"\x05Lease\x12\x19.tyr.peer.v1.LeaseRequest\x1a\x1a.tyr.peer.v1.LeaseResponse\x12A\n" +

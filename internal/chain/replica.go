@@ -448,6 +448,25 @@ func (r *Replica) Tracked() int { return len(r.txns) }
 // Staged is how many transactions are staged and waiting for a Backward.
 func (r *Replica) Staged() int { return r.staged }
 
+// StagedTxns returns, in order, the transactions that hold a Staged here:
+// staged and waiting for their outcome, or committed and waiting to apply.
+func (r *Replica) StagedTxns() []TxnID {
+	var ids []TxnID
+	for id := range r.active {
+		if rec, ok := r.txns[id]; ok && rec.staged != nil {
+			ids = append(ids, id)
+		}
+	}
+	slices.SortFunc(ids, TxnID.Compare)
+	return ids
+}
+
+// HoldsStage reports whether transaction id holds a Staged here.
+func (r *Replica) HoldsStage(id TxnID) bool {
+	rec, ok := r.txns[id]
+	return ok && rec.staged != nil
+}
+
 // Knows reports whether the replica holds a record of transaction id.
 func (r *Replica) Knows(id TxnID) bool {
 	_, ok := r.txns[id]

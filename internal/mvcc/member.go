@@ -67,9 +67,9 @@ func CommittedTxnString(store *Store, id string) ([]txn.Result, bool, error) {
 type ChainStaged struct {
 	P  *Pending
 	ID chain.TxnID
-	// Client is the client's transaction ID the commit carries, if any;
-	// the commit records it too (see Store.Client).
-	Client []byte
+	// Clients are the client transaction IDs the commit carries, if any;
+	// the commit records them too (see Store.Client).
+	Clients []ClientPart
 	// Later commits with CommitLater: the replica's edge syncs (see
 	// chain.Output's MustSync).
 	Later bool
@@ -90,8 +90,8 @@ func (s ChainStaged) Commit(results []txn.Result) error {
 		s.P.Abort()
 		return err
 	}
-	if len(s.Client) > 0 {
-		if err := s.P.RecordClient(s.Client, s.ID.String()); err != nil {
+	if len(s.Clients) > 0 {
+		if err := s.P.RecordClients(s.Clients, s.ID.String()); err != nil {
 			s.P.Abort()
 			return err
 		}

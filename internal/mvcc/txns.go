@@ -1,7 +1,9 @@
 package mvcc
 
 import (
+	"encoding/binary"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -103,15 +105,27 @@ func (s *Store) Txn(id string) ([]byte, bool, error) {
 //
 // kind 1 (committed): payload is the chain transaction ID, whose 't' record
 // holds the results. kind 2 (fenced): payload is one byte, 1 if the fence
-// was vouched for (see internal/node.Verdict). Records are collected after
-// TxnRecordRetention, like transaction records.
+// was vouched for (see internal/node.Verdict). kind 3 (committed, part of a
+// combined commit): payload is the first op and the end of the client's
+// ops in the commit (big-endian uint16s), then the chain transaction ID.
+// Records are collected after TxnRecordRetention, like transaction
+// records.
 const prefixClient = 'k'
 
 const (
-	clientFormat    = 1
-	clientCommitted = 1
-	clientFenced    = 2
+	clientFormat       = 1
+	clientCommitted    = 1
+	clientFenced       = 2
+	clientCommittedOps = 3
 )
+
+// ClientPart is a client transaction ID a commit carries, with the ops of
+// the commit that are the client's: From to To, or all of them when To is
+// 0. A combined commit carries several clients' ops, each with its own ID.
+type ClientPart struct {
+	ID       []byte
+	From, To int
+}
 
 // ClientIDBytesMax bounds a client transaction ID.
 const ClientIDBytesMax = 64
@@ -119,9 +133,11 @@ const ClientIDBytesMax = 64
 // ClientRecord is what a store recorded for a client transaction ID.
 type ClientRecord struct {
 	// Committed: a commit carrying the ID committed here as chain
-	// transaction Txn.
+	// transaction Txn; the client's ops are From to To of it, or all of
+	// them when To is 0.
 	Committed bool
 	Txn       string
+	From, To  int
 	// Fenced: no commit carrying the ID may be staged here any more;
 	// Vouched is what the fence recorded with it.
 	Fenced  bool
@@ -146,20 +162,40 @@ func (s *Store) setClient(b *pebble.Batch, id []byte, kind byte, payload []byte)
 	return b.Set(histGCKey(s.opts.Now().Add(TxnRecordRetention), k), nil, nil)
 }
 
-// RecordClient adds to the commit a record that the commit, chain
-// transaction txnID, carries client transaction ID client. Call it after
-// RecordTxn, which holds the results.
-func (p *Pending) RecordClient(client []byte, txnID string) error {
-	return p.store.setClient(p.batch, client, clientCommitted, []byte(txnID))
+// RecordClients adds to the commit a record that the commit, chain
+// transaction txnID, carries each of the client transaction IDs parts
+// name. Call it after RecordTxn, which holds the results.
+func (p *Pending) RecordClients(parts []ClientPart, txnID string) error {
+	return p.store.setClients(p.batch, parts, txnID)
 }
 
-// PutClient records that the chain transaction txnID carrying client
-// transaction ID client committed here, for a commit that changed nothing
-// in this store (it passed through). Like PutTxn, it is durable once a
-// later Sync returned.
-func (s *Store) PutClient(client []byte, txnID string) error {
+// PutClients records that the chain transaction txnID carrying the client
+// transaction IDs parts name committed here, for a commit that changed
+// nothing in this store (it passed through). Like PutTxn, it is durable
+// once a later Sync returned.
+func (s *Store) PutClients(parts []ClientPart, txnID string) error {
 	b := s.db.NewBatch()
-	return s.commitLater(b, s.setClient(b, client, clientCommitted, []byte(txnID)))
+	return s.commitLater(b, s.setClients(b, parts, txnID))
+}
+
+func (s *Store) setClients(b *pebble.Batch, parts []ClientPart, txnID string) error {
+	for _, p := range parts {
+		var err error
+		switch {
+		case p.To == 0:
+			err = s.setClient(b, p.ID, clientCommitted, []byte(txnID))
+		case p.From < 0 || p.To <= p.From || p.To > math.MaxUint16:
+			err = fmt.Errorf("%w: client ops %d to %d", errs.ErrInvalidArgument, p.From, p.To)
+		default:
+			payload := binary.BigEndian.AppendUint16(nil, uint16(p.From))
+			payload = binary.BigEndian.AppendUint16(payload, uint16(p.To))
+			err = s.setClient(b, p.ID, clientCommittedOps, append(payload, txnID...))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // FenceClient records durably (fsynced whatever the keyspace's sync) that
@@ -191,6 +227,11 @@ func (s *Store) Client(client []byte) (ClientRecord, bool, error) {
 	switch {
 	case len(v) >= 2 && v[0] == clientFormat && v[1] == clientCommitted:
 		return ClientRecord{Committed: true, Txn: string(v[2:])}, true, nil
+	case len(v) >= 6 && v[0] == clientFormat && v[1] == clientCommittedOps:
+		from, to := int(binary.BigEndian.Uint16(v[2:])), int(binary.BigEndian.Uint16(v[4:]))
+		if to > from {
+			return ClientRecord{Committed: true, Txn: string(v[6:]), From: from, To: to}, true, nil
+		}
 	case len(v) == 3 && v[0] == clientFormat && v[1] == clientFenced:
 		return ClientRecord{Fenced: true, Vouched: v[2] == 1}, true, nil
 	}

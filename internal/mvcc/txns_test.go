@@ -94,11 +94,12 @@ func TestClientRecords(t *testing.T) {
 	clock := newFakeClock()
 	s := openStore(t, Options{MVCC: true, Now: clock.Now})
 	committed, aborted, passed, fenced := []byte("client-1"), []byte("client-2"), []byte("client-3"), []byte("client-4")
+	partA, partB := []byte("client-6"), []byte("client-7")
 	p, err := s.TryPrepare([]txn.Op{writeOp("a", "one")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := errors.Join(p.RecordTxn("c/1", []byte("results")), p.RecordClient(committed, "c/1")); err != nil {
+	if err := errors.Join(p.RecordTxn("c/1", []byte("results")), p.RecordClients([]ClientPart{{ID: committed}}, "c/1")); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok, err := s.Client(committed); ok || err != nil {
@@ -111,11 +112,23 @@ func TestClientRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.RecordClient(aborted, "c/2"); err != nil {
+	if err := p.RecordClients([]ClientPart{{ID: aborted}}, "c/2"); err != nil {
 		t.Fatal(err)
 	}
 	p.Abort()
-	if err := errors.Join(s.PutClient(passed, "c/3"), s.FenceClient(fenced, true)); err != nil {
+	if err := errors.Join(s.PutClients([]ClientPart{{ID: passed}}, "c/3"), s.FenceClient(fenced, true),
+		s.PutClients([]ClientPart{{ID: partA, From: 0, To: 2}, {ID: partB, From: 2, To: 5}}, "c/4")); err != nil {
+		t.Fatal(err)
+	}
+	// A part's range must be a non-empty run of ops; a bad one changes
+	// nothing.
+	if err := s.PutClients([]ClientPart{{ID: []byte("client-8"), From: 3, To: 3}}, "c/5"); !errors.Is(err, errs.ErrInvalidArgument) {
+		t.Fatalf("an empty op range: %v", err)
+	}
+	if _, ok, _ := s.Client([]byte("client-8")); ok {
+		t.Fatal("a refused part was recorded")
+	}
+	if err := s.Sync(); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -127,6 +140,8 @@ func TestClientRecords(t *testing.T) {
 		{aborted, false, ClientRecord{}},
 		{passed, true, ClientRecord{Committed: true, Txn: "c/3"}},
 		{fenced, true, ClientRecord{Fenced: true, Vouched: true}},
+		{partA, true, ClientRecord{Committed: true, Txn: "c/4", From: 0, To: 2}},
+		{partB, true, ClientRecord{Committed: true, Txn: "c/4", From: 2, To: 5}},
 	} {
 		got, ok, err := s.Client(tc.id)
 		if err != nil || ok != tc.ok || got != tc.want {

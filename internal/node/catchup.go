@@ -240,10 +240,11 @@ func (p passThrough) Commit(results []txn.Result) error {
 	if err := ks.Store.PutTxn(p.id.String(), txn.EncodeResults(results)); err != nil {
 		return err
 	}
-	if len(p.client) > 0 {
-		return ks.Store.PutClient(p.client, p.id.String())
+	parts, err := clientParts(p.client)
+	if err != nil || len(parts) == 0 {
+		return err
 	}
-	return nil
+	return ks.Store.PutClients(parts, p.id.String())
 }
 
 func (p passThrough) Abort() {}

@@ -69,8 +69,10 @@ func encodeEnvelope(e envelope) *peerpb.Message {
 // decodeEnvelope checks what a replica cannot: field ranges. The chain
 // state machines validate the rest (addressing, chain shape, ops).
 func decodeEnvelope(in *peerpb.Message) (envelope, error) {
-	if n := len(in.GetClientTxn()); n != 0 && n != ClientIDBytes {
-		return envelope{}, fmt.Errorf("%w: client transaction ID of %d bytes", errs.ErrInvalidArgument, n)
+	if parts, err := clientParts(in.GetClientTxn()); err != nil {
+		return envelope{}, err
+	} else if len(parts) > 0 && parts[len(parts)-1].To > len(in.GetOps()) {
+		return envelope{}, fmt.Errorf("%w: client transaction IDs cover ops up to %d of %d", errs.ErrInvalidArgument, parts[len(parts)-1].To, len(in.GetOps()))
 	}
 	if in.GetType() == 0 || in.GetType() > 255 {
 		return envelope{}, fmt.Errorf("%w: message type %d", errs.ErrInvalidArgument, in.GetType())

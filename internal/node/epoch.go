@@ -433,6 +433,7 @@ func (n *Node) ringReport() *peerpb.PutRingResponse {
 	n.epoch.mu.Lock()
 	resp.Copied = n.epoch.mu.copied == rec.Epoch
 	n.epoch.mu.Unlock()
+	resp.Drained = n.drained.Load() == rec.Epoch
 	return resp
 }
 
@@ -543,7 +544,7 @@ func (n *Node) coordinate(ctx context.Context) error {
 			if json.Unmarshal(resp.GetRecord(), &theirs) != nil {
 				return
 			}
-			acks[id] = rebalance.Ack{Epoch: theirs.Epoch, Phase: theirs.Phase, Copied: resp.GetCopied()}
+			acks[id] = rebalance.Ack{Epoch: theirs.Epoch, Phase: theirs.Phase, Copied: resp.GetCopied(), Drained: resp.GetDrained()}
 			if (!has || theirs.Newer(rec)) && (newest == nil || theirs.Newer(*newest)) {
 				newest = &theirs
 			}
@@ -578,7 +579,7 @@ func (n *Node) coordinate(ctx context.Context) error {
 		return err
 	}
 	mine := n.ringReport()
-	acks[n.self] = rebalance.Ack{Epoch: rec.Epoch, Phase: rec.Phase, Copied: mine.GetCopied()}
+	acks[n.self] = rebalance.Ack{Epoch: rec.Epoch, Phase: rec.Phase, Copied: mine.GetCopied(), Drained: mine.GetDrained()}
 	if rec.Phase != rebalance.PhaseClean {
 		inStep := func(id ring.NodeID) bool {
 			if id == n.self {

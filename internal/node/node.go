@@ -52,6 +52,7 @@ import (
 	"github.com/tyrstore/tyr/internal/membership"
 	"github.com/tyrstore/tyr/internal/mvcc"
 	"github.com/tyrstore/tyr/internal/outbox"
+	"github.com/tyrstore/tyr/internal/rebalance"
 	"github.com/tyrstore/tyr/internal/ring"
 	"github.com/tyrstore/tyr/internal/storage"
 	"github.com/tyrstore/tyr/internal/txn"
@@ -218,7 +219,10 @@ type Node struct {
 	// (resolve.go).
 	clients  clients
 	stats    counters
+	combiner combiner
 	lastTick atomic.Int64 // unix nanoseconds of the loop's last tick
+	// drained is the epoch whose Active phase the loop drained (drain).
+	drained atomic.Uint64
 
 	// syncReqs and syncDone carry the loop's one sync in flight to the
 	// syncer goroutine and back (see syncer).
@@ -232,6 +236,7 @@ type Node struct {
 	// began.
 	out      outbox.Outbox[func()]
 	dirty    map[string]bool
+	drain    rebalance.Drain[waiterKey]
 	groups   map[string]*group
 	waiters  map[waiterKey]chan beginResult
 	versions map[waiterKey]versionEntry
@@ -553,7 +558,18 @@ func (n *Node) nextVersion(floor uint64) uint64 {
 // outcome is unknown: the commit may still take effect. client, if not
 // empty, is the client's ID of the commit (see resolve.go): every attempt
 // carries it, and none begins once its time is ClientClockSkewMax past.
+//
+// Commits of blind ops only are combined with others on the same blobs
+// while one is in flight (combine.go).
 func (n *Node) Commit(ctx context.Context, keyspace string, rf int, ops []txn.Op, client []byte) ([]txn.Result, error) {
+	if combinable(ops) {
+		return n.commitCombined(ctx, keyspace, rf, ops, client)
+	}
+	return n.commit(ctx, keyspace, rf, ops, client)
+}
+
+// commit is Commit without combining.
+func (n *Node) commit(ctx context.Context, keyspace string, rf int, ops []txn.Op, client []byte) ([]txn.Result, error) {
 	deadline := time.Now().Add(CommitRetryMax)
 	backoff := time.Millisecond
 	floor := uint64(0)
@@ -562,7 +578,7 @@ func (n *Node) Commit(ctx context.Context, keyspace string, rf int, ops []txn.Op
 			// Attempts begin only inside the window the members' stage
 			// windows and resolution rely on. Every earlier attempt
 			// aborted, so nothing was applied.
-			if err := CheckClientID(client, time.Now()); err != nil {
+			if err := checkClientIDs(client, time.Now()); err != nil {
 				return nil, fmt.Errorf("%w: gave up the commit: %v", errs.ErrConflict, err)
 			}
 		}
@@ -719,6 +735,7 @@ func (n *Node) loop() {
 		case <-ticker.C:
 			n.tick()
 			n.checkLease()
+			n.beginDrain()
 			for name, g := range n.groups {
 				g.replica.Tick()
 				g.coord.Tick()
@@ -740,6 +757,7 @@ func (n *Node) loop() {
 			n.step(env)
 		}
 		n.startSync()
+		n.stepDrain()
 	}
 }
 
@@ -1034,7 +1052,8 @@ func (s stager) prepare(id chain.TxnID, ops []txn.Op) (chain.Staged, error) {
 	}
 	e.bases = p.Bases()
 	s.n.versions[key] = e
-	return staged{ChainStaged: mvcc.ChainStaged{P: p, ID: id, Client: e.client, Later: true}, n: s.n, release: ks.Release}, nil
+	clients, _ := clientParts(e.client) // decodeEnvelope or Commit checked it
+	return staged{ChainStaged: mvcc.ChainStaged{P: p, ID: id, Clients: clients, Later: true}, n: s.n, release: ks.Release}, nil
 }
 
 // Committed implements chain.Stager from the keyspace's transaction

@@ -135,6 +135,64 @@ func ClientTime(client []byte) (time.Time, error) {
 	return time.Unix(0, int64(binary.BigEndian.Uint64(client))), nil
 }
 
+// clientPartBytes is the size of one entry of a combined commit's client
+// IDs (clientParts).
+const clientPartBytes = ClientIDBytes + 4
+
+// clientParts decodes the client IDs a commit carries: nil for none; a
+// single client ID (ClientIDBytes) for a commit of one client's ops; for a
+// commit combining several clients' ops (combine.go), entries of
+// clientPartBytes: the ID, then the first op and the end of its ops
+// (big-endian uint16s), in op order.
+func clientParts(b []byte) ([]mvcc.ClientPart, error) {
+	switch {
+	case len(b) == 0:
+		return nil, nil
+	case len(b) == ClientIDBytes:
+		return []mvcc.ClientPart{{ID: b}}, nil
+	case len(b)%clientPartBytes != 0:
+		return nil, fmt.Errorf("%w: client transaction IDs of %d bytes, want %d or a multiple of %d",
+			errs.ErrInvalidArgument, len(b), ClientIDBytes, clientPartBytes)
+	}
+	parts := make([]mvcc.ClientPart, 0, len(b)/clientPartBytes)
+	end := 0
+	for e := b; len(e) > 0; e = e[clientPartBytes:] {
+		p := mvcc.ClientPart{ID: e[:ClientIDBytes:ClientIDBytes],
+			From: int(binary.BigEndian.Uint16(e[ClientIDBytes:])), To: int(binary.BigEndian.Uint16(e[ClientIDBytes+2:]))}
+		if p.From < end || p.To <= p.From {
+			return nil, fmt.Errorf("%w: client transaction ID %d covers ops %d to %d", errs.ErrInvalidArgument, len(parts), p.From, p.To)
+		}
+		parts, end = append(parts, p), p.To
+	}
+	return parts, nil
+}
+
+// encodeClientParts encodes the client IDs of a combined commit for
+// clientParts.
+func encodeClientParts(parts []mvcc.ClientPart) []byte {
+	b := make([]byte, 0, len(parts)*clientPartBytes)
+	for _, p := range parts {
+		b = append(b, p.ID...)
+		b = binary.BigEndian.AppendUint16(b, uint16(p.From))
+		b = binary.BigEndian.AppendUint16(b, uint16(p.To))
+	}
+	return b
+}
+
+// checkClientIDs is CheckClientID for each client ID a commit carries.
+func checkClientIDs(client []byte, now time.Time) error {
+	parts, err := clientParts(client)
+	if err != nil {
+		return err
+	}
+	for _, p := range parts {
+		if err := CheckClientID(p.ID, now); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // CheckClientID checks that a commit's client ID is well formed and that
 // its time is within ClientClockSkewMax of now.
 func CheckClientID(client []byte, now time.Time) error {
@@ -160,47 +218,61 @@ type clients struct {
 
 func clientsKey(keyspace string, client []byte) string { return keyspace + "\x00" + string(client) }
 
-// stage marks attempt id of client's commit staged here, unless its client
-// ID is fenced or recorded here, or outside the stage window. The error is
-// a refusal of the attempt.
+// stage marks attempt id of the commit staged here under each client ID
+// it carries (client, see clientParts), unless one is fenced or recorded
+// here, or outside the stage window. The error is a refusal of the
+// attempt, which then marks nothing.
 func (c *clients) stage(store *mvcc.Store, keyspace string, client []byte, id chain.TxnID, now time.Time) error {
-	tc, err := ClientTime(client)
+	parts, err := clientParts(client)
 	if err != nil {
 		return err
 	}
-	if now.Before(tc.Add(-ClientClockSkewMax)) || now.After(tc.Add(StageWindow)) {
-		return fmt.Errorf("%w: commit's client time %v is outside this member's stage window", errs.ErrConflict, tc.UTC())
+	for _, p := range parts {
+		tc, err := ClientTime(p.ID)
+		if err != nil {
+			return err
+		}
+		if now.Before(tc.Add(-ClientClockSkewMax)) || now.After(tc.Add(StageWindow)) {
+			return fmt.Errorf("%w: commit's client time %v is outside this member's stage window", errs.ErrConflict, tc.UTC())
+		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	rec, ok, err := store.Client(client)
-	switch {
-	case err != nil:
-		return err
-	case ok && rec.Fenced:
-		return fmt.Errorf("%w: the commit was declared aborted by an outcome resolution", errs.ErrConflict)
-	case ok:
-		return fmt.Errorf("%w: a commit with this client transaction ID already committed", errs.ErrConflict)
+	for _, p := range parts {
+		rec, ok, err := store.Client(p.ID)
+		switch {
+		case err != nil:
+			return err
+		case ok && rec.Fenced:
+			return fmt.Errorf("%w: the commit was declared aborted by an outcome resolution", errs.ErrConflict)
+		case ok:
+			return fmt.Errorf("%w: a commit with this client transaction ID already committed", errs.ErrConflict)
+		}
 	}
-	k := clientsKey(keyspace, client)
 	if c.pending == nil {
 		c.pending = map[string]map[chain.TxnID]bool{}
 	}
-	if c.pending[k] == nil {
-		c.pending[k] = map[chain.TxnID]bool{}
+	for _, p := range parts {
+		k := clientsKey(keyspace, p.ID)
+		if c.pending[k] == nil {
+			c.pending[k] = map[chain.TxnID]bool{}
+		}
+		c.pending[k][id] = true
 	}
-	c.pending[k][id] = true
 	return nil
 }
 
 // done ends attempt id's stage: it aborted, or its commit is recorded.
 func (c *clients) done(keyspace string, client []byte, id chain.TxnID) {
+	parts, _ := clientParts(client) // stage accepted it
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	k := clientsKey(keyspace, client)
-	delete(c.pending[k], id)
-	if len(c.pending[k]) == 0 {
-		delete(c.pending, k)
+	for _, p := range parts {
+		k := clientsKey(keyspace, p.ID)
+		delete(c.pending[k], id)
+		if len(c.pending[k]) == 0 {
+			delete(c.pending, k)
+		}
 	}
 }
 
@@ -288,6 +360,14 @@ func (n *Node) resolveHere(keyspace string, client []byte) (v Verdict, results [
 		}
 		if !found {
 			return VerdictUnknown, nil, false, fmt.Sprintf("%s recorded the commit, but its results are collected", n.self), nil
+		}
+		if rec.To > 0 {
+			// A combined commit: the client's ops are a run of its ops.
+			if rec.To > len(results) {
+				return 0, nil, false, "", fmt.Errorf("%w: client record of ops %d to %d of %s, which has %d results",
+					errs.ErrCorruption, rec.From, rec.To, rec.Txn, len(results))
+			}
+			results = results[rec.From:rec.To]
 		}
 		return VerdictCommitted, results, false, "", nil
 	}
@@ -491,7 +571,10 @@ type clientPrepared struct {
 func (p clientPrepared) Commit() error {
 	err := p.RecordTxn(p.id.String(), txn.EncodeResults(p.Results()))
 	if err == nil {
-		err = p.RecordClient(p.m.client, p.id.String())
+		var parts []mvcc.ClientPart
+		if parts, err = clientParts(p.m.client); err == nil {
+			err = p.RecordClients(parts, p.id.String())
+		}
 	}
 	if err != nil {
 		p.Abort()

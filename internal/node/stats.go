@@ -37,6 +37,10 @@ type Stats struct {
 	// (applied or passed through); without group commit each would take
 	// a sync of its own.
 	MemberCommits uint64
+	// CombinedCommits is the commits this node coordinated that combined
+	// several requests' blind ops (combine.go), and CombinedRequests the
+	// requests they carried.
+	CombinedCommits, CombinedRequests uint64
 }
 
 // counters are the live counts behind Stats.
@@ -52,7 +56,7 @@ func (n *Node) counters() *counters { return &n.stats }
 // the calls in progress.
 func (n *Node) Stats() Stats {
 	c := n.counters()
-	return Stats{
+	st := Stats{
 		MessagesSent:     c.sent.Load(),
 		DeliverCalls:     c.calls.Load(),
 		DeliverFailures:  c.failures.Load(),
@@ -62,4 +66,8 @@ func (n *Node) Stats() Stats {
 		Syncs:            c.syncs.Load(),
 		MemberCommits:    c.memberCommits.Load(),
 	}
+	n.combiner.mu.Lock()
+	st.CombinedCommits, st.CombinedRequests = n.combiner.combined, n.combiner.requests
+	n.combiner.mu.Unlock()
+	return st
 }

@@ -5,6 +5,8 @@ import (
 	"maps"
 	"slices"
 	"sync"
+
+	"github.com/tyrstore/tyr/internal/rebalance"
 )
 
 // Group commit. A chain member writes each commit without waiting for its
@@ -100,4 +102,37 @@ func (n *Node) syncKeyspace(name string) error {
 		return fmt.Errorf("keyspace %q: %w", name, err)
 	}
 	return nil
+}
+
+// beginDrain begins the drain of the ring epoch's Active phase
+// (rebalance.Drain) the first tick the loop sees it, over the commits the
+// replicas of every keyspace hold staged then.
+func (n *Node) beginDrain() {
+	rec, ok := n.Ring()
+	if !ok || rec.Phase != rebalance.PhaseActive || len(rec.Old) == 0 {
+		return
+	}
+	n.drain.Begin(rec.Epoch, func() []waiterKey {
+		var keys []waiterKey
+		for name, g := range n.groups {
+			for _, id := range g.replica.StagedTxns() {
+				keys = append(keys, waiterKey{name, id})
+			}
+		}
+		return keys
+	})
+}
+
+// stepDrain follows the drain: once its commits finished and a sync
+// covered them, ringReport says so.
+func (n *Node) stepDrain() {
+	if n.drain.Waiting() {
+		n.drain.Step(func(k waiterKey) bool {
+			g, ok := n.groups[k.keyspace]
+			return ok && g.replica.HoldsStage(k.id)
+		}, n.out.Mark())
+	}
+	if epoch, done := n.drain.Drained(n.out.Covers); done && n.drained.Load() != epoch {
+		n.drained.Store(epoch)
+	}
 }

@@ -42,7 +42,9 @@ func TestGroupCommit(t *testing.T) {
 							{Key: "counter", Kind: txn.OpAtomic, Width: 8, Func: txn.FuncAdd, Operand: 1},
 							{Key: fmt.Sprintf("own-%d", c), Kind: txn.OpWrite, Data: []byte{byte(i)}, Create: true},
 						}
-						if _, err := tc.nodes[c%shape.nodes].Commit(ctx, syncKeyspace, shape.rf, ops, nil); err != nil {
+						// commit, not Commit: each request its own commit,
+						// uncombined (combine.go), so the syncs count them.
+						if _, err := tc.nodes[c%shape.nodes].commit(ctx, syncKeyspace, shape.rf, ops, nil); err != nil {
 							errs <- err
 							return
 						}

@@ -50,6 +50,13 @@ type held[T any] struct {
 // Wrote reports a write that every output put after it must wait for.
 func (o *Outbox[T]) Wrote() { o.written++ }
 
+// Mark returns the count of writes reported so far, for Covers.
+func (o *Outbox[T]) Mark() uint64 { return o.written }
+
+// Covers reports whether a finished sync covered every write reported
+// before Mark returned mark.
+func (o *Outbox[T]) Covers(mark uint64) bool { return o.synced >= mark }
+
 // Put adds items, put after every write reported so far, and returns those
 // that may leave now, in order: all of them when nothing written is
 // unsynced and nothing is held, none otherwise.

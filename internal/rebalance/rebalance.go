@@ -30,11 +30,22 @@
 //     up and in step: a new owner catching up (it missed a commit, say,
 //     taken for dead) copies from the old owners while they still take
 //     every write.
-//   - Clean: entered once every member acknowledged Active, and every
-//     member of New is again up and in step: no node sends
-//     anything to the old owners any more, which now delete what they no
-//     longer hold. A new epoch may be proposed only from Clean,
+//   - Clean: entered once every member acknowledged Active and drained it
+//     (Drain), and every member of New is again up and in step: no node
+//     sends anything to the old owners any more, which now delete what
+//     they no longer hold. A new epoch may be proposed only from Clean,
 //     acknowledged everywhere.
+//
+// The drain closes a gap between Active and Clean: a commit chained before
+// Active may still be on its way through a new owner, staged there but not
+// yet committed, or committed but not yet durable (a member syncs commits
+// in groups, after writing them). Were the old owners to delete their
+// copies then, a crash of that new owner would lose the commit with no
+// copy left to catch up from. So each member, once it learns of Active,
+// waits for every commit it then held staged to finish and for a sync
+// after the last of them, and only then reports the phase drained. A
+// member that restarts meanwhile lost those stages; it catches up before
+// it is in step again, from old owners that still hold everything.
 //
 // A member that may have missed commits stays excluded from reads until
 // caught up, as before: a new owner is never a read target before Switching,
@@ -397,6 +408,8 @@ type Ack struct {
 	Phase Phase
 	// Copied: the member copied every range it gains in Epoch.
 	Copied bool
+	// Drained: the member drained Epoch's Active phase (Drain).
+	Drained bool
 }
 
 // acked reports whether a has installed r's epoch at r's phase or later.
@@ -431,7 +444,8 @@ func (r Record) Required(alive func(ring.NodeID) bool) []ring.NodeID {
 // catching up): a commit that left the new owners of a range out (taken
 // for dead) lives on its old owners only, so writes must not leave them,
 // nor they delete anything, before the new owners caught up, from them if
-// need be. A Clean record does not advance: a new epoch comes from
+// need be. From Active, every required member must also have drained it
+// (see Drain). A Clean record does not advance: a new epoch comes from
 // Propose. Advance takes one phase at a time.
 func Advance(r Record, acks map[ring.NodeID]Ack, alive, inStep func(ring.NodeID) bool) (Record, bool) {
 	if r.Phase == PhaseClean {
@@ -448,7 +462,8 @@ func Advance(r Record, acks map[ring.NodeID]Ack, alive, inStep func(ring.NodeID)
 		}
 	}
 	for _, id := range r.Required(alive) {
-		if a, ok := acks[id]; !ok || !a.acked(r) {
+		a, ok := acks[id]
+		if !ok || !a.acked(r) || (r.Phase == PhaseActive && a.Epoch == r.Epoch && !a.Drained) {
 			return out, changed
 		}
 	}
@@ -461,6 +476,52 @@ func Advance(r Record, acks map[ring.NodeID]Ack, alive, inStep func(ring.NodeID)
 	}
 	out.Phase++
 	return out, true
+}
+
+// Drain is one member's drain of an epoch's Active phase (see the package
+// comment), over the commits it holds staged, named by K. The member
+// begins it when it first sees the phase, steps it as its commits
+// progress, and reports Drained to the coordinator. Marks are the counts
+// of writes of the member's outbox (internal/outbox): a drain is done
+// once the last commit it waited for has finished and a sync covered the
+// writes made until then. The zero value has drained nothing.
+type Drain[K comparable] struct {
+	epoch  uint64
+	left   []K
+	mark   uint64
+	marked bool
+}
+
+// Begin starts the drain of epoch's Active phase over the commits staged
+// now, which staged lists; it does nothing if the drain of epoch or a
+// later one began.
+func (d *Drain[K]) Begin(epoch uint64, staged func() []K) {
+	if epoch <= d.epoch {
+		return
+	}
+	*d = Drain[K]{epoch: epoch, left: staged()}
+}
+
+// Waiting reports whether the drain still waits for a commit to finish.
+func (d *Drain[K]) Waiting() bool { return d.epoch != 0 && !d.marked }
+
+// Step forgets the commits no longer staged (stillStaged false); once none
+// is left it marks the writes so far (mark, from the outbox), which a sync
+// must cover before the drain is done.
+func (d *Drain[K]) Step(stillStaged func(K) bool, mark uint64) {
+	if !d.Waiting() {
+		return
+	}
+	d.left = slices.DeleteFunc(d.left, func(k K) bool { return !stillStaged(k) })
+	if len(d.left) == 0 {
+		d.mark, d.marked = mark, true
+	}
+}
+
+// Drained returns the epoch of the drain last begun, and whether it is
+// done: covers says whether a finished sync covered a mark.
+func (d *Drain[K]) Drained(covers func(mark uint64) bool) (epoch uint64, done bool) {
+	return d.epoch, d.marked && covers(d.mark)
 }
 
 // Placement is where the chunks of one keyspace go under a record.

@@ -199,6 +199,22 @@ func TestAdvanceOrder(t *testing.T) {
 		t.Fatal("clean before n2 acknowledged active")
 	}
 	ackAll()
+	// ... and for each to have drained it: a commit chained before
+	// Active may be staged, or not yet durable, on a new owner.
+	if got, _ := Advance(r, acks, allAlive, allAlive); got.Phase != PhaseActive {
+		t.Fatal("clean before any member drained active")
+	}
+	for _, id := range r.Members() {
+		a := acks[id]
+		a.Drained = id != "n2"
+		acks[id] = a
+	}
+	if got, _ := Advance(r, acks, allAlive, allAlive); got.Phase != PhaseActive {
+		t.Fatal("clean before n2 drained active")
+	}
+	a := acks["n2"]
+	a.Drained = true
+	acks["n2"] = a
 	if got, _ := Advance(r, acks, allAlive, notNewcomer); got.Phase != PhaseActive {
 		t.Fatalf("clean with %s catching up: %v", newcomer, got.Phase)
 	}
@@ -307,5 +323,52 @@ func TestRecordValidate(t *testing.T) {
 	}
 	if !r.Newer(first) || first.Newer(r) {
 		t.Fatal("Newer")
+	}
+}
+
+// TestDrain checks a member's drain of Active: done only once every
+// commit it held staged when it began has finished, and a sync covered the
+// writes made until the last of them finished.
+func TestDrain(t *testing.T) {
+	var d Drain[string]
+	if _, done := d.Drained(func(uint64) bool { return true }); done {
+		t.Fatal("a drain never begun is done")
+	}
+	staged := map[string]bool{"a": true, "b": true}
+	d.Begin(4, func() []string { return []string{"a", "b"} })
+	d.Begin(4, func() []string { t.Fatal("began epoch 4 twice"); return nil })
+	synced := uint64(0)
+	covers := func(m uint64) bool { return synced >= m }
+	d.Step(func(k string) bool { return staged[k] }, 10)
+	delete(staged, "a")
+	d.Step(func(k string) bool { return staged[k] }, 11)
+	if !d.Waiting() {
+		t.Fatal("stopped waiting with b still staged")
+	}
+	synced = 20
+	if _, done := d.Drained(covers); done {
+		t.Fatal("done with b still staged")
+	}
+	delete(staged, "b")
+	d.Step(func(k string) bool { return staged[k] }, 25) // b's commit is write 25
+	if d.Waiting() {
+		t.Fatal("waiting with nothing staged")
+	}
+	if _, done := d.Drained(covers); done {
+		t.Fatal("done before a sync covered the last commit's write")
+	}
+	synced = 25
+	if e, done := d.Drained(covers); !done || e != 4 {
+		t.Fatalf("Drained = %d, %t; want 4, true", e, done)
+	}
+	d.Step(func(string) bool { t.Fatal("stepped a finished drain"); return false }, 30)
+	d.Begin(3, func() []string { t.Fatal("began an older epoch"); return nil })
+	d.Begin(5, func() []string { return nil })
+	if e, done := d.Drained(covers); done || e != 5 {
+		t.Fatalf("Drained after Begin(5) = %d, %t; want 5, false", e, done)
+	}
+	d.Step(func(string) bool { return false }, 26)
+	if _, done := d.Drained(covers); done {
+		t.Fatal("done before a sync covered the mark")
 	}
 }

@@ -9,7 +9,8 @@ import (
 // RegisterNode adds n's peer traffic counts to m:
 // tyr_peer_messages_sent_total, tyr_peer_deliver_calls_total,
 // tyr_peer_deliver_failures_total, tyr_peer_messages_dropped_total,
-// tyr_peer_messages_received_total and tyr_wal_syncs_total, read from
+// tyr_peer_messages_received_total, tyr_wal_syncs_total,
+// tyr_combined_commits_total and tyr_combined_requests_total, read from
 // n.Stats at each scrape.
 func (m *Metrics) RegisterNode(n *node.Node) {
 	m.Registry.MustRegister(nodeCollector{n: n})
@@ -28,6 +29,10 @@ var (
 		"Chain messages other nodes delivered to this node.", nil, nil)
 	walSyncsDesc = prometheus.NewDesc("tyr_wal_syncs_total",
 		"WAL syncs this node made to make commits durable: one per keyspace per group commit.", nil, nil)
+	combinedCommitsDesc = prometheus.NewDesc("tyr_combined_commits_total",
+		"Commits this node coordinated that combined several requests' blind ops on hot blobs.", nil, nil)
+	combinedRequestsDesc = prometheus.NewDesc("tyr_combined_requests_total",
+		"Requests the combined commits this node coordinated carried.", nil, nil)
 )
 
 // nodeCollector reads a node's counts when metrics are scraped.
@@ -35,7 +40,7 @@ type nodeCollector struct{ n *node.Node }
 
 func (nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{peerMessagesSentDesc, peerDeliverCallsDesc, peerDeliverFailuresDesc,
-		peerMessagesDroppedDesc, peerMessagesReceivedDesc, walSyncsDesc} {
+		peerMessagesDroppedDesc, peerMessagesReceivedDesc, walSyncsDesc, combinedCommitsDesc, combinedRequestsDesc} {
 		ch <- d
 	}
 }
@@ -52,6 +57,8 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		{peerMessagesDroppedDesc, st.MessagesDropped},
 		{peerMessagesReceivedDesc, st.MessagesReceived},
 		{walSyncsDesc, st.Syncs},
+		{combinedCommitsDesc, st.CombinedCommits},
+		{combinedRequestsDesc, st.CombinedRequests},
 	} {
 		ch <- prometheus.MustNewConstMetric(v.d, prometheus.CounterValue, float64(v.n))
 	}

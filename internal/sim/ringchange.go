@@ -120,6 +120,9 @@ type ringState struct {
 	moves  map[ring.NodeID]*moveCopy
 	dirty  map[ring.NodeID]map[string]uint64
 	closed map[ring.NodeID]uint64
+	// drains holds each node's drain of the Active phase
+	// (rebalance.Drain), begun the first tick it is up in it.
+	drains map[ring.NodeID]*rebalance.Drain[chain.TxnID]
 	// ids numbers the copy requests.
 	ids int
 	// stale holds, in Active, each key's old owners that are not new
@@ -269,6 +272,7 @@ func (w *world) ringTick() {
 	}
 	for _, n := range w.nodes {
 		w.stepMove(n)
+		w.stepDrain(n)
 	}
 	if w.now-w.ring.polled >= ringPollTicks {
 		w.ring.polled = w.now
@@ -300,7 +304,9 @@ func (w *world) coordinate() {
 			continue
 		}
 		m := w.ring.moves[id]
-		acks[id] = rebalance.Ack{Epoch: rec.Epoch, Phase: rec.Phase, Copied: m != nil && m.epoch == rec.Epoch && m.copied}
+		drained, done := w.drain(id).Drained(w.out(id).Covers)
+		acks[id] = rebalance.Ack{Epoch: rec.Epoch, Phase: rec.Phase, Copied: m != nil && m.epoch == rec.Epoch && m.copied,
+			Drained: done && drained == rec.Epoch}
 	}
 	alive := func(id ring.NodeID) bool { return !w.down[id] }
 	if rec.Phase != rebalance.PhaseClean {
@@ -565,11 +571,38 @@ func (w *world) ringBusy() bool {
 	return w.ring.proposed < w.ring.plan.changes
 }
 
+// drain is node n's drain of the Active phase.
+func (w *world) drain(n ring.NodeID) *rebalance.Drain[chain.TxnID] {
+	d := w.ring.drains[n]
+	if d == nil {
+		d = &rebalance.Drain[chain.TxnID]{}
+		if w.ring.drains == nil {
+			w.ring.drains = map[ring.NodeID]*rebalance.Drain[chain.TxnID]{}
+		}
+		w.ring.drains[n] = d
+	}
+	return d
+}
+
+// stepDrain begins node n's drain of an Active phase over the commits its
+// replica holds staged, and follows them, as a node's loop does.
+func (w *world) stepDrain(n ring.NodeID) {
+	if w.down[n] {
+		return
+	}
+	d, rec := w.drain(n), w.ring.rec
+	if rec.Phase == rebalance.PhaseActive && len(rec.Old) > 0 {
+		d.Begin(rec.Epoch, w.replicas[n].StagedTxns)
+	}
+	d.Step(w.replicas[n].HoldsStage, w.out(n).Mark())
+}
+
 // ringCrash drops what node n held of the ring change in memory.
 func (w *world) ringCrash(n ring.NodeID) {
 	if !w.ringOn() {
 		return
 	}
+	delete(w.ring.drains, n)
 	delete(w.ring.moves, n)
 	delete(w.ring.dirty, n)
 	delete(w.ring.closed, n)

@@ -263,9 +263,10 @@ func TestSim(t *testing.T) {
 // lost a commit that only a new owner kept while ranges were copied, and
 // 633, 3244 and 9157 stalled or lost one while that was being fixed; 7240
 // (row 44) flagged a copy that both replicas reached by different
-// commits.
+// commits; 606 (row 50) lost a commit an old owner dropped while it was in
+// flight at the new owner.
 func TestSimRegressions(t *testing.T) {
-	for _, seed := range []uint64{7114, 9651, 286, 299, 1551, 2659, 633, 3244, 9157, 7240, 8171, 16, 185} {
+	for _, seed := range []uint64{7114, 9651, 286, 299, 1551, 2659, 633, 3244, 9157, 7240, 8171, 16, 185, 606} {
 		if r := sim.Run(sim.Config{Seed: seed, Store: storeFor(t, seed)}); len(r.Anomalies) > 0 {
 			report(t, r)
 		}

@@ -1,0 +1,270 @@
+package node
+
+// Combining commits on hot blobs. Many clients adding to one counter, or
+// to one aggregate, each commit a few blind ops on the same blob: ops that
+// apply whatever the blob holds (atomic ops, appends, writes; no read
+// checks, compare-and-swaps, creates, deletes or truncates). Committed one
+// by one, each costs a chain pass, a stage, a record and an outcome on
+// every member, and the blob's version managers queue them one after
+// another: the blob's commit rate is the chain's, whatever the clients.
+//
+// So the node coordinating such commits keeps at most one commit in flight
+// per blob: a request whose blobs have none goes at once, alone; requests
+// arriving while one is in flight wait, and when it ends, the waiting ones
+// that share blobs go together as one commit, their ops one after another
+// in arrival order. That is what committing them one after another would
+// do, which their concurrency allows: none of them had its answer before
+// another began. The wait costs a contended blob nothing it would not have
+// waited in the version managers' queue, and an uncontended one nothing.
+//
+// Each request gets the results of its own ops. The client IDs travel
+// together, each with its run of the ops (clientParts), and every member
+// records each, so a resolution answers for each client alone and gives it
+// its own results (resolveHere). A combined commit refused for certain
+// (one request's op fails, say, or one client ID was fenced) changed
+// nothing: each of its requests is then committed alone, so one client's
+// error is never another's. A combined commit whose outcome is unknown is
+// unknown to each of its requests, as it would be to one alone.
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/tyrstore/tyr/internal/errs"
+	"github.com/tyrstore/tyr/internal/limits"
+	"github.com/tyrstore/tyr/internal/mvcc"
+	"github.com/tyrstore/tyr/internal/txn"
+)
+
+// combineRequestsMax bounds the requests one combined commit carries; the
+// ops (limits.OpsPerCommitMax) and bytes (limits.CommitBytesMax) of a
+// commit bound it too.
+const combineRequestsMax = 256
+
+// combiner is the node's state of combining (see the top of this file).
+type combiner struct {
+	mu sync.Mutex
+	// busy holds the blobs a commit of blind ops is in flight on.
+	busy map[blobRef]bool
+	// waiting holds the requests waiting for a blob of theirs, in arrival
+	// order.
+	waiting []*combineReq
+	// combined counts the commits that carried more than one request, and
+	// requests the requests they carried.
+	combined, requests uint64
+}
+
+// combineReq is one request to commit blind ops.
+type combineReq struct {
+	keyspace string
+	rf       int
+	ops      []txn.Op
+	client   []byte
+	keys     []blobRef
+	bytes    int
+	// taken, under combiner.mu: a batch took the request; from then on its
+	// answer comes on done.
+	taken bool
+	done  chan combineResult
+}
+
+type combineResult struct {
+	results []txn.Result
+	err     error
+}
+
+// combinable reports whether ops are blind (see the top of this file).
+func combinable(ops []txn.Op) bool {
+	return len(ops) > 0 && !slices.ContainsFunc(ops, func(op txn.Op) bool {
+		return op.Kind != txn.OpAtomic && op.Kind != txn.OpAppend && op.Kind != txn.OpWrite
+	})
+}
+
+// commitCombined commits blind ops, combined with other requests' on the
+// same blobs while a commit of them is in flight.
+func (n *Node) commitCombined(ctx context.Context, keyspace string, rf int, ops []txn.Op, client []byte) ([]txn.Result, error) {
+	req := &combineReq{keyspace: keyspace, rf: rf, ops: ops, client: client, done: make(chan combineResult, 1)}
+	for _, op := range ops {
+		ref := blobRef{keyspace, op.Key}
+		if !slices.Contains(req.keys, ref) {
+			req.keys = append(req.keys, ref)
+		}
+		req.bytes += len(op.Data)
+	}
+	c := &n.combiner
+	c.mu.Lock()
+	if c.busy == nil {
+		c.busy = map[blobRef]bool{}
+	}
+	if !c.touchesBusy(req) {
+		req.taken = true
+		c.mark([]*combineReq{req})
+		c.mu.Unlock()
+		go n.runCombined([]*combineReq{req})
+	} else {
+		c.waiting = append(c.waiting, req)
+		c.mu.Unlock()
+	}
+	select {
+	case r := <-req.done:
+		return r.results, r.err
+	case <-ctx.Done():
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !req.taken {
+		c.waiting = slices.DeleteFunc(c.waiting, func(r *combineReq) bool { return r == req })
+		return nil, errs.Refused(ctx.Err())
+	}
+	return nil, fmt.Errorf("commit outcome unknown: %w", ctx.Err())
+}
+
+func (c *combiner) touchesBusy(r *combineReq) bool {
+	return slices.ContainsFunc(r.keys, func(k blobRef) bool { return c.busy[k] })
+}
+
+func (c *combiner) mark(batch []*combineReq) {
+	for _, r := range batch {
+		for _, k := range r.keys {
+			c.busy[k] = true
+		}
+	}
+}
+
+// runCombined commits batch as one commit, answers each request, and
+// starts the batches that waited for its blobs.
+func (n *Node) runCombined(batch []*combineReq) {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		select {
+		case <-n.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	n.commitBatch(ctx, batch)
+	cancel()
+	c := &n.combiner
+	c.mu.Lock()
+	for _, r := range batch {
+		for _, k := range r.keys {
+			delete(c.busy, k)
+		}
+	}
+	next := c.form()
+	c.mu.Unlock()
+	for _, b := range next {
+		go n.runCombined(b)
+	}
+}
+
+// form takes the waiting requests whose blobs have no commit in flight
+// into batches, in arrival order: a request joins the batch that shares a
+// blob with it, if it shares blobs with one batch only and the batch has
+// room, or starts its own. The rest keep waiting. It marks the batches'
+// blobs busy.
+func (c *combiner) form() [][]*combineReq {
+	var batches [][]*combineReq
+	formed := map[blobRef]int{} // blob -> index in batches + 1
+	keep := c.waiting[:0]
+	for _, r := range c.waiting {
+		if c.touchesBusy(r) {
+			keep = append(keep, r)
+			continue
+		}
+		b := 0
+		for _, k := range r.keys {
+			switch i := formed[k]; {
+			case i == 0:
+			case b == 0:
+				b = i
+			case b != i:
+				b = -1
+			}
+		}
+		switch {
+		case b == 0:
+			batches = append(batches, []*combineReq{r})
+			b = len(batches)
+		case b > 0 && fits(batches[b-1], r):
+			batches[b-1] = append(batches[b-1], r)
+		default:
+			keep = append(keep, r)
+			continue
+		}
+		r.taken = true
+		for _, k := range r.keys {
+			formed[k] = b
+		}
+	}
+	clear(c.waiting[len(keep):])
+	c.waiting = keep
+	for _, b := range batches {
+		c.mark(b)
+		if len(b) > 1 {
+			c.combined++
+			c.requests += uint64(len(b))
+		}
+	}
+	return batches
+}
+
+// fits reports whether r may join batch: same keyspace and replication,
+// and the commit stays within its limits.
+func fits(batch []*combineReq, r *combineReq) bool {
+	ops, bytes := len(r.ops), r.bytes
+	for _, b := range batch {
+		ops += len(b.ops)
+		bytes += b.bytes
+	}
+	return batch[0].keyspace == r.keyspace && batch[0].rf == r.rf && len(batch) < combineRequestsMax &&
+		ops <= limits.OpsPerCommitMax && bytes <= limits.CommitBytesMax
+}
+
+// commitBatch commits batch's ops as one commit and answers each request
+// (see the top of this file).
+func (n *Node) commitBatch(ctx context.Context, batch []*combineReq) {
+	first := batch[0]
+	if len(batch) == 1 {
+		results, err := n.commit(ctx, first.keyspace, first.rf, first.ops, first.client)
+		first.done <- combineResult{results, err}
+		return
+	}
+	var ops []txn.Op
+	var parts []mvcc.ClientPart
+	for _, r := range batch {
+		if len(r.client) > 0 {
+			parts = append(parts, mvcc.ClientPart{ID: r.client, From: len(ops), To: len(ops) + len(r.ops)})
+		}
+		ops = append(ops, r.ops...)
+	}
+	var client []byte
+	if len(parts) > 0 {
+		client = encodeClientParts(parts)
+	}
+	results, err := n.commit(ctx, first.keyspace, first.rf, ops, client)
+	switch {
+	case err == nil:
+		at := 0
+		for _, r := range batch {
+			r.done <- combineResult{results: results[at : at+len(r.ops) : at+len(r.ops)]}
+			at += len(r.ops)
+		}
+	case errs.IsRefused(err):
+		// Nothing applied: each alone, so that each gets its own answer.
+		var wg sync.WaitGroup
+		for _, r := range batch {
+			wg.Go(func() {
+				results, err := n.commit(ctx, r.keyspace, r.rf, r.ops, r.client)
+				r.done <- combineResult{results, err}
+			})
+		}
+		wg.Wait()
+	default:
+		for _, r := range batch {
+			r.done <- combineResult{err: err}
+		}
+	}
+}
