@@ -8,11 +8,11 @@ package node
 // every member, and the blob's version managers queue them one after
 // another: the blob's commit rate is the chain's, whatever the clients.
 //
-// So the node coordinating such commits keeps at most one commit in flight
-// per blob: a request whose blobs have none goes at once, alone; requests
-// arriving while one is in flight wait, and when it ends, the waiting ones
-// that share blobs go together as one commit, their ops one after another
-// in arrival order. That is what committing them one after another would
+// So the node coordinating such commits keeps at most combineInFlight
+// commits in flight per blob: a request whose blobs have room goes at
+// once, alone; requests arriving while a blob is full wait, and when one
+// of its commits ends, the waiting ones that share blobs go together as
+// one commit, their ops one after another in arrival order. That is what committing them one after another would
 // do, which their concurrency allows: none of them had its answer before
 // another began. The wait costs a contended blob nothing it would not have
 // waited in the version managers' queue, and an uncontended one nothing.
@@ -38,16 +38,21 @@ import (
 	"github.com/tyrstore/tyr/internal/txn"
 )
 
-// combineRequestsMax bounds the requests one combined commit carries; the
-// ops (limits.OpsPerCommitMax) and bytes (limits.CommitBytesMax) of a
-// commit bound it too.
-const combineRequestsMax = 256
+const (
+	// combineInFlight is how many commits of blind ops a node keeps in
+	// flight per blob: two, so that one fills while the other commits.
+	combineInFlight = 2
+	// combineRequestsMax bounds the requests one combined commit carries;
+	// the ops (limits.OpsPerCommitMax) and bytes (limits.CommitBytesMax)
+	// of a commit bound it too.
+	combineRequestsMax = 256
+)
 
 // combiner is the node's state of combining (see the top of this file).
 type combiner struct {
 	mu sync.Mutex
-	// busy holds the blobs a commit of blind ops is in flight on.
-	busy map[blobRef]bool
+	// busy counts, per blob, the commits of blind ops in flight on it.
+	busy map[blobRef]int
 	// waiting holds the requests waiting for a blob of theirs, in arrival
 	// order.
 	waiting []*combineReq
@@ -96,7 +101,7 @@ func (n *Node) commitCombined(ctx context.Context, keyspace string, rf int, ops 
 	c := &n.combiner
 	c.mu.Lock()
 	if c.busy == nil {
-		c.busy = map[blobRef]bool{}
+		c.busy = map[blobRef]int{}
 	}
 	if !c.touchesBusy(req) {
 		req.taken = true
@@ -121,16 +126,35 @@ func (n *Node) commitCombined(ctx context.Context, keyspace string, rf int, ops 
 	return nil, fmt.Errorf("commit outcome unknown: %w", ctx.Err())
 }
 
+// touchesBusy reports whether a blob of r has combineInFlight commits in
+// flight.
 func (c *combiner) touchesBusy(r *combineReq) bool {
-	return slices.ContainsFunc(r.keys, func(k blobRef) bool { return c.busy[k] })
+	return slices.ContainsFunc(r.keys, func(k blobRef) bool { return c.busy[k] >= combineInFlight })
 }
 
+// mark counts batch in flight on its blobs.
 func (c *combiner) mark(batch []*combineReq) {
+	for _, k := range batchKeys(batch) {
+		c.busy[k]++
+	}
+}
+
+// batchKeys returns the blobs of batch's requests, each once.
+func batchKeys(batch []*combineReq) []blobRef {
+	if len(batch) == 1 {
+		return batch[0].keys
+	}
+	seen := map[blobRef]bool{}
+	var keys []blobRef
 	for _, r := range batch {
 		for _, k := range r.keys {
-			c.busy[k] = true
+			if !seen[k] {
+				seen[k] = true
+				keys = append(keys, k)
+			}
 		}
 	}
+	return keys
 }
 
 // runCombined commits batch as one commit, answers each request, and
@@ -148,8 +172,8 @@ func (n *Node) runCombined(batch []*combineReq) {
 	cancel()
 	c := &n.combiner
 	c.mu.Lock()
-	for _, r := range batch {
-		for _, k := range r.keys {
+	for _, k := range batchKeys(batch) {
+		if c.busy[k]--; c.busy[k] == 0 {
 			delete(c.busy, k)
 		}
 	}
