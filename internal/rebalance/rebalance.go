@@ -45,7 +45,9 @@
 // waits for every commit it then held staged to finish and for a sync
 // after the last of them, and only then reports the phase drained. A
 // member that restarts meanwhile lost those stages; it catches up before
-// it is in step again, from old owners that still hold everything.
+// it is in step again, from old owners that still hold everything. A
+// commit that stays undecided at a member (its chain waits on a member
+// taken for dead, say) holds the change in Active until it is decided.
 //
 // A member that may have missed commits stays excluded from reads until
 // caught up, as before: a new owner is never a read target before Switching,
