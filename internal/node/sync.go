@@ -5,8 +5,6 @@ import (
 	"maps"
 	"slices"
 	"sync"
-
-	"github.com/tyrstore/tyr/internal/rebalance"
 )
 
 // Group commit. A chain member writes each commit without waiting for its
@@ -109,10 +107,10 @@ func (n *Node) syncKeyspace(name string) error {
 // replicas of every keyspace hold staged then.
 func (n *Node) beginDrain() {
 	rec, ok := n.Ring()
-	if !ok || rec.Phase != rebalance.PhaseActive || len(rec.Old) == 0 {
+	if !ok {
 		return
 	}
-	n.drain.Begin(rec.Epoch, func() []waiterKey {
+	n.drain.Begin(rec, func() []waiterKey {
 		var keys []waiterKey
 		for name, g := range n.groups {
 			for _, id := range g.replica.StagedTxns() {

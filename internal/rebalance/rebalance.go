@@ -494,14 +494,14 @@ type Drain[K comparable] struct {
 	marked bool
 }
 
-// Begin starts the drain of epoch's Active phase over the commits staged
-// now, which staged lists; it does nothing if the drain of epoch or a
-// later one began.
-func (d *Drain[K]) Begin(epoch uint64, staged func() []K) {
-	if epoch <= d.epoch {
+// Begin starts the drain of rec's Active phase over the commits staged
+// now, which staged lists. It does nothing unless rec is a change in
+// Active whose drain, or a later one, has not begun.
+func (d *Drain[K]) Begin(rec Record, staged func() []K) {
+	if rec.Phase != PhaseActive || len(rec.Old) == 0 || rec.Epoch <= d.epoch {
 		return
 	}
-	*d = Drain[K]{epoch: epoch, left: staged()}
+	*d = Drain[K]{epoch: rec.Epoch, left: staged()}
 }
 
 // Waiting reports whether the drain still waits for a commit to finish.

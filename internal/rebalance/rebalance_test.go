@@ -335,8 +335,15 @@ func TestDrain(t *testing.T) {
 		t.Fatal("a drain never begun is done")
 	}
 	staged := map[string]bool{"a": true, "b": true}
-	d.Begin(4, func() []string { return []string{"a", "b"} })
-	d.Begin(4, func() []string { t.Fatal("began epoch 4 twice"); return nil })
+	active := func(epoch uint64) Record {
+		return Record{Epoch: epoch, Phase: PhaseActive, Old: nodes("n1"), New: nodes("n1", "n2")}
+	}
+	clean := active(4)
+	clean.Phase = PhaseClean
+	d.Begin(clean, func() []string { t.Fatal("began a drain of a clean epoch"); return nil })
+	d.Begin(Record{Epoch: 4, Phase: PhaseActive, New: nodes("n1")}, func() []string { t.Fatal("began a drain of a first ring"); return nil })
+	d.Begin(active(4), func() []string { return []string{"a", "b"} })
+	d.Begin(active(4), func() []string { t.Fatal("began epoch 4 twice"); return nil })
 	synced := uint64(0)
 	covers := func(m uint64) bool { return synced >= m }
 	d.Step(func(k string) bool { return staged[k] }, 10)
@@ -362,8 +369,8 @@ func TestDrain(t *testing.T) {
 		t.Fatalf("Drained = %d, %t; want 4, true", e, done)
 	}
 	d.Step(func(string) bool { t.Fatal("stepped a finished drain"); return false }, 30)
-	d.Begin(3, func() []string { t.Fatal("began an older epoch"); return nil })
-	d.Begin(5, func() []string { return nil })
+	d.Begin(active(3), func() []string { t.Fatal("began an older epoch"); return nil })
+	d.Begin(active(5), func() []string { return nil })
 	if e, done := d.Drained(covers); done || e != 5 {
 		t.Fatalf("Drained after Begin(5) = %d, %t; want 5, false", e, done)
 	}

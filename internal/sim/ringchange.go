@@ -590,10 +590,8 @@ func (w *world) stepDrain(n ring.NodeID) {
 	if w.down[n] {
 		return
 	}
-	d, rec := w.drain(n), w.ring.rec
-	if rec.Phase == rebalance.PhaseActive && len(rec.Old) > 0 {
-		d.Begin(rec.Epoch, w.replicas[n].StagedTxns)
-	}
+	d := w.drain(n)
+	d.Begin(w.ring.rec, w.replicas[n].StagedTxns)
 	d.Step(w.replicas[n].HoldsStage, w.out(n).Mark())
 }
 
