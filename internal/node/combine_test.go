@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -97,35 +96,12 @@ func TestCombine(t *testing.T) {
 				requests += st.CombinedRequests
 			}
 			t.Logf("%d adds, %d of them in %d combined commits", len(answers), requests, combined)
-			if combined == 0 || requests < 2*combined {
-				t.Errorf("%d combined commits carrying %d requests: want some, of 2 requests or more each", combined, requests)
+			// 24 clients on one counter: most adds wait behind a commit in
+			// flight and go combined (about 9 in 10 here, idle or loaded).
+			if 4*requests < uint64(len(answers)) {
+				t.Errorf("%d of %d adds went in combined commits (%d), want a quarter at least", requests, len(answers), combined)
 			}
-			holders := 0
-			for i, n := range tc.nodes {
-				pl, err := n.Placement(syncKeyspace, shape.rf)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !pl.Manages("hot") {
-					continue
-				}
-				holders++
-				ks, err := tc.engines[i].Acquire(syncKeyspace)
-				if err != nil {
-					t.Fatal(err)
-				}
-				data, _, err := ks.Store.Read("hot", 0, 8)
-				ks.Release()
-				if err != nil {
-					t.Fatal(err)
-				}
-				if got := binary.LittleEndian.Uint64(data); got != uint64(len(answers)) {
-					t.Errorf("node %s: counter = %d, want %d", n.Self(), got, len(answers))
-				}
-			}
-			if holders != shape.rf {
-				t.Errorf("%d nodes hold the counter, want %d", holders, shape.rf)
-			}
+			tc.checkCounter(t, syncKeyspace, "hot", shape.rf, uint64(len(answers)))
 			for _, a := range answers[:10] {
 				res, err := tc.nodes[(a.via+1)%shape.nodes].ResolveCommit(ctx, syncKeyspace, shape.rf, a.client, []txn.Op{add})
 				if err != nil || res.Outcome != OutcomeCommitted || len(res.Results) != 1 || res.Results[0].Value != a.value {

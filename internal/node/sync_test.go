@@ -65,33 +65,40 @@ func TestGroupCommit(t *testing.T) {
 					syncs, commits, memberCommits, commits*uint64(shape.rf))
 			}
 			t.Logf("%d commits written %d times by chain members, %d syncs", commits, memberCommits, syncs)
-			holders := 0
-			for i, n := range tc.nodes {
-				pl, err := n.Placement(syncKeyspace, shape.rf)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !pl.Manages("counter") {
-					continue
-				}
-				holders++
-				ks, err := tc.engines[i].Acquire(syncKeyspace)
-				if err != nil {
-					t.Fatal(err)
-				}
-				data, _, err := ks.Store.Read("counter", 0, 8)
-				ks.Release()
-				if err != nil {
-					t.Fatal(err)
-				}
-				if got := binary.LittleEndian.Uint64(data); got != commits {
-					t.Errorf("node %s: counter = %d, want %d", n.Self(), got, commits)
-				}
-			}
-			if holders != shape.rf {
-				t.Errorf("%d nodes hold the counter, want %d", holders, shape.rf)
-			}
+			tc.checkCounter(t, syncKeyspace, "counter", shape.rf, commits)
 		})
+	}
+}
+
+// checkCounter checks that exactly rf nodes manage the 8-byte counter key
+// of keyspace, and that each holds want.
+func (tc *testCluster) checkCounter(t *testing.T, keyspace, key string, rf int, want uint64) {
+	t.Helper()
+	holders := 0
+	for i, n := range tc.nodes {
+		pl, err := n.Placement(keyspace, rf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !pl.Manages(key) {
+			continue
+		}
+		holders++
+		ks, err := tc.engines[i].Acquire(keyspace)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, _, err := ks.Store.Read(key, 0, 8)
+		ks.Release()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := binary.LittleEndian.Uint64(data); got != want {
+			t.Errorf("node %s: %s = %d, want %d", n.Self(), key, got, want)
+		}
+	}
+	if holders != rf {
+		t.Errorf("%d nodes hold %s, want %d", holders, key, rf)
 	}
 }
 
