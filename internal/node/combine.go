@@ -30,6 +30,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/tyrstore/tyr/internal/errs"
@@ -92,12 +93,11 @@ func combinable(ops []txn.Op) bool {
 func (n *Node) commitCombined(ctx context.Context, keyspace string, rf int, ops []txn.Op, client []byte) ([]txn.Result, error) {
 	req := &combineReq{keyspace: keyspace, rf: rf, ops: ops, client: client, done: make(chan combineResult, 1)}
 	for _, op := range ops {
-		ref := blobRef{keyspace, op.Key}
-		if !slices.Contains(req.keys, ref) {
-			req.keys = append(req.keys, ref)
-		}
+		req.keys = append(req.keys, blobRef{keyspace, op.Key})
 		req.bytes += len(op.Data)
 	}
+	slices.SortFunc(req.keys, func(a, b blobRef) int { return strings.Compare(a.key, b.key) })
+	req.keys = slices.Compact(req.keys)
 	c := &n.combiner
 	c.mu.Lock()
 	if c.busy == nil {
@@ -184,13 +184,14 @@ func (n *Node) runCombined(batch []*combineReq) {
 	}
 }
 
-// form takes the waiting requests whose blobs have no commit in flight
-// into batches, in arrival order: a request joins the batch that shares a
-// blob with it, if it shares blobs with one batch only and the batch has
-// room, or starts its own. The rest keep waiting. It marks the batches'
-// blobs busy.
+// form takes the waiting requests whose blobs have room for another
+// commit into batches, in arrival order: a request joins the batch that
+// shares a blob with it, if it shares blobs with one batch only and the
+// batch has room, or starts its own. The rest keep waiting. It marks the
+// batches' blobs busy.
 func (c *combiner) form() [][]*combineReq {
 	var batches [][]*combineReq
+	var sizes []batchSize       // of each batch
 	formed := map[blobRef]int{} // blob -> index in batches + 1
 	keep := c.waiting[:0]
 	for _, r := range c.waiting {
@@ -210,10 +211,12 @@ func (c *combiner) form() [][]*combineReq {
 		}
 		switch {
 		case b == 0:
-			batches = append(batches, []*combineReq{r})
+			batches, sizes = append(batches, []*combineReq{r}), append(sizes, batchSize{})
 			b = len(batches)
-		case b > 0 && fits(batches[b-1], r):
+			sizes[b-1].add(r)
+		case b > 0 && batches[b-1][0].keyspace == r.keyspace && batches[b-1][0].rf == r.rf && sizes[b-1].fits(r):
 			batches[b-1] = append(batches[b-1], r)
+			sizes[b-1].add(r)
 		default:
 			keep = append(keep, r)
 			continue
@@ -235,16 +238,18 @@ func (c *combiner) form() [][]*combineReq {
 	return batches
 }
 
-// fits reports whether r may join batch: same keyspace and replication,
-// and the commit stays within its limits.
-func fits(batch []*combineReq, r *combineReq) bool {
-	ops, bytes := len(r.ops), r.bytes
-	for _, b := range batch {
-		ops += len(b.ops)
-		bytes += b.bytes
-	}
-	return batch[0].keyspace == r.keyspace && batch[0].rf == r.rf && len(batch) < combineRequestsMax &&
-		ops <= limits.OpsPerCommitMax && bytes <= limits.CommitBytesMax
+// batchSize is what a batch being formed carries.
+type batchSize struct{ requests, ops, bytes int }
+
+func (s *batchSize) add(r *combineReq) {
+	s.requests, s.ops, s.bytes = s.requests+1, s.ops+len(r.ops), s.bytes+r.bytes
+}
+
+// fits reports whether r may join the batch: its commit stays within the
+// limits.
+func (s batchSize) fits(r *combineReq) bool {
+	return s.requests < combineRequestsMax && s.ops+len(r.ops) <= limits.OpsPerCommitMax &&
+		s.bytes+r.bytes <= limits.CommitBytesMax
 }
 
 // commitBatch commits batch's ops as one commit and answers each request
