@@ -38,6 +38,7 @@ fuzz:
 	$(GO) test ./internal/node -run '^$$' -fuzz '^FuzzPutRing$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/node -run '^$$' -fuzz '^FuzzDecommission$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/membership -run '^$$' -fuzz '^FuzzDecodeState$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/frame -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME)
 
 fuzz-long:
 	$(MAKE) fuzz FUZZTIME=10m

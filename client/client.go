@@ -134,6 +134,9 @@ type Client struct {
 	api  tyrpb.TyrClient
 	// router sends reads to the nodes that serve them; nil WithoutRouting.
 	router *router
+	// data carries reads (data.go); nil WithoutDataPath.
+	data         *dataPath
+	endpointAddr string
 }
 
 // Dial returns a Client for the server at endpoint (host:port). It does not
@@ -171,7 +174,10 @@ func Dial(endpoint string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{conn: conn, api: tyrpb.NewTyrClient(conn), router: r}
+	c := &Client{conn: conn, api: tyrpb.NewTyrClient(conn), router: r, endpointAddr: endpoint}
+	if !o.noDataPath {
+		c.data = newDataPath(o.dialer)
+	}
 	if r != nil {
 		r.endpoint = c.api
 	}
@@ -198,6 +204,9 @@ func (c *Client) Close() error {
 	err := c.conn.Close()
 	if c.router != nil {
 		c.router.close()
+	}
+	if c.data != nil {
+		c.data.close()
 	}
 	return err
 }

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tyrstore/tyr/api/tyrpb"
+	"github.com/tyrstore/tyr/internal/frame"
 	"github.com/tyrstore/tyr/internal/ring"
 )
 
@@ -66,8 +67,9 @@ const (
 type Option func(*options)
 
 type options struct {
-	noRouting bool
-	dialer    func(ctx context.Context, addr string) (net.Conn, error)
+	noRouting  bool
+	noDataPath bool
+	dialer     func(ctx context.Context, addr string) (net.Conn, error)
 }
 
 // WithDialer makes the client open its connections (to the endpoint and to
@@ -81,6 +83,12 @@ func WithDialer(dial func(ctx context.Context, addr string) (net.Conn, error)) O
 // which forwards the reads it does not serve itself.
 func WithoutRouting() Option {
 	return func(o *options) { o.noRouting = true }
+}
+
+// WithoutDataPath makes the client send reads over gRPC instead of the
+// data path (data.go).
+func WithoutDataPath() Option {
+	return func(o *options) { o.noDataPath = true }
 }
 
 // routeMember is one ring member as the client routes to it.
@@ -204,20 +212,26 @@ func (r *router) intercept(ctx context.Context, method string, req, reply any, c
 // observe starts a fetch of the ring in the background if a reply's header
 // names another ring or other members than the client's copy.
 func (r *router) observe(md metadata.MD) {
-	t := r.table.Load()
-	if t == nil {
-		return
-	}
 	rings, members := md.Get(ringHeader), md.Get(membersHeader)
 	if len(rings) != 1 || len(members) != 1 {
 		return
 	}
 	ringID, err1 := strconv.ParseUint(rings[0], 16, 64)
 	membersID, err2 := strconv.ParseUint(members[0], 16, 64)
-	if err1 != nil || err2 != nil || (ringID == t.ringID && membersID == t.membersID) {
+	if err1 == nil && err2 == nil {
+		r.observeIDs(ringID, membersID)
+	}
+}
+
+// observeIDs starts a fetch of the ring in the background if a reply
+// names another ring or other members than the client's copy.
+func (r *router) observeIDs(ringID, membersID uint64) {
+	if r == nil {
 		return
 	}
-	r.refresh()
+	if t := r.table.Load(); t != nil && (ringID != t.ringID || membersID != t.membersID) {
+		r.refresh()
+	}
 }
 
 // refresh fetches the ring in the background, unless a fetch is running
@@ -346,28 +360,41 @@ func (r *router) conn(addr string) (*grpc.ClientConn, error) {
 // pick returns the client for the node that serves reads of key, or nil
 // to send the request to the endpoint.
 func (r *router) pick(ctx context.Context, ks, key string, rd readShape) tyrpb.TyrClient {
-	if r == nil {
+	addr := r.pickAddr(ctx, ks, key, rd)
+	if addr == "" {
 		return nil
 	}
-	if md, ok := metadata.FromOutgoingContext(ctx); ok && len(md.Get(forwardedKey)) > 0 {
+	conn, err := r.conn(addr)
+	if err != nil {
 		return nil
+	}
+	return tyrpb.NewTyrClient(conn)
+}
+
+// pickAddr returns the address of the node that serves reads of key, or
+// "" to send the request to the endpoint.
+func (r *router) pickAddr(ctx context.Context, ks, key string, rd readShape) string {
+	if r == nil || forwardedCall(ctx) {
+		return ""
 	}
 	t := r.current(ctx)
 	if t == nil {
-		return nil
+		return ""
 	}
 	if _, known := t.replication[ks]; !known && t.ring != nil {
 		r.refresh() // a keyspace created since the fetch
 	}
 	id, ok := t.target(ks, key, rd)
 	if !ok || id == t.self {
-		return nil
+		return ""
 	}
-	conn, err := r.conn(t.members[id].addr)
-	if err != nil {
-		return nil
-	}
-	return tyrpb.NewTyrClient(conn)
+	return t.members[id].addr
+}
+
+// forwardedCall reports whether the caller marked ctx "tyr-forwarded".
+func forwardedCall(ctx context.Context) bool {
+	md, ok := metadata.FromOutgoingContext(ctx)
+	return ok && len(md.Get(forwardedKey)) > 0
 }
 
 // close closes every connection the router opened and waits for a
@@ -416,8 +443,31 @@ func routed[Req, Resp any](ctx context.Context, c *Client, ks, key string, rd re
 	return rpc(c.api, ctx, req)
 }
 
+// readRPC sends a read over the data path (data.go) to the node that
+// serves it, or to the endpoint; a read the data path cannot deliver, or
+// one marked "tyr-forwarded", goes over gRPC.
 func (c *Client) readRPC(ctx context.Context, req *tyrpb.ReadRequest) (*tyrpb.ReadResponse, error) {
 	rd := readShape{direct: req.GetVersion() == 0 && !req.GetConsistent(), off: req.GetOffset(), n: req.GetLength()}
+	if c.data != nil && !forwardedCall(ctx) {
+		addr := c.router.pickAddr(ctx, string(req.GetKeyspace()), string(req.GetKey()), rd)
+		routedRead := addr != ""
+		if !routedRead {
+			addr = c.endpointAddr
+		}
+		resp, h, err := c.data.read(ctx, addr, req)
+		if h.Flags&frame.FlagRouting != 0 {
+			c.router.observeIDs(h.RingID, h.MembersID)
+		}
+		switch {
+		case errors.Is(err, errNoDataPath):
+		case retryable(ctx, err):
+			if routedRead {
+				c.router.refresh()
+			}
+		default:
+			return resp, err
+		}
+	}
 	return routed(ctx, c, string(req.GetKeyspace()), string(req.GetKey()), rd, req, tyrpb.TyrClient.Read)
 }
 

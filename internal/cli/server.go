@@ -205,7 +205,7 @@ func runServer(ctx context.Context, e *env, f serverFlags) error {
 		log.Info("serving metrics", "addr", mlis.Addr().String())
 	}
 	served := make(chan error, 1)
-	go func() { served <- grpcServer.Serve(lis) }()
+	go func() { served <- grpcServer.Serve(svc.Listen(lis)) }()
 	log.Info("tyr server serving", "addr", lis.Addr().String(), "data", f.data,
 		"node_id", string(node.ID()), "gossip_addr", node.GossipAddr())
 	if f.cluster.gossipReadyFile != "" {

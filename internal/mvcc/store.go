@@ -558,6 +558,9 @@ func (s *Store) ReadAt(key string, offset, length, version uint64) ([]byte, Blob
 		return nil, BlobInfo{}, fmt.Errorf("%w: read of %d bytes, above the per-request limit of %d",
 			errs.ErrTooLarge, length, limits.PayloadBytesMax)
 	}
+	if version == 0 {
+		return s.readLatest(key, offset, length)
+	}
 	snap := s.db.NewSnapshot()
 	defer snap.Close()
 	s.syncing.await(key)
@@ -565,10 +568,7 @@ func (s *Store) ReadAt(key string, offset, length, version uint64) ([]byte, Blob
 	if err != nil {
 		return nil, BlobInfo{}, err
 	}
-	if !ok && version == 0 {
-		return nil, BlobInfo{}, fmt.Errorf("blob %q: %w", key, errs.ErrNotFound)
-	}
-	if version != 0 && (!ok || m.Version != version) {
+	if !ok || m.Version != version {
 		if m, err = s.historyAt(snap, key, version, ok, m); err != nil {
 			return nil, BlobInfo{}, err
 		}
@@ -576,14 +576,52 @@ func (s *Store) ReadAt(key string, offset, length, version uint64) ([]byte, Blob
 	if offset >= m.Size || length == 0 {
 		return []byte{}, m.info(key), nil
 	}
-	end := min(m.Size, offset+length)
-	buf := make([]byte, end-offset)
 	it, err := newPageIter(snap, key)
 	if err != nil {
 		return nil, BlobInfo{}, err
 	}
 	defer it.Close()
-	if err := readRange(it, key, m.Version, offset, s.pageBytes, buf); err != nil {
+	return readBlob(it, key, m, offset, length, s.pageBytes)
+}
+
+// readLatest is ReadAt of the current version. One iterator, a
+// point-in-time view like a snapshot, finds both the blob's record and its
+// pages: a read costs no snapshot and no separate lookup of the record.
+func (s *Store) readLatest(key string, offset, length uint64) ([]byte, BlobInfo, error) {
+	mk := metaKey(key)
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: mk, UpperBound: blobPagesEnd(key)})
+	if err != nil {
+		return nil, BlobInfo{}, fmt.Errorf("%w: %w", errs.ErrUnavailable, err)
+	}
+	defer it.Close()
+	// After the view is taken: the commits it holds are durable once this
+	// returns.
+	s.syncing.await(key)
+	if !it.SeekGE(mk) || !bytes.Equal(it.Key(), mk) {
+		if err := it.Error(); err != nil {
+			return nil, BlobInfo{}, fmt.Errorf("%w: %w", errs.ErrUnavailable, err)
+		}
+		return nil, BlobInfo{}, fmt.Errorf("blob %q: %w", key, errs.ErrNotFound)
+	}
+	value, err := it.ValueAndErr()
+	if err != nil {
+		return nil, BlobInfo{}, fmt.Errorf("%w: %w", errs.ErrUnavailable, err)
+	}
+	m, err := decodeMeta(value)
+	if err != nil {
+		return nil, BlobInfo{}, fmt.Errorf("blob %q: %w", key, err)
+	}
+	if offset >= m.Size || length == 0 {
+		return []byte{}, m.info(key), nil
+	}
+	return readBlob(it, key, m, offset, length, s.pageBytes)
+}
+
+// readBlob reads [offset, offset+length) of the blob m describes, cut at
+// its end, through it.
+func readBlob(it *pebble.Iterator, key string, m blobMeta, offset, length, pageBytes uint64) ([]byte, BlobInfo, error) {
+	buf := make([]byte, min(m.Size, offset+length)-offset)
+	if err := readRange(it, key, m.Version, offset, pageBytes, buf); err != nil {
 		return nil, BlobInfo{}, err
 	}
 	return buf, m.info(key), nil

@@ -23,11 +23,13 @@ type Metrics struct {
 	latency  *prometheus.HistogramVec
 	bytes    *prometheus.CounterVec
 	reads    *prometheus.CounterVec
+	// dataReads counts the reads answered over the data path.
+	dataReads prometheus.Counter
 }
 
 // NewMetrics creates the metrics: tyr_ops_total{op,code},
 // tyr_op_duration_seconds{op}, tyr_bytes_total{direction},
-// tyr_reads_total{path} and the Go runtime and process collectors.
+// tyr_reads_total{path}, tyr_data_path_reads_total and the Go runtime and process collectors.
 func NewMetrics() *Metrics {
 	m := &Metrics{
 		Registry: prometheus.NewRegistry(),
@@ -45,11 +47,15 @@ func NewMetrics() *Metrics {
 			Name: "tyr_reads_total",
 			Help: "Reads and stats of blobs, by path: local (served by this node's store) or forwarded_out (sent to the node that serves them).",
 		}, []string{"path"}),
+		dataReads: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tyr_data_path_reads_total",
+			Help: "Reads answered over the data path; the other reads of tyr_ops_total came over gRPC.",
+		}),
 	}
 	// Both paths are exported from the start, at zero.
 	m.reads.WithLabelValues(readLocal)
 	m.reads.WithLabelValues(readForwarded)
-	m.Registry.MustRegister(m.ops, m.latency, m.bytes, m.reads,
+	m.Registry.MustRegister(m.ops, m.latency, m.bytes, m.reads, m.dataReads,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
-	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -125,27 +124,35 @@ func (s *Service) Ring(context.Context, *tyrpb.RingRequest) (*tyrpb.RingResponse
 	return ringResponse(view, s.cluster.Self(), keyspaces), nil
 }
 
-// routingIDs are the header values of one view.
+// routingIDs are the ring and members IDs of one view, and their header.
 type routingIDs struct {
-	view *membership.View
-	md   metadata.MD
+	view              *membership.View
+	ringID, membersID uint64
+	md                metadata.MD
+}
+
+// currentRouting returns the routing IDs of this node's current view, or
+// nil outside a cluster. They are computed once per view: a membership
+// change installs a new View.
+func (s *Service) currentRouting() *routingIDs {
+	if s.cluster == nil {
+		return nil
+	}
+	view := s.cluster.View()
+	ids := s.routing.Load()
+	if ids == nil || ids.view != view {
+		ids = &routingIDs{view: view, ringID: uint64(view.RingID()), membersID: membersID(view)}
+		ids.md = metadata.Pairs(ringHeader, formatRoutingID(ids.ringID), membersHeader, formatRoutingID(ids.membersID))
+		s.routing.Store(ids)
+	}
+	return ids
 }
 
 // routingHeaders returns the interceptor that puts the ring ID and members
-// ID of this node's current view in the header of every reply. They are
-// computed once per view: a membership change installs a new View.
+// ID of this node's current view in the header of every reply.
 func (s *Service) routingHeaders() grpc.UnaryServerInterceptor {
-	var cache atomic.Pointer[routingIDs]
 	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if s.cluster != nil {
-			view := s.cluster.View()
-			ids := cache.Load()
-			if ids == nil || ids.view != view {
-				ids = &routingIDs{view: view, md: metadata.Pairs(
-					ringHeader, formatRoutingID(uint64(view.RingID())),
-					membersHeader, formatRoutingID(membersID(view)))}
-				cache.Store(ids)
-			}
+		if ids := s.currentRouting(); ids != nil {
 			// SetHeader fails only if the header was sent already, which
 			// no handler has done before this point.
 			_ = grpc.SetHeader(ctx, ids.md)

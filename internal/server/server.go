@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -44,6 +45,10 @@ type Service struct {
 	// ops is the rate of client operations answered (usage.go), counted
 	// by the interceptor Register installs.
 	ops *opsRate
+	// routing caches the routing IDs of the current view (routing.go).
+	routing atomic.Pointer[routingIDs]
+	// dataRead serves the data path's reads (datapath.go); set by Register.
+	dataRead grpc.UnaryHandler
 }
 
 // NewService returns a Service over engine.
@@ -64,6 +69,7 @@ func (s *Service) Register(m *Metrics) *grpc.Server {
 		grpc.ChainUnaryInterceptor(m.interceptor(s.log), s.countOps(), s.routingHeaders()),
 	)
 	tyrpb.RegisterTyrServer(g, s)
+	s.dataRead = s.dataHandler(m.interceptor(s.log), s.countOps())
 	healthpb.RegisterHealthServer(g, healthServer{ready: s.Ready})
 	if s.node != nil {
 		peerpb.RegisterPeerServer(g, s.node)

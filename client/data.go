@@ -1,0 +1,241 @@
+package client
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tyrstore/tyr/api/tyrpb"
+	"github.com/tyrstore/tyr/internal/frame"
+)
+
+// The data path: reads travel as binary frames over plain TCP to the
+// server's gRPC port (internal/frame), one request at a time per
+// connection, on connections kept open between reads. The answer's bytes
+// are read straight into the result, never decoded from a message. Every
+// other call, and a read the data path could not deliver (a node that is
+// unreachable, or one without the data path), goes over gRPC, so that
+// the answer is the same either way.
+
+// Data-path limits.
+const (
+	// dataIdleMax is how many idle data connections the client keeps to
+	// one address; a burst of concurrent reads opens more, then closes
+	// the excess.
+	dataIdleMax = 64
+	// dataReadBuffer is the read buffer of a data connection: a small
+	// answer arrives in one system call, a large one straight into the
+	// result.
+	dataReadBuffer = 32 << 10
+	// dataRetryAfter is how long reads of an address go over gRPC after a
+	// new data connection to it broke before its first answer: a server
+	// without the data path closes it so.
+	dataRetryAfter = 30 * time.Second
+)
+
+// dataPath keeps the idle data connections of a client, by address.
+type dataPath struct {
+	dial func(ctx context.Context, addr string) (net.Conn, error)
+
+	mu     sync.Mutex
+	idle   map[string][]*dataConn
+	grpcAt map[string]time.Time // address -> until when reads go over gRPC
+	closed bool
+}
+
+type dataConn struct {
+	net.Conn
+	r        *bufio.Reader
+	out      []byte
+	deadline time.Time
+	broken   bool // a cancellation may still wake it: not reused
+}
+
+func newDataPath(dial func(ctx context.Context, addr string) (net.Conn, error)) *dataPath {
+	if dial == nil {
+		var d net.Dialer
+		dial = func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }
+	}
+	return &dataPath{dial: dial, idle: map[string][]*dataConn{}, grpcAt: map[string]time.Time{}}
+}
+
+// get returns an idle connection to addr (reused true), or a new one.
+func (d *dataPath) get(ctx context.Context, addr string) (*dataConn, bool, error) {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil, false, errors.New("tyr: client closed")
+	}
+	if until, ok := d.grpcAt[addr]; ok {
+		if time.Now().Before(until) {
+			d.mu.Unlock()
+			return nil, false, errNoDataPath
+		}
+		delete(d.grpcAt, addr)
+	}
+	if idle := d.idle[addr]; len(idle) > 0 {
+		c := idle[len(idle)-1]
+		d.idle[addr] = idle[:len(idle)-1]
+		d.mu.Unlock()
+		return c, true, nil
+	}
+	d.mu.Unlock()
+	conn, err := d.dial(ctx, addr)
+	if err != nil {
+		return nil, false, err
+	}
+	c := &dataConn{Conn: conn, r: bufio.NewReaderSize(conn, dataReadBuffer)}
+	c.out = append(c.out, frame.Magic[:]...)
+	return c, false, nil
+}
+
+// put keeps c for the next read of addr, or closes it.
+func (d *dataPath) put(addr string, c *dataConn) {
+	d.mu.Lock()
+	if !d.closed && len(d.idle[addr]) < dataIdleMax {
+		d.idle[addr] = append(d.idle[addr], c)
+		d.mu.Unlock()
+		return
+	}
+	d.mu.Unlock()
+	_ = c.Close()
+}
+
+func (d *dataPath) close() {
+	d.mu.Lock()
+	d.closed = true
+	idle := d.idle
+	d.idle = nil
+	d.mu.Unlock()
+	for _, conns := range idle {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	}
+}
+
+// read sends req to addr and returns its answer, with the header of the
+// answering node (its routing IDs). Its errors are gRPC status errors, as
+// the gRPC path's are: UNAVAILABLE when addr could not be reached or the
+// connection broke; but errNoDataPath when reads of addr go over gRPC for
+// now.
+func (d *dataPath) read(ctx context.Context, addr string, req *tyrpb.ReadRequest) (*tyrpb.ReadResponse, frame.Header, error) {
+	r := frame.Read{Keyspace: string(req.GetKeyspace()), Key: string(req.GetKey()), Offset: req.GetOffset(),
+		Length: req.GetLength(), Version: req.GetVersion()}
+	if req.GetConsistent() {
+		r.Flags |= frame.FlagConsistent
+	}
+	if req.GetUse() {
+		r.Flags |= frame.FlagUse
+	}
+	if err := frame.CheckRead(r); err != nil {
+		return nil, frame.Header{}, status.Error(codes.InvalidArgument, err.Error())
+	}
+	for attempt := 0; ; attempt++ {
+		if ctx.Err() != nil {
+			return nil, frame.Header{}, status.FromContextError(ctx.Err()).Err()
+		}
+		c, reused, err := d.get(ctx, addr)
+		if errors.Is(err, errNoDataPath) {
+			return nil, frame.Header{}, err
+		}
+		if err != nil {
+			return nil, frame.Header{}, transportError(ctx, addr, err)
+		}
+		resp, h, err := c.roundTrip(ctx, r)
+		var netErr transportErr
+		if errors.As(err, &netErr) {
+			_ = c.Close()
+			// An idle connection may have been closed by its server
+			// meanwhile: a read is safe to send again, once, anew.
+			if reused && attempt == 0 && ctx.Err() == nil {
+				continue
+			}
+			if !reused && netErr.answerless && ctx.Err() == nil {
+				d.mu.Lock()
+				d.grpcAt[addr] = time.Now().Add(dataRetryAfter)
+				d.mu.Unlock()
+			}
+			return nil, h, transportError(ctx, addr, netErr.err)
+		}
+		if c.broken {
+			_ = c.Close()
+		} else {
+			d.put(addr, c)
+		}
+		return resp, h, err
+	}
+}
+
+// errNoDataPath: reads of the address go over gRPC for now.
+var errNoDataPath = errors.New("the data path is off for this address")
+
+// transportErr is a failure of the connection itself; answerless when it
+// broke after the request was sent and before any answer arrived.
+type transportErr struct {
+	err        error
+	answerless bool
+}
+
+func (e transportErr) Error() string { return e.err.Error() }
+
+func transportError(ctx context.Context, addr string, err error) error {
+	if ctx.Err() != nil {
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	return status.Error(codes.Unavailable, fmt.Sprintf("data path to %s: %v", addr, err))
+}
+
+// longAgo is a deadline in the past, which wakes a blocked read or write.
+var longAgo = time.Unix(1, 0)
+
+// roundTrip writes r and reads its answer.
+func (c *dataConn) roundTrip(ctx context.Context, r frame.Read) (*tyrpb.ReadResponse, frame.Header, error) {
+	deadline, _ := ctx.Deadline()
+	if !deadline.Equal(c.deadline) {
+		if err := c.SetDeadline(deadline); err != nil {
+			return nil, frame.Header{}, transportErr{err: err}
+		}
+		c.deadline = deadline
+	}
+	if ctx.Done() != nil {
+		stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(longAgo) })
+		defer func() {
+			if !stop() {
+				// The wake-up may land on a later read: retire the
+				// connection.
+				c.broken = true
+			}
+		}()
+	}
+	c.out = frame.AppendRead(c.out, r)
+	_, err := c.Write(c.out)
+	c.out = c.out[:0]
+	if err != nil {
+		return nil, frame.Header{}, transportErr{err: err}
+	}
+	var head [frame.LenBytes + frame.HeaderBytes]byte
+	if n, err := io.ReadFull(c.r, head[:]); err != nil {
+		return nil, frame.Header{}, transportErr{err: err, answerless: n == 0}
+	}
+	h, n, err := frame.DecodeHeader(head[:])
+	if err != nil {
+		return nil, frame.Header{}, transportErr{err: err}
+	}
+	tail := make([]byte, n)
+	if _, err := io.ReadFull(c.r, tail); err != nil {
+		return nil, frame.Header{}, transportErr{err: err}
+	}
+	if h.Code != uint8(codes.OK) {
+		return nil, h, status.Error(codes.Code(h.Code), string(tail))
+	}
+	return &tyrpb.ReadResponse{Data: tail, Size: h.Size, Version: h.Version}, h, nil
+}

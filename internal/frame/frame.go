@@ -1,0 +1,186 @@
+// Package frame is the encoding of tyr's data path: reads travel as
+// length-prefixed binary frames over plain TCP, beside gRPC, on the same
+// port. The payload is never copied into a message encoding: a response is
+// a fixed header followed by the bytes read, written with one vectored
+// write and read straight into the caller's buffer.
+//
+// A connection opens with Magic, which tells it from an HTTP/2 (gRPC)
+// connection on the same listener. Then the client sends requests and the
+// server answers each, in order, one at a time:
+//
+//	request:  u32 body length | u8 kind | u8 flags | u64 offset | u64 length
+//	          | u64 version | u8 keyspace length | keyspace | u16 key length | key
+//	response: u32 body length | u8 code | u8 flags | u64 ring ID | u64 members ID
+//	          | u64 size | u64 version | data (code 0) or message (otherwise)
+//
+// Integers are little-endian. code is a gRPC status code, so that errors
+// keep their class; the routing IDs are those the gRPC path puts in its
+// headers (FlagRouting says they are present). Every length is bounded
+// (RequestBytesMax, ResponseBytesMax, limits.PayloadBytesMax): a frame
+// that breaks a bound, or a body that does not decode exactly, ends the
+// connection.
+package frame
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/tyrstore/tyr/internal/limits"
+)
+
+// Magic opens every data-path connection. An HTTP/2 connection opens with
+// "PRI ", so the two never clash.
+var Magic = [4]byte{'T', 'Y', 'R', 1}
+
+// Kinds of request.
+const (
+	KindRead byte = 1
+)
+
+// Read request flags, as in tyrpb.ReadRequest.
+const (
+	FlagConsistent byte = 1 << iota
+	FlagUse
+)
+
+// Response flags.
+const (
+	// FlagRouting: the ring and members IDs are the answering node's.
+	FlagRouting byte = 1
+)
+
+// Sizes.
+const (
+	// LenBytes is the size of a frame's length prefix.
+	LenBytes = 4
+	// readFixedBytes is the fixed part of a read request's body.
+	readFixedBytes = 1 + 1 + 8 + 8 + 8 + 1 + 2
+	// RequestBytesMax bounds a request's body: a read of the longest
+	// keyspace name and key.
+	RequestBytesMax = readFixedBytes + limits.KeyspaceNameBytesMax + limits.KeyBytesMax
+	// HeaderBytes is the fixed part of a response's body.
+	HeaderBytes = 1 + 1 + 8 + 8 + 8 + 8
+	// MessageBytesMax bounds an error message; a longer one is cut.
+	MessageBytesMax = 4 << 10
+	// ResponseBytesMax bounds a response's body.
+	ResponseBytesMax = HeaderBytes + limits.PayloadBytesMax
+)
+
+// ErrMalformed is the error of a frame that does not decode.
+var ErrMalformed = errors.New("malformed data-path frame")
+
+// Read is a read request.
+type Read struct {
+	Keyspace string
+	Key      string
+	Offset   uint64
+	Length   uint64
+	Version  uint64
+	Flags    byte
+}
+
+// AppendRead appends r's frame, length prefix included, to b.
+func AppendRead(b []byte, r Read) []byte {
+	n := readFixedBytes + len(r.Keyspace) + len(r.Key)
+	b = binary.LittleEndian.AppendUint32(b, uint32(n))
+	b = append(b, KindRead, r.Flags)
+	b = binary.LittleEndian.AppendUint64(b, r.Offset)
+	b = binary.LittleEndian.AppendUint64(b, r.Length)
+	b = binary.LittleEndian.AppendUint64(b, r.Version)
+	b = append(b, byte(len(r.Keyspace)))
+	b = append(b, r.Keyspace...)
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(r.Key)))
+	return append(b, r.Key...)
+}
+
+// CheckRead reports whether r fits a request frame: the names' lengths
+// within their limits (the server checks their contents).
+func CheckRead(r Read) error {
+	if len(r.Keyspace) > limits.KeyspaceNameBytesMax || len(r.Key) > limits.KeyBytesMax {
+		return fmt.Errorf("%w: keyspace name of %d bytes or key of %d bytes above the limits (%d, %d)",
+			ErrMalformed, len(r.Keyspace), len(r.Key), limits.KeyspaceNameBytesMax, limits.KeyBytesMax)
+	}
+	return nil
+}
+
+// RequestLen decodes a request's length prefix, checking it against
+// RequestBytesMax.
+func RequestLen(prefix []byte) (int, error) {
+	n := binary.LittleEndian.Uint32(prefix)
+	if n == 0 || n > RequestBytesMax {
+		return 0, fmt.Errorf("%w: request of %d bytes, limit %d", ErrMalformed, n, RequestBytesMax)
+	}
+	return int(n), nil
+}
+
+// DecodeRequest decodes a request's body (after the length prefix). The
+// strings are copies: body may be reused.
+func DecodeRequest(body []byte) (Read, error) {
+	var r Read
+	if len(body) < readFixedBytes || body[0] != KindRead {
+		return r, fmt.Errorf("%w: request of %d bytes", ErrMalformed, len(body))
+	}
+	r.Flags = body[1]
+	if r.Flags&^(FlagConsistent|FlagUse) != 0 {
+		return r, fmt.Errorf("%w: unknown read flags %#x", ErrMalformed, r.Flags)
+	}
+	r.Offset = binary.LittleEndian.Uint64(body[2:])
+	r.Length = binary.LittleEndian.Uint64(body[10:])
+	r.Version = binary.LittleEndian.Uint64(body[18:])
+	rest := body[26:]
+	ksLen := int(rest[0])
+	if len(rest) < 1+ksLen+2 {
+		return r, fmt.Errorf("%w: keyspace name cut short", ErrMalformed)
+	}
+	r.Keyspace = string(rest[1 : 1+ksLen])
+	rest = rest[1+ksLen:]
+	keyLen := int(binary.LittleEndian.Uint16(rest))
+	if len(rest) != 2+keyLen {
+		return r, fmt.Errorf("%w: key of %d bytes in %d", ErrMalformed, keyLen, len(rest)-2)
+	}
+	r.Key = string(rest[2:])
+	return r, CheckRead(r)
+}
+
+// Header is a response's fixed part.
+type Header struct {
+	Code      uint8
+	Flags     byte
+	RingID    uint64
+	MembersID uint64
+	Size      uint64
+	Version   uint64
+}
+
+// AppendResponse appends a response's length prefix and header to b, for
+// a body of tail more bytes (the data, or the message).
+func AppendResponse(b []byte, h Header, tail int) []byte {
+	b = binary.LittleEndian.AppendUint32(b, uint32(HeaderBytes+tail))
+	b = append(b, h.Code, h.Flags)
+	b = binary.LittleEndian.AppendUint64(b, h.RingID)
+	b = binary.LittleEndian.AppendUint64(b, h.MembersID)
+	b = binary.LittleEndian.AppendUint64(b, h.Size)
+	return binary.LittleEndian.AppendUint64(b, h.Version)
+}
+
+// DecodeHeader decodes the length prefix and header of a response (the
+// first LenBytes+HeaderBytes bytes) and returns the length of what
+// follows: the data, or the error message.
+func DecodeHeader(b []byte) (Header, int, error) {
+	n := binary.LittleEndian.Uint32(b)
+	if n < HeaderBytes || n > ResponseBytesMax {
+		return Header{}, 0, fmt.Errorf("%w: response of %d bytes, limits [%d, %d]", ErrMalformed, n, HeaderBytes, ResponseBytesMax)
+	}
+	b = b[LenBytes:]
+	h := Header{Code: b[0], Flags: b[1],
+		RingID:    binary.LittleEndian.Uint64(b[2:]),
+		MembersID: binary.LittleEndian.Uint64(b[10:]),
+		Size:      binary.LittleEndian.Uint64(b[18:]),
+		Version:   binary.LittleEndian.Uint64(b[26:])}
+	tail := int(n) - HeaderBytes
+	if h.Code != 0 && tail > MessageBytesMax {
+		return Header{}, 0, fmt.Errorf("%w: error message of %d bytes, limit %d", ErrMalformed, tail, MessageBytesMax)
+	}
+	return h, tail, nil
+}

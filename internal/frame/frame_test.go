@@ -1,0 +1,76 @@
+package frame
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/tyrstore/tyr/internal/limits"
+)
+
+func TestReadRoundTrip(t *testing.T) {
+	for _, r := range []Read{
+		{Keyspace: "ks", Key: "k", Offset: 1, Length: 2, Version: 3, Flags: FlagConsistent | FlagUse},
+		{Keyspace: strings.Repeat("s", limits.KeyspaceNameBytesMax), Key: strings.Repeat("k", limits.KeyBytesMax),
+			Offset: 1<<64 - 1, Length: 1<<64 - 1, Version: 1<<64 - 1},
+		{},
+	} {
+		b := AppendRead(nil, r)
+		n, err := RequestLen(b)
+		if err != nil || n != len(b)-LenBytes {
+			t.Fatalf("%+v: length %d, %v; want %d", r, n, err, len(b)-LenBytes)
+		}
+		got, err := DecodeRequest(b[LenBytes:])
+		if err != nil || got != r {
+			t.Fatalf("decoded %+v, %v; want %+v", got, err, r)
+		}
+	}
+	if err := CheckRead(Read{Key: strings.Repeat("k", limits.KeyBytesMax+1)}); !errors.Is(err, ErrMalformed) {
+		t.Errorf("a key above the limit: %v, want ErrMalformed", err)
+	}
+	if _, err := RequestLen(binary.LittleEndian.AppendUint32(nil, RequestBytesMax+1)); !errors.Is(err, ErrMalformed) {
+		t.Errorf("a request above the limit: %v, want ErrMalformed", err)
+	}
+}
+
+func TestResponseRoundTrip(t *testing.T) {
+	h := Header{Code: 5, Flags: FlagRouting, RingID: 1, MembersID: 2, Size: 3, Version: 4}
+	b := AppendResponse(nil, h, 7)
+	got, tail, err := DecodeHeader(b)
+	if err != nil || got != h || tail != 7 {
+		t.Fatalf("decoded %+v, %d, %v; want %+v, 7", got, tail, err, h)
+	}
+	if _, _, err := DecodeHeader(AppendResponse(nil, h, MessageBytesMax+1)); !errors.Is(err, ErrMalformed) {
+		t.Errorf("an error message above the limit: %v, want ErrMalformed", err)
+	}
+	if _, _, err := DecodeHeader(AppendResponse(nil, Header{}, limits.PayloadBytesMax+1)); !errors.Is(err, ErrMalformed) {
+		t.Errorf("data above the limit: %v, want ErrMalformed", err)
+	}
+	if _, tail, err := DecodeHeader(AppendResponse(nil, Header{}, limits.PayloadBytesMax)); err != nil || tail != limits.PayloadBytesMax {
+		t.Errorf("data at the limit: %d, %v", tail, err)
+	}
+}
+
+// FuzzDecode feeds arbitrary bytes to both decoders: neither panics, a
+// request that decodes encodes back to the same bytes, and a header that
+// decodes is within the limits.
+func FuzzDecode(f *testing.F) {
+	f.Add(AppendRead(nil, Read{Keyspace: "ks", Key: "key", Offset: 5, Length: 10, Flags: FlagUse})[LenBytes:])
+	f.Add(AppendResponse(nil, Header{Code: 2, RingID: 9}, 3))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if r, err := DecodeRequest(b); err == nil {
+			if again := AppendRead(nil, r)[LenBytes:]; !bytes.Equal(again, b) {
+				t.Fatalf("request %x decodes to %+v, which encodes to %x", b, r, again)
+			}
+		}
+		if len(b) >= LenBytes+HeaderBytes {
+			h, tail, err := DecodeHeader(b)
+			if err == nil && (tail < 0 || tail > limits.PayloadBytesMax || (h.Code != 0 && tail > MessageBytesMax)) {
+				t.Fatalf("header %x decodes with a tail of %d bytes", b[:LenBytes+HeaderBytes], tail)
+			}
+		}
+	})
+}

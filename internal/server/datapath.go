@@ -1,0 +1,224 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+
+	"github.com/tyrstore/tyr/api/tyrpb"
+	"github.com/tyrstore/tyr/internal/frame"
+)
+
+// The data path: reads in binary frames (internal/frame) over plain TCP,
+// on the gRPC port. Listen splits the port's connections by their first
+// bytes; a data connection is served by serveData, one request at a time,
+// through the same handler, metrics and operation count as gRPC's Read.
+
+// sniffTimeout bounds the wait for a new connection's first bytes.
+const sniffTimeout = 10 * time.Second
+
+// Listen returns the listener to serve gRPC on: it accepts from lis and
+// keeps the connections that open with frame.Magic for the data path.
+// Closing it closes lis and every data connection. Call it after
+// Register.
+func (s *Service) Listen(lis net.Listener) net.Listener {
+	l := &splitListener{lis: lis, grpc: make(chan net.Conn), done: make(chan struct{}), data: map[net.Conn]bool{}, svc: s}
+	go l.accept()
+	return l
+}
+
+type splitListener struct {
+	lis  net.Listener
+	grpc chan net.Conn
+	svc  *Service
+
+	mu     sync.Mutex
+	err    error // why accepting stopped
+	data   map[net.Conn]bool
+	closed bool
+	done   chan struct{}
+}
+
+func (l *splitListener) accept() {
+	for {
+		conn, err := l.lis.Accept()
+		if err != nil {
+			l.mu.Lock()
+			l.err = err
+			l.mu.Unlock()
+			l.close()
+			return
+		}
+		go l.sniff(conn)
+	}
+}
+
+// sniff reads conn's first bytes and hands it to the data path or to gRPC.
+func (l *splitListener) sniff(conn net.Conn) {
+	var head [len(frame.Magic)]byte
+	_ = conn.SetReadDeadline(time.Now().Add(sniffTimeout))
+	n, err := io.ReadFull(conn, head[:])
+	_ = conn.SetReadDeadline(time.Time{})
+	if err != nil && n == 0 {
+		_ = conn.Close()
+		return
+	}
+	if err == nil && head == frame.Magic {
+		if !l.track(conn, true) {
+			return
+		}
+		defer l.track(conn, false)
+		l.svc.serveData(conn)
+		return
+	}
+	// gRPC reads the bytes sniffed again, then the rest.
+	pc := &prefixConn{Conn: conn, prefix: head[:n]}
+	select {
+	case l.grpc <- pc:
+	case <-l.done:
+		_ = conn.Close()
+	}
+}
+
+// track adds or removes a data connection; adding fails (and closes conn)
+// once the listener is closed.
+func (l *splitListener) track(conn net.Conn, add bool) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if add && l.closed {
+		_ = conn.Close()
+		return false
+	}
+	if add {
+		l.data[conn] = true
+	} else {
+		delete(l.data, conn)
+	}
+	return true
+}
+
+func (l *splitListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.grpc:
+		return c, nil
+	case <-l.done:
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.err != nil && !errors.Is(l.err, net.ErrClosed) {
+			return nil, l.err
+		}
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *splitListener) Close() error {
+	l.close()
+	return nil
+}
+
+func (l *splitListener) close() {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return
+	}
+	l.closed = true
+	close(l.done)
+	conns := l.data
+	l.data = nil
+	l.mu.Unlock()
+	_ = l.lis.Close()
+	for c := range conns {
+		_ = c.Close()
+	}
+}
+
+func (l *splitListener) Addr() net.Addr { return l.lis.Addr() }
+
+// prefixConn is a connection whose first bytes were read already.
+type prefixConn struct {
+	net.Conn
+	prefix []byte
+}
+
+func (c *prefixConn) Read(p []byte) (int, error) {
+	if len(c.prefix) > 0 {
+		n := copy(p, c.prefix)
+		c.prefix = c.prefix[n:]
+		return n, nil
+	}
+	return c.Conn.Read(p)
+}
+
+// dataHandler wraps the Read handler in the interceptors every gRPC call
+// passes (metrics, the operation count) but the routing header, which a
+// data-path response carries in its own header.
+func (s *Service) dataHandler(interceptors ...grpc.UnaryServerInterceptor) grpc.UnaryHandler {
+	h := func(ctx context.Context, req any) (any, error) { return s.Read(ctx, req.(*tyrpb.ReadRequest)) }
+	info := &grpc.UnaryServerInfo{Server: s, FullMethod: tyrpb.Tyr_Read_FullMethodName}
+	for i := len(interceptors) - 1; i >= 0; i-- {
+		ic, next := interceptors[i], h
+		h = func(ctx context.Context, req any) (any, error) { return ic(ctx, req, info, next) }
+	}
+	return h
+}
+
+// serveData answers the requests of one data connection, whose magic was
+// read, until it closes or sends a frame that does not decode.
+func (s *Service) serveData(conn net.Conn) {
+	defer conn.Close()
+	r := bufio.NewReaderSize(conn, 4<<10)
+	var prefix [frame.LenBytes]byte
+	body := make([]byte, frame.RequestBytesMax)
+	head := make([]byte, 0, frame.LenBytes+frame.HeaderBytes)
+	for {
+		if _, err := io.ReadFull(r, prefix[:]); err != nil {
+			return
+		}
+		n, err := frame.RequestLen(prefix[:])
+		if err != nil {
+			s.log.Debug("data path: bad request", "remote", conn.RemoteAddr().String(), "err", err)
+			return
+		}
+		if _, err := io.ReadFull(r, body[:n]); err != nil {
+			return
+		}
+		req, err := frame.DecodeRequest(body[:n])
+		if err != nil {
+			s.log.Debug("data path: bad request", "remote", conn.RemoteAddr().String(), "err", err)
+			return
+		}
+		out, err := s.dataRead(context.Background(), &tyrpb.ReadRequest{
+			Keyspace: []byte(req.Keyspace), Key: []byte(req.Key), Offset: req.Offset, Length: req.Length,
+			Version: req.Version, Consistent: req.Flags&frame.FlagConsistent != 0, Use: req.Flags&frame.FlagUse != 0})
+		s.metrics.dataReads.Inc()
+		h := frame.Header{}
+		if ids := s.currentRouting(); ids != nil {
+			h.Flags, h.RingID, h.MembersID = frame.FlagRouting, ids.ringID, ids.membersID
+		}
+		var tail []byte
+		if err != nil {
+			st := status.Convert(err)
+			h.Code, tail = uint8(st.Code()), []byte(st.Message())
+			if len(tail) > frame.MessageBytesMax {
+				tail = tail[:frame.MessageBytesMax]
+			}
+		} else {
+			resp := out.(*tyrpb.ReadResponse)
+			h.Size, h.Version, tail = resp.GetSize(), resp.GetVersion(), resp.GetData()
+		}
+		head = frame.AppendResponse(head[:0], h, len(tail))
+		// One vectored write: the payload is not copied.
+		bufs := net.Buffers{head, tail}
+		if _, err := bufs.WriteTo(conn); err != nil {
+			return
+		}
+	}
+}
