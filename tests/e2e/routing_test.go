@@ -25,6 +25,7 @@ const (
 	readsForwarded = `tyr_reads_total{path="forwarded_out"}`
 	readRPCs       = `tyr_ops_total{code="OK",op="Read"}`
 	statRPCs       = `tyr_ops_total{code="OK",op="Stat"}`
+	dataReads      = `tyr_data_path_reads_total`
 )
 
 // scrape returns the sample values of nodek's metrics, by series.
@@ -82,7 +83,7 @@ func measure(t *testing.T, lc *testserver.LocalCluster, f func()) map[string]cou
 	out := map[string]counts{}
 	for k := range n {
 		after := scrape(t, lc, k+1)
-		for _, s := range []string{readsLocal, readsForwarded, readRPCs, statRPCs} {
+		for _, s := range []string{readsLocal, readsForwarded, readRPCs, statRPCs, dataReads} {
 			if out[s] == nil {
 				out[s] = make(counts, n)
 			}
@@ -142,7 +143,8 @@ func waitRingsAgree(t *testing.T, lc *testserver.LocalCluster, ks string) {
 
 // TestRouting: on 4 nodes with 2 replicas per blob, a client that routes
 // reads sends each read and stat straight to the node that serves it, so
-// every one costs exactly one server call and none is forwarded; a client
+// every one costs exactly one server call and none is forwarded, the reads
+// over the data path; a client
 // that does not route costs a forward for every blob its endpoint does not
 // serve. Each node serves the same blobs either way.
 func TestRouting(t *testing.T) {
@@ -220,6 +222,9 @@ func TestRouting(t *testing.T) {
 	}
 	if got := routed[readRPCs].sum() + routed[statRPCs].sum(); got != requests {
 		t.Errorf("with routing: %v server calls, want %d (exactly one per request)", got, requests)
+	}
+	if got := routed[dataReads].sum(); got != blobs {
+		t.Errorf("with routing: %v reads over the data path, want %d (every read)", got, blobs)
 	}
 	for k := range nodes {
 		if routed[readsLocal][k] != unrouted[readsLocal][k] {
