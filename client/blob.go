@@ -293,25 +293,39 @@ func (c *Client) Read(ctx context.Context, ks, key string, offset, length uint64
 }
 
 // readPinned reads length bytes from offset in parts at one version, which
-// it uses (see ReadRequest.use) until the last part is read.
+// it uses (see ReadRequest.use) until the last part is read. The first part
+// finds the version and the blob's size; the others follow, partsInFlight
+// at a time, straight into the result.
 func (c *Client) readPinned(ctx context.Context, ks, key string, offset, length uint64) ([]byte, error) {
 	first, err := c.readRPC(ctx, &tyrpb.ReadRequest{Keyspace: []byte(ks), Key: []byte(key), Offset: offset,
 		Length: min(length, PayloadBytesMax), Consistent: true, Use: true})
 	if err != nil {
 		return nil, fromStatus(err)
 	}
-	data, info := first.GetData(), BlobInfo{Version: first.GetVersion()}
-	defer c.release(ks, []*tyrpb.ReadCheck{{Key: []byte(key), Version: info.Version}})
-	out := data
-	for uint64(len(data)) == PayloadBytesMax && uint64(len(out)) < length {
-		off := offset + uint64(len(out))
-		resp, err := c.readRPC(ctx, &tyrpb.ReadRequest{Keyspace: []byte(ks), Key: []byte(key), Offset: off,
-			Length: min(length-uint64(len(out)), PayloadBytesMax), Version: info.Version})
+	data, version := first.GetData(), first.GetVersion()
+	defer c.release(ks, []*tyrpb.ReadCheck{{Key: []byte(key), Version: version}})
+	if uint64(len(data)) < PayloadBytesMax || first.GetSize() <= offset+PayloadBytesMax {
+		return data, nil
+	}
+	out := make([]byte, min(length, first.GetSize()-offset))
+	copy(out, data)
+	rest := out[len(data):]
+	errs := forEachPart(len(rest), func(_, lo, hi int) (bool, error) {
+		resp, err := c.readRPC(ctx, &tyrpb.ReadRequest{Keyspace: []byte(ks), Key: []byte(key),
+			Offset: offset + uint64(len(data)+lo), Length: uint64(hi - lo), Version: version})
 		if err != nil {
-			return nil, fromStatus(err)
+			return false, fromStatus(err)
 		}
-		data = resp.GetData()
-		out = append(out, data...)
+		if n := copy(rest[lo:hi], resp.GetData()); n != hi-lo {
+			return false, &Error{Class: ErrCorruption, Message: fmt.Sprintf(
+				"blob %q: %d bytes at %d of version %d of size %d, want %d", key, n, offset+uint64(len(data)+lo), version, first.GetSize(), hi-lo)}
+		}
+		return true, nil
+	})
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
 }

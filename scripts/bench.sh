@@ -19,6 +19,8 @@
 #   write      4 KiB, --direct; durable and memory-only Redis
 #   read       1 KiB, 800 B and 100 KiB values, keys by a power law,
 #              --direct; memory-only Redis (GET)
+#   object     whole objects of 4 KiB to 64 MiB put then got, at
+#              BENCH_OBJECT_CLIENTS; Redis without persistence
 #   isolation  tyr alone, at BENCH_ISOLATION_CLIENTS: readers and writers
 #              at 95/5, 75/25, 50/50, 25/75, 5/95
 #   stream     one BENCH_STREAM_SIZE value put then got, replication 3
@@ -35,6 +37,7 @@
 #   BENCH_LIMITS_DURATION    time per machine limit and client count (2s)
 #   BENCH_CLIENTS            client counts (1,8,32)
 #   BENCH_ISOLATION_CLIENTS  client counts of the isolation workload (32)
+#   BENCH_OBJECT_CLIENTS     client counts of the object workload (1,8)
 #   BENCH_STREAM_SIZE        size of the streamed value (1GiB)
 #   BENCH_REPORT             where the report goes
 #                            (bench/results/bench-<UTC date>.md)
@@ -52,6 +55,7 @@ DURATION=${BENCH_DURATION:-5s}
 LIMITS_DURATION=${BENCH_LIMITS_DURATION:-2s}
 CLIENTS=${BENCH_CLIENTS:-1,8,32}
 ISOLATION_CLIENTS=${BENCH_ISOLATION_CLIENTS:-32}
+OBJECT_CLIENTS=${BENCH_OBJECT_CLIENTS:-1,8}
 STREAM_SIZE=${BENCH_STREAM_SIZE:-1GiB}
 REPORT=${BENCH_REPORT:-bench/results/bench-$(date -u +%Y-%m-%d).md}
 NODES=3
@@ -124,7 +128,7 @@ start_zookeeper
 	echo "nproc: $(nproc); memory: $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo)"
 	echo "data directories: $(df -T "$TMP" | awk 'NR == 2 {print $2 " on " $1}') (all servers and the fsync limit)"
 	echo "load before: $LOAD_BEFORE"
-	echo "settings: $DURATION per point (limits $LIMITS_DURATION), clients $CLIENTS (isolation $ISOLATION_CLIENTS), stream $STREAM_SIZE"
+	echo "settings: $DURATION per point (limits $LIMITS_DURATION), clients $CLIENTS (isolation $ISOLATION_CLIENTS, object $OBJECT_CLIENTS), stream $STREAM_SIZE"
 } >"$OUT/env.txt"
 
 # node_hwm K prints node K's peak resident memory so far in bytes (VmHWM,
@@ -172,6 +176,9 @@ for spec in 1KiB:10000 800B:10000 100KiB:1000; do
 	bench read "${TYR[@]}" --direct --clients "$CLIENTS" --duration "$DURATION" \
 		--value-size "${spec%%:*}" --read-keys "${spec##*:}" --peer redis --peer-addr "$MEMORY"
 done
+# A put of 64 MiB at replication 3 takes seconds: a longer deadline.
+bench object "${TYR[@]}" --direct --clients "$OBJECT_CLIENTS" --duration "$DURATION" --op-timeout 120s \
+	--peer redis --peer-addr "$MEMORY"
 bench isolation "${TYR_PLAIN[@]}" --direct --clients "$ISOLATION_CLIENTS" --duration "$DURATION" \
 	--value-size 1KiB --read-keys 10000
 bench stream "${TYR_PLAIN[@]}" --stream-size "$STREAM_SIZE" --peer redis --peer-addr "$MEMORY"

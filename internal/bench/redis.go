@@ -213,6 +213,16 @@ func (c *redisConn) Get(ctx context.Context, key string, _ int) ([]byte, error) 
 	return c.c.Get(ctx, c.s.key(key)).Bytes()
 }
 
+func (s *redisSystem) objects() {}
+
+func (c *redisConn) PutObject(ctx context.Context, key string, value []byte) error {
+	return c.Put(ctx, key, value)
+}
+
+func (c *redisConn) GetObject(ctx context.Context, key string, n int) ([]byte, error) {
+	return c.Get(ctx, key, n)
+}
+
 func (s *redisSystem) PartBytes() int { return RedisPartBytes }
 
 // StreamOpen sizes the pool to the parts in flight, since a Redis

@@ -28,7 +28,7 @@ import (
 const maxValueBytes = limits.PayloadBytesMax
 
 // Workloads is every workload Run knows, in the order help lists them.
-var Workloads = []string{"write", "read", "isolation", "stream", "counter", "monalisa", "bank", "limits"}
+var Workloads = []string{"write", "read", "object", "isolation", "stream", "counter", "monalisa", "bank", "limits"}
 
 // AggModes are the ways tyr updates counters and aggregates: atomic ops
 // applied on the server, or transactional read-modify-write.
@@ -101,6 +101,8 @@ type Config struct {
 
 	StreamSize     int64
 	StreamInFlight int
+	// ObjectSizes are the object workload's sizes, each put then got.
+	ObjectSizes []int64
 
 	// MaxErrors stops a measurement once that many operations failed, so a
 	// broken server ends the run instead of spinning.
@@ -133,6 +135,7 @@ func DefaultConfig() Config {
 		Dir:             os.TempDir(),
 		StreamSize:      1 << 30,
 		StreamInFlight:  4,
+		ObjectSizes:     slices.Clone(ObjectSizes),
 		MaxErrors:       100,
 		OpTimeout:       30 * time.Second,
 	}
@@ -213,6 +216,14 @@ func (c *Config) validate() error {
 	if c.StreamInFlight < 1 || c.StreamInFlight > 64 {
 		problems = append(problems, fmt.Errorf("--stream-in-flight %d: must be in [1, 64]", c.StreamInFlight))
 	}
+	for _, n := range c.ObjectSizes {
+		if n < 1 || n > ObjectBytesMax {
+			problems = append(problems, fmt.Errorf("--object-sizes %d: must be in [1, %d]", n, ObjectBytesMax))
+		}
+	}
+	if c.Workload == "object" && len(c.ObjectSizes) == 0 {
+		problems = append(problems, errors.New("--object-sizes: need at least one size"))
+	}
 	if c.MaxErrors < 1 {
 		problems = append(problems, fmt.Errorf("--max-errors %d: must be positive", c.MaxErrors))
 	}
@@ -292,6 +303,20 @@ type getConn interface {
 	Get(ctx context.Context, key string, n int) ([]byte, error)
 }
 
+// objectSystem runs the object workload: Create makes empty objects, and
+// its conns are objectConns.
+type objectSystem interface {
+	writeSystem
+	objects()
+}
+
+// objectConn puts and gets whole objects, of any size the workload runs,
+// each as one atomic operation where the system allows it.
+type objectConn interface {
+	PutObject(ctx context.Context, key string, value []byte) error
+	GetObject(ctx context.Context, key string, n int) ([]byte, error)
+}
+
 // streamSystem runs the stream workload.
 type streamSystem interface {
 	system
@@ -320,6 +345,8 @@ func runs(s system, workload string) bool {
 		ok = r && w
 	case "stream":
 		_, ok = s.(streamSystem)
+	case "object":
+		_, ok = s.(objectSystem)
 	case "counter":
 		_, ok = s.(counterSystem)
 	case "monalisa":
@@ -418,6 +445,8 @@ func Run(ctx context.Context, cfg Config, emit func(Result) error) (err error) {
 		return runMonalisa(ctx, &cfg, systems, emit)
 	case "bank":
 		return runBank(ctx, &cfg, systems, emit)
+	case "object":
+		return runObject(ctx, &cfg, systems, emit)
 	default:
 		return runStream(ctx, &cfg, systems, emit)
 	}

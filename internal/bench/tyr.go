@@ -252,6 +252,30 @@ func (c *tyrConn) Get(ctx context.Context, key string, n int) ([]byte, error) {
 	return data, err
 }
 
+func (s *tyrSystem) objects() {}
+
+// PutObject writes the object in one commit when it fits one
+// (CommitBytesMax), so that it replaces the last one atomically; a larger
+// one is written in parts, a few in flight, each part atomic.
+func (c *tyrConn) PutObject(ctx context.Context, key string, value []byte) error {
+	cl := c.to(key)
+	if len(value) > limits.CommitBytesMax {
+		_, err := cl.Blob(ctx, c.ks, key).WriteAt(value, 0)
+		return err
+	}
+	ops := make([]client.Op, 0, (len(value)+client.PayloadBytesMax-1)/client.PayloadBytesMax)
+	for off := 0; off < len(value); off += client.PayloadBytesMax {
+		ops = append(ops, client.WriteOp(key, uint64(off), value[off:min(len(value), off+client.PayloadBytesMax)], false))
+	}
+	_, err := cl.Commit(ctx, c.ks, ops...)
+	return err
+}
+
+// GetObject reads the whole object at one version (Client.Read).
+func (c *tyrConn) GetObject(ctx context.Context, key string, n int) ([]byte, error) {
+	return c.to(key).Read(ctx, c.ks, key, 0, uint64(n))
+}
+
 // tyr streams a large value into a single blob, one part per request at its
 // offset, exactly as an application would store a large file.
 const tyrStreamKey = "stream"

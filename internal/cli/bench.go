@@ -137,12 +137,42 @@ func (f sizeFlag) Set(s string) error {
 
 func (sizeFlag) Type() string { return "size" }
 
+// sizesFlag is a list of byte counts, separated by commas.
+type sizesFlag struct{ ns *[]int64 }
+
+func (f sizesFlag) String() string {
+	if f.ns == nil {
+		return ""
+	}
+	out := make([]string, len(*f.ns))
+	for i, n := range *f.ns {
+		out[i] = bench.FormatSize(n)
+	}
+	return strings.Join(out, ",")
+}
+
+func (f sizesFlag) Set(s string) error {
+	var ns []int64
+	for _, part := range strings.Split(s, ",") {
+		n, err := bench.ParseSize(strings.TrimSpace(part))
+		if err != nil {
+			return err
+		}
+		ns = append(ns, n)
+	}
+	*f.ns = ns
+	return nil
+}
+
+func (sizesFlag) Type() string { return "sizes" }
+
 var workloadShort = map[string]string{
 	"write": "Random writes of --value-size bytes to pre-created blobs",
 	"read":  "Power-law reads of --value-size bytes from preloaded blobs",
 	"isolation": "Readers and writers of disjoint blobs at several mixes: per-reader throughput against " +
 		"read-only runs",
 	"stream":  "Put then get one large value in parts",
+	"object":  "Each client puts whole objects of its own, then gets them, at each of --object-sizes",
 	"counter": "Every client adds 1 to one shared 8-byte counter: atomic add vs transactional read-modify-write (and peers)",
 	"monalisa": "MonALISA events appended with per-minute aggregates updated in the same transaction, " +
 		"and power-law aggregate reads",
@@ -186,6 +216,8 @@ func newBenchWorkloadCommand(e *env, workload string) *cobra.Command {
 			f.IntSliceVar(&cfg.ReaderShares, "reader-shares", cfg.ReaderShares,
 				"mixes to measure: percent of the clients that read, the others writing")
 		}
+	case "object":
+		f.Var(sizesFlag{&cfg.ObjectSizes}, "object-sizes", "object sizes to measure, each in turn: SIZE[,SIZE,...]")
 	case "stream":
 		f.Var(sizeFlag{&cfg.StreamSize}, "stream-size", "size of the value put and got")
 		f.IntVar(&cfg.StreamInFlight, "stream-in-flight", cfg.StreamInFlight, "parts in flight at once")
