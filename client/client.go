@@ -1,7 +1,9 @@
 // Package client is the Go client of tyr.
 //
-// A Client is safe for concurrent use and reuses one connection (HTTP/2,
-// multiplexed) for all calls; create one per process and Close it at the end.
+// A Client is safe for concurrent use; create one per process and Close it
+// at the end. It sends commits and administration over one gRPC connection
+// (HTTP/2, multiplexed) per server, and reads over the data path (data.go):
+// plain TCP connections it keeps open, one read at a time on each.
 // Every call takes a context for cancellation and deadlines.
 //
 // Errors carry a class usable with errors.Is: ErrNotFound, ErrExists,
