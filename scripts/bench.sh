@@ -135,7 +135,7 @@ start_zookeeper
 # the kernel's high-water mark since the process started), or nothing if
 # the node is gone.
 node_hwm() {
-	awk '/^VmHWM:/ {printf "%d\n", $2 * 1024}' "/proc/${node_pids[$(($1 - 1))]}/status" 2>/dev/null || true
+	awk '/^VmHWM:/ {printf "%.0f\n", $2 * 1024}' "/proc/${node_pids[$(($1 - 1))]}/status" 2>/dev/null || true
 }
 
 # bench WORKLOAD ARGS... runs one workload, then notes the nodes' peak
