@@ -19,8 +19,9 @@ import (
 )
 
 // dataServer starts a single server on loopback, gRPC and the data path on
-// one port, and returns its address and metrics.
-func dataServer(t *testing.T) (string, *server.Metrics) {
+// one port, and returns its address, its metrics, a client of it and a
+// context for the test's calls.
+func dataServer(t *testing.T) (string, *server.Metrics, *client.Client, context.Context) {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	engine, err := storage.Open(storage.Options{Dir: t.TempDir(), CacheBytes: 8 << 20, Logger: log})
@@ -45,7 +46,14 @@ func dataServer(t *testing.T) (string, *server.Metrics) {
 			t.Error(err)
 		}
 	})
-	return lis.Addr().String(), metrics
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	c, err := client.Dial(lis.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return lis.Addr().String(), metrics, c, ctx
 }
 
 // dataReads returns tyr_data_path_reads_total.
@@ -69,14 +77,7 @@ func dataReads(t *testing.T, m *server.Metrics) float64 {
 // version; calls of gRPC on the same port go on; a client without the data
 // path reads the same over gRPC.
 func TestDataPathReads(t *testing.T) {
-	addr, metrics := dataServer(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := client.Dial(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	addr, metrics, c, ctx := dataServer(t)
 	if _, err := c.CreateKeyspace(ctx, "data", client.KeyspaceConfig{ChunkSize: 1 << 20}); err != nil {
 		t.Fatal(err)
 	}
@@ -139,14 +140,7 @@ func TestDataPathReads(t *testing.T) {
 // A frame that breaks the protocol ends its connection and nothing else:
 // the server goes on serving both paths.
 func TestDataPathBadFrames(t *testing.T) {
-	addr, _ := dataServer(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := client.Dial(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	addr, _, c, ctx := dataServer(t)
 	if _, err := c.CreateKeyspace(ctx, "default", client.DefaultKeyspaceConfig()); err != nil {
 		t.Fatal(err)
 	}
