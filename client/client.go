@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -34,6 +35,14 @@ import (
 	"github.com/tyrstore/tyr/internal/errs"
 	"github.com/tyrstore/tyr/internal/limits"
 )
+
+// reconnect is gRPC's default backoff with its longest wait cut to
+// limits.ReconnectDelayMax, so a restarted node is reached again promptly.
+var reconnect = func() grpc.ConnectParams {
+	bo := backoff.DefaultConfig
+	bo.MaxDelay = limits.ReconnectDelayMax
+	return grpc.ConnectParams{Backoff: bo, MinConnectTimeout: 20 * time.Second}
+}()
 
 // Error classes; see the package comment.
 var (
@@ -156,6 +165,7 @@ func Dial(endpoint string, opts ...Option) (*Client, error) {
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(limits.MessageBytesMax),
 				grpc.MaxCallSendMsgSize(limits.MessageBytesMax)),
+			grpc.WithConnectParams(reconnect),
 		}
 		if r != nil {
 			dialOpts = append(dialOpts, grpc.WithUnaryInterceptor(r.intercept))

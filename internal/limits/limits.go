@@ -3,6 +3,8 @@
 // arrives and answered with a clear error that changes nothing.
 package limits
 
+import "time"
+
 const (
 	// KeyBytesMax is the longest blob key, in bytes (UTF-8, no NUL).
 	KeyBytesMax = 1024
@@ -55,3 +57,9 @@ const (
 	_ uint   = CommitBytesMax - PayloadBytesMax
 	_ uint   = ListLimitMax - ListLimitDefault
 )
+
+// ReconnectDelayMax is the longest a connection to a node that refused or
+// dropped it waits before trying again (gRPC's backoff otherwise grows to
+// two minutes): a restarted node is reached again within this of listening,
+// by its peers and by clients.
+const ReconnectDelayMax = time.Second

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
@@ -43,8 +45,17 @@ func (s *Service) WithNode(n *node.Node) *Service {
 func DialPeer(addr string) (grpc.ClientConnInterface, error) {
 	return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(limits.MessageBytesMax),
-			grpc.MaxCallSendMsgSize(limits.MessageBytesMax)))
+			grpc.MaxCallSendMsgSize(limits.MessageBytesMax)),
+		grpc.WithConnectParams(reconnect))
 }
+
+// reconnect is gRPC's default backoff with its longest wait cut to
+// limits.ReconnectDelayMax.
+var reconnect = func() grpc.ConnectParams {
+	bo := backoff.DefaultConfig
+	bo.MaxDelay = limits.ReconnectDelayMax
+	return grpc.ConnectParams{Backoff: bo, MinConnectTimeout: 20 * time.Second}
+}()
 
 func forwarded(ctx context.Context) bool {
 	md, _ := metadata.FromIncomingContext(ctx)
