@@ -42,6 +42,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/semaphore"
 	"google.golang.org/grpc"
 
 	"github.com/tyrstore/tyr/api/peerpb"
@@ -49,6 +50,7 @@ import (
 	"github.com/tyrstore/tyr/internal/chain"
 	"github.com/tyrstore/tyr/internal/errs"
 	"github.com/tyrstore/tyr/internal/lease"
+	"github.com/tyrstore/tyr/internal/limits"
 	"github.com/tyrstore/tyr/internal/membership"
 	"github.com/tyrstore/tyr/internal/mvcc"
 	"github.com/tyrstore/tyr/internal/outbox"
@@ -101,10 +103,24 @@ const (
 	// below a replica's) before it returns the conflict.
 	CommitRetryMax = 10 * time.Second
 	// inboxMax and peerQueueMax bound the messages waiting for the loop and
-	// for each peer's sender; a full peer queue drops, like the network.
-	inboxMax     = 4096
-	peerQueueMax = 4096
-	deliverBatch = 256
+	// for each peer's sender, and peerQueueBytesMax the bytes waiting for
+	// each sender; a full peer queue drops, like the network. One Deliver
+	// call carries at most deliverBatch messages and deliverBytesMax bytes
+	// (a commit of limits.CommitBytesMax fits alone);
+	// deliverMessageOverhead is what a message adds to the call beyond its
+	// own encoding.
+	inboxMax               = 4096
+	peerQueueMax           = 4096
+	peerQueueBytesMax      = 64 << 20
+	deliverBatch           = 256
+	deliverBytesMax        = limits.MessageBytesMax - 64<<10
+	deliverMessageOverhead = 8
+	// CommitBytesInFlightMax bounds the data (the payload of writes,
+	// appends and compare-and-swaps) of the commits this node heads at
+	// once. A commit beyond it waits for room, or is refused, changing
+	// nothing, if its context ends first. It bounds what the chains hold
+	// in memory: every member keeps a commit's data until it is durable.
+	CommitBytesInFlightMax = 32 << 20
 	// deliverTimeout bounds one Peer.Deliver call.
 	deliverTimeout = 2 * time.Second
 )
@@ -190,6 +206,10 @@ type Node struct {
 	leaseSince atomic.Int64
 	leaseDone  chan struct{}
 	excl       exclusions
+
+	// admit holds the bytes of data of the commits this node heads
+	// (CommitBytesInFlightMax).
+	admit *semaphore.Weighted
 
 	inbox  chan envelope
 	begins chan beginReq
@@ -302,7 +322,8 @@ func Start(cfg Config) (*Node, error) {
 		lease: lease.New(max(cfg.LeaseDuration, 0), nil), leaseDone: make(chan struct{}),
 		excl:  exclusions{after: map[ring.NodeID]time.Time{}},
 		inbox: make(chan envelope, inboxMax), begins: make(chan beginReq),
-		stop: make(chan struct{}), done: make(chan struct{}),
+		admit: semaphore.NewWeighted(CommitBytesInFlightMax),
+		stop:  make(chan struct{}), done: make(chan struct{}),
 		peers:  map[ring.NodeID]*peer{},
 		groups: map[string]*group{}, waiters: map[waiterKey]chan beginResult{},
 		versions: map[waiterKey]versionEntry{},
@@ -562,10 +583,26 @@ func (n *Node) nextVersion(floor uint64) uint64 {
 // Commits of blind ops only are combined with others on the same blobs
 // while one is in flight (combine.go).
 func (n *Node) Commit(ctx context.Context, keyspace string, rf int, ops []txn.Op, client []byte) ([]txn.Result, error) {
+	if b := dataBytes(ops); b > 0 {
+		if err := n.admit.Acquire(ctx, b); err != nil {
+			return nil, errs.Refused(fmt.Errorf("%w: gave up waiting for room for %d bytes among the commits in flight: %w", errs.ErrUnavailable, b, err))
+		}
+		defer n.admit.Release(b)
+	}
 	if combinable(ops) {
 		return n.commitCombined(ctx, keyspace, rf, ops, client)
 	}
 	return n.commit(ctx, keyspace, rf, ops, client)
+}
+
+// dataBytes is the payload ops carry, counted against
+// CommitBytesInFlightMax.
+func dataBytes(ops []txn.Op) int64 {
+	var b int64
+	for _, op := range ops {
+		b += int64(len(op.Data) + len(op.Expected))
+	}
+	return min(b, CommitBytesInFlightMax)
 }
 
 // commit is Commit without combining.

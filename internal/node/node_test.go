@@ -18,6 +18,7 @@ import (
 	"github.com/tyrstore/tyr/api/peerpb"
 	"github.com/tyrstore/tyr/internal/errs"
 	"github.com/tyrstore/tyr/internal/keyspace"
+	"github.com/tyrstore/tyr/internal/limits"
 	"github.com/tyrstore/tyr/internal/membership"
 	"github.com/tyrstore/tyr/internal/ring"
 	"github.com/tyrstore/tyr/internal/storage"
@@ -67,6 +68,9 @@ type network struct {
 	// isolated holds addresses that reach nothing either.
 	isolated map[string]bool
 	calls    atomic.Int64
+	// oversize counts Deliver calls larger than the transport takes
+	// (limits.MessageBytesMax); they fail, as gRPC fails them.
+	oversize atomic.Int64
 }
 
 // netConn is a connection of the in-process network, from the node at
@@ -130,6 +134,10 @@ func (c netConn) NewStream(context.Context, *grpc.StreamDesc, string, ...grpc.Ca
 
 func (c netConn) deliver(ctx context.Context, req *peerpb.DeliverRequest) (*peerpb.DeliverResponse, error) {
 	c.net.calls.Add(1)
+	if proto.Size(req) > limits.MessageBytesMax {
+		c.net.oversize.Add(1)
+		return nil, errors.New("message larger than the transport's limit")
+	}
 	c.net.mu.Lock()
 	lost := c.net.rng.Float64() < c.net.loss || c.net.cut[c.addr] || c.net.isolated[c.from]
 	n := c.net.nodes[c.addr]

@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/tyrstore/tyr/api/peerpb"
 	"github.com/tyrstore/tyr/internal/errs"
@@ -13,35 +15,53 @@ import (
 )
 
 // peer sends queued messages to one node in batches, one Deliver call at a
-// time. Messages that do not fit its queue, or whose call fails, are lost;
-// the protocol sends them again.
+// time. A batch holds at most deliverBatch messages and deliverBytesMax
+// bytes, so that it fits one gRPC message. Messages that do not fit its
+// queue (peerQueueMax messages, peerQueueBytesMax bytes), or whose call
+// fails, are lost; the protocol sends them again.
 type peer struct {
 	addr   string
 	conn   grpc.ClientConnInterface
 	client peerpb.PeerClient
-	queue  chan *peerpb.Message
+	queue  chan queued
+	queued atomic.Int64 // bytes in queue
 	quit   chan struct{}
 	stats  *counters // the sending node's
 }
 
+// queued is a message waiting in a peer's queue, with its encoded size.
+type queued struct {
+	msg  *peerpb.Message
+	size int
+}
+
 func (p *peer) run(n *Node) {
+	var next *queued // taken from the queue, but did not fit the last batch
 	for {
-		var first *peerpb.Message
-		select {
-		case first = <-p.queue:
-		case <-p.quit:
-			return
+		if next == nil {
+			select {
+			case q := <-p.queue:
+				next = &q
+			case <-p.quit:
+				return
+			}
 		}
-		batch := []*peerpb.Message{first}
+		batch, bytes := []*peerpb.Message{next.msg}, next.size
+		next = nil
 	drain:
 		for len(batch) < deliverBatch {
 			select {
-			case m := <-p.queue:
-				batch = append(batch, m)
+			case q := <-p.queue:
+				if bytes+q.size > deliverBytesMax {
+					next = &q
+					break drain
+				}
+				batch, bytes = append(batch, q.msg), bytes+q.size
 			default:
 				break drain
 			}
 		}
+		p.queued.Add(-int64(bytes))
 		ctx, cancel := context.WithTimeout(context.Background(), deliverTimeout)
 		_, err := p.client.Deliver(ctx, &peerpb.DeliverRequest{Messages: batch})
 		cancel()
@@ -51,6 +71,23 @@ func (p *peer) run(n *Node) {
 			p.stats.failures.Add(1)
 			n.cfg.Log.Debug("peer delivery failed", "addr", p.addr, "messages", len(batch), "err", err)
 		}
+	}
+}
+
+// enqueue queues m unless the queue is full; an empty queue takes a message
+// of any size.
+func (p *peer) enqueue(m *peerpb.Message) bool {
+	size := proto.Size(m) + deliverMessageOverhead
+	if q := p.queued.Add(int64(size)); q > peerQueueBytesMax && q > int64(size) {
+		p.queued.Add(-int64(size))
+		return false
+	}
+	select {
+	case p.queue <- queued{msg: m, size: size}:
+		return true
+	default:
+		p.queued.Add(-int64(size))
+		return false
 	}
 }
 
@@ -70,9 +107,7 @@ func (n *Node) send(env envelope) {
 		n.cfg.Log.Warn("cannot reach a chain member", "member", to, "addr", addr, "err", err)
 		return
 	}
-	select {
-	case p.queue <- encodeEnvelope(env):
-	default:
+	if !p.enqueue(encodeEnvelope(env)) {
 		p.stats.dropped.Add(1)
 		n.cfg.Log.Debug("peer queue full; message dropped", "member", to)
 	}
@@ -90,7 +125,7 @@ func (n *Node) peer(id ring.NodeID, addr string) (*peer, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &peer{addr: addr, conn: conn, client: peerpb.NewPeerClient(conn), queue: make(chan *peerpb.Message, peerQueueMax), quit: make(chan struct{}), stats: n.counters()}
+	p := &peer{addr: addr, conn: conn, client: peerpb.NewPeerClient(conn), queue: make(chan queued, peerQueueMax), quit: make(chan struct{}), stats: n.counters()}
 	n.peers[id] = p
 	go p.run(n)
 	return p, nil
