@@ -122,6 +122,7 @@ func runServer(ctx context.Context, e *env, f serverFlags) error {
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	tuneMalloc()
 
 	// Listen and join before touching the data directory, so that a
 	// refused join leaves the disk as it was.
