@@ -316,6 +316,21 @@ func (s *Store) emit(batch *pebble.Batch, w *blobWork, now int64, manages bool) 
 	return batch.Set(metaKey(w.key), w.meta.encode(), nil)
 }
 
+// emitBytes is about what emit adds to a batch for w: the pages it holds
+// and, for each, a few records of about the key's length. A batch sized by
+// it up front is allocated once instead of grown by doubling, which for a
+// commit of megabytes would hold up to twice its data.
+func (w *blobWork) emitBytes() int {
+	const recordOverhead = 64 // key suffix, version, value and record lengths
+	n := 4 * (len(w.key) + recordOverhead)
+	for idx, p := range w.dirty {
+		if w.holds(idx * w.pageBytes / w.chunkBytes) {
+			n += len(p) + 3*(len(w.key)+recordOverhead)
+		}
+	}
+	return n
+}
+
 // queueSuperseded records that the page's versions older than the one this
 // commit writes may be collected after Options.Linger, or, if a transaction
 // uses one, after deadline at the latest (see uses.go). It needs no read: a
