@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tyrstore/tyr/internal/errs"
+	"github.com/tyrstore/tyr/internal/limits"
 	"github.com/tyrstore/tyr/internal/txn"
 )
 
@@ -119,7 +120,7 @@ func testMultiBlobShape(t *testing.T, nodes, rf int) {
 			}
 		}
 		for _, k := range keys {
-			tc.checkBlob(ctx, t, pl, k, model[k], i)
+			tc.checkBlob(ctx, t, testKeyspace, pl, k, model[k], i)
 		}
 	}
 	if nodes > rf && multiVM == 0 {
@@ -133,9 +134,9 @@ func testMultiBlobShape(t *testing.T, nodes, rf int) {
 		nodes, rf, commits, commits, multiVM, fetched)
 }
 
-// checkBlob reads blob key through its first version manager and compares
-// it with want (nil: absent).
-func (tc *testCluster) checkBlob(ctx context.Context, t *testing.T, pl Placement, key string, want []byte, commit int) {
+// checkBlob reads blob key of keyspace through its first version manager
+// and compares it with want (nil: absent).
+func (tc *testCluster) checkBlob(ctx context.Context, t *testing.T, keyspace string, pl Placement, key string, want []byte, commit int) {
 	t.Helper()
 	vms, err := pl.vms(key)
 	if err != nil {
@@ -145,16 +146,16 @@ func (tc *testCluster) checkBlob(ctx context.Context, t *testing.T, pl Placement
 		if n.self != vms[0] {
 			continue
 		}
-		ks, err := tc.engines[i].Acquire(testKeyspace)
+		ks, err := tc.engines[i].Acquire(keyspace)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer ks.Release()
-		own, err := n.Placement(testKeyspace, int(ks.Config.Replication))
+		own, err := n.Placement(keyspace, int(ks.Config.Replication))
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, _, err := n.ReadThrough(ctx, ks, own, key, 0, 1<<20, 0, false)
+		got, _, err := n.ReadThrough(ctx, ks, own, key, 0, limits.PayloadBytesMax, 0, false)
 		switch {
 		case want == nil && errors.Is(err, errs.ErrNotFound):
 		case err != nil:
