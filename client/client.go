@@ -25,24 +25,15 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/tyrstore/tyr/api/tyrpb"
+	"github.com/tyrstore/tyr/internal/dialopt"
 	"github.com/tyrstore/tyr/internal/errs"
 	"github.com/tyrstore/tyr/internal/limits"
 )
-
-// reconnect is gRPC's default backoff with its longest wait cut to
-// limits.ReconnectDelayMax, so a restarted node is reached again promptly.
-var reconnect = func() grpc.ConnectParams {
-	bo := backoff.DefaultConfig
-	bo.MaxDelay = limits.ReconnectDelayMax
-	return grpc.ConnectParams{Backoff: bo, MinConnectTimeout: 20 * time.Second}
-}()
 
 // Error classes; see the package comment.
 var (
@@ -161,12 +152,7 @@ func Dial(endpoint string, opts ...Option) (*Client, error) {
 	}
 	var r *router
 	dial := func(addr string) (*grpc.ClientConn, error) {
-		dialOpts := []grpc.DialOption{
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(limits.MessageBytesMax),
-				grpc.MaxCallSendMsgSize(limits.MessageBytesMax)),
-			grpc.WithConnectParams(reconnect),
-		}
+		dialOpts := dialopt.Options()
 		if r != nil {
 			dialOpts = append(dialOpts, grpc.WithUnaryInterceptor(r.intercept))
 		}

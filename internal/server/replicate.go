@@ -6,17 +6,14 @@ import (
 	"errors"
 	"slices"
 	"strings"
-	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/tyrstore/tyr/api/tyrpb"
 	"github.com/tyrstore/tyr/internal/chain"
+	"github.com/tyrstore/tyr/internal/dialopt"
 	"github.com/tyrstore/tyr/internal/errs"
-	"github.com/tyrstore/tyr/internal/limits"
 	"github.com/tyrstore/tyr/internal/membership"
 	"github.com/tyrstore/tyr/internal/mvcc"
 	"github.com/tyrstore/tyr/internal/node"
@@ -43,19 +40,8 @@ func (s *Service) WithNode(n *node.Node) *Service {
 // DialPeer opens a connection to another node's RPC address, with the
 // client API's message limits; it is node.Config.Dial for servers.
 func DialPeer(addr string) (grpc.ClientConnInterface, error) {
-	return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(limits.MessageBytesMax),
-			grpc.MaxCallSendMsgSize(limits.MessageBytesMax)),
-		grpc.WithConnectParams(reconnect))
+	return grpc.NewClient(addr, dialopt.Options()...)
 }
-
-// reconnect is gRPC's default backoff with its longest wait cut to
-// limits.ReconnectDelayMax.
-var reconnect = func() grpc.ConnectParams {
-	bo := backoff.DefaultConfig
-	bo.MaxDelay = limits.ReconnectDelayMax
-	return grpc.ConnectParams{Backoff: bo, MinConnectTimeout: 20 * time.Second}
-}()
 
 func forwarded(ctx context.Context) bool {
 	md, _ := metadata.FromIncomingContext(ctx)
