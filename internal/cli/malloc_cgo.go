@@ -13,8 +13,8 @@ import "C"
 // blocks are freed, and serves them from arenas it cannot shrink), and two
 // arenas serve every thread instead of eight per core. The same settings
 // given through the environment (MALLOC_ARENA_MAX, MALLOC_MMAP_THRESHOLD_)
-// took the peak resident memory of three nodes under 8 clients' 16 and
-// 64 MiB puts from 1.25-1.37 GB to 0.54-0.91 GB.
+// took the peak resident memory of the node heading 8 clients' 16 and
+// 64 MiB puts at replication 3 from 1.25-1.37 GB to 0.91 GB.
 func tuneMalloc() {
 	C.mallopt(C.M_ARENA_MAX, 2)
 	C.mallopt(C.M_MMAP_THRESHOLD, 1<<20)
