@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/tyrstore/tyr/api/peerpb"
 	"github.com/tyrstore/tyr/internal/errs"
 	"github.com/tyrstore/tyr/internal/keyspace"
 	"github.com/tyrstore/tyr/internal/txn"
@@ -101,4 +103,30 @@ func TestCommitWaitsForRoom(t *testing.T) {
 		t.Fatal(err)
 	}
 	tc.checkBlob(ctx, t, largeKeyspace, pl, "k", []byte("data"), 1)
+}
+
+// A peer's queue takes messages until they hold peerQueueBytesMax bytes,
+// then refuses them, whatever their count; an empty queue takes a message
+// of any size. What a sender takes out frees the room.
+func TestPeerQueueBytes(t *testing.T) {
+	p := &peer{queue: make(chan queued, peerQueueMax)}
+	big := &peerpb.Message{Err: strings.Repeat("x", 10<<20)}
+	taken := 0
+	for p.enqueue(big) {
+		taken++
+	}
+	if want := peerQueueBytesMax / (10 << 20); taken != want || p.queued.Load() > peerQueueBytesMax {
+		t.Fatalf("queue took %d messages of 10 MiB (%d bytes), want %d within %d bytes", taken, p.queued.Load(), want, peerQueueBytesMax)
+	}
+	for range taken {
+		q := <-p.queue
+		p.queued.Add(-int64(q.size))
+	}
+	huge := &peerpb.Message{Err: strings.Repeat("x", peerQueueBytesMax+1)}
+	if !p.enqueue(huge) {
+		t.Fatal("an empty queue refused a message larger than its byte bound")
+	}
+	if p.enqueue(&peerpb.Message{Err: "small"}) {
+		t.Fatal("a queue over its byte bound took another message")
+	}
 }
