@@ -57,6 +57,9 @@ type inflight struct {
 	// Forward that reached it late, while the re-execution commits; only
 	// the current head's abort is the transaction's.
 	first []ring.NodeID
+	// keep: groups of members of first, each holding a replica of
+	// something the transaction changes; a re-execution keeps one of each.
+	keep  [][]ring.NodeID
 	ops   []txn.Op
 	ticks int
 }
@@ -89,22 +92,31 @@ func (c *Coordinator) Inflight() int { return len(c.inflight) }
 // Begin starts a transaction of ops on chain, head first, and queues its
 // Forward to the head. The chain must already be in the protocol's global
 // order; Begin checks only that it is non-empty, bounded and has no repeated
-// member. It returns ErrBusy when InflightMax transactions are in flight,
-// and the validation error for bad ops; in both cases nothing was started.
-// Begin takes ownership of ops and chain.
-func (c *Coordinator) Begin(ops []txn.Op, chain []ring.NodeID) (TxnID, error) {
+// member. keep lists groups of members that each hold a replica of
+// something the transaction changes (a blob's version managers, the
+// holders of a chunk it writes): a re-execution must keep a member of every
+// group (see Reroute), so each must be a non-empty subset of chain. It
+// returns ErrBusy when InflightMax transactions are in flight, and the
+// validation error for bad ops or groups; in both cases nothing was
+// started. Begin takes ownership of ops, chain and keep.
+func (c *Coordinator) Begin(ops []txn.Op, chain []ring.NodeID, keep [][]ring.NodeID) (TxnID, error) {
 	if len(c.inflight) >= c.cfg.InflightMax {
 		return TxnID{}, ErrBusy
 	}
 	if err := validateChain(chain); err != nil {
 		return TxnID{}, err
 	}
+	for _, g := range keep {
+		if len(g) == 0 || slices.ContainsFunc(g, func(id ring.NodeID) bool { return !slices.Contains(chain, id) }) {
+			return TxnID{}, fmt.Errorf("%w: group %v to keep is empty or not within the chain %v", ErrInvalidMessage, g, chain)
+		}
+	}
 	if err := txn.Validate(ops); err != nil {
 		return TxnID{}, err
 	}
 	id := TxnID{Coordinator: c.cfg.ID, Seq: c.nextSeq}
 	c.nextSeq++
-	t := &inflight{chain: chain, first: chain, ops: ops}
+	t := &inflight{chain: chain, first: chain, keep: keep, ops: ops}
 	c.inflight[id] = t
 	m := c.forwardMessage(id, t)
 	m.Fresh = true
@@ -173,26 +185,37 @@ func (c *Coordinator) eachInflight(f func(TxnID, *inflight)) {
 // alive reports false for: it sends the transaction, under the same ID, to
 // the chain of the members left, in the same order (see the replica's
 // "Re-execution"). A transaction none of whose members is alive stays on
-// its chain, and so does one for which keeps, if not nil, reports that the
-// members left do not keep what the transaction changes (every replica of
-// one of its blobs is among the dead): committed there, that change would
+// its chain, and so does one whose members left miss every member of one
+// of the groups Begin was given to keep (every replica of a blob or of a
+// chunk it changes is among the dead): committed there, that change would
 // be stored nowhere. The caller decides what alive means; a member it
 // wrongly reports dead is left behind, and must catch up before serving
 // reads.
-func (c *Coordinator) Reroute(alive func(ring.NodeID) bool, keeps func(ops []txn.Op, chain []ring.NodeID) bool) {
+func (c *Coordinator) Reroute(alive func(ring.NodeID) bool) {
 	dead := func(id ring.NodeID) bool { return !alive(id) }
 	c.eachInflight(func(id TxnID, t *inflight) {
 		if !slices.ContainsFunc(t.chain, dead) {
 			return
 		}
 		live := slices.DeleteFunc(slices.Clone(t.chain), dead)
-		if len(live) == 0 || (keeps != nil && !keeps(t.ops, live)) {
+		kept := func(g []ring.NodeID) bool { return slices.ContainsFunc(g, func(id ring.NodeID) bool { return slices.Contains(live, id) }) }
+		if len(live) == 0 || !allOf(t.keep, kept) {
 			return
 		}
 		t.chain = live
 		t.ticks = 0
 		c.send(c.forwardMessage(id, t))
 	})
+}
+
+// allOf reports whether f holds for every element of s.
+func allOf[T any](s []T, f func(T) bool) bool {
+	for _, x := range s {
+		if !f(x) {
+			return false
+		}
+	}
+	return true
 }
 
 func (c *Coordinator) forwardMessage(id TxnID, t *inflight) Message {

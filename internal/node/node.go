@@ -296,8 +296,10 @@ type beginReq struct {
 	keyspace string
 	ops      []txn.Op
 	chain    []ring.NodeID
-	version  uint64
-	client   []byte
+	// keep: the groups of chain a re-execution keeps one of each of.
+	keep    [][]ring.NodeID
+	version uint64
+	client  []byte
 	// bases are those the coordinator fetched ahead (fetchBases), which
 	// its Forwards carry from the head on.
 	bases map[string]mvcc.Base
@@ -414,10 +416,18 @@ func (n *Node) viewRing() (*ring.Ring, error) {
 // the holders of its changed chunks: the coordinator then fetches those
 // blobs' bases ahead and plans again with them in fetched, whose holders
 // may come anywhere.
-func (n *Node) Chain(keyspace string, rf int, ops []txn.Op, sizes map[string]uint64, fetched map[string]bool) ([]ring.NodeID, error) {
+//
+// It also returns the groups of members a re-execution must keep one of
+// each of (chain.Coordinator.Begin): for every blob its version managers
+// in the chain that serve it, and for every chunk whose bytes the commit
+// changes (those it writes, and the ones where the blob's end moves from
+// and to) its holders in the chain, those that serve it if any do. A
+// re-execution that kept a version manager of each blob but no holder of
+// a chunk written would commit that chunk's new bytes nowhere.
+func (n *Node) Chain(keyspace string, rf int, ops []txn.Op, sizes map[string]uint64, fetched map[string]bool) (members []ring.NodeID, keep [][]ring.NodeID, err error) {
 	pl, cs, err := n.placed(keyspace, rf)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	blobVMs := map[string][]ring.NodeID{} // each blob's live version managers
 	// gaining: version managers that only gain a blob in a move and so
@@ -430,7 +440,7 @@ func (n *Node) Chain(keyspace string, rf int, ops []txn.Op, sizes map[string]uin
 		}
 		ids, err := pl.vms(op.Key)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", errs.ErrUnavailable, err)
+			return nil, nil, fmt.Errorf("%w: %w", errs.ErrUnavailable, err)
 		}
 		live := 0
 		blobVMs[op.Key] = nil
@@ -445,8 +455,9 @@ func (n *Node) Chain(keyspace string, rf int, ops []txn.Op, sizes map[string]uin
 				}
 			}
 		}
+		keep = append(keep, slices.DeleteFunc(slices.Clone(blobVMs[op.Key]), func(id ring.NodeID) bool { return !serves(id) }))
 		if live == 0 {
-			return nil, fmt.Errorf("%w: no live replica of blob %q that serves it (replicas %v)", errs.ErrUnavailable, op.Key, ids)
+			return nil, nil, fmt.Errorf("%w: no live replica of blob %q that serves it (replicas %v)", errs.ErrUnavailable, op.Key, ids)
 		}
 	}
 	parts := map[ring.NodeID]*chain.Part{}
@@ -466,7 +477,7 @@ func (n *Node) Chain(keyspace string, rf int, ops []txn.Op, sizes map[string]uin
 	for key, t := range plan(ops, sizes, cs) {
 		holders, gainingChunks := map[ring.NodeID]bool{}, map[ring.NodeID]bool{}
 		if err := pl.holders(holders, gainingChunks, key, cs, t, n.inChains); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for id := range holders {
 			if !n.inChains(id) || slices.Contains(blobVMs[key], id) {
@@ -480,27 +491,43 @@ func (n *Node) Chain(keyspace string, rf int, ops []txn.Op, sizes map[string]uin
 				p.Behind = true
 			}
 		}
+		for _, c := range t.Chunks(cs) {
+			reps, err := pl.writeReplicas(key, c)
+			if err != nil {
+				return nil, nil, fmt.Errorf("%w: %w", errs.ErrUnavailable, err)
+			}
+			held := slices.DeleteFunc(reps, func(id ring.NodeID) bool { return !n.inChains(id) })
+			serves := pl.serving(key, c)
+			if slices.ContainsFunc(held, serves) {
+				held = slices.DeleteFunc(held, func(id ring.NodeID) bool { return !serves(id) })
+			}
+			keep = append(keep, held)
+		}
 	}
-	members := make([]chain.Part, 0, len(parts))
+	parted := make([]chain.Part, 0, len(parts))
 	for _, p := range parts {
-		members = append(members, *p)
+		parted = append(parted, *p)
 	}
-	order, err := chain.Order(members)
+	order, err := chain.Order(parted)
 	if errors.Is(err, chain.ErrNoOrder) && fetched == nil {
 		cyc := &cycleError{err: err}
-		for _, p := range members {
+		for _, p := range parted {
 			if len(p.Manages) > 0 {
 				cyc.blobs = append(cyc.blobs, p.Holds...)
 			}
 		}
 		slices.Sort(cyc.blobs)
 		cyc.blobs = slices.Compact(cyc.blobs)
-		return nil, cyc
+		return nil, nil, cyc
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", errs.ErrUnavailable, err)
+		return nil, nil, fmt.Errorf("%w: %w", errs.ErrUnavailable, err)
 	}
-	return order, nil
+	for _, g := range keep {
+		slices.Sort(g)
+	}
+	slices.SortFunc(keep, slices.Compare)
+	return order, slices.CompactFunc(keep, slices.Equal), nil
 }
 
 // placed returns keyspace's placement and chunk size.
@@ -515,31 +542,6 @@ func (n *Node) placed(keyspace string, rf int) (Placement, uint64, error) {
 	}
 	defer ks.Release()
 	return pl, ks.Store.ChunkBytes(), nil
-}
-
-// keepsBlobs returns whether a chain of keyspace still holds a version
-// manager of every blob of ops: a re-execution on a chain that does not
-// would commit that blob's change nowhere (chain.Coordinator.Reroute).
-func (n *Node) keepsBlobs(keyspace string) func(ops []txn.Op, members []ring.NodeID) bool {
-	return func(ops []txn.Op, members []ring.NodeID) bool {
-		ks, err := n.cfg.Engine.Acquire(keyspace)
-		if err != nil {
-			return false
-		}
-		rf := int(ks.Config.Replication)
-		ks.Release()
-		pl, err := n.Placement(keyspace, rf)
-		if err != nil {
-			return false
-		}
-		for _, op := range ops {
-			vms, err := pl.r.VersionManagers(pl.seed, op.Key, rf) // those serving the blob
-			if err != nil || !slices.ContainsFunc(vms, func(id ring.NodeID) bool { return slices.Contains(members, id) }) {
-				return false
-			}
-		}
-		return true
-	}
 }
 
 // catchingUp reports whether member id is catching up, as far as this node
@@ -664,7 +666,7 @@ func (n *Node) attempt(ctx context.Context, keyspace string, rf int, ops []txn.O
 		return chain.Outcome{}, errs.Refused(fmt.Errorf("%w: node %s does not see a majority of the cluster alive", errs.ErrUnavailable, n.self))
 	}
 	sizes := n.hints.get(keyspace, ops)
-	members, err := n.Chain(keyspace, rf, ops, sizes, nil)
+	members, keep, err := n.Chain(keyspace, rf, ops, sizes, nil)
 	var bases map[string]mvcc.Base
 	if cyc := (*cycleError)(nil); errors.As(err, &cyc) {
 		bases, err = n.fetchBases(ctx, keyspace, rf, ops, cyc.blobs)
@@ -675,7 +677,7 @@ func (n *Node) attempt(ctx context.Context, keyspace string, rf int, ops []txn.O
 			for key, b := range bases {
 				sizes[key] = b.Size
 			}
-			members, err = n.Chain(keyspace, rf, ops, sizes, fetchedSet(bases))
+			members, keep, err = n.Chain(keyspace, rf, ops, sizes, fetchedSet(bases))
 		}
 	}
 	if err != nil {
@@ -686,7 +688,7 @@ func (n *Node) attempt(ctx context.Context, keyspace string, rf int, ops []txn.O
 	} else if r.Len() > 1 {
 		// Even a chain of this node alone checks that it holds every chunk
 		// the commit changes (see checkCovered).
-		return n.run(ctx, keyspace, ops, members, version, client, bases)
+		return n.run(ctx, keyspace, ops, members, keep, version, client, bases)
 	}
 	if n.CatchingUp() {
 		return chain.Outcome{Err: taggedError{fmt.Errorf("node %s is the only live replica: %w", n.self, errCatchingUp)}.Error()}, nil
@@ -710,9 +712,9 @@ func (n *Node) attempt(ctx context.Context, keyspace string, rf int, ops []txn.O
 	return chain.Outcome{Committed: true, Results: results}, nil
 }
 
-func (n *Node) run(ctx context.Context, keyspace string, ops []txn.Op, members []ring.NodeID, version uint64, client []byte, bases map[string]mvcc.Base) (chain.Outcome, error) {
+func (n *Node) run(ctx context.Context, keyspace string, ops []txn.Op, members []ring.NodeID, keep [][]ring.NodeID, version uint64, client []byte, bases map[string]mvcc.Base) (chain.Outcome, error) {
 	done := make(chan beginResult, 1)
-	req := beginReq{keyspace: keyspace, ops: ops, chain: slices.Clone(members), version: version, client: client, bases: bases, done: done}
+	req := beginReq{keyspace: keyspace, ops: ops, chain: slices.Clone(members), keep: keep, version: version, client: client, bases: bases, done: done}
 	select {
 	case n.begins <- req:
 	case <-ctx.Done():
@@ -776,7 +778,7 @@ func (n *Node) loop() {
 			for name, g := range n.groups {
 				g.replica.Tick()
 				g.coord.Tick()
-				g.coord.Reroute(n.inChains, n.keepsBlobs(name))
+				g.coord.Reroute(n.inChains)
 				n.flush(name, g)
 			}
 			if time.Since(sweep) > time.Minute {
@@ -855,7 +857,7 @@ func (n *Node) begin(req beginReq) {
 		req.done <- beginResult{err: errs.Refused(err)}
 		return
 	}
-	id, err := g.coord.Begin(req.ops, req.chain)
+	id, err := g.coord.Begin(req.ops, req.chain, req.keep)
 	if err != nil {
 		if errors.Is(err, chain.ErrBusy) {
 			err = fmt.Errorf("%w: %w", errs.ErrUnavailable, err)

@@ -66,7 +66,8 @@ func TestReplanRoundTrip(t *testing.T) {
 
 // TestChainOrder: a commit's chain runs through the version managers
 // before any holder, even when a version manager is catching up, so the
-// backward pass commits on the holders before on any version manager.
+// backward pass commits on the holders before on any version manager; and
+// a re-execution must keep a holder of every chunk written.
 func TestChainOrder(t *testing.T) {
 	tc := startClusterRF(t, 4, 2, 0, 1)
 	tc.waitCaughtUp(t, 10*time.Second)
@@ -90,10 +91,24 @@ func TestChainOrder(t *testing.T) {
 	}
 	for _, slow := range []int{0, 1} {
 		tc.catchingUp.Store(vms[slow], true)
-		chain, err := n.Chain(testKeyspace, 2, ops, nil, nil)
+		chain, keep, err := n.Chain(testKeyspace, 2, ops, nil, nil)
 		tc.catchingUp.Delete(vms[slow])
 		if err != nil {
 			t.Fatal(err)
+		}
+		// A re-execution keeps a version manager, and a holder of each
+		// chunk written: the groups are the replicas of chunks 0 to 5.
+		var groups [][]ring.NodeID
+		for c := range uint64(6) {
+			reps, err := pl.replicas("k", c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			groups = append(groups, slices.Sorted(slices.Values(reps)))
+		}
+		slices.SortFunc(groups, slices.Compare)
+		if groups = slices.CompactFunc(groups, slices.Equal); !slices.EqualFunc(keep, groups, slices.Equal) {
+			t.Fatalf("groups to keep %v, want the replicas of each chunk %v", keep, groups)
 		}
 		want := []ring.NodeID{vms[1-slow], vms[slow]}
 		if len(chain) < 3 || !slices.Equal(chain[:2], want) {

@@ -137,17 +137,17 @@ func (w *world) inChains(i int) func(n ring.NodeID) bool {
 	return func(n ring.NodeID) bool { return !slices.Contains(w.views[i], n) }
 }
 
-// keepsKeys reports whether members hold a replica of every key of ops
-// that serves it, as a node's check before a re-execution does
-// (node.keepsBlobs): a chain without one would commit that key's change
-// nowhere, or only where it may not be copied yet.
-func (w *world) keepsKeys(ops []txn.Op, members []ring.NodeID) bool {
+// keepGroups returns the groups a re-execution of ops on members must
+// keep one of each of (chain.Coordinator.Begin), as a node's Chain does:
+// for each key, its replicas among members that serve it. A chain without
+// one would commit that key's change nowhere, or only where it may not be
+// copied yet.
+func (w *world) keepGroups(ops []txn.Op, members []ring.NodeID) [][]ring.NodeID {
+	var out [][]ring.NodeID
 	for _, op := range ops {
-		if !slices.ContainsFunc(w.serving[op.Key], func(n ring.NodeID) bool { return slices.Contains(members, n) }) {
-			return false
-		}
+		out = append(out, slices.DeleteFunc(slices.Clone(w.serving[op.Key]), func(n ring.NodeID) bool { return !slices.Contains(members, n) }))
 	}
-	return true
+	return out
 }
 
 // forwardAgeTicks is how long after its client began a transaction a

@@ -931,7 +931,7 @@ func (w *world) tick() {
 		// As a node's loop does: retransmit, then re-execute what runs on
 		// members this client's view no longer keeps in chains.
 		c.Tick()
-		c.Reroute(w.inChains(i), w.keepsKeys)
+		c.Reroute(w.inChains(i))
 		if w.now < faultTicks && w.rng.IntN(100) < w.p.beginPct {
 			w.begin(c, i)
 		}
@@ -1026,7 +1026,7 @@ func (w *world) beginOps(c *chain.Coordinator, ci int, ops []txn.Op) *txnRecord 
 	slices.Sort(placed)
 	placed = slices.Compact(placed)
 	members := w.chainOrder(ops, slices.DeleteFunc(slices.Clone(placed), func(n ring.NodeID) bool { return !inChains(n) }))
-	id, err := c.Begin(ops, members)
+	id, err := c.Begin(ops, members, w.keepGroups(ops, members))
 	if err != nil {
 		w.trace("%s begin refused: %v", c.ID(), err)
 		return nil

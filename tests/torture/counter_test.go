@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -32,6 +33,8 @@ const (
 	// counterDeadline bounds one add, retries and outcome resolution
 	// included (the Go client resolves a lost answer for up to 30 s).
 	counterDeadline = 45 * time.Second
+	// counterRetryPause spaces the tries of one add refused as unavailable.
+	counterRetryPause = 200 * time.Millisecond
 )
 
 // counterAdd is one acknowledged add: the value it returned, and which
@@ -70,10 +73,8 @@ func runCounter(ctx context.Context, t *testing.T, clientOf func(p int) *client.
 			defer wg.Done()
 			c := clientOf(p)
 			for ctx.Err() == nil {
-				opCtx, cancel := context.WithTimeout(context.Background(), counterDeadline)
 				start := time.Since(began)
-				v, err := c.Atomic(opCtx, txnKeyspace, counterKey, 0, 8, client.FuncAdd, 1)
-				cancel()
+				v, err := addOnce(c)
 				end := time.Since(began)
 				res.mu.Lock()
 				span := checker.Span{Call: start.Nanoseconds(), Return: end.Nanoseconds(), Type: history.OK}
@@ -97,6 +98,28 @@ func runCounter(ctx context.Context, t *testing.T, clientOf func(p int) *client.
 		close(res.done)
 	}()
 	return res
+}
+
+// addOnce adds 1 to the counter through c, as a client that retries
+// would: a try refused for certain as unavailable (its node cut off, or
+// catching up) is tried again, counterRetryPause apart, until
+// counterDeadline has passed since the first; so one add waits through a
+// fault instead of ending in thousands of instant refusals that would
+// swamp the progress counts. It returns the last try's outcome.
+func addOnce(c *client.Client) (uint64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), counterDeadline)
+	defer cancel()
+	for {
+		v, err := c.Atomic(ctx, txnKeyspace, counterKey, 0, 8, client.FuncAdd, 1)
+		if err == nil || !client.Refused(err) || !errors.Is(err, client.ErrUnavailable) {
+			return v, err
+		}
+		select {
+		case <-ctx.Done():
+			return v, err
+		case <-time.After(counterRetryPause):
+		}
+	}
 }
 
 // check reads the counter through c, once the cluster answers, and checks

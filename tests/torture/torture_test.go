@@ -80,9 +80,14 @@ func (s blobStore) Write(ctx context.Context, key string, content []byte) error 
 }
 
 // Definite is true for errors the server returns after deciding not to
-// apply a commit; anything else (a timeout, a lost connection) leaves the
+// apply a commit, and for a commit refused before anything was applied
+// (client.Refused: a node that sees no majority alive, one catching up);
+// anything else (a timeout, a lost connection) leaves the
 // outcome unknown.
 func (blobStore) Definite(err error) bool {
+	if client.Refused(err) {
+		return true
+	}
 	for _, e := range []error{client.ErrInvalidArgument, client.ErrTooLarge, client.ErrConflict,
 		client.ErrExists, client.ErrNotFound, client.ErrOutOfRange} {
 		if errors.Is(err, e) {
