@@ -198,7 +198,9 @@ func (c *Coordinator) Reroute(alive func(ring.NodeID) bool) {
 			return
 		}
 		live := slices.DeleteFunc(slices.Clone(t.chain), dead)
-		kept := func(g []ring.NodeID) bool { return slices.ContainsFunc(g, func(id ring.NodeID) bool { return slices.Contains(live, id) }) }
+		kept := func(g []ring.NodeID) bool {
+			return slices.ContainsFunc(g, func(id ring.NodeID) bool { return slices.Contains(live, id) })
+		}
 		if len(live) == 0 || !allOf(t.keep, kept) {
 			return
 		}
