@@ -2,6 +2,7 @@ package mvcc
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -204,13 +205,17 @@ func (s *Store) Refresh(key string, src Source) (bool, error) {
 		return false, nil
 	}
 	pages := func(c uint64) uint64 { return c * s.chunkBytes / s.pageBytes }
-	if len(cp.Replace) > 0 {
+	if len(cp.Replace) > 0 && !s.besideOld(local, cp) {
 		// Reads before the copy's version are refused from here on, since
 		// the copied chunks' pages will not match them. With MVCC on, the
 		// copies are written beside the pages they replace, which go only
 		// in the last batch, so a copy that fails half way destroys
 		// nothing; with it off, pages have one version, and the replaced
-		// ones go first.
+		// ones go first. When every copied page is newer than the local
+		// copy (besideOld), reads of the local versions stay as they were
+		// until the last batch, which raises the floor: a copy that fails
+		// leaves this node serving the versions it holds, which another
+		// holder catching up may need.
 		b := s.db.NewBatch()
 		err := b.Set(floorKey(key), binary.BigEndian.AppendUint64(nil, cp.Version), nil)
 		for _, c := range cp.Replace {
@@ -265,6 +270,21 @@ func (s *Store) Refresh(key string, src Source) (bool, error) {
 	s.lastVersion = max(s.lastVersion, cp.Version)
 	s.versionMu.Unlock()
 	return true, nil
+}
+
+// besideOld reports whether copying cp over local leaves every read of a
+// version local holds as it was: MVCC keeps the old pages, and each chunk
+// replaced is copied at a version newer than local's.
+func (s *Store) besideOld(local Record, cp Copy) bool {
+	if !s.opts.MVCC || !local.Exists {
+		return false
+	}
+	for _, c := range cp.Replace {
+		if v := cmp.Or(cp.Chunks[c], cp.Version); v <= local.Version {
+			return false
+		}
+	}
+	return true
 }
 
 func sameRecord(a, b Record) bool {

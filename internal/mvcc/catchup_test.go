@@ -321,6 +321,37 @@ func TestRefreshFailedKeepsPages(t *testing.T) {
 	}
 }
 
+// TestRefreshFailedServesOld: a copy of newer chunks that fails half way
+// leaves the store serving reads at the version it holds, for a holder
+// catching up from a source still at that version; a copy that succeeds
+// refuses them, its old pages being gone.
+func TestRefreshFailedServesOld(t *testing.T) {
+	const cs = 4096
+	src := openStore(t, Options{MVCC: true, ChunkBytes: cs, Now: newFakeClock().Now})
+	dst := openStore(t, Options{MVCC: true, ChunkBytes: cs, Now: newFakeClock().Now})
+	full := bytes.Repeat([]byte("abcdefgh"), 3*cs/8)
+	for _, s := range []*Store{src, dst} {
+		commitAt(t, s, 100, txn.Op{Key: "k", Kind: txn.OpWrite, Data: full, Create: true})
+	}
+	commitAt(t, src, 150, txn.Op{Key: "k", Kind: txn.OpWrite, Offset: 10, Data: bytes.Repeat([]byte("S"), 2*cs)})
+	readOld := func() ([]byte, error) { return dst.ReadChunks("k", cs, 8, 100, 3*cs, 100) }
+	for okReads := range 2 {
+		fs := &failingSource{storeSource: &storeSource{from: src, to: dst, key: "k"}, okReads: okReads}
+		if _, err := dst.Refresh("k", fs); err == nil {
+			t.Fatalf("Refresh with a source failing after %d reads succeeded", okReads)
+		}
+		if got, err := readOld(); err != nil || !bytes.Equal(got, full[cs:cs+8]) {
+			t.Fatalf("after a failed Refresh (%d reads), a read at version 100 = %q, %v; want %q", okReads, got, err, full[cs:cs+8])
+		}
+	}
+	if changed, err := dst.Refresh("k", &storeSource{from: src, to: dst, key: "k"}); err != nil || !changed {
+		t.Fatalf("Refresh = %v, %v; want a change", changed, err)
+	}
+	if got, err := readOld(); !errors.Is(err, errs.ErrConflict) {
+		t.Fatalf("after Refresh, a read at version 100 = %q, %v; want a conflict", got, err)
+	}
+}
+
 func pageVersions(t *testing.T, s *Store, key string) int {
 	t.Helper()
 	it, err := s.db.NewIter(nil)
