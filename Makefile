@@ -4,7 +4,7 @@ BIN         := bin/tyr
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.7.0
 FUZZTIME    ?= 20000x
 
-.PHONY: build run test unit lint fuzz fuzz-long gc-soak crash-long sim ring-sim torture bench bench-peers bench-cluster bench-txn proto clean
+.PHONY: build run test unit lint fuzz fuzz-long gc-soak crash-long sim ring-sim torture bench profile bench-peers bench-cluster bench-txn proto clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/tyr
@@ -95,6 +95,12 @@ ring-sim:
 # plots, and the issue's targets, met or not.
 bench: build
 	scripts/bench.sh
+
+# CPU profiles of a 3-node cluster's nodes under the read-path workloads
+# (reads of 1 KiB and 100 KiB, readers beside writers, a stream get), as
+# pprof top tables in bench/results/profiles-DATE.md.
+profile: build
+	scripts/profile.sh
 
 # One node against PostgreSQL, etcd, durable Redis and ZooKeeper-locked
 # Redis (installed from apt if missing): counter, MonALISA and bank at 1, 8
