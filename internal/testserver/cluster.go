@@ -41,6 +41,13 @@ func (r Result) ErrorLines() []string {
 // CommandTimeout bounds one Run.
 const CommandTimeout = 2 * time.Minute
 
+// CatalogSpreadMax bounds how long a keyspace created on one node of a
+// cluster takes to exist on every other. Its gossip broadcasts take tens of
+// milliseconds, but they go over UDP and a loaded machine drops some; then
+// the push/pull that each node runs with a random peer every membership
+// PushPullInterval (15 s) carries it: two intervals, and a margin.
+const CatalogSpreadMax = 35 * time.Second
+
 // Run runs the tyr binary with args and returns its output and exit code.
 // It fails the test if the binary cannot be run or outlives
 // CommandTimeout.

@@ -31,7 +31,7 @@ func replicatedKeyspace(t *testing.T, clients []*client.Client, name string, cfg
 		t.Fatal(err)
 	}
 	for i, c := range clients {
-		testserver.Eventually(t, 15*time.Second, fmt.Sprintf("keyspace %s on node%d", name, i+1), func() (bool, string) {
+		testserver.Eventually(t, testserver.CatalogSpreadMax, fmt.Sprintf("keyspace %s on node%d", name, i+1), func() (bool, string) {
 			return hasKeyspace(t, c, name), "not yet in its catalog"
 		})
 	}

@@ -132,7 +132,7 @@ func clusterTorture(t *testing.T, seed uint64, duration time.Duration, faults []
 			t.Fatalf("create keyspace: %v", err)
 		}
 		for i, c := range admins {
-			testserver.Eventually(t, 15*time.Second, fmt.Sprintf("keyspace %s on node%d", ks.name, i+1), func() (bool, string) {
+			testserver.Eventually(t, testserver.CatalogSpreadMax, fmt.Sprintf("keyspace %s on node%d", ks.name, i+1), func() (bool, string) {
 				_, err := c.Keyspace(ctx, ks.name)
 				return err == nil, fmt.Sprint(err)
 			})
