@@ -198,26 +198,16 @@ func (c *Coordinator) Reroute(alive func(ring.NodeID) bool) {
 			return
 		}
 		live := slices.DeleteFunc(slices.Clone(t.chain), dead)
-		kept := func(g []ring.NodeID) bool {
-			return slices.ContainsFunc(g, func(id ring.NodeID) bool { return slices.Contains(live, id) })
+		lost := func(g []ring.NodeID) bool {
+			return !slices.ContainsFunc(g, func(id ring.NodeID) bool { return slices.Contains(live, id) })
 		}
-		if len(live) == 0 || !allOf(t.keep, kept) {
+		if len(live) == 0 || slices.ContainsFunc(t.keep, lost) {
 			return
 		}
 		t.chain = live
 		t.ticks = 0
 		c.send(c.forwardMessage(id, t))
 	})
-}
-
-// allOf reports whether f holds for every element of s.
-func allOf[T any](s []T, f func(T) bool) bool {
-	for _, x := range s {
-		if !f(x) {
-			return false
-		}
-	}
-	return true
 }
 
 func (c *Coordinator) forwardMessage(id TxnID, t *inflight) Message {

@@ -380,17 +380,6 @@ type Touched struct {
 	Lo, Hi  uint64
 }
 
-// Chunks returns the chunks, of cs bytes, whose bytes t changes: those
-// written, and, if the blob's end moves, the ones it moves from and to. A
-// chunk may be listed more than once.
-func (t Touched) Chunks(cs uint64) []uint64 {
-	out := slices.Clone(t.Written)
-	if t.Hi > t.Lo {
-		out = append(out, t.Lo/cs, (t.Hi-1)/cs)
-	}
-	return out
-}
-
 func (w *blobWork) touched() Touched {
 	end := uint64(0)
 	if w.exists {

@@ -424,11 +424,12 @@ func (n *Node) viewRing() (*ring.Ring, error) {
 // and to) its holders in the chain, those that serve it if any do. A
 // re-execution that kept a version manager of each blob but no holder of
 // a chunk written would commit that chunk's new bytes nowhere.
-func (n *Node) Chain(keyspace string, rf int, ops []txn.Op, sizes map[string]uint64, fetched map[string]bool) (members []ring.NodeID, keep [][]ring.NodeID, err error) {
+func (n *Node) Chain(keyspace string, rf int, ops []txn.Op, sizes map[string]uint64, fetched map[string]bool) ([]ring.NodeID, [][]ring.NodeID, error) {
 	pl, cs, err := n.placed(keyspace, rf)
 	if err != nil {
 		return nil, nil, err
 	}
+	var keep [][]ring.NodeID
 	blobVMs := map[string][]ring.NodeID{} // each blob's live version managers
 	// gaining: version managers that only gain a blob in a move and so
 	// may not hold it yet; they come after those that serve it, like
@@ -476,7 +477,7 @@ func (n *Node) Chain(keyspace string, rf int, ops []txn.Op, sizes map[string]uin
 	}
 	for key, t := range plan(ops, sizes, cs) {
 		holders, gainingChunks := map[ring.NodeID]bool{}, map[ring.NodeID]bool{}
-		if err := pl.holders(holders, gainingChunks, key, cs, t, n.inChains); err != nil {
+		if err := pl.holders(holders, gainingChunks, &keep, key, cs, t, n.inChains); err != nil {
 			return nil, nil, err
 		}
 		for id := range holders {
@@ -491,27 +492,15 @@ func (n *Node) Chain(keyspace string, rf int, ops []txn.Op, sizes map[string]uin
 				p.Behind = true
 			}
 		}
-		for _, c := range t.Chunks(cs) {
-			reps, err := pl.writeReplicas(key, c)
-			if err != nil {
-				return nil, nil, fmt.Errorf("%w: %w", errs.ErrUnavailable, err)
-			}
-			held := slices.DeleteFunc(reps, func(id ring.NodeID) bool { return !n.inChains(id) })
-			serves := pl.serving(key, c)
-			if slices.ContainsFunc(held, serves) {
-				held = slices.DeleteFunc(held, func(id ring.NodeID) bool { return !serves(id) })
-			}
-			keep = append(keep, held)
-		}
 	}
-	parted := make([]chain.Part, 0, len(parts))
+	members := make([]chain.Part, 0, len(parts))
 	for _, p := range parts {
-		parted = append(parted, *p)
+		members = append(members, *p)
 	}
-	order, err := chain.Order(parted)
+	order, err := chain.Order(members)
 	if errors.Is(err, chain.ErrNoOrder) && fetched == nil {
 		cyc := &cycleError{err: err}
-		for _, p := range parted {
+		for _, p := range members {
 			if len(p.Manages) > 0 {
 				cyc.blobs = append(cyc.blobs, p.Holds...)
 			}

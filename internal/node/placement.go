@@ -223,9 +223,13 @@ func (n *Node) Placement(keyspace string, rf int) (Placement, error) {
 // says is alive: the commit would change it where no one could keep it. A
 // long range of moved ends stops once every ring member is in. If gaining
 // is not nil, the replicas that only gain a chunk in a ring move (and so
-// may not hold its bytes yet) are added to it too.
-func (p Placement) holders(set, gaining map[ring.NodeID]bool, key string, cs uint64, t mvcc.Touched, alive func(ring.NodeID) bool) error {
-	add := func(c uint64) error {
+// may not hold its bytes yet) are added to it too. If keep is not nil, it
+// gets, for each chunk whose bytes t changes (those written, and the ones
+// the blob's end moves from and to), the group of its replicas alive a
+// re-execution must keep one of: those that serve it, if any does (see
+// Node.Chain).
+func (p Placement) holders(set, gaining map[ring.NodeID]bool, keep *[][]ring.NodeID, key string, cs uint64, t mvcc.Touched, alive func(ring.NodeID) bool) error {
+	add := func(c uint64, kept bool) error {
 		reps, err := p.writeReplicas(key, c)
 		if err != nil {
 			return fmt.Errorf("%w: %w", errs.ErrUnavailable, err)
@@ -240,15 +244,31 @@ func (p Placement) holders(set, gaining map[ring.NodeID]bool, key string, cs uin
 				gaining[id] = true
 			}
 		}
+		if keep != nil && kept {
+			held := slices.DeleteFunc(reps, func(id ring.NodeID) bool { return !alive(id) })
+			if slices.ContainsFunc(held, serves) {
+				held = slices.DeleteFunc(held, func(id ring.NodeID) bool { return !serves(id) })
+			}
+			*keep = append(*keep, held)
+		}
 		return nil
 	}
 	for _, c := range t.Written {
-		if err := add(c); err != nil {
+		if err := add(c, true); err != nil {
 			return err
 		}
 	}
+	if keep != nil && t.Hi > t.Lo {
+		// The chunks the end moves from and to, whatever the range below
+		// visits.
+		for _, c := range []uint64{t.Lo / cs, (t.Hi - 1) / cs} {
+			if err := add(c, true); err != nil {
+				return err
+			}
+		}
+	}
 	for c := t.Lo / cs; c*cs < t.Hi && len(set) < p.size(); c++ {
-		if err := add(c); err != nil {
+		if err := add(c, false); err != nil {
 			return err
 		}
 	}
@@ -352,7 +372,7 @@ func (n *Node) checkCovered(pl Placement, cs uint64, p *mvcc.Pending, given map[
 		if _, ok := given[key]; ok {
 			continue
 		}
-		if err := pl.holders(need, nil, key, cs, t, n.inChains); err != nil {
+		if err := pl.holders(need, nil, nil, key, cs, t, n.inChains); err != nil {
 			return err
 		}
 	}
