@@ -284,17 +284,28 @@ func (s *failingSource) Read(off, n uint64) ([]byte, error) {
 	return s.storeSource.Read(off, n)
 }
 
+// sameBlobAt100 returns two MVCC stores of 4 KiB chunks that both hold blob
+// k at version 100: three chunks of full.
+func sameBlobAt100(t *testing.T) (src, dst *Store, full []byte) {
+	t.Helper()
+	src = openStore(t, Options{MVCC: true, ChunkBytes: refreshChunk, Now: newFakeClock().Now})
+	dst = openStore(t, Options{MVCC: true, ChunkBytes: refreshChunk, Now: newFakeClock().Now})
+	full = bytes.Repeat([]byte("abcdefgh"), 3*refreshChunk/8)
+	for _, s := range []*Store{src, dst} {
+		commitAt(t, s, 100, txn.Op{Key: "k", Kind: txn.OpWrite, Data: full, Create: true})
+	}
+	return src, dst, full
+}
+
+// refreshChunk is the chunk size of sameBlobAt100's stores.
+const refreshChunk = 4096
+
 // TestRefreshFailedKeepsPages: a copy that fails half way leaves the
 // store's pages as they were (MVCC on), so a replica whose catch-up source
 // fails keeps what it had, for a later copy or for others to copy from.
 func TestRefreshFailedKeepsPages(t *testing.T) {
-	const cs = 4096
-	src := openStore(t, Options{MVCC: true, ChunkBytes: cs, Now: newFakeClock().Now})
-	dst := openStore(t, Options{MVCC: true, ChunkBytes: cs, Now: newFakeClock().Now})
-	full := bytes.Repeat([]byte("abcdefgh"), 3*cs/8)
-	for _, s := range []*Store{src, dst} {
-		commitAt(t, s, 100, txn.Op{Key: "k", Kind: txn.OpWrite, Data: full, Create: true})
-	}
+	const cs = refreshChunk
+	src, dst, _ := sameBlobAt100(t)
 	commitAt(t, src, 150, txn.Op{Key: "k", Kind: txn.OpWrite, Offset: cs + 10, Data: bytes.Repeat([]byte("S"), 2*cs)})
 	commitAt(t, dst, 200, txn.Op{Key: "k", Kind: txn.OpTruncate, Size: cs + 5},
 		txn.Op{Key: "k", Kind: txn.OpWrite, Offset: 3, Data: []byte("DST")})
@@ -326,13 +337,8 @@ func TestRefreshFailedKeepsPages(t *testing.T) {
 // catching up from a source still at that version; a copy that succeeds
 // refuses them, its old pages being gone.
 func TestRefreshFailedServesOld(t *testing.T) {
-	const cs = 4096
-	src := openStore(t, Options{MVCC: true, ChunkBytes: cs, Now: newFakeClock().Now})
-	dst := openStore(t, Options{MVCC: true, ChunkBytes: cs, Now: newFakeClock().Now})
-	full := bytes.Repeat([]byte("abcdefgh"), 3*cs/8)
-	for _, s := range []*Store{src, dst} {
-		commitAt(t, s, 100, txn.Op{Key: "k", Kind: txn.OpWrite, Data: full, Create: true})
-	}
+	const cs = refreshChunk
+	src, dst, full := sameBlobAt100(t)
 	commitAt(t, src, 150, txn.Op{Key: "k", Kind: txn.OpWrite, Offset: 10, Data: bytes.Repeat([]byte("S"), 2*cs)})
 	readOld := func() ([]byte, error) { return dst.ReadChunks("k", cs, 8, 100, 3*cs, 100) }
 	for okReads := range 2 {

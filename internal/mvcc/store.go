@@ -189,7 +189,6 @@ func (s *Store) acceptVersion(blobs map[string]*blobWork, keys []string, version
 type Pending struct {
 	store   *Store
 	batch   *pebble.Batch
-	sized   int // the batch's size allocated up front (emitBytes)
 	keys    []string
 	results []txn.Result
 	bases   map[string]Base
@@ -446,7 +445,7 @@ func (s *Store) prepareLocked(ops []txn.Op, keys []string, o prepareOpts) (*Pend
 			kept[key] = w.existed && w.exists && w.meta.Size == w.start && w.low == w.start && w.cutPage == noCut
 		}
 	}
-	return &Pending{store: s, batch: batch, sized: size, keys: keys, results: results, bases: bases, given: o.bases, touched: touched, kept: kept}, nil
+	return &Pending{store: s, batch: batch, keys: keys, results: results, bases: bases, given: o.bases, touched: touched, kept: kept}, nil
 }
 
 // Commit makes the prepared ops durable (when Sync) and visible, atomically.
