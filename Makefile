@@ -97,8 +97,10 @@ bench: build
 	scripts/bench.sh
 
 # CPU profiles of a 3-node cluster's nodes under the read-path workloads
-# (reads of 1 KiB and 100 KiB, readers beside writers, a stream get), as
-# pprof top tables in bench/results/profiles-DATE.md.
+# (reads of 1 KiB and 100 KiB, readers beside writers, a stream get; their
+# heaps under large puts) and the commit path (counter, 4 KiB writes), as
+# pprof top tables in bench/results/profiles-DATE.md; PROFILE_SETS=read or
+# commit for one set.
 profile: build
 	scripts/profile.sh
 
