@@ -8,7 +8,7 @@
 //
 // Errors carry a class usable with errors.Is: ErrNotFound, ErrExists,
 // ErrInvalidArgument, ErrOutOfRange, ErrTooLarge, ErrUnavailable,
-// ErrConflict, ErrCorruption. An error has one class, and its text names it
+// ErrConflict, ErrCorruption, ErrNoSpace. An error has one class, and its text names it
 // first ("tyr: conflict: ..."). Retryable tells whether sending the request
 // again can succeed; Refused whether a failed commit certainly changed
 // nothing.
@@ -45,6 +45,7 @@ var (
 	ErrUnavailable     = errs.ErrUnavailable
 	ErrConflict        = errs.ErrConflict
 	ErrCorruption      = errs.ErrCorruption
+	ErrNoSpace         = errs.ErrNoSpace
 )
 
 // Limits the server enforces; see the README for the full list.
@@ -229,13 +230,24 @@ type KeyspaceInfo struct {
 	Config  KeyspaceConfig
 	Created time.Time
 	// DiskBytes is the space used on the answering node; only Keyspace
-	// fills it.
+	// fills it, as it does the fields below.
 	DiskBytes uint64
+	// LogicalBytes is the bytes of the chunks the answering node holds
+	// (the newest versions, holes included): what its share of the data
+	// is, beside DiskBytes, what it takes.
+	LogicalBytes uint64
+	// ReclaimBytes is the bytes the answering node removed (deletes,
+	// truncates, chunks moved away, replaced copies) whose space is yet
+	// to be reclaimed.
+	ReclaimBytes uint64
+	// Blobs is the number of blobs the answering node keeps a record of.
+	Blobs uint64
 }
 
 func keyspaceInfo(k *tyrpb.KeyspaceInfo) KeyspaceInfo {
 	c := k.GetConfig()
 	return KeyspaceInfo{Name: k.GetName(), Created: time.Unix(0, k.GetCreatedUnixNano()), DiskBytes: k.GetDiskBytes(),
+		LogicalBytes: k.GetLogicalBytes(), ReclaimBytes: k.GetReclaimBytes(), Blobs: k.GetBlobs(),
 		Config: KeyspaceConfig{ChunkSize: c.GetChunkSize(), Replication: c.GetReplication(), MVCC: c.GetMvcc(), Sync: c.GetSync()}}
 }
 

@@ -106,6 +106,16 @@ type NodeUsage struct {
 	// OpsWindow is the span of that average: the last minute, or the time
 	// since the server started if shorter; 0 in the server's first second.
 	OpsWindow time.Duration
+	// LogicalBytes is the bytes of the chunks the node holds over every
+	// keyspace: what its data is, beside StoredBytes, what it takes.
+	LogicalBytes uint64
+	// ReclaimBytes is the removed bytes whose space is yet to be
+	// reclaimed.
+	ReclaimBytes uint64
+	// FreeBytes is the free space of the file system holding the data
+	// directory; MinFreeBytes the floor below which the node refuses
+	// writes (--min-free; 0: none).
+	FreeBytes, MinFreeBytes uint64
 }
 
 // NodeUsage returns the figures of the node the client is connected to
@@ -119,7 +129,9 @@ func (c *Client) NodeUsage(ctx context.Context) (NodeUsage, error) {
 	return NodeUsage{
 		NodeID: resp.GetNodeId(), CapacityBytes: resp.GetCapacityBytes(), CapacityConfigured: resp.GetCapacityConfigured(),
 		StoredBytes: resp.GetStoredBytes(), OpsPerSecond: resp.GetOpsPerSecond(),
-		OpsWindow: time.Duration(resp.GetOpsWindowSeconds() * float64(time.Second)),
+		OpsWindow:    time.Duration(resp.GetOpsWindowSeconds() * float64(time.Second)),
+		LogicalBytes: resp.GetLogicalBytes(), ReclaimBytes: resp.GetReclaimBytes(),
+		FreeBytes: resp.GetFreeBytes(), MinFreeBytes: resp.GetMinFreeBytes(),
 	}, nil
 }
 

@@ -296,7 +296,18 @@ type KeyspaceInfo struct {
 	Config          *KeyspaceConfig        `protobuf:"bytes,2,opt,name=config,proto3" json:"config,omitempty"`
 	CreatedUnixNano int64                  `protobuf:"varint,3,opt,name=created_unix_nano,json=createdUnixNano,proto3" json:"created_unix_nano,omitempty"`
 	// Approximate bytes on disk for this keyspace on the answering node.
-	DiskBytes     uint64 `protobuf:"varint,4,opt,name=disk_bytes,json=diskBytes,proto3" json:"disk_bytes,omitempty"`
+	DiskBytes uint64 `protobuf:"varint,4,opt,name=disk_bytes,json=diskBytes,proto3" json:"disk_bytes,omitempty"`
+	// The bytes of the chunks the answering node holds of the keyspace's
+	// blobs (their newest versions, holes included): what the data is, as
+	// opposed to disk_bytes, what it takes. Filled by GetKeyspace only.
+	LogicalBytes uint64 `protobuf:"varint,5,opt,name=logical_bytes,json=logicalBytes,proto3" json:"logical_bytes,omitempty"`
+	// Bytes the answering node removed (deletes, truncates, chunks it gave
+	// up in a ring change, copies replaced in catch-up) whose space is yet
+	// to be reclaimed. Filled by GetKeyspace only.
+	ReclaimBytes uint64 `protobuf:"varint,6,opt,name=reclaim_bytes,json=reclaimBytes,proto3" json:"reclaim_bytes,omitempty"`
+	// The number of blobs of the keyspace the answering node keeps a
+	// record of. Filled by GetKeyspace only.
+	Blobs         uint64 `protobuf:"varint,7,opt,name=blobs,proto3" json:"blobs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -355,6 +366,27 @@ func (x *KeyspaceInfo) GetCreatedUnixNano() int64 {
 func (x *KeyspaceInfo) GetDiskBytes() uint64 {
 	if x != nil {
 		return x.DiskBytes
+	}
+	return 0
+}
+
+func (x *KeyspaceInfo) GetLogicalBytes() uint64 {
+	if x != nil {
+		return x.LogicalBytes
+	}
+	return 0
+}
+
+func (x *KeyspaceInfo) GetReclaimBytes() uint64 {
+	if x != nil {
+		return x.ReclaimBytes
+	}
+	return 0
+}
+
+func (x *KeyspaceInfo) GetBlobs() uint64 {
+	if x != nil {
+		return x.Blobs
 	}
 	return 0
 }
@@ -2420,8 +2452,17 @@ type NodeUsageResponse struct {
 	// The span ops_per_second is averaged over, in seconds: 60, or the time
 	// since the server started if that is shorter (at least 1).
 	OpsWindowSeconds float64 `protobuf:"fixed64,6,opt,name=ops_window_seconds,json=opsWindowSeconds,proto3" json:"ops_window_seconds,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The bytes of the chunks the node holds, over every keyspace (see
+	// KeyspaceInfo.logical_bytes): beside stored_bytes, what its data is.
+	LogicalBytes uint64 `protobuf:"varint,7,opt,name=logical_bytes,json=logicalBytes,proto3" json:"logical_bytes,omitempty"`
+	// Removed bytes whose space is yet to be reclaimed, over every keyspace.
+	ReclaimBytes uint64 `protobuf:"varint,8,opt,name=reclaim_bytes,json=reclaimBytes,proto3" json:"reclaim_bytes,omitempty"`
+	// Bytes free on the file system holding the data directory, and the
+	// floor (--min-free) below which the node refuses writes (0: none).
+	FreeBytes     uint64 `protobuf:"varint,9,opt,name=free_bytes,json=freeBytes,proto3" json:"free_bytes,omitempty"`
+	MinFreeBytes  uint64 `protobuf:"varint,10,opt,name=min_free_bytes,json=minFreeBytes,proto3" json:"min_free_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NodeUsageResponse) Reset() {
@@ -2492,6 +2533,34 @@ func (x *NodeUsageResponse) GetOpsPerSecond() float64 {
 func (x *NodeUsageResponse) GetOpsWindowSeconds() float64 {
 	if x != nil {
 		return x.OpsWindowSeconds
+	}
+	return 0
+}
+
+func (x *NodeUsageResponse) GetLogicalBytes() uint64 {
+	if x != nil {
+		return x.LogicalBytes
+	}
+	return 0
+}
+
+func (x *NodeUsageResponse) GetReclaimBytes() uint64 {
+	if x != nil {
+		return x.ReclaimBytes
+	}
+	return 0
+}
+
+func (x *NodeUsageResponse) GetFreeBytes() uint64 {
+	if x != nil {
+		return x.FreeBytes
+	}
+	return 0
+}
+
+func (x *NodeUsageResponse) GetMinFreeBytes() uint64 {
+	if x != nil {
+		return x.MinFreeBytes
 	}
 	return 0
 }
@@ -2694,13 +2763,16 @@ const file_api_tyrpb_tyr_proto_rawDesc = "" +
 	"\x04sync\x18\x04 \x01(\bR\x04sync\"[\n" +
 	"\x15CreateKeyspaceRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\fR\x04name\x12.\n" +
-	"\x06config\x18\x02 \x01(\v2\x16.tyr.v1.KeyspaceConfigR\x06config\"\x9d\x01\n" +
+	"\x06config\x18\x02 \x01(\v2\x16.tyr.v1.KeyspaceConfigR\x06config\"\xfd\x01\n" +
 	"\fKeyspaceInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +
 	"\x06config\x18\x02 \x01(\v2\x16.tyr.v1.KeyspaceConfigR\x06config\x12*\n" +
 	"\x11created_unix_nano\x18\x03 \x01(\x03R\x0fcreatedUnixNano\x12\x1d\n" +
 	"\n" +
-	"disk_bytes\x18\x04 \x01(\x04R\tdiskBytes\")\n" +
+	"disk_bytes\x18\x04 \x01(\x04R\tdiskBytes\x12#\n" +
+	"\rlogical_bytes\x18\x05 \x01(\x04R\flogicalBytes\x12#\n" +
+	"\rreclaim_bytes\x18\x06 \x01(\x04R\freclaimBytes\x12\x14\n" +
+	"\x05blobs\x18\a \x01(\x04R\x05blobs\")\n" +
 	"\x13DropKeyspaceRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\fR\x04name\"\x16\n" +
 	"\x14DropKeyspaceResponse\"\x16\n" +
@@ -2837,14 +2909,20 @@ const file_api_tyrpb_tyr_proto_rawDesc = "" +
 	"\aoutcome\x18\x01 \x01(\x0e2\x0f.tyr.v1.OutcomeR\aoutcome\x12*\n" +
 	"\aresults\x18\x02 \x03(\v2\x10.tyr.v1.OpResultR\aresults\x12\x16\n" +
 	"\x06detail\x18\x03 \x01(\tR\x06detail\"\x12\n" +
-	"\x10NodeUsageRequest\"\xfb\x01\n" +
+	"\x10NodeUsageRequest\"\x8a\x03\n" +
 	"\x11NodeUsageResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12%\n" +
 	"\x0ecapacity_bytes\x18\x02 \x01(\x04R\rcapacityBytes\x12/\n" +
 	"\x13capacity_configured\x18\x03 \x01(\bR\x12capacityConfigured\x12!\n" +
 	"\fstored_bytes\x18\x04 \x01(\x04R\vstoredBytes\x12$\n" +
 	"\x0eops_per_second\x18\x05 \x01(\x01R\fopsPerSecond\x12,\n" +
-	"\x12ops_window_seconds\x18\x06 \x01(\x01R\x10opsWindowSeconds\"+\n" +
+	"\x12ops_window_seconds\x18\x06 \x01(\x01R\x10opsWindowSeconds\x12#\n" +
+	"\rlogical_bytes\x18\a \x01(\x04R\flogicalBytes\x12#\n" +
+	"\rreclaim_bytes\x18\b \x01(\x04R\freclaimBytes\x12\x1d\n" +
+	"\n" +
+	"free_bytes\x18\t \x01(\x04R\tfreeBytes\x12$\n" +
+	"\x0emin_free_bytes\x18\n" +
+	" \x01(\x04R\fminFreeBytes\"+\n" +
 	"\x11RingChangeRequest\x12\x16\n" +
 	"\x06remove\x18\x01 \x01(\tR\x06remove\"z\n" +
 	"\x12RingChangeResponse\x12 \n" +

@@ -291,29 +291,44 @@ func printBalance(w io.Writer, r balanceReport) {
 	for _, n := range r.Summary.Nodes {
 		utilization[string(n.ID)] = n.Utilization
 	}
-	measured := false
+	measured, short := false, false
+	var stored, logical uint64
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tSTATE\tCAPACITY\tSTORED\tUTILIZATION\tOPS/S")
+	fmt.Fprintln(tw, "NODE\tSTATE\tCAPACITY\tFREE\tSTORED\tLOGICAL\tRECLAIM\tUTILIZATION\tOPS/S")
 	for _, row := range r.Rows {
 		if row.Problem != "" {
-			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\n", row.ID, row.State)
+			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\t-\t-\n", row.ID, row.State)
 			continue
 		}
-		capacity := formatBytes(row.Usage.CapacityBytes)
-		if !row.Usage.CapacityConfigured {
+		u := row.Usage
+		capacity := formatBytes(u.CapacityBytes)
+		if !u.CapacityConfigured {
 			capacity += "*"
 			measured = true
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.1f\n", row.ID, row.State, capacity, formatBytes(row.Usage.StoredBytes),
-			formatPercent(utilization[row.ID]), row.Usage.OpsPerSecond)
+		free := formatBytes(u.FreeBytes)
+		if u.FreeBytes < u.MinFreeBytes {
+			free += "!"
+			short = true
+		}
+		stored += u.StoredBytes
+		logical += u.LogicalBytes
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f\n", row.ID, row.State, capacity, free, formatBytes(u.StoredBytes),
+			formatBytes(u.LogicalBytes), formatBytes(u.ReclaimBytes), formatPercent(utilization[row.ID]), u.OpsPerSecond)
 	}
 	_ = tw.Flush()
 	if r.Counted > 0 {
 		fmt.Fprintf(w, "max/mean utilization %.3f over %d of %d members\n", r.Summary.UtilizationMaxMean, r.Counted, len(r.Rows))
 		fmt.Fprintf(w, "max/mean ops/s per byte of capacity %.3f\n", r.Summary.OpsMaxMean)
+		if logical > 0 {
+			fmt.Fprintf(w, "stored/logical %.2f (on disk, over the bytes of the chunks held)\n", float64(stored)/float64(logical))
+		}
 	}
 	if measured {
 		fmt.Fprintln(w, "* measured: the size of the file system holding the node's data directory (no --capacity)")
+	}
+	if short {
+		fmt.Fprintln(w, "! below the node's free-space floor (--min-free): it refuses writes until space is freed")
 	}
 	for _, row := range r.Rows {
 		if row.Problem != "" {

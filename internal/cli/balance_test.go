@@ -123,9 +123,9 @@ func TestBalanceRows(t *testing.T) {
 func TestBalanceSummary_leftOut(t *testing.T) {
 	rows := balanceRows(balanceStatus())
 	rows[0].Usage = client.NodeUsage{NodeID: "node1", CapacityBytes: 64 << 20, CapacityConfigured: true,
-		StoredBytes: 32 << 20, OpsPerSecond: 12.5}
+		StoredBytes: 32 << 20, OpsPerSecond: 12.5, LogicalBytes: 16 << 20, ReclaimBytes: 8 << 20, FreeBytes: 1 << 20, MinFreeBytes: 2 << 20}
 	rows[1].Problem = "unreachable: no answer from 127.0.0.1:7522 within 5s"
-	rows[2].Usage = client.NodeUsage{NodeID: "node3", CapacityBytes: 256 << 20, StoredBytes: 32 << 20}
+	rows[2].Usage = client.NodeUsage{NodeID: "node3", CapacityBytes: 256 << 20, StoredBytes: 32 << 20, LogicalBytes: 16 << 20, FreeBytes: 200 << 20}
 	report, err := summarizeBalance(balanceStatus(), rows)
 	if err != nil {
 		t.Fatal(err)
@@ -137,14 +137,16 @@ func TestBalanceSummary_leftOut(t *testing.T) {
 	var out bytes.Buffer
 	printBalance(&out, report)
 	want := `view of node1  ring 4ef0c52e291dd4db  4 members, 2 counted
-NODE   STATE    CAPACITY  STORED    UTILIZATION  OPS/S
-node1  alive    64.0 MiB  32.0 MiB  50.0%        12.5
-node2  suspect  -         -         -            -
-node3  alive    256 MiB*  32.0 MiB  12.5%        0.0
-node4  dead     -         -         -            -
+NODE   STATE    CAPACITY  FREE       STORED    LOGICAL   RECLAIM   UTILIZATION  OPS/S
+node1  alive    64.0 MiB  1.00 MiB!  32.0 MiB  16.0 MiB  8.00 MiB  50.0%        12.5
+node2  suspect  -         -          -         -         -         -            -
+node3  alive    256 MiB*  200 MiB    32.0 MiB  16.0 MiB  0 B       12.5%        0.0
+node4  dead     -         -          -         -         -         -            -
 max/mean utilization 1.600 over 2 of 4 members
 max/mean ops/s per byte of capacity 2.000
+stored/logical 2.00 (on disk, over the bytes of the chunks held)
 * measured: the size of the file system holding the node's data directory (no --capacity)
+! below the node's free-space floor (--min-free): it refuses writes until space is freed
 note: node2 is left out of the figures: unreachable: no answer from 127.0.0.1:7522 within 5s
 note: node4 is left out of the figures: dead in node1's view, not asked
 `

@@ -94,7 +94,7 @@ func newKeyspaceList(e *env) *cobra.Command {
 func newKeyspaceInfo(e *env) *cobra.Command {
 	return &cobra.Command{
 		Use:   "info NAME",
-		Short: "Describe a keyspace, with its disk usage",
+		Short: "Describe a keyspace, with this node's share: blobs, logical bytes, bytes on disk, bytes to reclaim",
 		Args:  exactArgs(1, "NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return e.withClient(func(c *client.Client) error {
@@ -108,7 +108,10 @@ func newKeyspaceInfo(e *env) *cobra.Command {
 				fmt.Fprintf(tw, "replication:\t%d\n", k.Config.Replication)
 				fmt.Fprintf(tw, "mvcc:\t%t\n", k.Config.MVCC)
 				fmt.Fprintf(tw, "sync:\t%t\n", k.Config.Sync)
+				fmt.Fprintf(tw, "blobs:\t%d\n", k.Blobs)
+				fmt.Fprintf(tw, "logical bytes:\t%d\n", k.LogicalBytes)
 				fmt.Fprintf(tw, "disk bytes:\t%d\n", k.DiskBytes)
+				fmt.Fprintf(tw, "reclaim bytes:\t%d\n", k.ReclaimBytes)
 				fmt.Fprintf(tw, "created:\t%s\n", k.Created.Format(time.RFC3339))
 				return tw.Flush()
 			})

@@ -39,6 +39,8 @@ type serverFlags struct {
 	retention     time.Duration
 	linger        time.Duration
 	lingerSet     bool // --version-linger given
+	minFree       string
+	reclaimRate   string
 	cluster       clusterFlags
 }
 
@@ -68,6 +70,10 @@ func newServerCommand(e *env) *cobra.Command {
 		"read timeout: how long a superseded version stays readable in MVCC keyspaces while a running transaction uses it")
 	cmd.Flags().DurationVar(&f.linger, "version-linger", mvcc.LingerDefault,
 		"how long a superseded version no transaction uses stays readable in MVCC keyspaces (at most --version-retention)")
+	cmd.Flags().StringVar(&f.minFree, "min-free", "256MiB",
+		"free-space floor: while the file system holding --data has less free, writes are refused with a \"no space\" error (deletes and truncates are not, and free space); 0 turns it off")
+	cmd.Flags().StringVar(&f.reclaimRate, "reclaim-rate", "64MiB",
+		"bytes per second, on average, that compactions reclaiming the space of removed data may rewrite (at least 1MiB)")
 	addClusterFlags(cmd, &f.cluster)
 	return cmd
 }
@@ -116,6 +122,17 @@ func runServer(ctx context.Context, e *env, f serverFlags) error {
 	if err := balanceCfg.WithDefaults().Validate(); err != nil {
 		return fmt.Errorf("invalid --capacity-per-weight %q: %w", f.perWeight, err)
 	}
+	minFree, err := parseSize("--min-free", f.minFree)
+	if err != nil {
+		return err
+	}
+	reclaimRate, err := parseSize("--reclaim-rate", f.reclaimRate)
+	if err != nil {
+		return err
+	}
+	if reclaimRate < 1<<20 || reclaimRate > 1<<40 {
+		return fmt.Errorf("invalid --reclaim-rate %q: must be in [1MiB, 1TiB] per second", f.reclaimRate)
+	}
 	storedID, err := readNodeID(f.data)
 	if err != nil {
 		return err
@@ -136,7 +153,8 @@ func runServer(ctx context.Context, e *env, f serverFlags) error {
 		return err
 	}
 	defer shutdownMembership(node, log)
-	engine, err := storage.Open(storage.Options{Dir: f.data, Retention: f.retention, Linger: f.linger, Logger: log})
+	engine, err := storage.Open(storage.Options{Dir: f.data, Retention: f.retention, Linger: f.linger, Logger: log,
+		MinFreeBytes: minFree, ReclaimRate: int64(reclaimRate)})
 	if err != nil {
 		_ = lis.Close()
 		return fmt.Errorf("open data directory %s: %w", f.data, err)

@@ -21,6 +21,7 @@ var classCodes = []struct {
 	{ErrUnavailable, codes.Unavailable},
 	{ErrConflict, codes.Aborted},
 	{ErrCorruption, codes.DataLoss},
+	{ErrNoSpace, codes.FailedPrecondition},
 }
 
 // Code returns the gRPC code for err's class, and whether err has one.

@@ -22,4 +22,9 @@ var (
 	ErrConflict = errors.New("conflict")
 	// ErrCorruption: stored data failed a consistency check.
 	ErrCorruption = errors.New("corruption")
+	// ErrNoSpace: a node's data directory is below its free-space floor
+	// (--min-free) or its file system is full. The write changed nothing;
+	// deletes and truncates still work and free space, and writes work
+	// again once there is room.
+	ErrNoSpace = errors.New("no space")
 )

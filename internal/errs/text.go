@@ -43,7 +43,7 @@ func Classes(err error) []error {
 
 // definite are the classes of errors decided before anything applies: a
 // commit that fails with one of them changed nothing.
-var definite = []error{ErrConflict, ErrInvalidArgument, ErrNotFound, ErrExists, ErrOutOfRange, ErrTooLarge}
+var definite = []error{ErrConflict, ErrInvalidArgument, ErrNotFound, ErrExists, ErrOutOfRange, ErrTooLarge, ErrNoSpace}
 
 // RefusedTrailer is the gRPC trailer key by which a server marks a failed
 // commit as refused for certain (IsRefused), so that the client does not
@@ -117,6 +117,8 @@ func Hint(err error) string {
 		return "the commit may have taken effect: check before retrying"
 	case Retryable(err):
 		return "retrying can help"
+	case Of(err) == ErrNoSpace:
+		return "retrying can help once space is freed (delete data, or add nodes)"
 	case Of(err) != nil:
 		return "retrying cannot help"
 	case errors.Is(err, context.DeadlineExceeded):

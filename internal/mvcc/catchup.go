@@ -195,10 +195,15 @@ func (s *Store) Refresh(key string, src Source) (bool, error) {
 		if !local.Exists {
 			return false, nil
 		}
-		return true, s.dropBlob(key)
+		return true, s.dropBlob(key, local.Size)
 	}
 	if err := s.checkCopy(key, cp); err != nil {
 		return false, err
+	}
+	if s.opts.Room != nil && len(cp.Replace) > 0 {
+		if err := s.opts.Room(); err != nil {
+			return false, err
+		}
 	}
 	cut := local.Exists && local.Size > cp.Size
 	if len(cp.Replace) == 0 && !cut && sameRecord(local, cp.Record) {
@@ -254,6 +259,9 @@ func (s *Store) Refresh(key string, src Source) (bool, error) {
 		if v := cp.Chunks[c]; err == nil && v != 0 {
 			err = b.Set(chunkKey(key, c), binary.BigEndian.AppendUint64(nil, v), nil)
 		}
+	}
+	if removed := s.replacedBytes(local, cp); err == nil && removed > 0 {
+		err = markReclaim(b, key, removed, s.opts.Now())
 	}
 	if err == nil && local.Version != cp.Version {
 		// The history records describe versions this copy may not match.
@@ -368,11 +376,33 @@ func (s *Store) copyChunk(key string, c uint64, cp Copy, src Source) (uint64, er
 	return version, nil
 }
 
-// dropBlob deletes everything the store keeps of blob key; the caller
-// holds its lock.
-func (s *Store) dropBlob(key string) error {
+// replacedBytes is about the bytes of page versions that copying cp over
+// local removes: the replaced chunks' (the old versions of their pages),
+// and those past a smaller size.
+func (s *Store) replacedBytes(local Record, cp Copy) uint64 {
+	if !local.Exists {
+		return 0
+	}
+	var n uint64
+	for _, c := range cp.Replace {
+		if start := c * s.chunkBytes; start < local.Size {
+			n += min(local.Size, start+s.chunkBytes) - start
+		}
+	}
+	if local.Size > cp.Size {
+		n += local.Size - cp.Size
+	}
+	return n
+}
+
+// dropBlob deletes everything the store keeps of blob key, of size bytes;
+// the caller holds its lock.
+func (s *Store) dropBlob(key string, size uint64) error {
 	b := s.db.NewBatch()
 	err := b.DeleteRange(chunkPrefix(key), chunksEnd(key), nil)
+	if err == nil && size > 0 {
+		err = markReclaim(b, key, size, s.opts.Now())
+	}
 	if err == nil {
 		err = b.DeleteRange(pagePrefix(key), blobPagesEnd(key), nil)
 	}

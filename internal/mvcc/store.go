@@ -31,6 +31,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -59,6 +60,11 @@ type Options struct {
 	// power of two, default ChunkBytesDefault. Pages are never larger, so
 	// a page belongs to one chunk.
 	ChunkBytes uint64
+	// Room, when set, says whether the store may take more data: nil, or
+	// an error of class errs.ErrNoSpace. Commits that write data and
+	// catch-up copies are refused while it fails; deletes and truncates
+	// are not, since they free space.
+	Room func() error
 }
 
 // FormatMajorVersion is the oldest on-disk format of the LSM a Store
@@ -94,6 +100,9 @@ type Store struct {
 	// since compactCollected last looked at them, at most collectBatchMax
 	// (the others are left to Pebble). Guarded by collectMu.
 	collected map[string]bool
+	// reclaimPending is the removed bytes the last Reclaim pass left
+	// marked (reclaim.go).
+	reclaimPending atomic.Uint64
 }
 
 // Open wraps db, which the caller opened and closes after the Store is done.
@@ -272,9 +281,31 @@ type prepareOpts struct {
 	queued map[string][]uint64
 }
 
+// room refuses ops that add data while Options.Room fails. A commit
+// queued or copied here was admitted before, and is not refused (see
+// prepareOpts.rebase and copied).
+func (s *Store) room(ops []txn.Op) error {
+	if s.opts.Room == nil {
+		return nil
+	}
+	for _, op := range ops {
+		switch op.Kind {
+		case txn.OpDelete, txn.OpTruncate, txn.OpReadCheck:
+		default:
+			return s.opts.Room()
+		}
+	}
+	return nil
+}
+
 // prepareLocked builds the commit of ops on keys, whose locks the caller
 // holds.
 func (s *Store) prepareLocked(ops []txn.Op, keys []string, o prepareOpts) (*Pending, error) {
+	if !o.rebase && !o.copied {
+		if err := s.room(ops); err != nil {
+			return nil, err
+		}
+	}
 	version := o.version
 	// One snapshot gives every blob of the commit the same point in time;
 	// the locks keep the blobs themselves from changing meanwhile.
@@ -1018,11 +1049,6 @@ func (s *Store) collectBatch(now time.Time) (records, collected int, err error) 
 		return records, collected, err
 	}
 	return records, collected, batch.Commit(pebble.NoSync)
-}
-
-// DiskBytes is the approximate space the keyspace uses on disk.
-func (s *Store) DiskBytes() uint64 {
-	return s.db.Metrics().DiskSpaceUsage()
 }
 
 var _ io.Closer = (*pebble.Iterator)(nil)

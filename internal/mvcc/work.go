@@ -272,6 +272,11 @@ func (s *Store) emit(batch *pebble.Batch, w *blobWork, now int64, manages bool) 
 		if err := batch.DeleteRange(pageKeyVersionless(w.key, w.cutPage), blobPagesEnd(w.key), nil); err != nil {
 			return err
 		}
+		if cut := w.cutPage * w.pageBytes; cut < w.baseMeta.Size {
+			if err := markReclaim(batch, w.key, w.baseMeta.Size-cut, time.Unix(0, now)); err != nil {
+				return err
+			}
+		}
 	}
 	deadline := time.Unix(0, now).Add(s.opts.Retention)
 	if !w.exists {

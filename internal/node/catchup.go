@@ -828,7 +828,7 @@ func (s *chunkSource) Read(off, length uint64) ([]byte, error) {
 func (n *Node) Barrier(ctx context.Context, req *peerpb.BarrierRequest) (*peerpb.BarrierResponse, error) {
 	id := ring.NodeID(req.GetNode())
 	if !n.cfg.Cluster.Alive(id) {
-		return nil, status.Errorf(codes.FailedPrecondition, "node %s does not see %s alive yet", n.self, id)
+		return nil, status.Errorf(codes.Unavailable, "node %s does not see %s alive yet", n.self, id)
 	}
 	if err := n.inflight.wait(ctx); err != nil {
 		return nil, status.FromContextError(err).Err()

@@ -153,7 +153,26 @@ func (s *Service) GetKeyspace(_ context.Context, req *tyrpb.GetKeyspaceRequest) 
 		return nil, toStatus(err)
 	}
 	defer ks.Release()
-	return keyspaceInfo(ks, ks.Store.DiskBytes()), nil
+	u, err := s.keyspaceUsage(ks)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	info := keyspaceInfo(ks, ks.DiskBytes())
+	info.LogicalBytes, info.ReclaimBytes, info.Blobs = u.LogicalBytes, u.ReclaimBytes, u.Blobs
+	return info, nil
+}
+
+// keyspaceUsage returns what this node's copy of ks holds: on a cluster
+// node, the chunks its placement gives it.
+func (s *Service) keyspaceUsage(ks *storage.Keyspace) (mvcc.Usage, error) {
+	if s.node == nil {
+		return ks.Store.Usage(nil)
+	}
+	pl, err := s.node.Placement(ks.Name, int(ks.Config.Replication))
+	if err != nil {
+		return mvcc.Usage{}, err
+	}
+	return ks.Store.Usage(pl)
 }
 
 // DecodeOps turns wire ops into transaction ops, rejecting malformed ones.

@@ -155,6 +155,23 @@ func (s *Service) NodeUsage(context.Context, *tyrpb.NodeUsageRequest) (*tyrpb.No
 		return nil, toStatus(err)
 	}
 	resp.StoredBytes = stored
+	for _, listed := range s.engine.List() {
+		ks, err := s.engine.Acquire(listed.Name)
+		if err != nil {
+			continue // dropped meanwhile
+		}
+		u, err := s.keyspaceUsage(ks)
+		ks.Release()
+		if err != nil {
+			continue // no placement yet (fewer nodes than replicas): not counted
+		}
+		resp.LogicalBytes += u.LogicalBytes
+		resp.ReclaimBytes += u.ReclaimBytes
+	}
+	if resp.FreeBytes, err = s.engine.FreeBytes(); err != nil {
+		return nil, toStatus(err)
+	}
+	resp.MinFreeBytes = s.engine.MinFreeBytes()
 	rate, span := s.ops.rate(time.Now())
 	resp.OpsPerSecond, resp.OpsWindowSeconds = rate, span.Seconds()
 	return resp, nil

@@ -32,6 +32,9 @@ import (
 	"github.com/tyrstore/tyr/internal/mvcc"
 )
 
+// catalogMemTableBytes is the catalog database's memtable size.
+const catalogMemTableBytes = 1 << 20
+
 // CompactionsMax is how many compactions each keyspace's database may run
 // at once when its compaction debt grows (one otherwise).
 const CompactionsMax = 2
@@ -51,9 +54,18 @@ type Options struct {
 	// Linger is how long a superseded version no transaction uses stays
 	// readable. Default mvcc.LingerDefault.
 	Linger time.Duration
-	// GCInterval is how often superseded versions are collected. Default 1s.
+	// GCInterval is how often superseded versions are collected, and the
+	// space of removed data reclaimed. Default 1s.
 	GCInterval time.Duration
-	Logger     *slog.Logger
+	// ReclaimRate bounds the bytes per second, on average, that the
+	// compactions reclaiming removed data rewrite. Default
+	// ReclaimRateDefault.
+	ReclaimRate int64
+	// MinFreeBytes is the free-space floor: while the file system holding
+	// Dir has less available, writes are refused with errs.ErrNoSpace
+	// (deletes and truncates are not). 0: no floor.
+	MinFreeBytes uint64
+	Logger       *slog.Logger
 }
 
 // Keyspace is an open keyspace. Its Store may be used until Release.
@@ -80,9 +92,10 @@ type Engine struct {
 	opts    Options
 	catalog *pebble.DB
 	cache   interface{ Unref() }
-	newDB   func(dir string) (*pebble.DB, error)
+	newDB   func(dir string, memTable uint64) (*pebble.DB, error)
 	stop    chan struct{}
 	done    sync.WaitGroup
+	space   *space
 
 	mu struct {
 		sync.Mutex
@@ -105,6 +118,9 @@ func Open(opts Options) (*Engine, error) {
 	if opts.GCInterval == 0 {
 		opts.GCInterval = time.Second
 	}
+	if opts.ReclaimRate <= 0 {
+		opts.ReclaimRate = ReclaimRateDefault
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -112,10 +128,10 @@ func Open(opts Options) (*Engine, error) {
 		return nil, err
 	}
 	cache := pebble.NewCache(opts.CacheBytes)
-	e := &Engine{opts: opts, cache: cache, stop: make(chan struct{})}
-	e.newDB = func(dir string) (*pebble.DB, error) {
-		o := &pebble.Options{Cache: cache, MemTableSize: opts.MemTableBytes, Logger: quietLogger{opts.Logger},
-			FormatMajorVersion: mvcc.FormatMajorVersion}
+	e := &Engine{opts: opts, cache: cache, stop: make(chan struct{}), space: &space{dir: opts.Dir, minFree: opts.MinFreeBytes}}
+	e.newDB = func(dir string, memTable uint64) (*pebble.DB, error) {
+		o := &pebble.Options{Cache: cache, MemTableSize: memTable, Logger: quietLogger{opts.Logger},
+			FormatMajorVersion: mvcc.FormatMajorVersion, Cleaner: noRecycle{}}
 		// Blob records are read by point lookups; a Bloom filter lets a
 		// lookup skip the files that cannot hold the record.
 		for i := range o.Levels {
@@ -128,7 +144,9 @@ func Open(opts Options) (*Engine, error) {
 		o.CompactionConcurrencyRange = func() (int, int) { return 1, CompactionsMax }
 		return pebble.Open(dir, o)
 	}
-	catalog, err := e.newDB(filepath.Join(opts.Dir, "catalog"))
+	// The catalog holds a record per keyspace: a small memtable keeps its
+	// write-ahead log, which Pebble preallocates at 1.1 memtables, small.
+	catalog, err := e.newDB(filepath.Join(opts.Dir, "catalog"), catalogMemTableBytes)
 	if err != nil {
 		cache.Unref()
 		return nil, fmt.Errorf("storage: open catalog: %w", err)
@@ -139,8 +157,9 @@ func Open(opts Options) (*Engine, error) {
 		_ = e.Close()
 		return nil, err
 	}
-	e.done.Add(1)
+	e.done.Add(2)
 	go e.collectLoop()
+	go e.reclaimLoop()
 	return e, nil
 }
 
@@ -186,13 +205,13 @@ func (ks *Keyspace) dirName() string { return ks.Name + "." + ks.ID }
 
 func (e *Engine) openKeyspace(name string, r record) (*Keyspace, error) {
 	ks := &Keyspace{Name: name, Config: r.Config, Created: time.Unix(0, r.Created), ID: r.ID}
-	db, err := e.newDB(filepath.Join(e.opts.Dir, "keyspaces", ks.dirName()))
+	db, err := e.newDB(filepath.Join(e.opts.Dir, "keyspaces", ks.dirName()), e.opts.MemTableBytes)
 	if err != nil {
 		return nil, fmt.Errorf("storage: open keyspace %q: %w", name, err)
 	}
 	ks.db = db
 	ks.Store, err = mvcc.Open(db, mvcc.Options{MVCC: r.Config.MVCC, Sync: r.Config.Sync, Retention: e.opts.Retention, Linger: e.opts.Linger,
-		ChunkBytes: r.Config.ChunkBytes})
+		ChunkBytes: r.Config.ChunkBytes, Room: e.space.room})
 	if err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("storage: open keyspace %q: %w", name, err)

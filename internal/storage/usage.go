@@ -40,6 +40,13 @@ func (e *Engine) DiskBytes() (uint64, error) {
 	return total, nil
 }
 
+// DiskBytes returns the approximate bytes the keyspace occupies on disk
+// (see Engine.DiskBytes).
+func (ks *Keyspace) DiskBytes() uint64 { return diskBytes(ks.db.Metrics()) }
+
+// MinFreeBytes is the free-space floor (Options.MinFreeBytes).
+func (e *Engine) MinFreeBytes() uint64 { return e.opts.MinFreeBytes }
+
 // diskBytes returns one database's disk usage, its live write-ahead logs
 // counted at least at their logical size (see DiskBytes).
 func diskBytes(m *pebble.Metrics) uint64 {
