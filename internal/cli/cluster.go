@@ -241,6 +241,8 @@ type localNode struct {
 	// CapacityPerWeight is the node's --capacity-per-weight as given;
 	// empty for the default.
 	CapacityPerWeight string `json:"capacity_per_weight,omitempty"`
+	// MinFree is the node's --min-free as given; empty for the default.
+	MinFree string `json:"min_free,omitempty"`
 	// Removed is set once `tyr cluster remove` decommissioned the node.
 	Removed bool `json:"removed,omitempty"`
 }
@@ -370,6 +372,9 @@ func (n *localNode) spawn(join []string) (*exec.Cmd, <-chan struct{}, error) {
 	}
 	if n.CapacityPerWeight != "" {
 		args = append(args, "--capacity-per-weight", n.CapacityPerWeight)
+	}
+	if n.MinFree != "" {
+		args = append(args, "--min-free", n.MinFree)
 	}
 	cmd := exec.Command(self, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
@@ -554,7 +559,7 @@ func newClusterUp(e *env) *cobra.Command {
 	var (
 		nodes, basePort int
 		dir, capacity   string
-		weight          string
+		weight, minFree string
 		reweight        string
 		perWeight       string
 		sync, metrics   bool
@@ -587,12 +592,18 @@ func newClusterUp(e *env) *cobra.Command {
 			if _, err := parseCapacity("--capacity-per-weight", perWeight); err != nil {
 				return err
 			}
+			if minFree != "" {
+				if _, err := parseSize("--min-free", minFree); err != nil {
+					return err
+				}
+			}
 			abs, err := filepath.Abs(dir)
 			if err != nil {
 				return err
 			}
 			return clusterUp(cmd.Context(), e, abs, upOptions{nodes: nodes, basePort: basePort, sync: sync, metrics: metrics,
-				capacities: capacities, weights: weights, timeout: timeout, reweight: reweight, perWeight: perWeight})
+				capacities: capacities, weights: weights, timeout: timeout, reweight: reweight, perWeight: perWeight,
+				minFree: minFree})
 		},
 	}
 	cmd.Flags().IntVar(&nodes, "nodes", 3, fmt.Sprintf("number of servers, 1 to %d", clusterNodesMax))
@@ -608,6 +619,8 @@ func newClusterUp(e *env) *cobra.Command {
 		"each node's --weight in the placement ring: one value for every node, or a comma-separated list with one per node; empty: 1")
 	cmd.Flags().StringVar(&reweight, "reweight-interval", "",
 		"passed to every node as --reweight-interval (and to nodes tyr cluster add starts); empty: the server's default")
+	cmd.Flags().StringVar(&minFree, "min-free", "",
+		"passed to every node as --min-free (and to nodes tyr cluster add starts); empty: the server's default")
 	cmd.Flags().StringVar(&perWeight, "capacity-per-weight", "",
 		"passed to every node as --capacity-per-weight (and to nodes tyr cluster add starts); empty: the server's default")
 	cmd.Flags().DurationVar(&timeout, "timeout", 60*time.Second, "how long to wait for every node to see every other alive")
@@ -657,6 +670,8 @@ type upOptions struct {
 	// reweight and perWeight are --reweight-interval and
 	// --capacity-per-weight as given, empty for the servers' defaults.
 	reweight, perWeight string
+	// minFree is --min-free as given, empty for the servers' default.
+	minFree string
 }
 
 func clusterUp(ctx context.Context, e *env, dir string, opts upOptions) error {
@@ -688,7 +703,7 @@ func clusterUp(ctx context.Context, e *env, dir string, opts upOptions) error {
 		if opts.weights != nil {
 			n.Weight = opts.weights[k]
 		}
-		n.ReweightInterval, n.CapacityPerWeight = opts.reweight, opts.perWeight
+		n.ReweightInterval, n.CapacityPerWeight, n.MinFree = opts.reweight, opts.perWeight, opts.minFree
 		if opts.metrics {
 			port, err := freePort("tcp")
 			if err != nil {

@@ -205,6 +205,7 @@ func runServer(ctx context.Context, e *env, f serverFlags) error {
 	metrics.RegisterNode(chainNode)
 	svc := server.NewService(engine, log).WithCluster(cluster).WithNode(chainNode).WithCapacity(capacity)
 	grpcServer := svc.Register(metrics)
+	metrics.RegisterSpace(svc)
 	service.Store(svc)
 	if f.metricsListen != "" {
 		mlis, err := net.Listen("tcp", f.metricsListen)

@@ -30,7 +30,7 @@ import (
 
 // balanceLine is one member's line of `tyr cluster balance`.
 type balanceLine struct {
-	node, state, capacity, stored, utilization, ops string
+	node, state, capacity, free, stored, logical, reclaim, utilization, ops string
 }
 
 // balanceOutput is what the test reads of `tyr cluster balance`.
@@ -57,10 +57,10 @@ func runBalance(t *testing.T, lc *testserver.LocalCluster, extra ...string) bala
 	lines := strings.Split(r.Stdout, "\n")
 	for i := 2; i < len(lines) && !strings.HasPrefix(lines[i], "max/mean") && lines[i] != ""; i++ {
 		cells := balanceColumns.Split(strings.TrimSpace(lines[i]), -1)
-		if len(cells) != 6 {
-			t.Fatalf("line %q has %d columns, want 6:\n%s", lines[i], len(cells), r.Stdout)
+		if len(cells) != 9 {
+			t.Fatalf("line %q has %d columns, want 9:\n%s", lines[i], len(cells), r.Stdout)
 		}
-		out.lines = append(out.lines, balanceLine{cells[0], cells[1], cells[2], cells[3], cells[4], cells[5]})
+		out.lines = append(out.lines, balanceLine{cells[0], cells[1], cells[2], cells[3], cells[4], cells[5], cells[6], cells[7], cells[8]})
 	}
 	if m := balanceMaxMean.FindStringSubmatch(r.Stdout); m != nil {
 		out.maxMean, _ = strconv.ParseFloat(m[1], 64)
@@ -120,7 +120,9 @@ func TestClusterBalance(t *testing.T) {
 	})
 	t.Logf("tyr cluster balance:\n%s", out.text)
 	var utilizations []float64
+	logical := 0.0
 	for i, l := range out.lines {
+		logical += shownBytes(t, l.logical)
 		if want := fmt.Sprintf("node%d", i+1); l.node != want || l.state != client.StateAlive {
 			t.Errorf("line %d: node %s %s, want %s alive", i+1, l.node, l.state, want)
 		}
@@ -141,6 +143,12 @@ func TestClusterBalance(t *testing.T) {
 	want := slices.Max(utilizations) / (sum / float64(len(utilizations)))
 	if out.maxMean < 0 || math.Abs(out.maxMean-want) > 0.02*want || !strings.Contains(out.text, "over 3 of 3 members") {
 		t.Errorf("max/mean utilization %v, want %.3f from the printed figures over 3 of 3 members:\n%s", out.maxMean, want, out.text)
+	}
+
+	// Each blob is 96 KiB in 64 KiB chunks at 2 replicas: the nodes' logical
+	// bytes add up to twice the data (three printed digits: allow 2%).
+	if wantLogical := float64(2 * 24 * len(data)); math.Abs(logical-wantLogical) > 0.02*wantLogical {
+		t.Errorf("logical bytes add up to %.0f, want %.0f (two replicas of %d blobs of %d bytes):\n%s", logical, wantLogical, 24, len(data), out.text)
 	}
 
 	// A stopped node does not answer: it is listed, marked, and left out.
