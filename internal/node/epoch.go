@@ -32,9 +32,10 @@ package node
 // the middle of a copy starts it again; blobs already in step cost a
 // listing, not a copy.
 //
-// In phase Clean, each node of the old ring drops the blobs of which it
-// holds no part any more, after cleanGrace, so that reads routed before
-// the last acknowledgement have ended.
+// In phase Clean, each node of the old ring drops what it no longer holds
+// (cleanUp): the blobs of which it holds no part, and the chunks it gave
+// up of the others, after cleanGrace, so that reads routed before the
+// last acknowledgement have ended.
 
 import (
 	"context"
@@ -1044,26 +1045,49 @@ func (n *Node) moveRefresh(ctx context.Context, ks *storage.Keyspace, pl Placeme
 	return err
 }
 
-// cleanUp drops, on an old owner, the blobs of which it holds no part
-// under the clean epoch's ring.
+// cleanUp drops, on an old owner, what it no longer holds under the
+// clean epoch's ring: the blobs of which it holds no part, and from the
+// blobs it keeps, the chunks it gave up (mvcc.Store.Trim). A newer epoch
+// that begins meanwhile stops it: that epoch's own cleanup, which this
+// node runs too as one of its old owners, goes over every blob again
+// under the newer ring (a node out of the newer ring holds nothing and
+// goes on). Either way it logs what it dropped, and how many blobs it
+// failed to trim (the first failure with its error).
 func (n *Node) cleanUp(epoch uint64) {
 	select {
 	case <-n.stop:
 		return
 	case <-time.After(cleanGrace):
 	}
-	dropped := 0
-	for _, ks := range n.cfg.Engine.List() {
-		pl, err := n.Placement(ks.Name, int(ks.Config.Replication))
-		if err != nil {
-			if rec, ok := n.Ring(); ok && !rec.InNew(n.self) {
-				pl = Placement{} // out of the ring: holds nothing
-			} else {
-				n.cfg.Log.Warn("cleaning up after a ring change", "keyspace", ks.Name, "err", err)
-				continue
-			}
+	var blobs, chunks, failed int
+	var newer uint64 // the epoch that stopped it, if one did
+	stopped := false
+	// superseded reports whether a newer epoch began whose cleanup will
+	// revisit what this one has not done yet.
+	superseded := func() bool {
+		rec, ok := n.Ring()
+		if ok && rec.Epoch == epoch {
+			return false
 		}
-		cs := ks.Store.ChunkBytes()
+		if ok && !slices.Contains(rec.Members(), n.self) {
+			return false // out of the ring: it holds nothing under any later epoch
+		}
+		newer, stopped = rec.Epoch, true
+		return true
+	}
+keyspaces:
+	for _, ks := range n.cfg.Engine.List() {
+		var pl mvcc.Placement
+		p, err := n.Placement(ks.Name, int(ks.Config.Replication))
+		switch {
+		case err == nil:
+			pl = p
+		case n.outOfRing():
+			pl = holdsNothing{}
+		default:
+			n.cfg.Log.Warn("cleaning up after a ring change", "keyspace", ks.Name, "err", err)
+			continue
+		}
 		for after := ""; ; {
 			infos, more, err := ks.Store.List("", after, versionsPage)
 			if err != nil {
@@ -1072,29 +1096,48 @@ func (n *Node) cleanUp(epoch uint64) {
 			}
 			for _, info := range infos {
 				after = info.Key
-				if pl.n != nil && (pl.Manages(info.Key) || pl.holdsAny(info.Key, info.Size, cs)) {
+				if superseded() {
+					break keyspaces
+				}
+				t, err := ks.Store.TrimChunks(info.Key, pl)
+				if err != nil {
+					if failed++; failed == 1 {
+						n.cfg.Log.Warn("cleaning up after a ring change", "keyspace", ks.Name, "key", info.Key, "err", err)
+					}
 					continue
 				}
-				if rec, ok := n.Ring(); !ok || rec.Epoch != epoch {
-					return // a newer epoch: its own cleanup decides
+				if t.Blob {
+					blobs++
 				}
-				if _, err := ks.Store.Refresh(info.Key, dropSource{}); err == nil {
-					dropped++
-				}
+				chunks += t.Chunks
 			}
 			if !more {
 				break
 			}
 		}
 	}
-	n.cfg.Log.Info("ring change cleaned up", "epoch", epoch, "blobs dropped", dropped)
+	msg, attrs := "ring change cleaned up", []any{"epoch", epoch, "blobs dropped", blobs, "chunks dropped", chunks}
+	if stopped {
+		msg, attrs = "ring change cleanup stopped", append(attrs, "newer epoch", newer)
+	}
+	if failed > 0 {
+		n.cfg.Log.Warn(msg, append(attrs, "blobs failed", failed)...)
+		return
+	}
+	n.cfg.Log.Info(msg, attrs...)
 }
 
-// dropSource is the mvcc.Source of a blob this node no longer holds.
-type dropSource struct{}
+// outOfRing reports whether this node's record leaves it out of the ring.
+func (n *Node) outOfRing() bool {
+	rec, ok := n.Ring()
+	return ok && !rec.InNew(n.self)
+}
 
-func (dropSource) Copy(mvcc.Record) (mvcc.Copy, error) { return mvcc.Copy{}, nil }
-func (dropSource) Read(uint64, uint64) ([]byte, error) { return nil, errs.ErrNotFound }
+// holdsNothing is the mvcc.Placement of a node out of the ring.
+type holdsNothing struct{}
+
+func (holdsNothing) Manages(string) bool       { return false }
+func (holdsNothing) Holds(string, uint64) bool { return false }
 
 // throttle paces the copy at rate bytes per second.
 type throttle struct {
