@@ -193,6 +193,23 @@ func (c *LocalCluster) MetricsAddr(k int) string {
 	return n.Metrics
 }
 
+// Endpoint returns nodek's client API address from its node.json: also
+// for the nodes `tyr cluster add` started, which Endpoints lacks.
+func (c *LocalCluster) Endpoint(k int) string {
+	c.t.Helper()
+	b, err := os.ReadFile(c.NodeFile(k, "node.json"))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	var n struct {
+		Listen string `json:"listen"`
+	}
+	if err := json.Unmarshal(b, &n); err != nil {
+		c.t.Fatal(err)
+	}
+	return n.Listen
+}
+
 // PIDs returns the PIDs in the nodes' pid files, in node order, skipping
 // nodes without one.
 func (c *LocalCluster) PIDs() []int {
