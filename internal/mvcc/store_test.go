@@ -972,6 +972,10 @@ func checkLayout(t *testing.T, ctx string, sub *subject, blobs map[string][]byte
 				t.Fatalf("%s: %s: malformed chunk version %x -> %x", ctx, sub.name, k, it.Value())
 			}
 			chunkVersions[string(k[1:len(k)-9])] = append(chunkVersions[string(k[1:len(k)-9])], binary.BigEndian.Uint64(it.Value()))
+		case prefixReclaim:
+			if len(it.Value()) != 16 || binary.BigEndian.Uint64(it.Value()) == 0 {
+				t.Fatalf("%s: %s: malformed reclaim marker %x -> %x", ctx, sub.name, k, it.Value())
+			}
 		default:
 			t.Fatalf("%s: %s: unknown key %x", ctx, sub.name, k)
 		}

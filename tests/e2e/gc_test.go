@@ -148,4 +148,11 @@ func TestVersionGCBounded(t *testing.T) {
 	if err != nil || !bytes.Equal(got, blob(100+overwrites)) {
 		t.Fatalf("current content: %v", err)
 	}
+	info, err := c.Keyspace(ctx, ks)
+	if err != nil || info.LogicalBytes != 1<<20 {
+		t.Fatalf("keyspace info: %+v, %v; want 1 MiB of logical bytes", info, err)
+	}
+	t.Logf("physical/logical: %.2f by the store's figure (%d on disk, %d logical, %d to reclaim), %.2f by the data directory",
+		float64(info.DiskBytes)/float64(info.LogicalBytes), info.DiskBytes, info.LogicalBytes, info.ReclaimBytes,
+		float64(final)/float64(info.LogicalBytes))
 }
