@@ -188,7 +188,7 @@ func TestCleanUpStoppedByNewerEpoch(t *testing.T) {
 	p.Abort()
 	<-done
 	blobsAfter2, _ := keptChunks(t, ks)
-	blobs, chunks, stopped := cleanupsLogged(t, logBuf.String())
+	blobs, _, stopped := cleanupsLogged(t, logBuf.String())
 	if !stopped[r2.Epoch] {
 		t.Fatalf("no line of epoch %d's cleanup stopped by the newer epoch; log:\n%s", r2.Epoch, logBuf.String())
 	}
@@ -202,7 +202,7 @@ func TestCleanUpStoppedByNewerEpoch(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.cleanUp(r3.Epoch)
-	blobs, chunks, stopped = cleanupsLogged(t, logBuf.String())
+	blobs, chunks, stopped := cleanupsLogged(t, logBuf.String())
 	if stopped[r3.Epoch] {
 		t.Fatalf("epoch %d's cleanup stopped; log:\n%s", r3.Epoch, logBuf.String())
 	}
