@@ -177,16 +177,7 @@ func (c *LocalCluster) GossipAddr(k int) string {
 // from its node.json.
 func (c *LocalCluster) MetricsAddr(k int) string {
 	c.t.Helper()
-	b, err := os.ReadFile(c.NodeFile(k, "node.json"))
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	var n struct {
-		Metrics string `json:"metrics"`
-	}
-	if err := json.Unmarshal(b, &n); err != nil {
-		c.t.Fatal(err)
-	}
+	n := c.nodeJSON(k)
 	if n.Metrics == "" {
 		c.t.Fatalf("node%d serves no metrics: start the cluster with --metrics", k)
 	}
@@ -197,17 +188,23 @@ func (c *LocalCluster) MetricsAddr(k int) string {
 // for the nodes `tyr cluster add` started, which Endpoints lacks.
 func (c *LocalCluster) Endpoint(k int) string {
 	c.t.Helper()
+	return c.nodeJSON(k).Listen
+}
+
+// nodeJSON reads the addresses in nodek's node.json.
+func (c *LocalCluster) nodeJSON(k int) (n struct {
+	Listen  string `json:"listen"`
+	Metrics string `json:"metrics"`
+}) {
+	c.t.Helper()
 	b, err := os.ReadFile(c.NodeFile(k, "node.json"))
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	var n struct {
-		Listen string `json:"listen"`
-	}
 	if err := json.Unmarshal(b, &n); err != nil {
 		c.t.Fatal(err)
 	}
-	return n.Listen
+	return n
 }
 
 // PIDs returns the PIDs in the nodes' pid files, in node order, skipping
