@@ -119,7 +119,7 @@ func TestFullDiskOneNode(t *testing.T) {
 	dir := testserver.Tmpfs(t, fullDiskBytes)
 	srv := testserver.StartIn(t, filepath.Join(dir, "data"), "--min-free", fullDiskFloor)
 	c := srv.Client()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	if _, err := c.CreateKeyspace(ctx, "full", client.DefaultKeyspaceConfig()); err != nil {
 		t.Fatal(err)
@@ -139,6 +139,8 @@ func TestFullDiskOneNode(t *testing.T) {
 	c = srv.Client()
 	checkAcked(t, c, "full", acked)
 	deleteAllThenWrite(t, c, "full", acked, 16)
+	ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	info, err := c.Keyspace(ctx, "full")
 	if err != nil || info.Blobs != 16 || info.LogicalBytes != 16*fullDiskBlob {
 		t.Fatalf("keyspace info after the deletes and 16 writes: %+v, %v", info, err)
@@ -156,7 +158,7 @@ func TestFullDiskCluster(t *testing.T) {
 	testserver.MoveOnto(t, lc.NodeFile(2, "data"), fullDiskBytes)
 	lc.Start(2)
 	c := dial(t, lc.Endpoints[0])
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	if _, err := c.CreateKeyspace(ctx, "full", client.KeyspaceConfig{ChunkSize: 1 << 20, Replication: 2, MVCC: true, Sync: true}); err != nil {
 		t.Fatal(err)
@@ -183,6 +185,8 @@ func TestFullDiskCluster(t *testing.T) {
 		checkAcked(t, dial(t, ep), "full", acked)
 	}
 	deleteAllThenWrite(t, c, "full", acked, 16)
+	ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	for _, ep := range lc.Endpoints {
 		got, err := dial(t, ep).Read(ctx, "full", "after-15", 0, fullDiskBlob)
 		if err != nil || len(got) != fullDiskBlob {
