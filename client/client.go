@@ -233,7 +233,7 @@ type KeyspaceInfo struct {
 	// fills it, as it does the fields below.
 	DiskBytes uint64
 	// LogicalBytes is the bytes of the chunks the answering node holds
-	// (the newest versions, holes included): what its share of the data
+	// that a commit wrote (newest versions): what its share of the data
 	// is, beside DiskBytes, what it takes.
 	LogicalBytes uint64
 	// ReclaimBytes is the bytes the answering node removed (deletes,

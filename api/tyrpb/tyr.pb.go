@@ -298,7 +298,8 @@ type KeyspaceInfo struct {
 	// Approximate bytes on disk for this keyspace on the answering node.
 	DiskBytes uint64 `protobuf:"varint,4,opt,name=disk_bytes,json=diskBytes,proto3" json:"disk_bytes,omitempty"`
 	// The bytes of the chunks the answering node holds of the keyspace's
-	// blobs (their newest versions, holes included): what the data is, as
+	// blobs that a commit wrote (their newest versions, holes inside them
+	// included; never-written chunks of sparse blobs not): what the data is, as
 	// opposed to disk_bytes, what it takes. Filled by GetKeyspace only.
 	LogicalBytes uint64 `protobuf:"varint,5,opt,name=logical_bytes,json=logicalBytes,proto3" json:"logical_bytes,omitempty"`
 	// Bytes the answering node removed (deletes, truncates, chunks it gave

@@ -219,7 +219,9 @@ func (s *Store) unmarkLocked(m reclaimMark) error {
 type Usage struct {
 	Blobs uint64
 	// LogicalBytes is the bytes of the chunks the store holds of its
-	// blobs' newest versions (holes count): what a copy of them would be.
+	// blobs' newest versions, counting the chunks a commit ever wrote
+	// (holes inside them included; chunks never written, such as the
+	// middle of a sparse blob, are not): what a copy of them would be.
 	LogicalBytes uint64
 	// ReclaimBytes is the removed bytes whose space is yet to be
 	// reclaimed, as the last Reclaim pass left them.
@@ -227,31 +229,42 @@ type Usage struct {
 }
 
 // Usage returns the store's usage, counting the chunks pl says it holds
-// (nil: all). It reads every blob record: its cost grows with the number
-// of blobs, not their size.
+// (nil: all). It reads every blob record and chunk version: its cost
+// grows with the number of blobs and of chunks written, not with their
+// sizes.
 func (s *Store) Usage(pl Placement) (Usage, error) {
 	u := Usage{ReclaimBytes: s.reclaimPending.Load()}
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixMeta}, UpperBound: []byte{prefixMeta + 1}})
+	metas, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixMeta}, UpperBound: []byte{prefixMeta + 1}})
 	if err != nil {
 		return u, fmt.Errorf("%w: %w", errs.ErrUnavailable, err)
 	}
-	defer it.Close()
-	for ok := it.First(); ok; ok = it.Next() {
-		m, err := decodeMeta(it.Value())
+	defer metas.Close()
+	chunks, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixChunk}, UpperBound: []byte{prefixChunk + 1}})
+	if err != nil {
+		return u, fmt.Errorf("%w: %w", errs.ErrUnavailable, err)
+	}
+	defer chunks.Close()
+	for ok := metas.First(); ok; ok = metas.Next() {
+		m, err := decodeMeta(metas.Value())
 		if err != nil {
-			return u, fmt.Errorf("blob %q: %w", it.Key()[1:], err)
+			return u, fmt.Errorf("blob %q: %w", metas.Key()[1:], err)
 		}
 		u.Blobs++
-		if pl == nil {
-			u.LogicalBytes += m.Size
-			continue
-		}
-		key := string(it.Key()[1:])
-		for c := uint64(0); c*s.chunkBytes < m.Size; c++ {
-			if pl.Holds(key, c) {
-				u.LogicalBytes += min(m.Size, (c+1)*s.chunkBytes) - c*s.chunkBytes
+		key := string(metas.Key()[1:])
+		prefix := chunkPrefix(key)
+		for ok := chunks.SeekGE(prefix); ok && bytes.HasPrefix(chunks.Key(), prefix); ok = chunks.Next() {
+			k := chunks.Key()
+			if len(k) != len(prefix)+8 {
+				return u, fmt.Errorf("%w: chunk version entry of blob %q", errs.ErrCorruption, key)
+			}
+			c := binary.BigEndian.Uint64(k[len(prefix):])
+			if start := c * s.chunkBytes; start < m.Size && (pl == nil || pl.Holds(key, c)) {
+				u.LogicalBytes += min(m.Size, start+s.chunkBytes) - start
 			}
 		}
+		if err := chunks.Error(); err != nil {
+			return u, err
+		}
 	}
-	return u, it.Error()
+	return u, metas.Error()
 }

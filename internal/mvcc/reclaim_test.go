@@ -94,19 +94,24 @@ func TestReclaimMarks(t *testing.T) {
 }
 
 // TestUsage checks the logical bytes a store counts, with and without a
-// placement.
+// placement: the chunks ever written, holes inside them included, and
+// not the unwritten middle of a sparse blob, which costs nothing to count.
 func TestUsage(t *testing.T) {
 	s := openStore(t, Options{MVCC: true, ChunkBytes: 4 << 10})
 	mustCommit(t, s, txn.Op{Key: "a", Kind: txn.OpWrite, Data: make([]byte, 10<<10), Create: true})
+	// b: 5 KiB, of which only chunk 1 (1 KiB) was written.
 	mustCommit(t, s, txn.Op{Key: "b", Kind: txn.OpCreate}, txn.Op{Key: "b", Kind: txn.OpTruncate, Size: 5 << 10})
+	mustCommit(t, s, txn.Op{Key: "b", Kind: txn.OpWrite, Offset: 4 << 10, Data: []byte{1}})
+	// c: one byte at 1 TiB, in the 2^28th chunk.
+	mustCommit(t, s, txn.Op{Key: "c", Kind: txn.OpWrite, Offset: 1 << 40, Data: []byte{1}, Create: true})
 	u, err := s.Usage(nil)
-	if err != nil || u.Blobs != 2 || u.LogicalBytes != 15<<10 {
-		t.Fatalf("usage %+v, %v; want 2 blobs of 15 KiB", u, err)
+	if want := uint64(10<<10 + 1<<10 + 1); err != nil || u.Blobs != 3 || u.LogicalBytes != want {
+		t.Fatalf("usage %+v, %v; want 3 blobs, %d bytes", u, err, want)
 	}
-	// Holding chunk 2 of a (2 KiB) and chunk 0 of b (4 KiB).
-	u, err = s.Usage(holdsOnly{"a": 2, "b": 0})
-	if err != nil || u.Blobs != 2 || u.LogicalBytes != 6<<10 {
-		t.Fatalf("usage %+v, %v; want 2 blobs, 6 KiB held", u, err)
+	// Holding chunk 2 of a (2 KiB), chunk 1 of b (1 KiB) and none of c.
+	u, err = s.Usage(holdsOnly{"a": 2, "b": 1})
+	if err != nil || u.Blobs != 3 || u.LogicalBytes != 3<<10 {
+		t.Fatalf("usage %+v, %v; want 3 blobs, 3 KiB held", u, err)
 	}
 }
 
