@@ -82,7 +82,10 @@ chunk size: 4KiB
 replication: 1
 mvcc: true
 sync: true
+blobs: 1
+logical bytes: 11
 disk bytes: *
+reclaim bytes: *
 created: *
 `
 	if got != want {
@@ -98,5 +101,5 @@ var (
 	// keyspace info, whose padding is presentation, not content.
 	tourPadding = regexp.MustCompile(`(?m)^([a-z][a-z ]*):[ \t]+`)
 	// tourVolatile matches the fields that change from run to run.
-	tourVolatile = regexp.MustCompile(`(?m)^(version|created|modified|disk bytes): .*$`)
+	tourVolatile = regexp.MustCompile(`(?m)^(version|created|modified|disk bytes|reclaim bytes): .*$`)
 )
