@@ -82,8 +82,8 @@ type ReclaimStats struct {
 // Reclaim compacts the page spans of removed data that are due (see the
 // top of this file) and returns what it did. pace is called after each
 // compaction with the bytes it left in the span, about what it rewrote;
-// the engine uses it to bound the rate of reclaim work. It is safe to run concurrently with everything
-// but itself.
+// the engine uses it to bound the rate of reclaim work. It is safe to run
+// concurrently with everything but itself.
 func (s *Store) Reclaim(ctx context.Context, pace func(bytes uint64)) (ReclaimStats, error) {
 	var st ReclaimStats
 	marks, err := s.reclaimMarks()
@@ -91,6 +91,12 @@ func (s *Store) Reclaim(ctx context.Context, pace func(bytes uint64)) (ReclaimSt
 		return st, err
 	}
 	now := s.opts.Now()
+	// pending is what stays marked: all of it until spans are compacted.
+	var pending uint64
+	for _, m := range marks {
+		pending += m.removed
+	}
+	s.reclaimPending.Store(pending)
 	for i := 0; i < len(marks); {
 		// Grow the span [i, j) while the data between neighbours is no
 		// more than what the span removed.
@@ -112,11 +118,8 @@ func (s *Store) Reclaim(ctx context.Context, pace func(bytes uint64)) (ReclaimSt
 		span := marks[i:j]
 		i = j
 		if removed < ReclaimBytesMin && now.Sub(oldest) < ReclaimDelayMax {
-			st.Pending += removed
 			continue
 		}
-		// What waits behind this span counts as pending meanwhile.
-		s.reclaimPending.Store(st.Pending + removed + s.markedAfter(marks[i:]))
 		start, end := pagePrefix(span[0].key), blobPagesEnd(span[len(span)-1].key)
 		used, err := s.db.EstimateDiskUsage(start, end)
 		if err != nil {
@@ -128,6 +131,8 @@ func (s *Store) Reclaim(ctx context.Context, pace func(bytes uint64)) (ReclaimSt
 		if err := s.unmark(span); err != nil {
 			return st, err
 		}
+		pending -= removed
+		s.reclaimPending.Store(pending)
 		left, err := s.db.EstimateDiskUsage(start, end)
 		if err != nil {
 			return st, fmt.Errorf("%w: %w", errs.ErrUnavailable, err)
@@ -141,16 +146,8 @@ func (s *Store) Reclaim(ctx context.Context, pace func(bytes uint64)) (ReclaimSt
 			return st, err
 		}
 	}
-	s.reclaimPending.Store(st.Pending)
+	st.Pending = pending
 	return st, nil
-}
-
-func (s *Store) markedAfter(marks []reclaimMark) uint64 {
-	var n uint64
-	for _, m := range marks {
-		n += m.removed
-	}
-	return n
 }
 
 // reclaimMarks returns up to ReclaimMarkersMax markers in key order.

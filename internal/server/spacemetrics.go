@@ -2,6 +2,8 @@ package server
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tyrstore/tyr/internal/storage"
 )
 
 // RegisterSpace adds the node's disk space figures to m, read at each
@@ -43,22 +45,16 @@ func (c spaceCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v uint64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), labels...)
 	}
-	e := c.s.engine
-	for _, listed := range e.List() {
-		ks, err := e.Acquire(listed.Name)
-		if err != nil {
-			continue // dropped meanwhile
-		}
+	c.s.engine.Each(func(ks *storage.Keyspace) {
 		gauge(keyspaceDiskDesc, ks.DiskBytes(), ks.Name)
 		if u, err := c.s.keyspaceUsage(ks); err == nil {
 			gauge(keyspaceBlobsDesc, u.Blobs, ks.Name)
 			gauge(keyspaceLogicalDesc, u.LogicalBytes, ks.Name)
 			gauge(keyspaceReclaimDesc, u.ReclaimBytes, ks.Name)
 		}
-		ks.Release()
-	}
-	if free, err := e.FreeBytes(); err == nil {
+	})
+	if free, err := c.s.engine.FreeBytes(); err == nil {
 		gauge(freeBytesDesc, free)
 	}
-	gauge(minFreeBytesDesc, e.MinFreeBytes())
+	gauge(minFreeBytesDesc, c.s.engine.MinFreeBytes())
 }

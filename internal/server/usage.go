@@ -11,6 +11,7 @@ import (
 	"github.com/tyrstore/tyr/api/tyrpb"
 	"github.com/tyrstore/tyr/internal/balance"
 	"github.com/tyrstore/tyr/internal/ring"
+	"github.com/tyrstore/tyr/internal/storage"
 )
 
 // The window of the operation rate NodeUsage reports.
@@ -155,19 +156,12 @@ func (s *Service) NodeUsage(context.Context, *tyrpb.NodeUsageRequest) (*tyrpb.No
 		return nil, toStatus(err)
 	}
 	resp.StoredBytes = stored
-	for _, listed := range s.engine.List() {
-		ks, err := s.engine.Acquire(listed.Name)
-		if err != nil {
-			continue // dropped meanwhile
+	s.engine.Each(func(ks *storage.Keyspace) {
+		if u, err := s.keyspaceUsage(ks); err == nil { // else no placement yet: not counted
+			resp.LogicalBytes += u.LogicalBytes
+			resp.ReclaimBytes += u.ReclaimBytes
 		}
-		u, err := s.keyspaceUsage(ks)
-		ks.Release()
-		if err != nil {
-			continue // no placement yet (fewer nodes than replicas): not counted
-		}
-		resp.LogicalBytes += u.LogicalBytes
-		resp.ReclaimBytes += u.ReclaimBytes
-	}
+	})
 	if resp.FreeBytes, err = s.engine.FreeBytes(); err != nil {
 		return nil, toStatus(err)
 	}

@@ -311,6 +311,19 @@ func (e *Engine) List() []*Keyspace {
 	return out
 }
 
+// Each calls f with every open keyspace in name order, each held (as by
+// Acquire) for the call; a keyspace dropped meanwhile is skipped.
+func (e *Engine) Each(f func(ks *Keyspace)) {
+	for _, listed := range e.List() {
+		ks, err := e.Acquire(listed.Name)
+		if err != nil {
+			continue
+		}
+		f(ks)
+		ks.Release()
+	}
+}
+
 func (e *Engine) collectLoop() {
 	defer e.done.Done()
 	ticker := time.NewTicker(e.opts.GCInterval)
@@ -321,22 +334,17 @@ func (e *Engine) collectLoop() {
 			return
 		case <-ticker.C:
 		}
-		for _, ks := range e.List() {
+		e.Each(func(ks *Keyspace) {
 			if !ks.Config.MVCC {
-				continue
+				return
 			}
-			held, err := e.Acquire(ks.Name)
-			if err != nil {
-				continue
-			}
-			n, err := held.Store.CollectGarbage()
-			held.Release()
+			n, err := ks.Store.CollectGarbage()
 			if err != nil {
 				e.opts.Logger.Warn("version collection failed", "keyspace", ks.Name, "err", err)
 			} else if n > 0 {
 				e.opts.Logger.Debug("collected the superseded versions of pages", "keyspace", ks.Name, "pages", n)
 			}
-		}
+		})
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -25,12 +24,11 @@ const roomCheckEvery = 100 * time.Millisecond
 
 // space is the engine's view of its file system's free space.
 type space struct {
-	dir      string
-	minFree  uint64
-	mu       sync.Mutex
-	checked  time.Time // guarded by mu
-	err      error     // guarded by mu
-	freeByte atomic.Uint64
+	dir     string
+	minFree uint64
+	mu      sync.Mutex
+	checked time.Time // guarded by mu
+	err     error     // guarded by mu
 }
 
 // room returns nil while the file system holding the data directory has at
@@ -47,12 +45,9 @@ func (sp *space) room() error {
 		sp.checked = now
 		sp.err = nil
 		free, err := fileSystemFree(sp.dir)
-		if err == nil {
-			sp.freeByte.Store(free)
-			if free < sp.minFree {
-				sp.err = fmt.Errorf("%w: the file system holding %s has %d bytes free, below the floor of %d (--min-free)",
-					errs.ErrNoSpace, sp.dir, free, sp.minFree)
-			}
+		if err == nil && free < sp.minFree {
+			sp.err = fmt.Errorf("%w: the file system holding %s has %d bytes free, below the floor of %d (--min-free)",
+				errs.ErrNoSpace, sp.dir, free, sp.minFree)
 		}
 	}
 	return sp.err
@@ -67,10 +62,6 @@ func (e *Engine) FreeBytes() (uint64, error) {
 	}
 	return n, nil
 }
-
-// Room returns nil while writes are admitted (see Options.MinFreeBytes),
-// else an error of class errs.ErrNoSpace.
-func (e *Engine) Room() error { return e.space.room() }
 
 // noRecycle is the Cleaner of every database: it deletes obsolete files,
 // as Pebble's default does, and also keeps Pebble from recycling
@@ -111,18 +102,13 @@ func (e *Engine) reclaimLoop() {
 			return
 		case <-ticker.C:
 		}
-		for _, listed := range e.List() {
-			ks, err := e.Acquire(listed.Name)
-			if err != nil {
-				continue
-			}
+		e.Each(func(ks *Keyspace) {
 			st, err := ks.Store.Reclaim(ctx, pace)
-			ks.Release()
 			if err != nil && ctx.Err() == nil {
-				e.opts.Logger.Warn("reclaiming the space of removed data failed", "keyspace", listed.Name, "err", err)
+				e.opts.Logger.Warn("reclaiming the space of removed data failed", "keyspace", ks.Name, "err", err)
 			} else if st.Spans > 0 {
-				e.opts.Logger.Debug("reclaimed the space of removed data", "keyspace", listed.Name, "spans", st.Spans, "bytes", st.Freed)
+				e.opts.Logger.Debug("reclaimed the space of removed data", "keyspace", ks.Name, "spans", st.Spans, "bytes", st.Freed)
 			}
-		}
+		})
 	}
 }

@@ -2,22 +2,9 @@ package storage
 
 import "syscall"
 
-// fileSystemBytes returns the total size of the file system holding dir.
-func fileSystemBytes(dir string) (uint64, error) {
-	total, _, err := statfs(dir)
-	return total, err
-}
-
-// fileSystemFree returns the bytes of the file system holding dir that an
+// statfs returns the size of the file system holding dir and the bytes an
 // unprivileged writer may still use (the blocks reserved for root do not
-// count).
-func fileSystemFree(dir string) (uint64, error) {
-	_, free, err := statfs(dir)
-	return free, err
-}
-
-// statfs returns the size of the file system holding dir and its bytes
-// available: blocks times the fragment size, the unit Linux counts them in.
+// count): blocks times the fragment size, the unit Linux counts them in.
 func statfs(dir string) (total, available uint64, err error) {
 	var st syscall.Statfs_t
 	if err := syscall.Statfs(dir, &st); err != nil {

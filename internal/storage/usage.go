@@ -57,6 +57,19 @@ func diskBytes(m *pebble.Metrics) uint64 {
 	return n
 }
 
+// fileSystemBytes returns the total size of the file system holding dir.
+func fileSystemBytes(dir string) (uint64, error) {
+	total, _, err := statfs(dir)
+	return total, err
+}
+
+// fileSystemFree returns the bytes of the file system holding dir that an
+// unprivileged writer may still use.
+func fileSystemFree(dir string) (uint64, error) {
+	_, free, err := statfs(dir)
+	return free, err
+}
+
 // FileSystemBytes returns the total size of the file system that holds the
 // data directory, as statfs reports it (free and used space together).
 func (e *Engine) FileSystemBytes() (uint64, error) {
