@@ -85,29 +85,10 @@ typedef uint64_t tyr_tx;
 typedef uint64_t tyr_reader;
 typedef uint64_t tyr_writer;
 
-/* The version of this API the library implements (TYR_API_VERSION). */
-int tyr_api_version(void);
-/* The name of a code ("not found", ...); a static string. */
-const char *tyr_code_name(int code);
-/* Releases memory libtyr returned. */
-void tyr_free(void *p);
-
 /* Flags of tyr_connect. */
 #define TYR_CONNECT_NO_ROUTING 1u   /* send every request to the endpoint */
 #define TYR_CONNECT_NO_DATA_PATH 2u /* read over gRPC, not the data path */
 
-/* tyr_connect makes a client of the server or cluster at endpoint
- * (host:port; NULL or "" means 127.0.0.1:7420). It does not wait for a
- * connection; the first call does. timeout_ms bounds every call of the
- * client (0: no deadline). */
-int tyr_connect(const char *endpoint, int64_t timeout_ms, uint32_t flags,
-                tyr_client *out, tyr_status *st);
-/* tyr_close closes the client's connections; calls in flight fail. */
-int tyr_close(tyr_client c);
-/* tyr_ready returns TYR_OK when the endpoint serves reads. */
-int tyr_ready(tyr_client c, tyr_status *st);
-
-/* Keyspaces. */
 typedef struct tyr_keyspace_config {
 	uint64_t chunk_size;  /* 0: the server's default, 64 MiB */
 	uint32_t replication; /* 0: the server's default, 1 */
@@ -123,19 +104,6 @@ typedef struct tyr_keyspace_info {
 	uint64_t disk_bytes, logical_bytes, reclaim_bytes, blobs;
 } tyr_keyspace_info;
 
-/* cfg NULL means the defaults: 64 MiB chunks, one replica, MVCC and sync
- * on. info may be NULL. */
-int tyr_keyspace_create(tyr_client c, const char *name,
-                        const tyr_keyspace_config *cfg, tyr_keyspace_info *info,
-                        tyr_status *st);
-int tyr_keyspace_drop(tyr_client c, const char *name, tyr_status *st);
-int tyr_keyspace_get(tyr_client c, const char *name, tyr_keyspace_info *out,
-                     tyr_status *st);
-/* All keyspaces by name: *out is an array of *n entries (tyr_free). */
-int tyr_keyspace_list(tyr_client c, tyr_keyspace_info **out, size_t *n,
-                      tyr_status *st);
-
-/* Blobs. */
 typedef struct tyr_blob_info {
 	const char *key; /* in tyr_list's array; NULL from tyr_stat */
 	uint64_t size;
@@ -149,6 +117,85 @@ typedef struct tyr_op_result {
 	uint64_t version; /* the blob's version after it; 0 after a delete */
 	uint64_t value;   /* the new value (atomic) */
 } tyr_op_result;
+
+/* Atomic functions (tyr_atomic, TYR_OP_ATOMIC). Arithmetic wraps at the
+ * width; SUB is current - operand; the signed ones read two's complement. */
+typedef enum tyr_func {
+	TYR_FUNC_ADD = 1,
+	TYR_FUNC_SUB = 2,
+	TYR_FUNC_MUL = 3,
+	TYR_FUNC_AND = 4,
+	TYR_FUNC_OR = 5,
+	TYR_FUNC_XOR = 6,
+	TYR_FUNC_MIN_SIGNED = 7,
+	TYR_FUNC_MAX_SIGNED = 8,
+	TYR_FUNC_MIN_UNSIGNED = 9,
+	TYR_FUNC_MAX_UNSIGNED = 10,
+	TYR_FUNC_SET = 11
+} tyr_func;
+
+/* One op of an atomic commit (tyr_commit, tyr_tx_do). */
+typedef enum tyr_op_kind {
+	TYR_OP_CREATE = 1,   /* key; TYR_EXISTS if it exists */
+	TYR_OP_WRITE = 2,    /* key, offset, data, len, create */
+	TYR_OP_APPEND = 3,   /* key, data, len, create */
+	TYR_OP_TRUNCATE = 4, /* key, size */
+	TYR_OP_DELETE = 5,   /* key */
+	TYR_OP_ATOMIC = 6,   /* key, offset, width, fn, operand */
+	TYR_OP_CAS = 7       /* key, offset, expected, data, len */
+} tyr_op_kind;
+
+typedef struct tyr_op {
+	int kind; /* a tyr_op_kind */
+	const char *key;
+	uint64_t offset;
+	const void *data;
+	size_t len;
+	const void *expected;
+	uint64_t size;
+	int create;
+	int width;
+	int fn; /* a tyr_func */
+	uint64_t operand;
+} tyr_op;
+
+/* The body of a transaction run by tyr_run_tx. It returns TYR_OK to commit,
+ * TYR_CONFLICT to run again, or any other code to give up (tyr_run_tx then
+ * returns it). tx is valid only during the call. */
+typedef int (*tyr_tx_fn)(tyr_tx tx, void *arg);
+
+/* Calls. */
+#ifndef TYR_TYPES_ONLY /* defined only where libtyr implements them */
+
+/* The version of this API the library implements (TYR_API_VERSION). */
+int tyr_api_version(void);
+/* The name of a code ("not found", ...); a static string. */
+const char *tyr_code_name(int code);
+/* Releases memory libtyr returned. */
+void tyr_free(void *p);
+
+/* tyr_connect makes a client of the server or cluster at endpoint
+ * (host:port; NULL or "" means 127.0.0.1:7420). It does not wait for a
+ * connection; the first call does. timeout_ms bounds every call of the
+ * client (0: no deadline). */
+int tyr_connect(const char *endpoint, int64_t timeout_ms, uint32_t flags,
+                tyr_client *out, tyr_status *st);
+/* tyr_close closes the client's connections; calls in flight fail. */
+int tyr_close(tyr_client c);
+/* tyr_ready returns TYR_OK when the endpoint serves reads. */
+int tyr_ready(tyr_client c, tyr_status *st);
+
+/* cfg NULL means the defaults: 64 MiB chunks, one replica, MVCC and sync
+ * on. info may be NULL. */
+int tyr_keyspace_create(tyr_client c, const char *name,
+                        const tyr_keyspace_config *cfg, tyr_keyspace_info *info,
+                        tyr_status *st);
+int tyr_keyspace_drop(tyr_client c, const char *name, tyr_status *st);
+int tyr_keyspace_get(tyr_client c, const char *name, tyr_keyspace_info *out,
+                     tyr_status *st);
+/* All keyspaces by name: *out is an array of *n entries (tyr_free). */
+int tyr_keyspace_list(tyr_client c, tyr_keyspace_info **out, size_t *n,
+                      tyr_status *st);
 
 int tyr_create(tyr_client c, const char *ks, const char *key, tyr_status *st);
 int tyr_delete(tyr_client c, const char *ks, const char *key, tyr_status *st);
@@ -181,22 +228,6 @@ int tyr_read(tyr_client c, const char *ks, const char *key, uint64_t offset,
 int tyr_get(tyr_client c, const char *ks, const char *key, void **data,
             size_t *len, tyr_status *st);
 
-/* Atomic functions (tyr_atomic, TYR_OP_ATOMIC). Arithmetic wraps at the
- * width; SUB is current - operand; the signed ones read two's complement. */
-typedef enum tyr_func {
-	TYR_FUNC_ADD = 1,
-	TYR_FUNC_SUB = 2,
-	TYR_FUNC_MUL = 3,
-	TYR_FUNC_AND = 4,
-	TYR_FUNC_OR = 5,
-	TYR_FUNC_XOR = 6,
-	TYR_FUNC_MIN_SIGNED = 7,
-	TYR_FUNC_MAX_SIGNED = 8,
-	TYR_FUNC_MIN_UNSIGNED = 9,
-	TYR_FUNC_MAX_UNSIGNED = 10,
-	TYR_FUNC_SET = 11
-} tyr_func;
-
 /* Applies fn to the little-endian unsigned integer of width bytes (1, 2, 4
  * or 8) at offset of an existing blob; *value (may be NULL) is the new
  * value. */
@@ -217,31 +248,6 @@ int tyr_cas(tyr_client c, const char *ks, const char *key, uint64_t offset,
 int tyr_list(tyr_client c, const char *ks, const char *prefix,
              const char *start_after, size_t limit, tyr_blob_info **out,
              size_t *n, char **next, tyr_status *st);
-
-/* One op of an atomic commit (tyr_commit, tyr_tx_do). */
-typedef enum tyr_op_kind {
-	TYR_OP_CREATE = 1,   /* key; TYR_EXISTS if it exists */
-	TYR_OP_WRITE = 2,    /* key, offset, data, len, create */
-	TYR_OP_APPEND = 3,   /* key, data, len, create */
-	TYR_OP_TRUNCATE = 4, /* key, size */
-	TYR_OP_DELETE = 5,   /* key */
-	TYR_OP_ATOMIC = 6,   /* key, offset, width, fn, operand */
-	TYR_OP_CAS = 7       /* key, offset, expected, data, len */
-} tyr_op_kind;
-
-typedef struct tyr_op {
-	int kind; /* a tyr_op_kind */
-	const char *key;
-	uint64_t offset;
-	const void *data;
-	size_t len;
-	const void *expected;
-	uint64_t size;
-	int create;
-	int width;
-	int fn; /* a tyr_func */
-	uint64_t operand;
-} tyr_op;
 
 /* Applies n ops to blobs of ks atomically: all or none, in order. results
  * (NULL, or n entries) gets each op's outcome. A lost answer is resolved as
@@ -274,18 +280,15 @@ int tyr_tx_commit(tyr_tx tx, tyr_op_result *results, size_t cap, size_t *n,
 /* Rolls back a transaction not committed and releases the handle. */
 void tyr_tx_close(tyr_tx tx);
 
-/* The body of a transaction run by tyr_run_tx. It returns TYR_OK to commit,
- * TYR_CONFLICT to run again, or any other code to give up (tyr_run_tx then
- * returns it). tx is valid only during the call. */
-typedef int (*tyr_tx_fn)(tyr_tx tx, void *arg);
-/* Runs fn in a transaction and commits it, running it again after a
- * conflict (from a read, the commit or fn) with jittered exponential
- * backoff, at most max_retries times (0: 10). */
+/* Runs fn (see tyr_tx_fn) in a transaction and commits it, running it
+ * again after a conflict (from a read, the commit or fn) with jittered
+ * exponential backoff, at most max_retries times (0: 10). */
 int tyr_run_tx(tyr_client c, const char *ks, tyr_tx_fn fn, void *arg,
                int max_retries, tyr_status *st);
 
 /* Streams: a blob read or written in parts of TYR_PAYLOAD_BYTES_MAX with a
- * few in flight; each part atomic, the stream not. */
+ * few in flight; each part atomic, the stream not. A stream has no
+ * deadline: it lasts until it is closed. */
 /* length < 0 reads to the end. */
 int tyr_reader_open(tyr_client c, const char *ks, const char *key,
                     uint64_t offset, int64_t length, tyr_reader *out,
@@ -309,6 +312,8 @@ int tyr_writer_close(tyr_writer w, tyr_status *st);
  * their field names. */
 int tyr_cluster_status_json(tyr_client c, char **json, tyr_status *st);
 int tyr_node_usage_json(tyr_client c, char **json, tyr_status *st);
+
+#endif /* TYR_TYPES_ONLY */
 
 #ifdef __cplusplus
 }
