@@ -4,10 +4,14 @@ BIN         := bin/tyr
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.7.0
 FUZZTIME    ?= 20000x
 
-.PHONY: build run test unit lint fuzz fuzz-long gc-soak crash-long sim ring-sim torture bench profile bench-peers bench-cluster bench-txn proto clean
+.PHONY: build libtyr run test unit lint fuzz fuzz-long gc-soak crash-long sim ring-sim torture bench profile bench-peers bench-cluster bench-txn proto clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/tyr
+
+# libtyr: the Go client as a C shared library; tyr.h is its API.
+libtyr:
+	$(GO) build -buildmode=c-shared -o build/libtyr.so ./libtyr
 
 # Builds and starts a local server on an embedded store in ./data.
 run: build
