@@ -1,0 +1,42 @@
+#!/bin/sh
+# deps.sh: installs the Debian packages the tests of the C API need when
+# they are missing: a C compiler (gcc), pkg-config, and MPICH (mpicc,
+# mpiexec). Uses apt-get, as root or through sudo; does nothing when all
+# are present.
+set -eu
+
+missing=""
+need() { # need COMMAND PACKAGE...
+	cmd=$1
+	shift
+	if ! command -v "$cmd" >/dev/null 2>&1; then
+		missing="$missing $*"
+	fi
+}
+need gcc gcc libc6-dev
+need pkg-config pkg-config
+need mpicc mpich libmpich-dev
+need mpiexec mpich
+
+# mpicc is there but not the MPI headers (libmpich-dev without mpich, or
+# the reverse): ask for both.
+if [ -z "$missing" ] && ! echo '#include <mpi.h>' | mpicc -E -x c - >/dev/null 2>&1; then
+	missing="mpich libmpich-dev"
+fi
+
+[ -z "$missing" ] && exit 0
+
+if [ "$(id -u)" -eq 0 ]; then
+	sudo=""
+elif command -v sudo >/dev/null 2>&1; then
+	sudo="sudo"
+else
+	echo "deps.sh: missing packages:$missing; run as root or install sudo" >&2
+	exit 1
+fi
+
+echo "deps.sh: installing$missing"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq >/dev/null
+# shellcheck disable=SC2086 # one word per package
+$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
