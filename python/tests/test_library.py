@@ -1,0 +1,99 @@
+"""Loading libtyr: lazily, from the package or $TYR_LIBRARY, at a compatible API version."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import tyr
+
+
+def run_python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    e = dict(os.environ)
+    e.update(env)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          timeout=60, env=e)
+
+
+def test_import_does_not_load(endpoint: str) -> None:
+    r = run_python(
+        f"""
+        import tyr
+        assert not tyr._lib.loaded(), "loaded at import"
+        c = tyr.connect({endpoint!r}, timeout=30)
+        assert tyr._lib.loaded()
+        assert c.ready()
+        print(tyr._lib.library_path())
+        """
+    )
+    assert r.returncode == 0, r.stderr
+    want = os.environ.get("TYR_LIBRARY") or str(Path(tyr.__file__).parent / "libtyr.so")
+    assert os.path.realpath(r.stdout.strip()) == os.path.realpath(want)
+
+
+def test_package_ships_the_library_without_its_header() -> None:
+    pkg = Path(tyr.__file__).parent
+    if os.environ.get("TYR_LIBRARY"):
+        pytest.skip("TYR_LIBRARY names the library: the package's own copy is not the one tested")
+    assert (pkg / "libtyr.so").is_file()
+    assert not (pkg / "libtyr.h").exists()
+    assert (pkg / "py.typed").is_file()
+
+
+def test_tyr_library_overrides_the_path(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere" / "libtyr.so"
+    r = run_python(
+        """
+        import tyr
+        try:
+            tyr.connect("127.0.0.1:1")
+        except tyr.Error as e:
+            print(type(e).__name__, e)
+        """,
+        TYR_LIBRARY=str(missing),
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("Error ") and str(missing) in r.stdout
+
+
+def test_old_api_version_is_refused(tmp_path: Path) -> None:
+    cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    src = tmp_path / "old.c"
+    src.write_text("int tyr_api_version(void) { return 0; }\n")
+    lib = tmp_path / "libold.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
+    r = run_python(
+        """
+        import tyr
+        try:
+            tyr.connect("127.0.0.1:1")
+        except tyr.Error as e:
+            print(e)
+        """,
+        TYR_LIBRARY=str(lib),
+    )
+    assert r.returncode == 0, r.stderr
+    assert "API version 0" in r.stdout
+
+
+def test_public_names_are_documented() -> None:
+    import inspect
+
+    for name in tyr.__all__:
+        obj = getattr(tyr, name)
+        if inspect.isclass(obj) or inspect.isfunction(obj) or inspect.ismodule(obj):
+            assert obj.__doc__, name
+            if inspect.isclass(obj):
+                for attr, member in vars(obj).items():
+                    if not attr.startswith("_") and (inspect.isfunction(member) or isinstance(member, property)):
+                        assert member.__doc__, f"{name}.{attr}"
+    for name in ("create", "write", "append", "truncate", "delete", "atomic", "cas"):
+        assert getattr(tyr.ops, name).__doc__
