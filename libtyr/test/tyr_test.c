@@ -163,6 +163,9 @@ static void put_le64(uint8_t *b, uint64_t v)
 /* ---- the run's names --------------------------------------------------- */
 
 static tyr_client c; /* the client of most checks */
+/* Clients that send every request to the endpoint, the second reading
+ * over gRPC rather than the data path. */
+static tyr_client c_direct, c_grpc;
 static const char *endpoint;
 static char ks[TYR_KEYSPACE_NAME_BYTES_MAX + 1];
 static char prefix[64];
@@ -267,19 +270,20 @@ static void test_connect(void)
 	OK(tyr_ready(c, &st));
 
 	/* Each flag of tyr_connect gives a working client. */
-	tyr_client c2 = 0, c3 = 0;
-	OK(tyr_connect(endpoint, 60000, TYR_CONNECT_NO_ROUTING, &c2, &st));
+	c_direct = c_grpc = 0;
+	OK(tyr_connect(endpoint, 60000, TYR_CONNECT_NO_ROUTING, &c_direct, &st));
 	OK(tyr_connect(endpoint, 60000,
-	               TYR_CONNECT_NO_ROUTING | TYR_CONNECT_NO_DATA_PATH, &c3, &st));
-	CHECK(c2 != 0 && c3 != 0 && c2 != c && c3 != c && c2 != c3,
-	      "handles %llu %llu %llu", (unsigned long long)c,
-	      (unsigned long long)c2, (unsigned long long)c3);
-	OK(tyr_ready(c2, &st));
-	OK(tyr_ready(c3, &st));
-	CHECK(tyr_close(c2) == TYR_OK, "close");
-	CHECK(tyr_close(c3) == TYR_OK, "close");
+	               TYR_CONNECT_NO_ROUTING | TYR_CONNECT_NO_DATA_PATH, &c_grpc, &st));
+	CHECK(c_direct != 0 && c_grpc != 0 && c_direct != c && c_grpc != c && c_direct != c_grpc,
+	      "handles %llu %llu %llu", (unsigned long long)c, (unsigned long long)c_direct,
+	      (unsigned long long)c_grpc);
+	OK(tyr_ready(c_direct, &st));
+	OK(tyr_ready(c_grpc, &st));
 
 	/* Stale and invalid client handles. */
+	tyr_client c2 = 0;
+	OK(tyr_connect(endpoint, 60000, 0, &c2, &st));
+	CHECK(tyr_close(c2) == TYR_OK, "close");
 	FAILS(TYR_INVALID_ARGUMENT, tyr_ready(c2, &st));
 	CHECK(tyr_close(c2) == TYR_INVALID_ARGUMENT, "second close");
 	FAILS(TYR_INVALID_ARGUMENT, tyr_ready(0, &st));
@@ -1036,6 +1040,14 @@ static void test_streams(void)
 	CHECK(n == total, "tyr_read %zu of %zu", n, total);
 	SAME("tyr_read of a big blob", back, data, total);
 	CONTENT(key, data, total);
+	/* Through the endpoint only, by the data path and by gRPC. */
+	tyr_client via[] = {c_direct, c_grpc};
+	for (int i = 0; i < 2; i++) {
+		memset(back, 0, total);
+		OK(tyr_read(via[i], ks, key, 0, back, total, &n, &st));
+		CHECK(n == total, "tyr_read by client %d: %zu of %zu", i, n, total);
+		SAME(i == 0 ? "read without routing" : "read over gRPC", back, data, total);
+	}
 
 	/* A writer at an offset into the blob, not creating. */
 	uint8_t patch[3 * MiB];
@@ -1232,6 +1244,27 @@ static void test_timeout(void)
 	size_t len = 0;
 	FAILS(TYR_TIMEOUT, tyr_get(ct, ks, K("stream/big"), &data, &len, &st));
 	CHECK(data == NULL, "data written on failure");
+
+	/* Each call of a stream has the deadline too: 9 MiB through a
+	 * reader cannot take 1 ms a call either (its open reads the first
+	 * part). */
+	tyr_reader r = 0;
+	reset_status(&st);
+	int rc = tyr_reader_open(ct, ks, K("stream/big"), 0, -1, &r, &st);
+	size_t got = 0;
+	if (rc == TYR_OK) {
+		uint8_t *buf = xmalloc(MiB);
+		size_t n = 0;
+		do {
+			rc = tyr_reader_read(r, buf, MiB, &n, &st);
+			got += n;
+		} while (rc == TYR_OK && n > 0);
+		free(buf);
+		tyr_reader_close(r);
+	}
+	CHECK(rc == TYR_TIMEOUT && st.code == rc,
+	      "a reader of a client with a deadline of 1 ms: %s after %zu bytes, want timeout",
+	      tyr_code_name(rc), got);
 	CHECK(tyr_close(ct) == TYR_OK, "close");
 }
 
@@ -1336,6 +1369,31 @@ static void test_concurrency(void)
 
 /* ---- main -------------------------------------------------------------- */
 
+/* wait_keyspace waits until every member of the cluster has keyspace ks
+ * (a new keyspace reaches the other nodes by gossip). */
+static void wait_keyspace(void)
+{
+	char *j = NULL;
+	OK(tyr_cluster_status_json(c, &j, &st));
+	const char *field = "\"RPCAddr\":\"";
+	for (char *p = strstr(j, field); p; p = strstr(p, field)) {
+		char addr[256];
+		p += strlen(field);
+		snprintf(addr, sizeof addr, "%.*s", (int)strcspn(p, "\""), p);
+		tyr_client node = 0;
+		OK(tyr_connect(addr, 5000, TYR_CONNECT_NO_ROUTING, &node, &st));
+		int rc = TYR_NOT_FOUND;
+		tyr_keyspace_info info;
+		for (int tries = 0; tries < 600 && rc == TYR_NOT_FOUND; tries++) {
+			if ((rc = tyr_keyspace_get(node, ks, &info, &st)) == TYR_NOT_FOUND)
+				usleep(100 * 1000);
+		}
+		CHECK(rc == TYR_OK, "keyspace %s on %s: %s", ks, addr, st.message);
+		tyr_close(node);
+	}
+	tyr_free(j);
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -1358,6 +1416,7 @@ int main(int argc, char **argv)
 		section = "setup";
 		tyr_keyspace_config cfg = {.chunk_size = 64 << 10, .replication = 1, .mvcc = 1};
 		OK(tyr_keyspace_create(c, ks, &cfg, NULL, &st));
+		wait_keyspace();
 	}
 	printf("tyr_test: %s, keyspace %s, keys under %s\n", endpoint, ks, prefix);
 
@@ -1382,6 +1441,7 @@ int main(int argc, char **argv)
 	}
 
 	section = "teardown";
+	CHECK(tyr_close(c_direct) == TYR_OK && tyr_close(c_grpc) == TYR_OK, "close");
 	if (own)
 		OK(tyr_keyspace_drop(c, ks, &st));
 	CHECK(tyr_close(c) == TYR_OK, "close");
