@@ -11,22 +11,52 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"time"
 	"unsafe"
 
 	"github.com/tyrstore/tyr/client"
 )
 
-// A stream lives until it is closed, so its context is cancelled by Close
-// rather than bounded by the client's deadline.
+// stream is the context of a reader or writer. It lives until the stream
+// is closed; each call on the stream must end within the client's timeout,
+// else the stream is cancelled and the call fails with TYR_TIMEOUT.
+type stream struct {
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	timeout time.Duration
+}
+
+func newStream(c *conn) stream {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	return stream{ctx: ctx, cancel: cancel, timeout: c.timeout}
+}
+
+// bound runs f, one call on the stream, under the client's timeout.
+func (s stream) bound(f func() error) error {
+	if s.timeout > 0 {
+		t := time.AfterFunc(s.timeout, func() { s.cancel(context.DeadlineExceeded) })
+		defer t.Stop()
+	}
+	err := f()
+	if err != nil && errors.Is(context.Cause(s.ctx), context.DeadlineExceeded) {
+		return fmt.Errorf("tyr: a call on the stream passed the client's timeout of %v, which cancelled the stream: %w",
+			s.timeout, context.DeadlineExceeded)
+	}
+	return err
+}
+
+func (s stream) close() { s.cancel(context.Canceled) }
+
 type reader struct {
-	r      *client.Reader
-	cancel context.CancelFunc
+	stream
+	r *client.Reader
 }
 
 type writer struct {
-	w      *client.Writer
-	cancel context.CancelFunc
+	stream
+	w *client.Writer
 }
 
 //export tyr_reader_open
@@ -39,13 +69,17 @@ func tyr_reader_open(h C.tyr_client, ks, key *C.char, offset C.uint64_t, length 
 		if out == nil {
 			return invalid("tyr_reader_open: out is NULL")
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		r, err := c.c.NewRangeReader(ctx, C.GoString(ks), C.GoString(key), uint64(offset), int64(length))
+		s := newStream(c)
+		var r *client.Reader
+		err = s.bound(func() (err error) {
+			r, err = c.c.NewRangeReader(s.ctx, C.GoString(ks), C.GoString(key), uint64(offset), int64(length))
+			return err
+		})
 		if err != nil {
-			cancel()
+			s.close()
 			return err
 		}
-		*out = C.tyr_reader(newHandle(&reader{r: r, cancel: cancel}))
+		*out = C.tyr_reader(newHandle(&reader{stream: s, r: r}))
 		return nil
 	})
 }
@@ -60,10 +94,14 @@ func tyr_reader_read(h C.tyr_reader, buf unsafe.Pointer, n C.size_t, got *C.size
 		if got == nil || (buf == nil && n > 0) {
 			return invalid("tyr_reader_read: buf or n is NULL")
 		}
-		k, err := io.ReadFull(r.r, bytesIn(buf, n))
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			err = nil
-		}
+		var k int
+		err = r.bound(func() (err error) {
+			k, err = io.ReadFull(r.r, bytesIn(buf, n))
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+				err = nil
+			}
+			return err
+		})
 		*got = C.size_t(k)
 		return err
 	})
@@ -75,7 +113,7 @@ func tyr_reader_close(h C.tyr_reader) {
 		r, err := release[*reader](uint64(h))
 		if err == nil {
 			r.r.Close()
-			r.cancel()
+			r.close()
 		}
 		return err
 	})
@@ -91,9 +129,9 @@ func tyr_writer_open(h C.tyr_client, ks, key *C.char, offset C.uint64_t, create 
 		if out == nil {
 			return invalid("tyr_writer_open: out is NULL")
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		w := c.c.NewWriter(ctx, C.GoString(ks), C.GoString(key), uint64(offset), create != 0)
-		*out = C.tyr_writer(newHandle(&writer{w: w, cancel: cancel}))
+		s := newStream(c)
+		w := c.c.NewWriter(s.ctx, C.GoString(ks), C.GoString(key), uint64(offset), create != 0)
+		*out = C.tyr_writer(newHandle(&writer{stream: s, w: w}))
 		return nil
 	})
 }
@@ -105,8 +143,10 @@ func tyr_writer_write(h C.tyr_writer, data unsafe.Pointer, n C.size_t, st *C.tyr
 		if err != nil {
 			return err
 		}
-		_, err = w.w.Write(bytesIn(data, n)) // copies into the writer's parts
-		return err
+		return w.bound(func() error {
+			_, err := w.w.Write(bytesIn(data, n)) // copies into the writer's parts
+			return err
+		})
 	})
 }
 
@@ -117,8 +157,8 @@ func tyr_writer_close(h C.tyr_writer, st *C.tyr_status) C.int {
 		if err != nil {
 			return err
 		}
-		defer w.cancel()
-		return w.w.Close()
+		defer w.close()
+		return w.bound(w.w.Close)
 	})
 }
 

@@ -151,37 +151,35 @@ func tyr_tx_do(h C.tyr_tx, ops *C.tyr_op, n C.size_t, st *C.tyr_status) C.int {
 	})
 }
 
-// txDo buffers one op built by f, with its data copied.
-func txDo(st *C.tyr_status, h C.tyr_tx, f func(t *client.Tx)) C.int {
-	return withTx(st, h, func(_ context.Context, t *txn) error {
-		f(t.tx)
-		return nil
-	})
+// txDo buffers op; an op's data must be a copy, as C may free its own on
+// return. A transaction that is done, or over its limits, fails the call.
+func txDo(st *C.tyr_status, h C.tyr_tx, op client.Op) C.int {
+	return withTx(st, h, func(_ context.Context, t *txn) error { return t.tx.Do(op) })
 }
 
 //export tyr_tx_write
 func tyr_tx_write(h C.tyr_tx, key *C.char, offset C.uint64_t, data unsafe.Pointer, n C.size_t, st *C.tyr_status) C.int {
-	return txDo(st, h, func(tx *client.Tx) { tx.Write(C.GoString(key), uint64(offset), bytes.Clone(bytesIn(data, n))) })
+	return txDo(st, h, client.WriteOp(C.GoString(key), uint64(offset), bytes.Clone(bytesIn(data, n)), true))
 }
 
 //export tyr_tx_append
 func tyr_tx_append(h C.tyr_tx, key *C.char, data unsafe.Pointer, n C.size_t, st *C.tyr_status) C.int {
-	return txDo(st, h, func(tx *client.Tx) { tx.Append(C.GoString(key), bytes.Clone(bytesIn(data, n))) })
+	return txDo(st, h, client.AppendOp(C.GoString(key), bytes.Clone(bytesIn(data, n)), true))
 }
 
 //export tyr_tx_truncate
 func tyr_tx_truncate(h C.tyr_tx, key *C.char, size C.uint64_t, st *C.tyr_status) C.int {
-	return txDo(st, h, func(tx *client.Tx) { tx.Truncate(C.GoString(key), uint64(size)) })
+	return txDo(st, h, client.TruncateOp(C.GoString(key), uint64(size)))
 }
 
 //export tyr_tx_create
 func tyr_tx_create(h C.tyr_tx, key *C.char, st *C.tyr_status) C.int {
-	return txDo(st, h, func(tx *client.Tx) { tx.Create(C.GoString(key)) })
+	return txDo(st, h, client.CreateOp(C.GoString(key)))
 }
 
 //export tyr_tx_delete
 func tyr_tx_delete(h C.tyr_tx, key *C.char, st *C.tyr_status) C.int {
-	return txDo(st, h, func(tx *client.Tx) { tx.Delete(C.GoString(key)) })
+	return txDo(st, h, client.DeleteOp(C.GoString(key)))
 }
 
 //export tyr_tx_commit

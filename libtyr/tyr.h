@@ -287,8 +287,10 @@ int tyr_run_tx(tyr_client c, const char *ks, tyr_tx_fn fn, void *arg,
                int max_retries, tyr_status *st);
 
 /* Streams: a blob read or written in parts of TYR_PAYLOAD_BYTES_MAX with a
- * few in flight; each part atomic, the stream not. A stream has no
- * deadline: it lasts until it is closed. */
+ * few in flight; each part atomic, the stream not. A stream lasts until
+ * it is closed; each call on it (open, read, write, close) is bounded by
+ * the client's timeout_ms: a call that passes it fails with TYR_TIMEOUT
+ * and cancels the stream, whose later calls fail too. */
 /* length < 0 reads to the end. */
 int tyr_reader_open(tyr_client c, const char *ks, const char *key,
                     uint64_t offset, int64_t length, tyr_reader *out,

@@ -390,3 +390,59 @@ def cluster() -> Iterator[Cluster]:
     finally:
         c.down()
         shutil.rmtree(c.root, ignore_errors=True)
+
+
+# Fixtures of the fsspec, pandas, pyarrow and dask tests. With
+# $TYR_TEST_ENDPOINT set, they use that server instead of the session server.
+#: The keyspace the tests work in: chunks of 1 MiB, so larger files span
+#: several; no fsync per commit, to be quick on a loaded machine.
+FSSPEC_KEYSPACE = "fsspec-tests"
+
+
+@pytest.fixture(scope="session")
+def fsspec_endpoint(request: pytest.FixtureRequest) -> str:
+    """host:port of the server the tests use."""
+    return os.environ.get("TYR_TEST_ENDPOINT") or request.getfixturevalue("endpoint")
+
+
+@pytest.fixture(scope="session")
+def storage_options(fsspec_endpoint: str) -> dict[str, object]:
+    """The storage_options that reach the test server."""
+    return {"endpoint": fsspec_endpoint, "timeout": CALL_TIMEOUT}
+
+
+@pytest.fixture(scope="session")
+def fsspec_keyspace(fsspec_endpoint: str) -> Iterator[str]:
+    """The tests' keyspace, created for the session and dropped after it."""
+    with tyr.connect(fsspec_endpoint, timeout=CALL_TIMEOUT) as client:
+        try:
+            client.drop_keyspace(FSSPEC_KEYSPACE)
+        except tyr.NotFoundError:
+            pass
+        client.create_keyspace(FSSPEC_KEYSPACE, chunk_size=1 << 20, sync=False)
+        yield FSSPEC_KEYSPACE
+        try:
+            client.drop_keyspace(FSSPEC_KEYSPACE)
+        except tyr.Error:
+            pass
+
+
+@pytest.fixture
+def tyr_fs(storage_options: dict[str, object], fsspec_keyspace: str):  # type: ignore[no-untyped-def]
+    """A TyrFileSystem of the test server (a fresh instance, not cached)."""
+    from tyr.fsspec import TyrFileSystem
+
+    fs = TyrFileSystem(skip_instance_cache=True, **storage_options)
+    yield fs
+    fs.close()
+
+
+@pytest.fixture
+def tyr_dir(tyr_fs, fsspec_keyspace: str) -> Iterator[str]:  # type: ignore[no-untyped-def]
+    """A directory of the test keyspace of its own for one test, removed after it."""
+    path = f"{fsspec_keyspace}/{uuid.uuid4().hex[:12]}"
+    yield path
+    try:
+        tyr_fs.rm(path, recursive=True)
+    except FileNotFoundError:
+        pass

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, List, Sequence, Tuple
+import contextlib
+from typing import Any, Iterator, List, Sequence
 
 from . import _lib
 from .errors import Error, from_status, invalid
@@ -33,6 +34,13 @@ def check(rc: int, st: Any) -> None:
     """Raise the exception of a failed call (rc != TYR_OK) from its status."""
     if rc != _lib.OK:
         raise from_status(rc, st)
+
+
+# rbuf and wbuf hold a buffer export of the caller's object until released:
+# use them in a with statement, so the export ends with the call, also when
+# it raises. Left to the garbage collector, an export of a memoryview that
+# sits in the same reference cycle as the view (frames of a traceback)
+# crashes CPython 3.11 (the view is cleared while exported, then released).
 
 
 def rbuf(data: Any) -> Any:
@@ -77,13 +85,23 @@ def take_string(p: Any) -> str:
         L.tyr_free(p)
 
 
-def c_ops(ops: Sequence[Op]) -> Tuple[Any, List[Any]]:
-    """A ``tyr_op[]`` for ops, and the objects it points into (keep them alive during the call)."""
+@contextlib.contextmanager
+def c_ops(ops: Sequence[Op]) -> Iterator[Any]:
+    """A ``tyr_op[]`` for ops during the with block; the buffers it points into are released after it."""
     if isinstance(ops, Op):
         raise TypeError("ops must be a sequence of tyr.ops.Op, not one Op")
     n = len(ops)
     arr = ffi.new("tyr_op[]", max(n, 1))
-    keep: List[Any] = [arr]
+    keep: List[Any] = []
+    try:
+        _fill_ops(arr, ops, keep)
+        yield arr
+    finally:
+        for b in keep:
+            ffi.release(b)
+
+
+def _fill_ops(arr: Any, ops: Sequence[Op], keep: List[Any]) -> None:
     for i, op in enumerate(ops):
         if not isinstance(op, Op):
             raise TypeError(f"op {i} is a {type(op).__name__}, not a tyr.ops.Op")
@@ -109,7 +127,6 @@ def c_ops(ops: Sequence[Op]) -> Tuple[Any, List[Any]]:
         c.width = op.width
         c.fn = op.func
         c.operand = op.operand
-    return arr, keep
 
 
 def closed_error(what: str) -> Error:

@@ -335,9 +335,9 @@ class Client:
         data into it, which readers may see in part.
         """
         L, h = self._c()
-        d = rbuf(data)
         st = status()
-        check(L.tyr_put(h, name_bytes(ks, "keyspace"), name_bytes(key), d, len(d), st), st)
+        with rbuf(data) as d:
+            check(L.tyr_put(h, name_bytes(ks, "keyspace"), name_bytes(key), d, len(d), st), st)
 
     def read(self, ks: str, key: str, offset: int = 0, length: Optional[int] = None) -> bytes:
         """Read up to length bytes from offset (length None: to the end), all from one version.
@@ -371,10 +371,10 @@ class Client:
 
     def _readinto(self, ksb: bytes, kb: bytes, buf: Any, offset: int) -> int:
         L, h = self._c()
-        b = wbuf(buf)
         n = ffi.new("size_t *")
         st = status()
-        check(L.tyr_read(h, ksb, kb, offset, b, len(b), n, st), st)
+        with wbuf(buf) as b:
+            check(L.tyr_read(h, ksb, kb, offset, b, len(b), n, st), st)
         return int(n[0])
 
     def _size(self, ksb: bytes, kb: bytes) -> int:
@@ -390,15 +390,15 @@ class Client:
         Atomic up to 4 MiB; more is written in parts, each atomic, the whole not.
         """
         L, h = self._c()
-        d = rbuf(data)
         res = ffi.new("tyr_op_result *")
         st = status()
-        check(
-            L.tyr_write(
-                h, name_bytes(ks, "keyspace"), name_bytes(key), _ops.uint("offset", offset), d, len(d),
-                1 if create else 0, res, st,
-            ),
-            st,
+        with rbuf(data) as d:
+            check(
+                L.tyr_write(
+                    h, name_bytes(ks, "keyspace"), name_bytes(key), _ops.uint("offset", offset), d, len(d),
+                    1 if create else 0, res, st,
+                ),
+                st,
         )
         return OpResult._from_c(res)
 
@@ -408,10 +408,10 @@ class Client:
         TooLargeError above 4 MiB; NotFoundError if the blob does not exist.
         """
         L, h = self._c()
-        d = rbuf(data)
         off = ffi.new("uint64_t *")
         st = status()
-        check(L.tyr_append(h, name_bytes(ks, "keyspace"), name_bytes(key), d, len(d), off, st), st)
+        with rbuf(data) as d:
+            check(L.tyr_append(h, name_bytes(ks, "keyspace"), name_bytes(key), d, len(d), off, st), st)
         return int(off[0])
 
     def atomic(self, ks: str, key: str, offset: int, width: int, func: Union[str, Func], operand: int) -> int:
@@ -445,11 +445,11 @@ class Client:
         expected and data have the same length (at most 4 KiB).
         """
         L, h = self._c()
-        e, d = rbuf(expected), rbuf(data)
-        if len(e) != len(d):
-            raise invalid(f"compare-and-swap: expected is {len(e)} bytes, data {len(d)}")
         st = status()
-        rc = L.tyr_cas(h, name_bytes(ks, "keyspace"), name_bytes(key), _ops.uint("offset", offset), e, d, len(d), st)
+        with rbuf(expected) as e, rbuf(data) as d:
+            if len(e) != len(d):
+                raise invalid(f"compare-and-swap: expected is {len(e)} bytes, data {len(d)}")
+            rc = L.tyr_cas(h, name_bytes(ks, "keyspace"), name_bytes(key), _ops.uint("offset", offset), e, d, len(d), st)
         if rc == _lib.CONFLICT:
             return False
         check(rc, st)
@@ -518,12 +518,11 @@ class Client:
         OutcomeUnknownError if that could not be learnt.
         """
         L, h = self._c()
-        arr, keep = c_ops(ops)
         n = len(ops)
         results = ffi.new("tyr_op_result[]", max(n, 1))
         st = status()
-        check(L.tyr_commit(h, name_bytes(ks, "keyspace"), arr, n, results, st), st)
-        del keep
+        with c_ops(ops) as arr:
+            check(L.tyr_commit(h, name_bytes(ks, "keyspace"), arr, n, results, st), st)
         return [OpResult._from_c(results[i]) for i in range(n)]
 
     # Transactions.

@@ -130,11 +130,12 @@ class RawBlobWriter(io.RawIOBase):
             raise ValueError("I/O operation on closed file")
         _lib.check_fork()
         L = _lib.lib()
-        d = rbuf(b)
         st = status()
-        check(L.tyr_writer_write(self._h, d, len(d), st), st)
-        self._pos += len(d)
-        return len(d)
+        with rbuf(b) as d:
+            n = len(d)
+            check(L.tyr_writer_write(self._h, d, n, st), st)
+        self._pos += n
+        return n
 
     def tell(self) -> int:
         """The offset the next write lands at."""

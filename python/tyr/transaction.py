@@ -102,18 +102,18 @@ class Transaction:
         """Buffer a write of data at offset; it creates a missing blob."""
         h = self._handle()
         L = _lib.lib()
-        d = rbuf(data)
         st = status()
-        check(L.tyr_tx_write(h, name_bytes(key), _ops.uint("offset", offset), d, len(d), st), st)
+        with rbuf(data) as d:
+            check(L.tyr_tx_write(h, name_bytes(key), _ops.uint("offset", offset), d, len(d), st), st)
         self._nops += 1
 
     def append(self, key: str, data: BytesLike) -> None:
         """Buffer an append of data; it creates a missing blob."""
         h = self._handle()
         L = _lib.lib()
-        d = rbuf(data)
         st = status()
-        check(L.tyr_tx_append(h, name_bytes(key), d, len(d), st), st)
+        with rbuf(data) as d:
+            check(L.tyr_tx_append(h, name_bytes(key), d, len(d), st), st)
         self._nops += 1
 
     def truncate(self, key: str, size: int) -> None:
@@ -155,10 +155,9 @@ class Transaction:
     def _do(self, *ops: _ops.Op) -> None:
         h = self._handle()
         L = _lib.lib()
-        arr, keep = c_ops(ops)
         st = status()
-        check(L.tyr_tx_do(h, arr, len(ops), st), st)
-        del keep
+        with c_ops(ops) as arr:
+            check(L.tyr_tx_do(h, arr, len(ops), st), st)
         self._nops += len(ops)
 
     # Ending.
