@@ -4,7 +4,7 @@ BIN         := bin/tyr
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.7.0
 FUZZTIME    ?= 20000x
 
-.PHONY: build libtyr run test unit lint fuzz fuzz-long gc-soak crash-long sim ring-sim torture bench profile bench-peers bench-cluster bench-txn proto clean
+.PHONY: build libtyr deps python run test unit lint fuzz fuzz-long gc-soak crash-long sim ring-sim torture bench profile bench-peers bench-cluster bench-txn proto clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/tyr
@@ -17,9 +17,27 @@ libtyr:
 run: build
 	$(BIN) server --data ./data --listen 127.0.0.1:7420
 
-# The CI target: static checks, all tests under the race detector, and a
-# brief run of every fuzz target.
-test: lint unit fuzz
+# The CI target: the packages the tests need, static checks, all tests
+# under the race detector, the Python package's tests, and a brief run of
+# every fuzz target.
+test: deps lint unit python fuzz
+
+# The Debian packages of the C API's tests and of a Python virtual
+# environment, installed when missing (scripts/deps.sh).
+deps:
+	sh scripts/deps.sh
+
+# The Python package as a user installs it: a fresh virtual environment in
+# build/venv, `pip install .[test]` from the repository (which builds
+# libtyr), `import tyr` from outside the repository, then pytest against
+# real servers and a 3-node cluster (python/tests).
+VENV := build/venv
+python: build
+	rm -rf $(VENV)
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q --disable-pip-version-check '.[test]'
+	cd / && $(CURDIR)/$(VENV)/bin/python -c "import tyr; print('tyr', tyr.__version__, 'from', tyr.__file__)"
+	TYR_BIN=$(CURDIR)/$(BIN) $(VENV)/bin/python -m pytest -q -p no:cacheprovider python/tests
 
 unit:
 	$(GO) test -race -count=1 -timeout 45m ./...

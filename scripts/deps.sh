@@ -1,8 +1,8 @@
 #!/bin/sh
-# deps.sh: installs the Debian packages the tests of the C API need when
-# they are missing: a C compiler (gcc), pkg-config, and MPICH (mpicc,
-# mpiexec). Uses apt-get, as root or through sudo; does nothing when all
-# are present.
+# deps.sh: installs the Debian packages the tests of the C API and of the
+# Python package need when they are missing: a C compiler (gcc),
+# pkg-config, MPICH (mpicc, mpiexec), and Python 3 with venv and pip. Uses
+# apt-get, as root or through sudo; does nothing when all are present.
 set -eu
 
 missing=""
@@ -17,11 +17,17 @@ need gcc gcc libc6-dev
 need pkg-config pkg-config
 need mpicc mpich libmpich-dev
 need mpiexec mpich
+need python3 python3 python3-venv python3-pip
 
 # mpicc is there but not the MPI headers (libmpich-dev without mpich, or
 # the reverse): ask for both.
 if [ -z "$missing" ] && ! echo '#include <mpi.h>' | mpicc -E -x c - >/dev/null 2>&1; then
 	missing="mpich libmpich-dev"
+fi
+
+# Debian's python3 comes without venv's pip (ensurepip).
+if command -v python3 >/dev/null 2>&1 && ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+	missing="$missing python3-venv python3-pip"
 fi
 
 [ -z "$missing" ] && exit 0

@@ -24,6 +24,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional
@@ -240,6 +241,17 @@ class Cluster:
         """nodek's client API address, from its node.json."""
         return self.node_json(k)["listen"]
 
+    def metrics(self, k: int) -> Dict[str, float]:
+        """nodek's Prometheus metrics (its /metrics, from node.json's metrics address): series -> value."""
+        with urllib.request.urlopen(f"http://{self.node_json(k)['metrics']}/metrics", timeout=10) as r:
+            text = r.read().decode()
+        out: Dict[str, float] = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                series, _, value = line.rpartition(" ")
+                out[series] = float(value)
+        return out
+
     def pid(self, k: int) -> Optional[int]:
         """nodek's PID from its pid file, or None."""
         try:
@@ -274,7 +286,8 @@ class Cluster:
                 shutil.rmtree(self.root, ignore_errors=True)
             self.root.mkdir(parents=True)
             r = subprocess.run(
-                [binary(), "cluster", "up", "--nodes", str(self.nodes), "--dir", str(self.root), "--base-port", "0"],
+                [binary(), "cluster", "up", "--nodes", str(self.nodes), "--dir", str(self.root), "--base-port", "0",
+                 "--metrics"],
                 capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL,
             )
             if r.returncode == 0:

@@ -97,3 +97,41 @@ def test_public_names_are_documented() -> None:
                         assert member.__doc__, f"{name}.{attr}"
     for name in ("create", "write", "append", "truncate", "delete", "atomic", "cas"):
         assert getattr(tyr.ops, name).__doc__
+
+
+def test_failed_calls_release_their_buffers(endpoint: str) -> None:
+    # A failed call's traceback holds the caller's memoryview and the view
+    # libtyr read through; caught into a local, the exception closes a
+    # reference cycle. Collecting it must not find the memoryview still
+    # exported (CPython 3.11 crashed on that).
+    r = run_python(
+        f"""
+        import gc
+        import tyr
+        from tyr import ops
+
+        c = tyr.connect({endpoint!r}, timeout=30)
+
+        def fail(call):
+            data = memoryview(b"abcd").cast("B")
+            try:
+                call(data)
+            except tyr.NotFoundError as e:
+                err = e  # frame -> err -> traceback -> frame
+                return err
+            raise AssertionError("the call did not fail")
+
+        for call in (
+            lambda d: c.put("no-such-keyspace", "k", d),
+            lambda d: c.write("no-such-keyspace", "k", d),
+            lambda d: c.append("no-such-keyspace", "k", d),
+            lambda d: c.cas("no-such-keyspace", "k", 0, d, d),
+            lambda d: c.commit("no-such-keyspace", [ops.write("k", 0, d)]),
+        ):
+            for _ in range(50):
+                fail(call)
+            gc.collect()
+        print("ok")
+        """
+    )
+    assert r.returncode == 0 and r.stdout.strip() == "ok", (r.returncode, r.stderr[-2000:])
