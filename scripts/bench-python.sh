@@ -3,14 +3,14 @@
 # fresh server: 4 KiB writes and 1 KiB reads at 1 and 16 threads and
 # processes, and a stream of STREAM (default 1GiB), each beside the same
 # `tyr bench` workload in the same run. Installs the package into the virtual
-# environment of scripts/python-test.sh (build/pyenv), made if missing.
+# environment of `make python` (build/venv), made if missing.
 # Usage: scripts/bench-python.sh [DURATION_SECONDS (default 10)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 duration=${1:-10}
-py=build/pyenv/bin/python
-[[ -x $py ]] || python3 -m venv build/pyenv
-build/pyenv/bin/pip install -q .
+py=build/venv/bin/python
+[[ -x $py ]] || python3 -m venv build/venv
+$py -m pip install -q --disable-pip-version-check .
 make -s build
 dir=$(mktemp -d /tmp/tyr-pybench-XXXXXX)
 port=$($py -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')

@@ -131,10 +131,9 @@ def main() -> None:
     c.create_keyspace(ks)
     try:
         # Writes.
-        for n in (1, 16):
-            for k in range(n):
-                for j in range(KEYS_PER_CLIENT):
-                    c.create(ks, f"w{k}-{j}")
+        for k in range(16):
+            for j in range(KEYS_PER_CLIENT):
+                c.create(ks, f"w{k}-{j}")
         go = {r["clients"]: r for r in go_bench(args, "write", "--clients", "1,16", "--duration", dur,
                                                  "--value-size", "4KiB", "--keys-per-client", str(KEYS_PER_CLIENT))}
         for n in (1, 16):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -12,6 +13,8 @@ from pathlib import Path
 import pytest
 
 import tyr
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def run_python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -135,3 +138,47 @@ def test_failed_calls_release_their_buffers(endpoint: str) -> None:
         """
     )
     assert r.returncode == 0 and r.stdout.strip() == "ok", (r.returncode, r.stderr[-2000:])
+
+
+def _header_check_source() -> str:
+    """C that compiles only if the bindings' declarations match tyr.h."""
+    from tyr import _lib
+
+    ffi = _lib.ffi
+    lines = ["#include <stddef.h>", '#include "tyr.h"']
+    header = (REPO / "libtyr" / "tyr.h").read_text()
+    # Constants: every one the bindings define under a name tyr.h has.
+    for name, value in vars(_lib).items():
+        if name.isupper() and isinstance(value, int) and re.search(rf"\bTYR_{name}\b", header):
+            lines.append(f'_Static_assert(TYR_{name} == {value}u, "TYR_{name}");')
+    # Structs: size, and each field's offset and size.
+    for struct in re.findall(r"typedef struct (tyr_\w+) \{", _lib.CDEF):
+        t = ffi.typeof(struct)
+        lines.append(f'_Static_assert(sizeof({struct}) == {ffi.sizeof(t)}, "sizeof {struct}");')
+        for field, f in t.fields:
+            lines.append(
+                f"_Static_assert(offsetof({struct}, {field}) == {f.offset} && "
+                f'sizeof((({struct} *)0)->{field}) == {ffi.sizeof(f.type)}, "{struct}.{field}");'
+            )
+    # Functions: a pointer of the declared type takes the real function only
+    # if every parameter and the result have the same types.
+    for ret, name, params in re.findall(r"(?m)^([A-Za-z_][\w ]*?[\s*])(tyr_\w+)\(([^;]*?)\);", _lib.CDEF):
+        lines.append(f"{ret.strip()} (*check_{name})({params}) = {name};")
+    return "\n".join(lines) + "\n"
+
+
+def test_bindings_match_the_header(tmp_path: Path) -> None:
+    cc = shutil.which("cc") or shutil.which("gcc")
+    assert cc, "no C compiler: the check of the bindings against tyr.h needs one (scripts/deps.sh installs gcc)"
+    from tyr import _lib
+
+    header = (REPO / "libtyr" / "tyr.h").read_text()
+    declared = set(re.findall(r"(?m)^[A-Za-z_][\w ]*?[\s*](tyr_\w+)\(", header))
+    bound = set(re.findall(r"(?m)^[A-Za-z_][\w ]*?[\s*](tyr_\w+)\(", _lib.CDEF))
+    assert declared - bound == set(), "calls of tyr.h without a binding"
+    assert bound - declared == set(), "bindings of calls tyr.h does not have"
+    src = tmp_path / "check.c"
+    src.write_text(_header_check_source())
+    r = subprocess.run([cc, "-std=c11", "-Wall", "-Werror", "-I", str(REPO / "libtyr"), "-c", str(src),
+                        "-o", str(tmp_path / "check.o")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-4000:]

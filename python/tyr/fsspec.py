@@ -35,15 +35,15 @@ from tyr import ops as tyr_ops
 
 __all__ = ["TyrFile", "TyrFileSystem"]
 
-#: One request's data (TYR_PAYLOAD_BYTES_MAX): a write or read of at most
-#: this many bytes is one atomic request.
-PAYLOAD_BYTES_MAX = 4 << 20
-#: The longest key, prefix or start_after the server takes (TYR_KEY_BYTES_MAX).
-KEY_BYTES_MAX = 1024
-#: Blobs per list request (TYR_LIST_LIMIT_MAX is the most the server takes).
+#: One request's data: a write or read of at most this many bytes is one
+#: atomic request.
+PAYLOAD_BYTES_MAX = tyr.PAYLOAD_BYTES_MAX
+#: The longest key, prefix or start_after the server takes.
+KEY_BYTES_MAX = tyr.KEY_BYTES_MAX
+#: Blobs per list request (at most tyr.LIST_LIMIT_MAX).
 LIST_PAGE_DEFAULT = 1000
-LIST_PAGE_MAX = 10000
-#: Deletes per commit when removing many blobs (TYR_OPS_PER_TX_MAX is 1024).
+LIST_PAGE_MAX = tyr.LIST_LIMIT_MAX
+#: Deletes per commit when removing many blobs (at most tyr.OPS_PER_TX_MAX).
 DELETES_PER_COMMIT = 1000
 
 # The largest code point: a key starting with a prefix P sorts at or before
