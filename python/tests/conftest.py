@@ -16,6 +16,7 @@ Every process is started here and stopped by its PID.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import shutil
@@ -81,6 +82,15 @@ def wait_ready(endpoint: str, timeout: float, alive: Callable[[], bool] = lambda
             time.sleep(0.05)
 
 
+def _die_with_parent() -> None:
+    """In a child before exec: SIGKILL it when the test process dies, even by a crash (Linux)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 class Server:
     """One ``tyr server`` process on loopback, started by :meth:`start`."""
 
@@ -124,6 +134,7 @@ class Server:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
+                preexec_fn=_die_with_parent,
             )
         deadline = time.monotonic() + 60
         while not (ready.exists() and ready.read_text().strip()):

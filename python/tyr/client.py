@@ -597,6 +597,22 @@ class Client:
         """
         return open_blob(self, ks, key, mode, buffer_size)
 
+    def _reader_open(self, ksb: bytes, kb: bytes, offset: int) -> int:
+        L, h = self._c()
+        out = ffi.new("tyr_reader *")
+        st = status()
+        check(L.tyr_reader_open(h, ksb, kb, offset, -1, out, st), st)
+        return int(out[0])
+
+    def _reader_read(self, r: int, buf: Any) -> int:
+        _lib.check_fork()
+        L = _lib.lib()
+        n = ffi.new("size_t *")
+        st = status()
+        with wbuf(buf) as b:
+            check(L.tyr_reader_read(r, b, len(b), n, st), st)
+        return int(n[0])
+
     def _writer_open(self, ksb: bytes, kb: bytes, offset: int, create: bool) -> int:
         L, h = self._c()
         out = ffi.new("tyr_writer *")

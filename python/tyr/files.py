@@ -2,7 +2,7 @@
 
 ``"rb"`` gives a seekable :class:`BlobReader` (an :class:`io.BufferedReader`)
 whose raw reads go to the server at their offsets, straight into the caller's
-buffer; ``"wb"`` and ``"ab"`` give a :class:`BlobWriter` (an
+buffer, and whose sequential reads become a stream that reads ahead; ``"wb"`` and ``"ab"`` give a :class:`BlobWriter` (an
 :class:`io.BufferedWriter`) streaming into the blob. Each part of a stream is
 atomic (at most 4 MiB), the whole is not.
 """
@@ -26,7 +26,15 @@ DEFAULT_BUFFER_SIZE = 1 << 20
 
 
 class RawBlobReader(io.RawIOBase):
-    """Unbuffered reads of a blob at a position: each ``readinto`` is one ``tyr_read`` into the caller's buffer."""
+    """Unbuffered reads of a blob at a position.
+
+    A ``readinto`` is one ``tyr_read`` into the caller's buffer. From the
+    second read that starts where the one before it ended, reads come from
+    a stream (``tyr_reader``) opened at the position, which keeps a few
+    4 MiB parts in flight ahead of the reader; a seek elsewhere closes it.
+    Each part is read from one version of the blob, the whole not, as with
+    reads at offsets.
+    """
 
     def __init__(self, client: "Client", ks: bytes, key: bytes, name: str, size: int) -> None:
         super().__init__()
@@ -36,6 +44,8 @@ class RawBlobReader(io.RawIOBase):
         self._name = name
         self._size = size
         self._pos = 0
+        self._last_end = -1  # where the last read ended
+        self._stream = 0  # a tyr_reader handle at self._pos, or 0
 
     @property
     def name(self) -> str:
@@ -64,9 +74,25 @@ class RawBlobReader(io.RawIOBase):
         """Read up to len(b) bytes at the position into b; 0 at the end of the blob."""
         if self.closed:
             raise ValueError("I/O operation on closed file")
-        n = self._client._readinto(self._ks, self._key, b, self._pos)
+        if self._stream == 0 and self._pos == self._last_end:
+            self._stream = self._client._reader_open(self._ks, self._key, self._pos)
+        if self._stream:
+            n = self._client._reader_read(self._stream, b)
+        else:
+            n = self._client._readinto(self._ks, self._key, b, self._pos)
         self._pos += n
+        self._last_end = self._pos
         return n
+
+    def _close_stream(self) -> None:
+        h, self._stream = self._stream, 0
+        if h and not _lib.forked():
+            _lib.lib().tyr_reader_close(h)
+
+    def close(self) -> None:
+        """Close the reader and its stream, if it has one."""
+        self._close_stream()
+        super().close()
 
     def readall(self) -> bytes:
         """Read from the position to the end of the blob, in one request (parts of it beyond 4 MiB)."""
@@ -91,6 +117,8 @@ class RawBlobReader(io.RawIOBase):
             raise ValueError(f"invalid whence ({whence}, should be 0, 1 or 2)")
         if pos < 0:
             raise ValueError(f"negative seek position {pos}")
+        if pos != self._pos:
+            self._close_stream()
         self._pos = pos
         return pos
 
