@@ -4,14 +4,20 @@ BIN         := bin/tyr
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.7.0
 FUZZTIME    ?= 20000x
 
-.PHONY: build libtyr deps python run test unit lint fuzz fuzz-long gc-soak crash-long sim ring-sim torture bench profile bench-peers bench-cluster bench-txn proto clean
+.PHONY: build libtyr install-libtyr deps python run test unit lint fuzz fuzz-long gc-soak crash-long sim ring-sim torture bench profile bench-peers bench-cluster bench-txn proto clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/tyr
 
 # libtyr: the Go client as a C shared library; tyr.h is its API.
+# `make install-libtyr PREFIX=/usr/local` installs the library, tyr.h and
+# a pkg-config file (scripts/install-libtyr.sh).
+PREFIX ?= /usr/local
 libtyr:
 	$(GO) build -buildmode=c-shared -o build/libtyr.so ./libtyr
+
+install-libtyr:
+	GO=$(GO) sh scripts/install-libtyr.sh $(PREFIX)
 
 # Builds and starts a local server on an embedded store in ./data.
 run: build
@@ -29,14 +35,18 @@ deps:
 
 # The Python package as a user installs it: a fresh virtual environment in
 # build/venv, `pip install .[test]` from the repository (which builds
-# libtyr), `import tyr` from outside the repository, then pytest against
-# real servers and a 3-node cluster (python/tests).
+# libtyr), `import tyr` from outside the repository, pyflakes' checks
+# (ruff) and mypy over the package, then pytest against real servers and a
+# 3-node cluster (python/tests).
 VENV := build/venv
 python: build
 	rm -rf $(VENV)
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --disable-pip-version-check '.[test]'
 	cd / && $(CURDIR)/$(VENV)/bin/python -c "import tyr; print('tyr', tyr.__version__, 'from', tyr.__file__)"
+	$(VENV)/bin/pip install -q --disable-pip-version-check ruff mypy
+	$(VENV)/bin/ruff check -q --no-cache --select F,E9 python
+	cd python && ../$(VENV)/bin/mypy --cache-dir=/dev/null --ignore-missing-imports tyr
 	TYR_BIN=$(CURDIR)/$(BIN) $(VENV)/bin/python -m pytest -q -p no:cacheprovider python/tests
 
 unit:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import errno
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from glob import has_magic
@@ -243,7 +243,9 @@ class TyrFileSystem(AbstractFileSystem):
             sync=ks.sync,
         )
 
-    def _pages(self, ks: str, prefix: str, start_after: str = "") -> Iterator[tuple[list[Any], str | None]]:
+    def _pages(
+        self, ks: str, prefix: str, start_after: str = ""
+    ) -> Generator[tuple[list[Any], str | None], str | None, None]:
         """Pages of the blobs under prefix; send() a new start_after to skip."""
         while True:
             page, nxt = self.client.list_page(ks, prefix=prefix, start_after=start_after, limit=self.list_page_size)
@@ -583,8 +585,8 @@ class TyrFileSystem(AbstractFileSystem):
         commit. A directory without recursive raises IsADirectoryError, a
         missing path FileNotFoundError.
         """
-        paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
-        paths = [self._strip_protocol(os.fspath(p)) for p in paths]
+        given = [path] if isinstance(path, (str, os.PathLike)) else list(path)
+        paths: list[str] = [self._strip_protocol(os.fspath(p)) for p in given]
         if any(not p for p in paths):
             raise PermissionError(errno.EPERM, "cannot remove the root", "")
         drop: dict[str, None] = {}
