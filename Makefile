@@ -19,9 +19,15 @@ libtyr:
 install-libtyr:
 	GO=$(GO) sh scripts/install-libtyr.sh $(PREFIX)
 
-# Builds and starts a local server on an embedded store in ./data.
+# Builds and starts a local server on an embedded store in ./data, with
+# the S3 API on 127.0.0.1:7480 under development credentials (printed;
+# S3_ACCESS_KEY and S3_SECRET_KEY change them).
+S3_ACCESS_KEY ?= tyr-dev
+S3_SECRET_KEY ?= tyr-dev-secret
 run: build
-	$(BIN) server --data ./data --listen 127.0.0.1:7420
+	@echo "S3 API: http://127.0.0.1:7480  access key: $(S3_ACCESS_KEY)  secret key: $(S3_SECRET_KEY)"
+	TYR_S3_ACCESS_KEY=$(S3_ACCESS_KEY) TYR_S3_SECRET_KEY=$(S3_SECRET_KEY) \
+		$(BIN) server --data ./data --listen 127.0.0.1:7420 --s3-listen 127.0.0.1:7480
 
 # The CI target: the packages the tests need, static checks, all tests
 # under the race detector, the Python package's tests, and a brief run of

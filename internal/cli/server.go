@@ -18,6 +18,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tyrstore/tyr/client"
 	"github.com/tyrstore/tyr/internal/balance"
 	"github.com/tyrstore/tyr/internal/errs"
 	"github.com/tyrstore/tyr/internal/mvcc"
@@ -42,6 +43,7 @@ type serverFlags struct {
 	minFree       string
 	reclaimRate   string
 	cluster       clusterFlags
+	s3            s3Flags
 }
 
 func newServerCommand(e *env) *cobra.Command {
@@ -75,6 +77,7 @@ func newServerCommand(e *env) *cobra.Command {
 	cmd.Flags().StringVar(&f.reclaimRate, "reclaim-rate", "64MiB",
 		"bytes per second, on average, that compactions reclaiming the space of removed data may rewrite (at least 1MiB)")
 	addClusterFlags(cmd, &f.cluster)
+	addS3Flags(cmd, &f.s3, "s3-listen", "", "address of an S3 API served beside the client API, once the server is ready (off if empty; see tyr s3)")
 	return cmd
 }
 
@@ -249,9 +252,24 @@ func runServer(ctx context.Context, e *env, f serverFlags) error {
 				return err
 			}
 		}
+		gw := make(chan error, 1)
+		if f.s3.listen != "" {
+			c, err := client.Dial(lis.Addr().String())
+			if err != nil {
+				grpcServer.Stop()
+				return err
+			}
+			defer c.Close()
+			go func() { gw <- runS3(ctx, c, f.s3, log) }()
+		}
 		select {
 		case err := <-served:
 			return err
+		case err := <-gw:
+			if ctx.Err() == nil {
+				grpcServer.Stop()
+				return fmt.Errorf("S3 gateway: %w", err)
+			}
 		case <-ctx.Done():
 		}
 	}

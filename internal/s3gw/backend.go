@@ -1,0 +1,679 @@
+// Package s3gw serves tyr over the S3 API: versitygw (the S3 protocol:
+// routing, SigV4, XML, errors) over a backend.Backend that maps buckets to
+// keyspaces and objects to blobs through the Go client.
+//
+// An object is blob KEY of keyspace BUCKET, so the native API reads the
+// same bytes. Its S3 attributes (MD5 ETag, Content-Type and the other
+// content headers, user metadata) are a small JSON blob at
+// MetaPrefix+KEY in the same keyspace, written in the same commit as the
+// data: a PUT replaces both atomically, and a GET reads both at one
+// version in a transaction. Sidecars sort after every other key, so an S3
+// listing reads keys in tyr's order and stops at them.
+package s3gw
+
+import (
+	"bytes"
+	"context"
+	"crypto/md5"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/versity/versitygw/auth"
+	"github.com/versity/versitygw/backend"
+	"github.com/versity/versitygw/s3err"
+	"github.com/versity/versitygw/s3response"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/tyrstore/tyr/client"
+)
+
+const (
+	// MetaPrefix starts the key of every object's sidecar: U+10FFFF, the
+	// last code point, so sidecars sort after every object key.
+	MetaPrefix = "\U0010FFFF"
+	// KeyBytesMax is the longest object key: tyr's key limit less the
+	// sidecar's prefix.
+	KeyBytesMax = client.KeyBytesMax - len(MetaPrefix)
+	// ObjectBytesMax is the largest object one PUT stores: the data of one
+	// commit less room for the sidecar. Larger objects need multipart
+	// upload, not built yet.
+	ObjectBytesMax = 15 << 20
+	// metaBytesMax bounds a sidecar (S3 allows 2 KiB of user metadata).
+	metaBytesMax = 64 << 10
+	// listFetches is how many sidecars a listing reads at once.
+	listFetches = 32
+)
+
+// Backend implements versitygw's backend.Backend over a tyr client. The
+// calls it does not implement answer NotImplemented.
+type Backend struct {
+	backend.BackendUnsupported
+	c   *client.Client
+	cfg client.KeyspaceConfig
+}
+
+// New returns a backend over c; buckets are created with cfg.
+func New(c *client.Client, cfg client.KeyspaceConfig) *Backend {
+	return &Backend{c: c, cfg: cfg}
+}
+
+// meta is an object's sidecar.
+type meta struct {
+	ETag               string            `json:"etag"`
+	ContentType        string            `json:"content_type,omitempty"`
+	ContentEncoding    string            `json:"content_encoding,omitempty"`
+	ContentDisposition string            `json:"content_disposition,omitempty"`
+	ContentLanguage    string            `json:"content_language,omitempty"`
+	CacheControl       string            `json:"cache_control,omitempty"`
+	Expires            string            `json:"expires,omitempty"`
+	Metadata           map[string]string `json:"metadata,omitempty"`
+}
+
+func metaKey(key string) string { return MetaPrefix + key }
+
+func str(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func nonEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// s3Error maps a tyr error to S3's, for a bucket and key.
+func s3Error(err error, bucket, key string) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, client.ErrNotFound):
+		if key == "" || strings.Contains(err.Error(), "keyspace") {
+			return s3err.GetBucketErr(s3err.ErrNoSuchBucket, bucket)
+		}
+		return s3err.GetAPIError(s3err.ErrNoSuchKey)
+	case errors.Is(err, client.ErrExists):
+		return s3err.GetBucketErr(s3err.ErrBucketAlreadyOwnedByYou, bucket)
+	case errors.Is(err, client.ErrNoSpace):
+		return s3err.GetAPIError(s3err.ErrQuotaExceeded)
+	case errors.Is(err, client.ErrUnavailable), errors.Is(err, client.ErrConflict):
+		return s3err.GetAPIError(s3err.ErrSlowDown)
+	}
+	return err
+}
+
+func checkKey(key string) error {
+	if key == "" {
+		return s3err.GetAPIError(s3err.ErrNoSuchKey)
+	}
+	if len(key) > KeyBytesMax {
+		return s3err.GetKeyTooLongErr(int64(len(key)), int64(KeyBytesMax))
+	}
+	if strings.HasPrefix(key, MetaPrefix) || strings.ContainsRune(key, 0) {
+		return s3err.GetAPIError(s3err.ErrInvalidRequest)
+	}
+	return nil
+}
+
+// Buckets.
+
+func (b *Backend) ListBuckets(ctx context.Context, in s3response.ListBucketsInput) (s3response.ListAllMyBucketsResult, error) {
+	kss, err := b.c.ListKeyspaces(ctx)
+	if err != nil {
+		return s3response.ListAllMyBucketsResult{}, s3Error(err, "", "")
+	}
+	out := s3response.ListAllMyBucketsResult{Owner: s3response.CanonicalUser{ID: in.Owner}, Prefix: in.Prefix}
+	for _, ks := range kss {
+		if !strings.HasPrefix(ks.Name, in.Prefix) || (in.ContinuationToken != "" && ks.Name <= in.ContinuationToken) {
+			continue
+		}
+		if in.MaxBuckets > 0 && len(out.Buckets.Bucket) == int(in.MaxBuckets) {
+			out.ContinuationToken = out.Buckets.Bucket[len(out.Buckets.Bucket)-1].Name
+			break
+		}
+		out.Buckets.Bucket = append(out.Buckets.Bucket, s3response.ListAllMyBucketsEntry{Name: ks.Name, CreationDate: ks.Created})
+	}
+	return out, nil
+}
+
+func (b *Backend) HeadBucket(ctx context.Context, in *s3.HeadBucketInput) (*s3.HeadBucketOutput, error) {
+	if err := b.bucketExists(ctx, str(in.Bucket)); err != nil {
+		return nil, err
+	}
+	return &s3.HeadBucketOutput{}, nil
+}
+
+func (b *Backend) CreateBucket(ctx context.Context, in *s3.CreateBucketInput, _ []byte) error {
+	_, err := b.c.CreateKeyspace(ctx, str(in.Bucket), b.cfg)
+	if errors.Is(err, client.ErrInvalidArgument) {
+		return s3err.GetBucketErr(s3err.ErrInvalidBucketName, str(in.Bucket))
+	}
+	return s3Error(err, str(in.Bucket), "")
+}
+
+func (b *Backend) DeleteBucket(ctx context.Context, bucket string) error {
+	blobs, _, err := b.c.List(ctx, bucket, "", "", 1)
+	if err != nil {
+		return s3Error(err, bucket, "")
+	}
+	if len(blobs) > 0 {
+		return s3err.GetBucketErr(s3err.ErrBucketNotEmpty, bucket)
+	}
+	return s3Error(b.c.DropKeyspace(ctx, bucket), bucket, "")
+}
+
+// The ACL calls keep the gateway's default: one owner, full control.
+
+func (b *Backend) GetBucketAcl(ctx context.Context, in *s3.GetBucketAclInput) ([]byte, error) {
+	if err := b.bucketExists(ctx, str(in.Bucket)); err != nil {
+		return nil, err
+	}
+	return []byte{}, nil
+}
+
+func (b *Backend) PutBucketAcl(ctx context.Context, bucket string, _ []byte) error {
+	return b.bucketExists(ctx, bucket)
+}
+
+// Objects.
+
+func (b *Backend) PutObject(ctx context.Context, in s3response.PutObjectInput) (s3response.PutObjectOutput, error) {
+	bucket, key := str(in.Bucket), str(in.Key)
+	if err := checkKey(key); err != nil {
+		return s3response.PutObjectOutput{}, err
+	}
+	if in.ContentLength != nil && *in.ContentLength > ObjectBytesMax {
+		return s3response.PutObjectOutput{}, s3err.GetEntityTooLargeErr(*in.ContentLength, ObjectBytesMax)
+	}
+	var data []byte
+	if in.Body != nil {
+		var err error
+		data, err = io.ReadAll(io.LimitReader(in.Body, ObjectBytesMax+1))
+		if err != nil {
+			return s3response.PutObjectOutput{}, err
+		}
+	}
+	if len(data) > ObjectBytesMax {
+		return s3response.PutObjectOutput{}, s3err.GetEntityTooLargeErr(int64(len(data)), ObjectBytesMax)
+	}
+	sum := md5.Sum(data)
+	m := meta{ETag: `"` + hex.EncodeToString(sum[:]) + `"`, ContentType: str(in.ContentType),
+		ContentEncoding: str(in.ContentEncoding), ContentDisposition: str(in.ContentDisposition),
+		ContentLanguage: str(in.ContentLanguage), CacheControl: str(in.CacheControl), Expires: str(in.Expires),
+		Metadata: in.Metadata}
+	if err := b.put(ctx, bucket, key, data, m); err != nil {
+		return s3response.PutObjectOutput{}, err
+	}
+	return s3response.PutObjectOutput{ETag: m.ETag, Size: ptr(int64(len(data)))}, nil
+}
+
+// put replaces object key with data and its sidecar with m, in one commit.
+func (b *Backend) put(ctx context.Context, bucket, key string, data []byte, m meta) error {
+	mb, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	if len(mb) > metaBytesMax {
+		return s3err.GetAPIError(s3err.ErrMetadataTooLarge)
+	}
+	ops := replace(key, data)
+	ops = append(ops, replace(metaKey(key), mb)...)
+	_, err = b.c.Commit(ctx, bucket, ops...)
+	return s3Error(err, bucket, "")
+}
+
+// replace returns the ops that make blob key hold exactly data.
+func replace(key string, data []byte) []client.Op {
+	ops := []client.Op{client.WriteOp(key, 0, nil, true), client.TruncateOp(key, 0)}
+	for off := 0; off < len(data); off += client.PayloadBytesMax {
+		ops = append(ops, client.WriteOp(key, uint64(off), data[off:min(off+client.PayloadBytesMax, len(data))], false))
+	}
+	return ops
+}
+
+// object is what a read of an object found, at one version of the blob and
+// its sidecar.
+type object struct {
+	info client.BlobInfo
+	meta meta
+	data []byte // the range read, if any
+}
+
+// read reads key's size and sidecar and, with data, the bytes of the Range
+// header rng (all of them if it is empty or ignored), in one transaction:
+// its commit checks that no PUT changed them meanwhile, so the bytes and
+// the attributes are one PUT's (a conflict runs it again). It returns the
+// range's start and length.
+func (b *Backend) read(ctx context.Context, bucket, key string, data bool, rng string) (object, int64, int64, error) {
+	if err := checkKey(key); err != nil {
+		return object{}, 0, 0, err
+	}
+	var o object
+	var start, length int64
+	err := b.c.RunTx(ctx, bucket, func(tx *client.Tx) error {
+		size, err := tx.Size(ctx, key)
+		if err != nil {
+			return err
+		}
+		mb, err := tx.Read(ctx, metaKey(key), 0, metaBytesMax)
+		if err != nil && !errors.Is(err, client.ErrNotFound) {
+			return err
+		}
+		o.meta = meta{}
+		if len(mb) > 0 {
+			if err := json.Unmarshal(mb, &o.meta); err != nil {
+				return fmt.Errorf("object %q: its S3 attributes are not readable: %w", key, err)
+			}
+		}
+		start, length = 0, int64(size)
+		if data {
+			var ok bool
+			start, length, ok, err = backend.ParseObjectRange(int64(size), rng)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				start, length = 0, int64(size)
+			}
+			o.data = make([]byte, 0, length)
+			for off := start; off < start+length; {
+				part, err := tx.Read(ctx, key, uint64(off), uint64(min(start+length-off, client.PayloadBytesMax)))
+				if err != nil {
+					return err
+				}
+				if len(part) == 0 {
+					break
+				}
+				o.data = append(o.data, part...)
+				off += int64(len(part))
+			}
+		}
+		o.info = client.BlobInfo{Key: key, Size: size}
+		return nil
+	}, nil)
+	if err != nil {
+		var apiErr s3err.APIError
+		if errors.As(err, &apiErr) {
+			return object{}, 0, 0, err
+		}
+		return object{}, 0, 0, s3Error(err, bucket, key)
+	}
+	info, err := b.c.Stat(ctx, bucket, key)
+	if err == nil {
+		o.info.Modified = info.Modified
+	}
+	if o.meta.ETag == "" {
+		// Written through the native API: no S3 attributes.
+		o.meta.ETag = fmt.Sprintf(`"tyr-%x"`, info.Version)
+	}
+	return o, start, length, nil
+}
+
+func (b *Backend) HeadObject(ctx context.Context, in *s3.HeadObjectInput) (*s3.HeadObjectOutput, error) {
+	o, _, _, err := b.read(ctx, str(in.Bucket), str(in.Key), false, "")
+	if err != nil {
+		return nil, err
+	}
+	if err := backend.EvaluatePreconditions(o.meta.ETag, o.info.Modified, backend.PreConditions{IfMatch: in.IfMatch,
+		IfNoneMatch: in.IfNoneMatch, IfModSince: in.IfModifiedSince, IfUnmodeSince: in.IfUnmodifiedSince}); err != nil {
+		return nil, err
+	}
+	return &s3.HeadObjectOutput{ContentLength: ptr(int64(o.info.Size)), ETag: ptr(o.meta.ETag),
+		LastModified: ptr(o.info.Modified), ContentType: nonEmpty(o.meta.ContentType),
+		ContentEncoding: nonEmpty(o.meta.ContentEncoding), ContentDisposition: nonEmpty(o.meta.ContentDisposition),
+		ContentLanguage: nonEmpty(o.meta.ContentLanguage), CacheControl: nonEmpty(o.meta.CacheControl),
+		ExpiresString: nonEmpty(o.meta.Expires), Metadata: o.meta.Metadata, AcceptRanges: ptr("bytes"),
+		StorageClass: types.StorageClassStandard}, nil
+}
+
+func (b *Backend) GetObject(ctx context.Context, in *s3.GetObjectInput) (*s3.GetObjectOutput, error) {
+	o, start, length, err := b.read(ctx, str(in.Bucket), str(in.Key), true, str(in.Range))
+	if err != nil {
+		return nil, err
+	}
+	if err := backend.EvaluatePreconditions(o.meta.ETag, o.info.Modified, backend.PreConditions{IfMatch: in.IfMatch,
+		IfNoneMatch: in.IfNoneMatch, IfModSince: in.IfModifiedSince, IfUnmodeSince: in.IfUnmodifiedSince}); err != nil {
+		return nil, err
+	}
+	out := &s3.GetObjectOutput{Body: io.NopCloser(bytes.NewReader(o.data)), ContentLength: ptr(int64(len(o.data))),
+		ETag: ptr(o.meta.ETag), LastModified: ptr(o.info.Modified), ContentType: nonEmpty(o.meta.ContentType),
+		ContentEncoding: nonEmpty(o.meta.ContentEncoding), ContentDisposition: nonEmpty(o.meta.ContentDisposition),
+		ContentLanguage: nonEmpty(o.meta.ContentLanguage), CacheControl: nonEmpty(o.meta.CacheControl),
+		ExpiresString: nonEmpty(o.meta.Expires), Metadata: o.meta.Metadata, AcceptRanges: ptr("bytes"),
+		StorageClass: types.StorageClassStandard}
+	if in.Range != nil && *in.Range != "" && (start != 0 || length != int64(o.info.Size)) {
+		out.ContentRange = ptr(fmt.Sprintf("bytes %d-%d/%d", start, start+length-1, o.info.Size))
+	}
+	return out, nil
+}
+
+func (b *Backend) DeleteObject(ctx context.Context, in *s3.DeleteObjectInput) (*s3.DeleteObjectOutput, error) {
+	bucket, key := str(in.Bucket), str(in.Key)
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
+	if err := b.remove(ctx, bucket, []string{key}); err != nil {
+		return nil, err
+	}
+	return &s3.DeleteObjectOutput{}, nil
+}
+
+// remove deletes objects and their sidecars in one commit; a missing one
+// is not an error (S3 deletes are idempotent).
+func (b *Backend) remove(ctx context.Context, bucket string, keys []string) error {
+	var ops []client.Op
+	for _, k := range keys {
+		// Create then delete: deleting a missing blob would fail the commit.
+		ops = append(ops, client.WriteOp(k, 0, nil, true), client.DeleteOp(k),
+			client.WriteOp(metaKey(k), 0, nil, true), client.DeleteOp(metaKey(k)))
+	}
+	_, err := b.c.Commit(ctx, bucket, ops...)
+	return s3Error(err, bucket, "")
+}
+
+func (b *Backend) DeleteObjects(ctx context.Context, in *s3.DeleteObjectsInput) (s3response.DeleteResult, error) {
+	var out s3response.DeleteResult
+	if in.Delete == nil {
+		return out, nil
+	}
+	const perCommit = client.OpsPerTxMax / 4
+	var batch []string
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		err := b.remove(ctx, str(in.Bucket), batch)
+		for _, k := range batch {
+			if err != nil {
+				out.Error = append(out.Error, types.Error{Key: ptr(k), Code: ptr("InternalError"), Message: ptr(err.Error())})
+			} else {
+				out.Deleted = append(out.Deleted, types.DeletedObject{Key: ptr(k)})
+			}
+		}
+		batch = batch[:0]
+		return nil
+	}
+	for _, obj := range in.Delete.Objects {
+		k := str(obj.Key)
+		if err := checkKey(k); err != nil {
+			out.Error = append(out.Error, types.Error{Key: ptr(k), Code: ptr("InvalidArgument"), Message: ptr(err.Error())})
+			continue
+		}
+		batch = append(batch, k)
+		if len(batch) == perCommit {
+			_ = flush()
+		}
+	}
+	_ = flush()
+	return out, nil
+}
+
+// Listing.
+
+// listed is one page of a listing: objects and common prefixes in key
+// order, and where the next page starts.
+type listed struct {
+	objects   []s3response.Object
+	prefixes  []types.CommonPrefix
+	truncated bool
+	next      string // the last key or prefix of the page
+}
+
+// list pages through the keys under prefix after start, grouping keys by
+// delimiter, until max entries (objects and prefixes).
+func (b *Backend) list(ctx context.Context, bucket, prefix, delim, start string, max int) (listed, error) {
+	var l listed
+	var infos []client.BlobInfo
+	after, group := start, ""
+	count := func() int { return len(infos) + len(l.prefixes) }
+	for count() < max {
+		page, next, err := b.c.List(ctx, bucket, prefix, after, min(max-count()+1, client.ListLimitMax))
+		if err != nil {
+			return listed{}, s3Error(err, bucket, "")
+		}
+		done := next == ""
+		for _, bi := range page {
+			if strings.HasPrefix(bi.Key, MetaPrefix) {
+				done = true // the sidecars, after every object
+				break
+			}
+			if group != "" && strings.HasPrefix(bi.Key, group) {
+				continue // the rest of a common prefix already listed
+			}
+			if count() == max {
+				l.truncated = true
+				break
+			}
+			after = bi.Key
+			if delim != "" {
+				if i := strings.Index(bi.Key[len(prefix):], delim); i >= 0 {
+					group = bi.Key[:len(prefix)+i+len(delim)]
+					l.prefixes = append(l.prefixes, types.CommonPrefix{Prefix: ptr(group)})
+					l.next = group
+					// The next request starts after every key of the group.
+					after = group + MetaPrefix
+					continue
+				}
+			}
+			infos = append(infos, bi)
+			l.next = bi.Key
+		}
+		if l.truncated || done {
+			break
+		}
+	}
+	if !l.truncated && count() == max {
+		// One more key under the prefix means the listing goes on.
+		more, _, err := b.c.List(ctx, bucket, prefix, after, 1)
+		if err != nil {
+			return listed{}, s3Error(err, bucket, "")
+		}
+		l.truncated = len(more) > 0 && !strings.HasPrefix(more[0].Key, MetaPrefix)
+	}
+	// Sidecars for the ETags, a few at once.
+	l.objects = make([]s3response.Object, len(infos))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(listFetches)
+	for i, bi := range infos {
+		g.Go(func() error {
+			etag := fmt.Sprintf(`"tyr-%x"`, bi.Version)
+			mb, err := b.c.Read(gctx, bucket, metaKey(bi.Key), 0, metaBytesMax)
+			if err == nil {
+				var m meta
+				if json.Unmarshal(mb, &m) == nil && m.ETag != "" {
+					etag = m.ETag
+				}
+			} else if !errors.Is(err, client.ErrNotFound) {
+				return s3Error(err, bucket, bi.Key)
+			}
+			l.objects[i] = s3response.Object{Key: ptr(bi.Key), Size: ptr(int64(bi.Size)), ETag: ptr(etag),
+				LastModified: ptr(bi.Modified), StorageClass: types.ObjectStorageClassStandard}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return listed{}, err
+	}
+	return l, nil
+}
+
+func maxKeys(p *int32) int {
+	if p == nil || *p < 0 || *p > 1000 {
+		return 1000
+	}
+	return int(*p)
+}
+
+func (b *Backend) ListObjectsV2(ctx context.Context, in *s3.ListObjectsV2Input) (s3response.ListObjectsV2Result, error) {
+	bucket, prefix, delim := str(in.Bucket), str(in.Prefix), str(in.Delimiter)
+	start := str(in.StartAfter)
+	if t := str(in.ContinuationToken); t != "" {
+		start = t
+	}
+	n := maxKeys(in.MaxKeys)
+	out := s3response.ListObjectsV2Result{Name: in.Bucket, Prefix: in.Prefix, StartAfter: in.StartAfter,
+		ContinuationToken: in.ContinuationToken, MaxKeys: ptr(int32(n)), Delimiter: in.Delimiter,
+		EncodingType: in.EncodingType}
+	if n == 0 {
+		if err := b.bucketExists(ctx, bucket); err != nil {
+			return out, err
+		}
+		out.IsTruncated, out.KeyCount = ptr(false), ptr(int32(0))
+		return out, nil
+	}
+	l, err := b.list(ctx, bucket, prefix, delim, start, n)
+	if err != nil {
+		return out, err
+	}
+	out.Contents, out.CommonPrefixes = l.objects, l.prefixes
+	out.KeyCount = ptr(int32(len(l.objects) + len(l.prefixes)))
+	out.IsTruncated = ptr(l.truncated)
+	if l.truncated {
+		out.NextContinuationToken = ptr(continueAfter(l.next, delim))
+	}
+	return out, nil
+}
+
+// continueAfter is where the page after one ending at last starts: after
+// every key of last's group when last is a common prefix.
+func continueAfter(last, delim string) string {
+	if delim != "" && strings.HasSuffix(last, delim) {
+		return last + MetaPrefix
+	}
+	return last
+}
+
+func (b *Backend) ListObjects(ctx context.Context, in *s3.ListObjectsInput) (s3response.ListObjectsResult, error) {
+	bucket, prefix, delim := str(in.Bucket), str(in.Prefix), str(in.Delimiter)
+	n := maxKeys(in.MaxKeys)
+	out := s3response.ListObjectsResult{Name: in.Bucket, Prefix: in.Prefix, Marker: in.Marker, MaxKeys: ptr(int32(n)),
+		Delimiter: in.Delimiter, EncodingType: in.EncodingType}
+	if n == 0 {
+		out.IsTruncated = ptr(false)
+		return out, nil
+	}
+	l, err := b.list(ctx, bucket, prefix, delim, continueAfter(str(in.Marker), delim), n)
+	if err != nil {
+		return out, err
+	}
+	out.Contents, out.CommonPrefixes = l.objects, l.prefixes
+	out.IsTruncated = ptr(l.truncated)
+	if l.truncated {
+		out.NextMarker = ptr(l.next)
+	}
+	return out, nil
+}
+
+// CopyObject copies within the gateway's limits: the source is read and
+// written back as one PUT (with its attributes, or the request's when it
+// replaces them).
+func (b *Backend) CopyObject(ctx context.Context, in s3response.CopyObjectInput) (s3response.CopyObjectOutput, error) {
+	src := strings.TrimPrefix(str(in.CopySource), "/")
+	if i := strings.Index(src, "?"); i >= 0 {
+		src = src[:i]
+	}
+	sb, sk, ok := strings.Cut(src, "/")
+	if !ok {
+		return s3response.CopyObjectOutput{}, s3err.GetAPIError(s3err.ErrInvalidRequest)
+	}
+	o, _, _, err := b.read(ctx, sb, sk, true, "")
+	if err != nil {
+		return s3response.CopyObjectOutput{}, err
+	}
+	dst, key := str(in.Bucket), str(in.Key)
+	if err := checkKey(key); err != nil {
+		return s3response.CopyObjectOutput{}, err
+	}
+	m := o.meta
+	if in.MetadataDirective == types.MetadataDirectiveReplace {
+		m = meta{ETag: o.meta.ETag, ContentType: str(in.ContentType), ContentEncoding: str(in.ContentEncoding),
+			ContentDisposition: str(in.ContentDisposition), ContentLanguage: str(in.ContentLanguage),
+			CacheControl: str(in.CacheControl), Expires: str(in.Expires), Metadata: in.Metadata}
+	} else if sb == dst && sk == key {
+		return s3response.CopyObjectOutput{}, s3err.GetAPIError(s3err.ErrInvalidCopyDest)
+	}
+	if err := b.put(ctx, dst, key, o.data, m); err != nil {
+		return s3response.CopyObjectOutput{}, err
+	}
+	now := time.Now()
+	return s3response.CopyObjectOutput{CopyObjectResult: &s3response.CopyObjectResult{ETag: ptr(m.ETag), LastModified: &now}}, nil
+}
+
+// Bucket configurations tyr does not keep: the answers S3 gives for a
+// bucket without one, so the gateway's checks (policy, object lock, CORS,
+// versioning) pass.
+
+// bucketExists answers NoSuchBucket unless keyspace bucket exists. It lists
+// the keyspaces: Keyspace would also add up the keyspace's usage, which
+// reads every blob's record.
+func (b *Backend) bucketExists(ctx context.Context, bucket string) error {
+	kss, err := b.c.ListKeyspaces(ctx)
+	if err != nil {
+		return s3Error(err, bucket, "")
+	}
+	for _, ks := range kss {
+		if ks.Name == bucket {
+			return nil
+		}
+	}
+	return s3err.GetBucketErr(s3err.ErrNoSuchBucket, bucket)
+}
+
+func (b *Backend) GetBucketPolicy(ctx context.Context, bucket string) ([]byte, error) {
+	if err := b.bucketExists(ctx, bucket); err != nil {
+		return nil, err
+	}
+	return nil, s3err.GetAPIError(s3err.ErrNoSuchBucketPolicy)
+}
+
+func (b *Backend) GetObjectLockConfiguration(ctx context.Context, bucket string) ([]byte, error) {
+	if err := b.bucketExists(ctx, bucket); err != nil {
+		return nil, err
+	}
+	return nil, s3err.GetAPIError(s3err.ErrObjectLockConfigurationNotFound)
+}
+
+func (b *Backend) GetBucketCors(ctx context.Context, bucket string) ([]byte, error) {
+	if err := b.bucketExists(ctx, bucket); err != nil {
+		return nil, err
+	}
+	return nil, s3err.GetAPIError(s3err.ErrNoSuchCORSConfiguration)
+}
+
+func (b *Backend) GetBucketVersioning(ctx context.Context, bucket string) (s3response.GetBucketVersioningOutput, error) {
+	return s3response.GetBucketVersioningOutput{}, b.bucketExists(ctx, bucket)
+}
+
+// Accounts: one, the gateway's credentials.
+
+// IAM returns the gateway's IAM service: one root account with the access
+// and secret keys given, and S3's answer to any other access key (403
+// InvalidAccessKeyId).
+func IAM(access, secret string) auth.IAMService {
+	root := auth.Account{Access: access, Secret: secret, Role: auth.RoleAdmin}
+	return singleAccount{IAMService: auth.NewIAMServiceSingle(root), root: root}
+}
+
+type singleAccount struct {
+	auth.IAMService
+	root auth.Account
+}
+
+func (s singleAccount) GetUserAccount(access string) (auth.Account, error) {
+	if access == s.root.Access {
+		return s.root, nil
+	}
+	return auth.Account{}, auth.ErrNoSuchUser
+}

@@ -1,0 +1,315 @@
+"""The S3 API (tyr server --s3-listen) through boto3, against a real server."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import socket
+import threading
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+import boto3
+import botocore.exceptions
+import pytest
+from botocore.config import Config
+
+import tyr
+
+from conftest import CALL_TIMEOUT, Server, fresh_name
+
+ACCESS, SECRET = "test-access", "test-secret-key"
+#: The largest object one PUT stores (s3gw.ObjectBytesMax).
+OBJECT_BYTES_MAX = 15 << 20
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tuple[Server, str]]:
+    """A server with the S3 API on a free port: (server, S3 endpoint URL)."""
+    port = _free_port()
+    s = Server(tmp_path_factory.mktemp("tyr-s3"), "--min-free", "0", "--s3-listen", f"127.0.0.1:{port}",
+               "--s3-access-key", ACCESS, "--s3-secret-key", SECRET).start()
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(200):  # the gateway starts once the server is ready
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                threading.Event().wait(0.05)
+        yield s, url
+    finally:
+        s.stop()
+
+
+def client_for(url: str, access: str = ACCESS, secret: str = SECRET) -> Any:
+    return boto3.client("s3", endpoint_url=url, aws_access_key_id=access, aws_secret_access_key=secret,
+                        region_name="us-east-1",
+                        config=Config(signature_version="s3v4", s3={"addressing_style": "path"},
+                                      retries={"max_attempts": 1}))
+
+
+@pytest.fixture(scope="module")
+def s3(s3_server: Tuple[Server, str]) -> Any:
+    return client_for(s3_server[1])
+
+
+@pytest.fixture(scope="module")
+def native(s3_server: Tuple[Server, str]) -> Iterator[tyr.Client]:
+    with tyr.connect(s3_server[0].endpoint, timeout=CALL_TIMEOUT) as c:
+        yield c
+
+
+@pytest.fixture
+def bucket(s3: Any) -> Iterator[str]:
+    name = fresh_name("s3")
+    s3.create_bucket(Bucket=name)
+    yield name
+    keys = [o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=name) for o in page.get("Contents", [])]
+    for i in range(0, len(keys), 1000):
+        s3.delete_objects(Bucket=name, Delete={"Objects": [{"Key": k} for k in keys[i : i + 1000]]})
+    s3.delete_bucket(Bucket=name)
+
+
+def code_of(e: botocore.exceptions.ClientError) -> Tuple[str, int]:
+    return e.response["Error"]["Code"], e.response["ResponseMetadata"]["HTTPStatusCode"]
+
+
+def md5_etag(data: bytes) -> str:
+    return '"' + hashlib.md5(data).hexdigest() + '"'
+
+
+def test_buckets(s3: Any, native: tyr.Client) -> None:
+    name = fresh_name("s3b")
+    s3.create_bucket(Bucket=name)
+    assert name in [b["Name"] for b in s3.list_buckets()["Buckets"]]
+    assert native.keyspace(name).name == name  # a bucket is a keyspace
+    s3.head_bucket(Bucket=name)
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.create_bucket(Bucket=name)
+    assert code_of(e.value)[0] == "BucketAlreadyOwnedByYou"
+    s3.put_object(Bucket=name, Key="k", Body=b"v")
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.delete_bucket(Bucket=name)
+    assert code_of(e.value) == ("BucketNotEmpty", 409)
+    s3.delete_object(Bucket=name, Key="k")
+    s3.delete_bucket(Bucket=name)
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.head_bucket(Bucket=name)
+    assert code_of(e.value)[1] == 404
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.put_object(Bucket=name, Key="k", Body=b"v")
+    assert code_of(e.value) == ("NoSuchBucket", 404)
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.create_bucket(Bucket="Not_A_Valid_Name")
+    assert code_of(e.value)[0] == "InvalidBucketName"
+
+
+def test_put_get_head(s3: Any, native: tyr.Client, bucket: str) -> None:
+    data = random.Random(1).randbytes(300_000)
+    r = s3.put_object(Bucket=bucket, Key="dir/obj.bin", Body=data, ContentType="application/x-test",
+                      Metadata={"owner": "alice", "run": "7"}, CacheControl="no-cache")
+    assert r["ETag"] == md5_etag(data)
+    g = s3.get_object(Bucket=bucket, Key="dir/obj.bin")
+    assert g["Body"].read() == data
+    assert g["ETag"] == md5_etag(data) and g["ContentType"] == "application/x-test"
+    assert g["Metadata"] == {"owner": "alice", "run": "7"} and g["CacheControl"] == "no-cache"
+    h = s3.head_object(Bucket=bucket, Key="dir/obj.bin")
+    assert h["ContentLength"] == len(data) and h["ETag"] == md5_etag(data)
+    # The native API reads the same bytes under the same key.
+    assert native.get(bucket, "dir/obj.bin") == data
+    # An empty object.
+    s3.put_object(Bucket=bucket, Key="empty", Body=b"")
+    assert s3.get_object(Bucket=bucket, Key="empty")["Body"].read() == b""
+    # Replaced: data and attributes together.
+    s3.put_object(Bucket=bucket, Key="dir/obj.bin", Body=b"short")
+    g = s3.get_object(Bucket=bucket, Key="dir/obj.bin")
+    assert g["Body"].read() == b"short" and g["ETag"] == md5_etag(b"short")
+    assert g.get("Metadata") == {} and g["ContentType"] != "application/x-test"
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.get_object(Bucket=bucket, Key="missing")
+    assert code_of(e.value) == ("NoSuchKey", 404)
+
+
+def test_written_natively(s3: Any, native: tyr.Client, bucket: str) -> None:
+    native.put(bucket, "native", b"from the native API")
+    g = s3.get_object(Bucket=bucket, Key="native")
+    assert g["Body"].read() == b"from the native API"
+    assert g["ETag"].startswith('"tyr-')  # no MD5 was computed: the blob's version
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]]
+    assert keys == ["native"]
+
+
+def test_ranges_and_conditions(s3: Any, bucket: str) -> None:
+    data = bytes(range(256)) * 40
+    etag = s3.put_object(Bucket=bucket, Key="r", Body=data)["ETag"]
+    cases = {"bytes=0-9": data[:10], "bytes=100-": data[100:], "bytes=-5": data[-5:], "bytes=10000-20000": data[10000:]}
+    for rng, want in cases.items():
+        g = s3.get_object(Bucket=bucket, Key="r", Range=rng)
+        assert g["Body"].read() == want, rng
+        assert g["ContentRange"].startswith("bytes "), rng
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.get_object(Bucket=bucket, Key="r", Range=f"bytes={len(data)}-")
+    assert code_of(e.value) == ("InvalidRange", 416)
+    assert s3.get_object(Bucket=bucket, Key="r", IfMatch=etag)["Body"].read() == data
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.get_object(Bucket=bucket, Key="r", IfMatch='"0123"')
+    assert code_of(e.value)[1] == 412
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.get_object(Bucket=bucket, Key="r", IfNoneMatch=etag)
+    assert code_of(e.value)[1] == 304
+
+
+def test_delete_and_copy(s3: Any, bucket: str) -> None:
+    for i in range(5):
+        s3.put_object(Bucket=bucket, Key=f"d/{i}", Body=f"value {i}".encode(), Metadata={"i": str(i)})
+    s3.delete_object(Bucket=bucket, Key="d/0")
+    s3.delete_object(Bucket=bucket, Key="d/0")  # idempotent
+    r = s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": "d/1"}, {"Key": "d/2"}, {"Key": "never"}]})
+    assert sorted(d["Key"] for d in r["Deleted"]) == ["d/1", "d/2", "never"] and not r.get("Errors")
+    assert [o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]] == ["d/3", "d/4"]
+    s3.copy_object(Bucket=bucket, Key="c/3", CopySource={"Bucket": bucket, "Key": "d/3"})
+    g = s3.get_object(Bucket=bucket, Key="c/3")
+    assert g["Body"].read() == b"value 3" and g["Metadata"] == {"i": "3"}
+    s3.copy_object(Bucket=bucket, Key="c/4", CopySource={"Bucket": bucket, "Key": "d/4"},
+                   MetadataDirective="REPLACE", Metadata={"new": "yes"}, ContentType="text/plain")
+    g = s3.get_object(Bucket=bucket, Key="c/4")
+    assert g["Body"].read() == b"value 4" and g["Metadata"] == {"new": "yes"} and g["ContentType"] == "text/plain"
+
+
+def test_signatures(s3_server: Tuple[Server, str], s3: Any, native: tyr.Client, bucket: str) -> None:
+    url = s3_server[1]
+    s3.put_object(Bucket=bucket, Key="k", Body=b"kept")
+    for access, secret in ((ACCESS, "wrong-secret"), ("unknown-access", SECRET)):
+        bad = client_for(url, access, secret)
+        with pytest.raises(botocore.exceptions.ClientError) as e:
+            bad.put_object(Bucket=bucket, Key="k", Body=b"changed")
+        assert code_of(e.value)[1] == 403
+        with pytest.raises(botocore.exceptions.ClientError) as e:
+            bad.delete_bucket(Bucket=bucket)
+        assert code_of(e.value)[1] == 403
+    # Unsigned.
+    with pytest.raises(urllib.error.HTTPError) as he:
+        urllib.request.urlopen(urllib.request.Request(f"{url}/{bucket}/k", data=b"changed", method="PUT"))
+    assert he.value.code == 403
+    assert native.get(bucket, "k") == b"kept"  # nothing changed
+    # Presigned URLs work, and expire.
+    signed = s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "k"}, ExpiresIn=60)
+    assert urllib.request.urlopen(signed).read() == b"kept"
+    tampered = signed.replace("/k?", "/other?")
+    with pytest.raises(urllib.error.HTTPError) as he:
+        urllib.request.urlopen(tampered)
+    assert he.value.code == 403
+
+
+def test_too_large(s3: Any, native: tyr.Client, bucket: str) -> None:
+    s3.put_object(Bucket=bucket, Key="big", Body=b"old")
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.put_object(Bucket=bucket, Key="big", Body=b"x" * (OBJECT_BYTES_MAX + 1))
+    assert code_of(e.value)[0] == "EntityTooLarge"
+    assert native.get(bucket, "big") == b"old"
+    data = random.Random(2).randbytes(OBJECT_BYTES_MAX)  # the largest is stored, in one commit
+    assert s3.put_object(Bucket=bucket, Key="big", Body=data)["ETag"] == md5_etag(data)
+    assert s3.get_object(Bucket=bucket, Key="big", Range="bytes=5000000-5000099")["Body"].read() == data[5000000:5000100]
+
+
+def test_replacement_is_atomic(s3_server: Tuple[Server, str], bucket: str) -> None:
+    # Readers of an object replaced over and over see one whole version:
+    # the ETag matches the bytes, and the bytes are one writer's.
+    url = s3_server[1]
+    versions = [bytes([i]) * (6 << 20) for i in range(1, 5)]
+    writer, reader = client_for(url), client_for(url)
+    writer.put_object(Bucket=bucket, Key="swap", Body=versions[0])
+    stop = threading.Event()
+    problems: List[str] = []
+
+    def write() -> None:
+        i = 0
+        while not stop.is_set():
+            writer.put_object(Bucket=bucket, Key="swap", Body=versions[i % len(versions)])
+            i += 1
+
+    t = threading.Thread(target=write)
+    t.start()
+    try:
+        for _ in range(25):
+            g = reader.get_object(Bucket=bucket, Key="swap")
+            body = g["Body"].read()
+            if body not in versions or g["ETag"] != md5_etag(body):
+                problems.append(f"read {len(body)} bytes starting {body[:1]!r}, ETag {g['ETag']}")
+    finally:
+        stop.set()
+        t.join()
+    assert not problems, problems[:3]
+
+
+def model_list(keys: List[str], prefix: str, delim: str, start: str) -> List[Tuple[str, bool]]:
+    """What S3 lists: (key or common prefix, is_prefix) in order, after start."""
+    out: List[Tuple[str, bool]] = []
+    seen = set()
+    for k in sorted(keys):
+        if not k.startswith(prefix) or k <= start:
+            continue
+        rest = k[len(prefix):]
+        if delim and delim in rest:
+            cp = prefix + rest[: rest.index(delim) + len(delim)]
+            if cp not in seen and cp > start:
+                seen.add(cp)
+                out.append((cp, True))
+            continue
+        out.append((k, False))
+    return out
+
+
+def test_listing_10000_keys(s3_server: Tuple[Server, str], s3: Any, native: tyr.Client) -> None:
+    # A keyspace without fsync per commit, made natively, used as a bucket.
+    name = fresh_name("s3l")
+    native.create_keyspace(name, sync=False)
+    rng = random.Random(5)
+    keys = sorted({f"{rng.choice(['a', 'b', 'logs', 'z'])}/{rng.choice(['x', 'y', ''])}/{rng.randrange(10**6):06d}"
+                   .replace("//", "/") for _ in range(10_000)} | {f"top{i}" for i in range(50)})
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda k: s3.put_object(Bucket=name, Key=k, Body=k.encode()), keys))
+    try:
+        for prefix, delim, page in (("", "/", 7), ("logs/", "/", 333), ("a/x/", "", 1000), ("", "", 1000), ("b/", "", 999)):
+            want = model_list(keys, prefix, delim, "")
+            got: List[Tuple[str, bool]] = []
+            token: Optional[str] = None
+            while True:
+                kw: Dict[str, Any] = {"Bucket": name, "Prefix": prefix, "Delimiter": delim, "MaxKeys": page}
+                if token:
+                    kw["ContinuationToken"] = token
+                r = s3.list_objects_v2(**kw)
+                entries = [(o["Key"], False) for o in r.get("Contents", [])] + \
+                          [(p["Prefix"], True) for p in r.get("CommonPrefixes", [])]
+                assert r["KeyCount"] == len(entries) <= page
+                got.extend(sorted(entries))
+                if not r["IsTruncated"]:
+                    break
+                token = r["NextContinuationToken"]
+            assert got == want, (prefix, delim, page)
+            for o in s3.list_objects_v2(Bucket=name, Prefix=prefix, MaxKeys=5).get("Contents", []):
+                assert o["ETag"] == md5_etag(o["Key"].encode()) and o["Size"] == len(o["Key"])
+        # V1 with markers, and V2 with start-after.
+        start = keys[4321]
+        r = s3.list_objects_v2(Bucket=name, StartAfter=start, MaxKeys=10)
+        assert [o["Key"] for o in r["Contents"]] == [k for k in keys if k > start][:10]
+        got_v1: List[str] = []
+        marker = ""
+        while True:
+            r = s3.list_objects(Bucket=name, Prefix="z/", Marker=marker, MaxKeys=250)
+            got_v1 += [o["Key"] for o in r.get("Contents", [])]
+            if not r["IsTruncated"]:
+                break
+            marker = r["NextMarker"]
+        assert got_v1 == [k for k in keys if k.startswith("z/")]
+    finally:
+        native.drop_keyspace(name)
