@@ -94,13 +94,16 @@ func nonEmpty(s string) *string {
 	return &s
 }
 
-// s3Error maps a tyr error to S3's, for a bucket and key.
+// s3Error maps a tyr error to S3's, for a bucket and key. A missing key
+// is NoSuchKey; a call with no key finds nothing only for a missing bucket.
+// (Calls on objects tell a missing bucket from a missing key with
+// objectError.)
 func s3Error(err error, bucket, key string) error {
 	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, client.ErrNotFound):
-		if key == "" || strings.Contains(err.Error(), "keyspace") {
+		if key == "" {
 			return s3err.GetBucketErr(s3err.ErrNoSuchBucket, bucket)
 		}
 		return s3err.GetAPIError(s3err.ErrNoSuchKey)
@@ -112,6 +115,18 @@ func s3Error(err error, bucket, key string) error {
 		return s3err.GetAPIError(s3err.ErrSlowDown)
 	}
 	return err
+}
+
+// objectError is s3Error for a call on object key, which finds nothing
+// when either the object or its bucket is missing: NoSuchBucket in the
+// second case.
+func (b *Backend) objectError(ctx context.Context, err error, bucket, key string) error {
+	if errors.Is(err, client.ErrNotFound) {
+		if berr := b.bucketExists(ctx, bucket); berr != nil {
+			return berr
+		}
+	}
+	return s3Error(err, bucket, key)
 }
 
 func checkKey(key string) error {
@@ -308,7 +323,7 @@ func (b *Backend) read(ctx context.Context, bucket, key string, data bool, rng s
 		if errors.As(err, &apiErr) {
 			return object{}, 0, 0, err
 		}
-		return object{}, 0, 0, s3Error(err, bucket, key)
+		return object{}, 0, 0, b.objectError(ctx, err, bucket, key)
 	}
 	info, err := b.c.Stat(ctx, bucket, key)
 	if err == nil {

@@ -134,9 +134,13 @@ def test_put_get_head(s3: Any, native: tyr.Client, bucket: str) -> None:
     g = s3.get_object(Bucket=bucket, Key="dir/obj.bin")
     assert g["Body"].read() == b"short" and g["ETag"] == md5_etag(b"short")
     assert g.get("Metadata") == {} and g["ContentType"] != "application/x-test"
+    for missing in ("missing", 'keyspace "x"'):
+        with pytest.raises(botocore.exceptions.ClientError) as e:
+            s3.get_object(Bucket=bucket, Key=missing)
+        assert code_of(e.value) == ("NoSuchKey", 404)
     with pytest.raises(botocore.exceptions.ClientError) as e:
-        s3.get_object(Bucket=bucket, Key="missing")
-    assert code_of(e.value) == ("NoSuchKey", 404)
+        s3.get_object(Bucket=fresh_name("s3-none"), Key="missing")
+    assert code_of(e.value) == ("NoSuchBucket", 404)
 
 
 def test_written_natively(s3: Any, native: tyr.Client, bucket: str) -> None:
