@@ -405,9 +405,9 @@ func (b *Backend) DeleteObjects(ctx context.Context, in *s3.DeleteObjectsInput) 
 	}
 	const perCommit = client.OpsPerTxMax / 4
 	var batch []string
-	flush := func() error {
+	flush := func() {
 		if len(batch) == 0 {
-			return nil
+			return
 		}
 		err := b.remove(ctx, str(in.Bucket), batch)
 		for _, k := range batch {
@@ -418,7 +418,6 @@ func (b *Backend) DeleteObjects(ctx context.Context, in *s3.DeleteObjectsInput) 
 			}
 		}
 		batch = batch[:0]
-		return nil
 	}
 	for _, obj := range in.Delete.Objects {
 		k := str(obj.Key)
@@ -428,10 +427,10 @@ func (b *Backend) DeleteObjects(ctx context.Context, in *s3.DeleteObjectsInput) 
 		}
 		batch = append(batch, k)
 		if len(batch) == perCommit {
-			_ = flush()
+			flush()
 		}
 	}
-	_ = flush()
+	flush()
 	return out, nil
 }
 

@@ -605,7 +605,6 @@ class Client:
         return int(out[0])
 
     def _reader_read(self, r: int, buf: Any) -> int:
-        _lib.check_fork()
         L = _lib.lib()
         n = ffi.new("size_t *")
         st = status()

@@ -156,8 +156,7 @@ class RawBlobWriter(io.RawIOBase):
         """Write all of b at the position; return len(b) in bytes."""
         if self.closed or self._h == 0:
             raise ValueError("I/O operation on closed file")
-        _lib.check_fork()
-        L = _lib.lib()
+        L = _lib.lib()  # raises in a forked child
         st = status()
         with rbuf(b) as d:
             n = len(d)
