@@ -24,6 +24,7 @@ type s3Flags struct {
 	secretKey   string
 	region      string
 	replication uint32
+	maxPut      string
 }
 
 // addS3Flags adds the gateway's flags; listenFlag names its address flag.
@@ -36,6 +37,7 @@ func addS3Flags(cmd *cobra.Command, f *s3Flags, listenFlag, listenDefault, liste
 	cmd.Flags().StringVar(&f.region, "s3-region", "us-east-1", "the region the gateway reports and signatures name")
 	cmd.Flags().Uint32Var(&f.replication, "s3-replication", 0,
 		"replication of the keyspaces CreateBucket makes (0: the server's default)")
+	cmd.Flags().StringVar(&f.maxPut, "s3-max-put", "5GiB", "the largest object one PUT stores, and the largest part of a multipart upload")
 }
 
 func newS3Command(e *env) *cobra.Command {
@@ -70,7 +72,19 @@ func runS3(ctx context.Context, c *client.Client, f s3Flags, log *slog.Logger) e
 	cfg := client.DefaultKeyspaceConfig()
 	cfg.Replication = f.replication
 	log.Info("serving S3", "addr", f.listen, "access_key", f.accessKey)
-	return embedgw.RunVersityGW(ctx, s3gw.New(c, cfg), &embedgw.Config{
+	maxPut, err := parseSize("--s3-max-put", f.maxPut)
+	if err != nil {
+		return err
+	}
+	if maxPut < s3gw.PartBytesMin || maxPut > s3gw.PutBytesMaxDefault {
+		return fmt.Errorf("--s3-max-put %s: must be %d to %d bytes", f.maxPut, s3gw.PartBytesMin, s3gw.PutBytesMaxDefault)
+	}
+	be := s3gw.New(c, cfg)
+	be.PutBytesMax = int64(maxPut)
+	sweepCtx, stopSweep := context.WithCancel(ctx)
+	defer stopSweep()
+	go be.SweepLoop(sweepCtx)
+	return embedgw.RunVersityGW(ctx, be, &embedgw.Config{
 		RootUserAccess:    f.accessKey,
 		RootUserSecret:    f.secretKey,
 		IAMService:        s3gw.IAM(f.accessKey, f.secretKey),

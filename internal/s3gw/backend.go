@@ -2,8 +2,10 @@
 // routing, SigV4, XML, errors) over a backend.Backend that maps buckets to
 // keyspaces and objects to blobs through the Go client.
 //
-// An object is blob KEY of keyspace BUCKET, so the native API reads the
-// same bytes. Its S3 attributes (MD5 ETag, Content-Type and the other
+// An object of up to ObjectBytesMax bytes is blob KEY of keyspace BUCKET,
+// so the native API reads the same bytes; larger objects and multipart
+// uploads are stored as manifests of data blobs (see large.go). An
+// object's S3 attributes (MD5 ETag, Content-Type and the other
 // content headers, user metadata) are a small JSON blob at
 // MetaPrefix+KEY in the same keyspace, written in the same commit as the
 // data: a PUT replaces both atomically, and a GET reads both at one
@@ -14,8 +16,6 @@ package s3gw
 import (
 	"bytes"
 	"context"
-	"crypto/md5"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -41,9 +41,8 @@ const (
 	// KeyBytesMax is the longest object key: tyr's key limit less the
 	// sidecar's prefix.
 	KeyBytesMax = client.KeyBytesMax - len(MetaPrefix)
-	// ObjectBytesMax is the largest object one PUT stores: the data of one
-	// commit less room for the sidecar. Larger objects need multipart
-	// upload, not built yet.
+	// ObjectBytesMax is the largest inline object: the data of one commit
+	// less room for the sidecar. Larger ones are manifest objects.
 	ObjectBytesMax = 15 << 20
 	// metaBytesMax bounds a sidecar (S3 allows 2 KiB of user metadata).
 	metaBytesMax = 64 << 10
@@ -57,6 +56,9 @@ type Backend struct {
 	backend.BackendUnsupported
 	c   *client.Client
 	cfg client.KeyspaceConfig
+	// PutBytesMax is the largest object one PUT stores and the largest
+	// part of a multipart upload; 0 means PutBytesMaxDefault.
+	PutBytesMax int64
 }
 
 // New returns a backend over c; buckets are created with cfg.
@@ -74,6 +76,10 @@ type meta struct {
 	CacheControl       string            `json:"cache_control,omitempty"`
 	Expires            string            `json:"expires,omitempty"`
 	Metadata           map[string]string `json:"metadata,omitempty"`
+	// Size is the object's size; Upload, for a manifest object, the upload
+	// whose manifest lists its data.
+	Size   int64  `json:"size,omitempty"`
+	Upload string `json:"upload,omitempty"`
 }
 
 func metaKey(key string) string { return MetaPrefix + key }
@@ -183,7 +189,7 @@ func (b *Backend) DeleteBucket(ctx context.Context, bucket string) error {
 	if err != nil {
 		return s3Error(err, bucket, "")
 	}
-	if len(blobs) > 0 {
+	if len(blobs) > 0 && isObjectKey(blobs[0].Key) {
 		return s3err.GetBucketErr(s3err.ErrBucketNotEmpty, bucket)
 	}
 	return s3Error(b.c.DropKeyspace(ctx, bucket), bucket, "")
@@ -209,44 +215,22 @@ func (b *Backend) PutObject(ctx context.Context, in s3response.PutObjectInput) (
 	if err := checkKey(key); err != nil {
 		return s3response.PutObjectOutput{}, err
 	}
-	if in.ContentLength != nil && *in.ContentLength > ObjectBytesMax {
-		return s3response.PutObjectOutput{}, s3err.GetEntityTooLargeErr(*in.ContentLength, ObjectBytesMax)
+	if in.ContentLength != nil && *in.ContentLength > b.putMax() {
+		return s3response.PutObjectOutput{}, s3err.GetEntityTooLargeErr(*in.ContentLength, b.putMax())
 	}
-	var data []byte
-	if in.Body != nil {
-		var err error
-		data, err = io.ReadAll(io.LimitReader(in.Body, ObjectBytesMax+1))
-		if err != nil {
-			return s3response.PutObjectOutput{}, err
-		}
-	}
-	if len(data) > ObjectBytesMax {
-		return s3response.PutObjectOutput{}, s3err.GetEntityTooLargeErr(int64(len(data)), ObjectBytesMax)
-	}
-	sum := md5.Sum(data)
-	m := meta{ETag: `"` + hex.EncodeToString(sum[:]) + `"`, ContentType: str(in.ContentType),
+	m := meta{ContentType: str(in.ContentType),
 		ContentEncoding: str(in.ContentEncoding), ContentDisposition: str(in.ContentDisposition),
 		ContentLanguage: str(in.ContentLanguage), CacheControl: str(in.CacheControl), Expires: str(in.Expires),
 		Metadata: in.Metadata}
-	if err := b.put(ctx, bucket, key, data, m); err != nil {
+	var body io.Reader
+	if in.Body != nil {
+		body = in.Body
+	}
+	m, err := b.store(ctx, bucket, key, body, m)
+	if err != nil {
 		return s3response.PutObjectOutput{}, err
 	}
-	return s3response.PutObjectOutput{ETag: m.ETag, Size: ptr(int64(len(data)))}, nil
-}
-
-// put replaces object key with data and its sidecar with m, in one commit.
-func (b *Backend) put(ctx context.Context, bucket, key string, data []byte, m meta) error {
-	mb, err := json.Marshal(m)
-	if err != nil {
-		return err
-	}
-	if len(mb) > metaBytesMax {
-		return s3err.GetAPIError(s3err.ErrMetadataTooLarge)
-	}
-	ops := replace(key, data)
-	ops = append(ops, replace(metaKey(key), mb)...)
-	_, err = b.c.Commit(ctx, bucket, ops...)
-	return s3Error(err, bucket, "")
+	return s3response.PutObjectOutput{ETag: m.ETag, Size: ptr(m.Size)}, nil
 }
 
 // replace returns the ops that make blob key hold exactly data.
@@ -258,19 +242,23 @@ func replace(key string, data []byte) []client.Op {
 	return ops
 }
 
-// object is what a read of an object found, at one version of the blob and
-// its sidecar.
+// object is what a read of an object found, at one version of its blob,
+// sidecar and manifest.
 type object struct {
-	info client.BlobInfo
-	meta meta
-	data []byte // the range read, if any
+	meta     meta
+	man      *manifest // for a manifest object
+	size     int64
+	modified time.Time
+	data     []byte // of an inline object, the range read
+	from     int64  // where data starts
 }
 
-// read reads key's size and sidecar and, with data, the bytes of the Range
-// header rng (all of them if it is empty or ignored), in one transaction:
-// its commit checks that no PUT changed them meanwhile, so the bytes and
-// the attributes are one PUT's (a conflict runs it again). It returns the
-// range's start and length.
+// read reads key's size, sidecar and manifest and, with data, the bytes of
+// an inline object in the Range header rng (all of them if it is empty or
+// ignored), in one transaction: its commit checks that no PUT changed them
+// meanwhile, so the bytes and the attributes are one PUT's (a conflict runs
+// it again). It returns the range's start and length. A manifest object's
+// data is read afterwards, by body: its data blobs do not change.
 func (b *Backend) read(ctx context.Context, bucket, key string, data bool, rng string) (object, int64, int64, error) {
 	if err := checkKey(key); err != nil {
 		return object{}, 0, 0, err
@@ -278,31 +266,48 @@ func (b *Backend) read(ctx context.Context, bucket, key string, data bool, rng s
 	var o object
 	var start, length int64
 	err := b.c.RunTx(ctx, bucket, func(tx *client.Tx) error {
+		o = object{}
 		size, err := tx.Size(ctx, key)
 		if err != nil {
 			return err
 		}
+		o.size = int64(size)
 		mb, err := tx.Read(ctx, metaKey(key), 0, metaBytesMax)
 		if err != nil && !errors.Is(err, client.ErrNotFound) {
 			return err
 		}
-		o.meta = meta{}
 		if len(mb) > 0 {
 			if err := json.Unmarshal(mb, &o.meta); err != nil {
 				return fmt.Errorf("object %q: its S3 attributes are not readable: %w", key, err)
 			}
 		}
-		start, length = 0, int64(size)
+		// A blob with bytes is inline whatever its sidecar says: the
+		// native API wrote to it.
+		if o.meta.Upload != "" && size == 0 {
+			mb, err := tx.Read(ctx, manifestKey(o.meta.Upload), 0, manifestBytesMax)
+			if err != nil {
+				return err
+			}
+			o.man = &manifest{}
+			if err := json.Unmarshal(mb, o.man); err != nil {
+				return fmt.Errorf("object %q: its manifest is not readable: %w", key, err)
+			}
+			o.size = o.meta.Size
+		}
+		start, length = 0, o.size
 		if data {
 			var ok bool
-			start, length, ok, err = backend.ParseObjectRange(int64(size), rng)
+			start, length, ok, err = backend.ParseObjectRange(o.size, rng)
 			if err != nil {
 				return err
 			}
 			if !ok {
-				start, length = 0, int64(size)
+				start, length = 0, o.size
 			}
-			o.data = make([]byte, 0, length)
+			if o.man != nil {
+				return nil
+			}
+			o.data, o.from = make([]byte, 0, length), start
 			for off := start; off < start+length; {
 				part, err := tx.Read(ctx, key, uint64(off), uint64(min(start+length-off, client.PayloadBytesMax)))
 				if err != nil {
@@ -315,7 +320,6 @@ func (b *Backend) read(ctx context.Context, bucket, key string, data bool, rng s
 				off += int64(len(part))
 			}
 		}
-		o.info = client.BlobInfo{Key: key, Size: size}
 		return nil
 	}, nil)
 	if err != nil {
@@ -327,13 +331,24 @@ func (b *Backend) read(ctx context.Context, bucket, key string, data bool, rng s
 	}
 	info, err := b.c.Stat(ctx, bucket, key)
 	if err == nil {
-		o.info.Modified = info.Modified
+		o.modified = info.Modified
 	}
-	if o.meta.ETag == "" {
-		// Written through the native API: no S3 attributes.
-		o.meta.ETag = fmt.Sprintf(`"tyr-%x"`, info.Version)
+	if o.meta.ETag == "" || (o.meta.Upload != "" && o.man == nil) {
+		// Written through the native API: no S3 attributes of its own.
+		o.meta = meta{ETag: fmt.Sprintf(`"tyr-%x"`, info.Version)}
 	}
 	return o, start, length, nil
+}
+
+// body returns a reader of length bytes of object o from start.
+func (b *Backend) body(ctx context.Context, bucket string, o object, start, length int64) (io.ReadCloser, error) {
+	if o.man != nil {
+		return b.newPartsReader(ctx, bucket, *o.man, start, length), nil
+	}
+	if o.data == nil || start < o.from || start+length > o.from+int64(len(o.data)) {
+		return nil, fmt.Errorf("s3: bytes %d+%d of an object read at %d+%d", start, length, o.from, len(o.data))
+	}
+	return io.NopCloser(bytes.NewReader(o.data[start-o.from : start-o.from+length])), nil
 }
 
 func (b *Backend) HeadObject(ctx context.Context, in *s3.HeadObjectInput) (*s3.HeadObjectOutput, error) {
@@ -341,12 +356,12 @@ func (b *Backend) HeadObject(ctx context.Context, in *s3.HeadObjectInput) (*s3.H
 	if err != nil {
 		return nil, err
 	}
-	if err := backend.EvaluatePreconditions(o.meta.ETag, o.info.Modified, backend.PreConditions{IfMatch: in.IfMatch,
+	if err := backend.EvaluatePreconditions(o.meta.ETag, o.modified, backend.PreConditions{IfMatch: in.IfMatch,
 		IfNoneMatch: in.IfNoneMatch, IfModSince: in.IfModifiedSince, IfUnmodeSince: in.IfUnmodifiedSince}); err != nil {
 		return nil, err
 	}
-	return &s3.HeadObjectOutput{ContentLength: ptr(int64(o.info.Size)), ETag: ptr(o.meta.ETag),
-		LastModified: ptr(o.info.Modified), ContentType: nonEmpty(o.meta.ContentType),
+	return &s3.HeadObjectOutput{ContentLength: ptr(o.size), ETag: ptr(o.meta.ETag),
+		LastModified: ptr(o.modified), ContentType: nonEmpty(o.meta.ContentType),
 		ContentEncoding: nonEmpty(o.meta.ContentEncoding), ContentDisposition: nonEmpty(o.meta.ContentDisposition),
 		ContentLanguage: nonEmpty(o.meta.ContentLanguage), CacheControl: nonEmpty(o.meta.CacheControl),
 		ExpiresString: nonEmpty(o.meta.Expires), Metadata: o.meta.Metadata, AcceptRanges: ptr("bytes"),
@@ -358,18 +373,22 @@ func (b *Backend) GetObject(ctx context.Context, in *s3.GetObjectInput) (*s3.Get
 	if err != nil {
 		return nil, err
 	}
-	if err := backend.EvaluatePreconditions(o.meta.ETag, o.info.Modified, backend.PreConditions{IfMatch: in.IfMatch,
+	if err := backend.EvaluatePreconditions(o.meta.ETag, o.modified, backend.PreConditions{IfMatch: in.IfMatch,
 		IfNoneMatch: in.IfNoneMatch, IfModSince: in.IfModifiedSince, IfUnmodeSince: in.IfUnmodifiedSince}); err != nil {
 		return nil, err
 	}
-	out := &s3.GetObjectOutput{Body: io.NopCloser(bytes.NewReader(o.data)), ContentLength: ptr(int64(len(o.data))),
-		ETag: ptr(o.meta.ETag), LastModified: ptr(o.info.Modified), ContentType: nonEmpty(o.meta.ContentType),
+	body, err := b.body(ctx, str(in.Bucket), o, start, length)
+	if err != nil {
+		return nil, err
+	}
+	out := &s3.GetObjectOutput{Body: body, ContentLength: ptr(length),
+		ETag: ptr(o.meta.ETag), LastModified: ptr(o.modified), ContentType: nonEmpty(o.meta.ContentType),
 		ContentEncoding: nonEmpty(o.meta.ContentEncoding), ContentDisposition: nonEmpty(o.meta.ContentDisposition),
 		ContentLanguage: nonEmpty(o.meta.ContentLanguage), CacheControl: nonEmpty(o.meta.CacheControl),
 		ExpiresString: nonEmpty(o.meta.Expires), Metadata: o.meta.Metadata, AcceptRanges: ptr("bytes"),
 		StorageClass: types.StorageClassStandard}
-	if in.Range != nil && *in.Range != "" && (start != 0 || length != int64(o.info.Size)) {
-		out.ContentRange = ptr(fmt.Sprintf("bytes %d-%d/%d", start, start+length-1, o.info.Size))
+	if in.Range != nil && *in.Range != "" && (start != 0 || length != o.size) {
+		out.ContentRange = ptr(fmt.Sprintf("bytes %d-%d/%d", start, start+length-1, o.size))
 	}
 	return out, nil
 }
@@ -385,17 +404,36 @@ func (b *Backend) DeleteObject(ctx context.Context, in *s3.DeleteObjectInput) (*
 	return &s3.DeleteObjectOutput{}, nil
 }
 
-// remove deletes objects and their sidecars in one commit; a missing one
-// is not an error (S3 deletes are idempotent).
+// remove deletes objects, their sidecars and manifests in one commit; a
+// missing one is not an error (S3 deletes are idempotent). The data of
+// manifest objects goes right after.
 func (b *Backend) remove(ctx context.Context, bucket string, keys []string) error {
-	var ops []client.Op
-	for _, k := range keys {
-		// Create then delete: deleting a missing blob would fail the commit.
-		ops = append(ops, client.WriteOp(k, 0, nil, true), client.DeleteOp(k),
-			client.WriteOp(metaKey(k), 0, nil, true), client.DeleteOp(metaKey(k)))
+	var dropped []string
+	err := b.c.RunTx(ctx, bucket, func(tx *client.Tx) error {
+		dropped = dropped[:0]
+		for _, k := range keys {
+			id, err := b.dropManifest(ctx, tx, k)
+			if err != nil {
+				return err
+			}
+			if id != "" {
+				dropped = append(dropped, id)
+			}
+			// Create then delete: deleting a missing blob would fail the commit.
+			if err := tx.Do(client.WriteOp(k, 0, nil, true), client.DeleteOp(k),
+				client.WriteOp(metaKey(k), 0, nil, true), client.DeleteOp(metaKey(k))); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, nil)
+	if err != nil {
+		return s3Error(err, bucket, "")
 	}
-	_, err := b.c.Commit(ctx, bucket, ops...)
-	return s3Error(err, bucket, "")
+	for _, id := range dropped {
+		b.dropLater(bucket, id)
+	}
+	return nil
 }
 
 func (b *Backend) DeleteObjects(ctx context.Context, in *s3.DeleteObjectsInput) (s3response.DeleteResult, error) {
@@ -403,7 +441,7 @@ func (b *Backend) DeleteObjects(ctx context.Context, in *s3.DeleteObjectsInput) 
 	if in.Delete == nil {
 		return out, nil
 	}
-	const perCommit = client.OpsPerTxMax / 4
+	const perCommit = client.OpsPerTxMax / 8 // 4 ops, and 2 for a manifest
 	var batch []string
 	flush := func() {
 		if len(batch) == 0 {
@@ -502,17 +540,20 @@ func (b *Backend) list(ctx context.Context, bucket, prefix, delim, start string,
 	g.SetLimit(listFetches)
 	for i, bi := range infos {
 		g.Go(func() error {
-			etag := fmt.Sprintf(`"tyr-%x"`, bi.Version)
+			etag, size := fmt.Sprintf(`"tyr-%x"`, bi.Version), int64(bi.Size)
 			mb, err := b.c.Read(gctx, bucket, metaKey(bi.Key), 0, metaBytesMax)
 			if err == nil {
 				var m meta
-				if json.Unmarshal(mb, &m) == nil && m.ETag != "" {
+				if json.Unmarshal(mb, &m) == nil && m.ETag != "" && (m.Upload == "" || size == 0) {
 					etag = m.ETag
+					if m.Upload != "" {
+						size = m.Size
+					}
 				}
 			} else if !errors.Is(err, client.ErrNotFound) {
 				return s3Error(err, bucket, bi.Key)
 			}
-			l.objects[i] = s3response.Object{Key: ptr(bi.Key), Size: ptr(int64(bi.Size)), ETag: ptr(etag),
+			l.objects[i] = s3response.Object{Key: ptr(bi.Key), Size: ptr(size), ETag: ptr(etag),
 				LastModified: ptr(bi.Modified), StorageClass: types.ObjectStorageClassStandard}
 			return nil
 		})
@@ -590,19 +631,23 @@ func (b *Backend) ListObjects(ctx context.Context, in *s3.ListObjectsInput) (s3r
 	return out, nil
 }
 
-// CopyObject copies within the gateway's limits: the source is read and
-// written back as one PUT (with its attributes, or the request's when it
-// replaces them).
-func (b *Backend) CopyObject(ctx context.Context, in s3response.CopyObjectInput) (s3response.CopyObjectOutput, error) {
-	src := strings.TrimPrefix(str(in.CopySource), "/")
+// copySource parses an x-amz-copy-source header: bucket and key.
+func copySource(src string) (string, string, error) {
+	src = strings.TrimPrefix(src, "/")
 	if i := strings.Index(src, "?"); i >= 0 {
 		src = src[:i]
 	}
 	sb, sk, ok := strings.Cut(src, "/")
 	if !ok {
-		return s3response.CopyObjectOutput{}, s3err.GetAPIError(s3err.ErrInvalidRequest)
+		return "", "", s3err.GetInvalidArgumentErr(s3err.InvalidArgCopySource, src)
 	}
-	o, _, _, err := b.read(ctx, sb, sk, true, "")
+	return sb, sk, nil
+}
+
+// CopyObject streams the source into a new object, with its attributes or
+// the request's when it replaces them.
+func (b *Backend) CopyObject(ctx context.Context, in s3response.CopyObjectInput) (s3response.CopyObjectOutput, error) {
+	sb, sk, err := copySource(str(in.CopySource))
 	if err != nil {
 		return s3response.CopyObjectOutput{}, err
 	}
@@ -610,15 +655,24 @@ func (b *Backend) CopyObject(ctx context.Context, in s3response.CopyObjectInput)
 	if err := checkKey(key); err != nil {
 		return s3response.CopyObjectOutput{}, err
 	}
+	o, _, _, err := b.read(ctx, sb, sk, true, "")
+	if err != nil {
+		return s3response.CopyObjectOutput{}, err
+	}
 	m := o.meta
 	if in.MetadataDirective == types.MetadataDirectiveReplace {
-		m = meta{ETag: o.meta.ETag, ContentType: str(in.ContentType), ContentEncoding: str(in.ContentEncoding),
+		m = meta{ContentType: str(in.ContentType), ContentEncoding: str(in.ContentEncoding),
 			ContentDisposition: str(in.ContentDisposition), ContentLanguage: str(in.ContentLanguage),
 			CacheControl: str(in.CacheControl), Expires: str(in.Expires), Metadata: in.Metadata}
 	} else if sb == dst && sk == key {
 		return s3response.CopyObjectOutput{}, s3err.GetAPIError(s3err.ErrInvalidCopyDest)
 	}
-	if err := b.put(ctx, dst, key, o.data, m); err != nil {
+	body, err := b.body(ctx, sb, o, 0, o.size)
+	if err != nil {
+		return s3response.CopyObjectOutput{}, err
+	}
+	defer body.Close()
+	if m, err = b.store(ctx, dst, key, body, m); err != nil {
 		return s3response.CopyObjectOutput{}, err
 	}
 	now := time.Now()

@@ -21,8 +21,13 @@ import tyr
 from conftest import CALL_TIMEOUT, Server, fresh_name
 
 ACCESS, SECRET = "test-access", "test-secret-key"
-#: The largest object one PUT stores (s3gw.ObjectBytesMax).
+#: The largest inline object (s3gw.ObjectBytesMax); larger ones are
+#: manifests of data blobs.
 OBJECT_BYTES_MAX = 15 << 20
+#: The server's --s3-max-put: the largest PUT and the largest part.
+MAX_PUT = 40 << 20
+#: The prefix of the gateway's own blobs (uploads, parts, data, manifests).
+INTERNAL = "\U0010ffff\U0010ffff"
 
 
 def _free_port() -> int:
@@ -36,7 +41,7 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tuple[Server
     """A server with the S3 API on a free port: (server, S3 endpoint URL)."""
     port = _free_port()
     s = Server(tmp_path_factory.mktemp("tyr-s3"), "--min-free", "0", "--s3-listen", f"127.0.0.1:{port}",
-               "--s3-access-key", ACCESS, "--s3-secret-key", SECRET).start()
+               "--s3-access-key", ACCESS, "--s3-secret-key", SECRET, "--s3-max-put", f"{MAX_PUT}").start()
     url = f"http://127.0.0.1:{port}"
     try:
         for _ in range(200):  # the gateway starts once the server is ready
@@ -214,22 +219,159 @@ def test_signatures(s3_server: Tuple[Server, str], s3: Any, native: tyr.Client, 
     assert he.value.code == 403
 
 
-def test_too_large(s3: Any, native: tyr.Client, bucket: str) -> None:
+def internal_blobs(native: tyr.Client, bucket: str) -> List[str]:
+    return [b.key[len(INTERNAL):] for b in native.list(bucket, prefix=INTERNAL)]
+
+
+def read_range(s3: Any, bucket: str, key: str, lo: int, hi: int) -> bytes:
+    g = s3.get_object(Bucket=bucket, Key=key, Range=f"bytes={lo}-{hi}")
+    assert g["ContentRange"].startswith(f"bytes {lo}-")
+    return bytes(g["Body"].read())
+
+
+def test_sizes(s3: Any, native: tyr.Client, bucket: str) -> None:
     s3.put_object(Bucket=bucket, Key="big", Body=b"old")
     with pytest.raises(botocore.exceptions.ClientError) as e:
-        s3.put_object(Bucket=bucket, Key="big", Body=b"x" * (OBJECT_BYTES_MAX + 1))
-    assert code_of(e.value)[0] == "EntityTooLarge"
+        s3.put_object(Bucket=bucket, Key="big", Body=b"x" * (MAX_PUT + 1))
+    assert code_of(e.value) == ("EntityTooLarge", 400)
     assert native.get(bucket, "big") == b"old"
-    data = random.Random(2).randbytes(OBJECT_BYTES_MAX)  # the largest is stored, in one commit
+    assert internal_blobs(native, bucket) == []
+    rng = random.Random(2)
+    # The largest inline object: the blob holds its bytes.
+    data = rng.randbytes(OBJECT_BYTES_MAX)
     assert s3.put_object(Bucket=bucket, Key="big", Body=data)["ETag"] == md5_etag(data)
-    assert s3.get_object(Bucket=bucket, Key="big", Range="bytes=5000000-5000099")["Body"].read() == data[5000000:5000100]
+    assert read_range(s3, bucket, "big", 5000000, 5000099) == data[5000000:5000100]
+    assert native.get(bucket, "big") == data
+    # One byte more is a manifest object: data blob, manifest, an empty blob at the key.
+    for size in (OBJECT_BYTES_MAX + 1, MAX_PUT):
+        data = rng.randbytes(size)
+        assert s3.put_object(Bucket=bucket, Key="big", Body=data, ContentType="x/y")["ETag"] == md5_etag(data)
+        h = s3.head_object(Bucket=bucket, Key="big")
+        assert (h["ContentLength"], h["ETag"], h["ContentType"]) == (size, md5_etag(data), "x/y")
+        assert s3.get_object(Bucket=bucket, Key="big")["Body"].read() == data
+        for lo, hi in ((0, 0), (OBJECT_BYTES_MAX - 10, OBJECT_BYTES_MAX + 10), (size - 7, size - 1), (123, 4 << 20)):
+            assert read_range(s3, bucket, "big", lo, hi) == data[lo : hi + 1]
+        [listed] = s3.list_objects_v2(Bucket=bucket, Prefix="big")["Contents"]
+        assert (listed["Size"], listed["ETag"]) == (size, md5_etag(data))
+        assert native.get(bucket, "big") == b""
+        # One manifest, data blobs (those of the replaced object wait
+        # DataGrace), no upload left in progress.
+        kinds = sorted(k[0] for k in internal_blobs(native, bucket))
+        assert kinds.count("c") == 1 and set(kinds) == {"c", "d"}, kinds
+
+
+def test_multipart(s3: Any, native: tyr.Client, bucket: str) -> None:
+    # 100 MiB in 13 parts of 8 MiB (the last 4 MiB), uploaded out of order
+    # from 4 threads, with a part uploaded twice; read back by ranges.
+    part_size, size = 8 << 20, 100 << 20
+    data = random.Random(3).randbytes(size)
+    s3.put_object(Bucket=bucket, Key="mp", Body=b"before")
+    up = s3.create_multipart_upload(Bucket=bucket, Key="mp", ContentType="application/x-test", Metadata={"a": "b"})
+    uid = up["UploadId"]
+    [listed] = s3.list_multipart_uploads(Bucket=bucket)["Uploads"]
+    assert (listed["Key"], listed["UploadId"]) == ("mp", uid)
+    chunks = [data[i : i + part_size] for i in range(0, size, part_size)]
+    s3.upload_part(Bucket=bucket, Key="mp", UploadId=uid, PartNumber=2, Body=b"replaced later")
+
+    def put(n: int) -> Dict[str, Any]:
+        r = s3.upload_part(Bucket=bucket, Key="mp", UploadId=uid, PartNumber=n, Body=chunks[n - 1])
+        assert r["ETag"] == md5_etag(chunks[n - 1])
+        return {"PartNumber": n, "ETag": r["ETag"]}
+
+    with ThreadPoolExecutor(4) as ex:
+        parts = sorted(ex.map(put, random.Random(4).sample(range(1, len(chunks) + 1), len(chunks))),
+                       key=lambda p: p["PartNumber"])
+    lp = s3.list_parts(Bucket=bucket, Key="mp", UploadId=uid, MaxParts=5)
+    assert [p["PartNumber"] for p in lp["Parts"]] == [1, 2, 3, 4, 5] and lp["IsTruncated"]
+    assert [p["Size"] for p in lp["Parts"]] == [part_size] * 5
+    lp = s3.list_parts(Bucket=bucket, Key="mp", UploadId=uid, PartNumberMarker=lp["NextPartNumberMarker"])
+    assert [p["PartNumber"] for p in lp["Parts"]] == list(range(6, 14)) and not lp["IsTruncated"]
+    # Completions that must fail, changing nothing.
+    bad = [dict(parts[0], ETag='"00000000000000000000000000000000"')] + parts[1:]
+    for wrong, code in ((bad, "InvalidPart"), (parts[1:2] + parts[:1], "InvalidPartOrder"),
+                        (parts + [{"PartNumber": 14, "ETag": parts[0]["ETag"]}], "InvalidPart")):
+        with pytest.raises(botocore.exceptions.ClientError) as e:
+            s3.complete_multipart_upload(Bucket=bucket, Key="mp", UploadId=uid, MultipartUpload={"Parts": wrong})
+        assert code_of(e.value)[0] == code
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.upload_part(Bucket=bucket, Key="mp", UploadId=uid, PartNumber=14, Body=b"x" * (MAX_PUT + 1))
+    assert code_of(e.value)[0] == "EntityTooLarge"
+    assert s3.get_object(Bucket=bucket, Key="mp")["Body"].read() == b"before"
+    done = s3.complete_multipart_upload(Bucket=bucket, Key="mp", UploadId=uid, MultipartUpload={"Parts": parts})
+    want = '"' + hashlib.md5(b"".join(hashlib.md5(c).digest() for c in chunks)).hexdigest() + f'-{len(chunks)}"'
+    assert done["ETag"] == want
+    # A retried completion gets the same answer.
+    again = s3.complete_multipart_upload(Bucket=bucket, Key="mp", UploadId=uid, MultipartUpload={"Parts": parts})
+    assert again["ETag"] == want
+    h = s3.head_object(Bucket=bucket, Key="mp")
+    assert (h["ContentLength"], h["ETag"], h["ContentType"], h["Metadata"]) == (size, want, "application/x-test", {"a": "b"})
+    rng = random.Random(5)
+    bounds = [(0, 99), (part_size - 50, part_size + 49), (3 * part_size, 5 * part_size + 1), (size - 100, size - 1)]
+    bounds += [(lo, min(size - 1, lo + rng.randrange(1, 20 << 20))) for lo in (rng.randrange(size) for _ in range(6))]
+    for lo, hi in bounds:
+        assert read_range(s3, bucket, "mp", lo, hi) == data[lo : hi + 1], (lo, hi)
+    assert hashlib.md5(s3.get_object(Bucket=bucket, Key="mp")["Body"].read()).digest() == hashlib.md5(data).digest()
+    assert s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+    # What is left: the manifest and the 13 data blobs it lists.
+    left = internal_blobs(native, bucket)
+    assert sorted(k[0] for k in left) == ["c"] + ["d"] * len(chunks), left
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.upload_part(Bucket=bucket, Key="mp", UploadId=uid, PartNumber=1, Body=b"late")
+    assert code_of(e.value)[0] == "NoSuchUpload"
+
+
+def test_multipart_abort_and_small_parts(s3: Any, native: tyr.Client, bucket: str) -> None:
+    uid = s3.create_multipart_upload(Bucket=bucket, Key="ab")["UploadId"]
+    parts = []
+    for n, body in ((1, b"a" * 1000), (2, b"b" * 1000)):
+        r = s3.upload_part(Bucket=bucket, Key="ab", UploadId=uid, PartNumber=n, Body=body)
+        parts.append({"PartNumber": n, "ETag": r["ETag"]})
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.complete_multipart_upload(Bucket=bucket, Key="ab", UploadId=uid, MultipartUpload={"Parts": parts})
+    assert code_of(e.value)[0] == "EntityTooSmall"
+    # One part of any size is a whole object.
+    other = s3.create_multipart_upload(Bucket=bucket, Key="one")["UploadId"]
+    r = s3.upload_part(Bucket=bucket, Key="one", UploadId=other, PartNumber=1, Body=b"tiny")
+    s3.complete_multipart_upload(Bucket=bucket, Key="one", UploadId=other,
+                                 MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": r["ETag"]}]})
+    assert s3.get_object(Bucket=bucket, Key="one")["Body"].read() == b"tiny"
+    assert [u["Key"] for u in s3.list_multipart_uploads(Bucket=bucket)["Uploads"]] == ["ab"]
+    s3.abort_multipart_upload(Bucket=bucket, Key="ab", UploadId=uid)
+    assert s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.abort_multipart_upload(Bucket=bucket, Key="ab", UploadId=uid)
+    assert code_of(e.value)[0] == "NoSuchUpload"
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.head_object(Bucket=bucket, Key="ab")
+    assert code_of(e.value)[1] == 404
+    assert all(k.endswith(other) or other in k for k in internal_blobs(native, bucket))
+    s3.delete_object(Bucket=bucket, Key="one")
+
+
+def test_copies(s3: Any, bucket: str) -> None:
+    data = random.Random(6).randbytes(OBJECT_BYTES_MAX + 5000)
+    s3.put_object(Bucket=bucket, Key="src", Body=data, Metadata={"k": "v"})
+    s3.copy_object(Bucket=bucket, Key="dst", CopySource={"Bucket": bucket, "Key": "src"})
+    h = s3.head_object(Bucket=bucket, Key="dst")
+    assert (h["ContentLength"], h["Metadata"]) == (len(data), {"k": "v"})
+    assert s3.get_object(Bucket=bucket, Key="dst")["Body"].read() == data
+    uid = s3.create_multipart_upload(Bucket=bucket, Key="pc")["UploadId"]
+    half = 5 << 20  # parts but the last have at least 5 MiB
+    r1 = s3.upload_part_copy(Bucket=bucket, Key="pc", UploadId=uid, PartNumber=1,
+                             CopySource={"Bucket": bucket, "Key": "src"}, CopySourceRange=f"bytes=0-{half - 1}")
+    r2 = s3.upload_part_copy(Bucket=bucket, Key="pc", UploadId=uid, PartNumber=2,
+                             CopySource={"Bucket": bucket, "Key": "src"}, CopySourceRange=f"bytes={half}-{len(data) - 1}")
+    s3.complete_multipart_upload(Bucket=bucket, Key="pc", UploadId=uid, MultipartUpload={"Parts": [
+        {"PartNumber": 1, "ETag": r1["CopyPartResult"]["ETag"]}, {"PartNumber": 2, "ETag": r2["CopyPartResult"]["ETag"]}]})
+    assert s3.get_object(Bucket=bucket, Key="pc")["Body"].read() == data
 
 
 def test_replacement_is_atomic(s3_server: Tuple[Server, str], bucket: str) -> None:
     # Readers of an object replaced over and over see one whole version:
     # the ETag matches the bytes, and the bytes are one writer's.
     url = s3_server[1]
-    versions = [bytes([i]) * (6 << 20) for i in range(1, 5)]
+    # Inline and manifest objects, in turn.
+    versions = [bytes([i]) * size for i, size in enumerate((6 << 20, 20 << 20, 1 << 20, 17 << 20), 1)]
     writer, reader = client_for(url), client_for(url)
     writer.put_object(Bucket=bucket, Key="swap", Body=versions[0])
     stop = threading.Event()
