@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+import json
+import os
+import pathlib
 import random
 import socket
+import subprocess
+import sys
 import threading
 import urllib.error
 import urllib.request
@@ -459,3 +464,114 @@ def test_listing_10000_keys(s3_server: Tuple[Server, str], s3: Any, native: tyr.
         assert got_v1 == [k for k in keys if k.startswith("z/")]
     finally:
         native.drop_keyspace(name)
+
+
+# The command-line clients and s3fs, as their users run them.
+
+
+def tools_env(url: str) -> Dict[str, str]:
+    """The environment the aws CLI and rclone find the gateway in: no config files, no other AWS settings."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "RCLONE_"))}
+    return dict(base, AWS_ACCESS_KEY_ID=ACCESS, AWS_SECRET_ACCESS_KEY=SECRET, AWS_DEFAULT_REGION="us-east-1",
+                AWS_CONFIG_FILE="/dev/null", AWS_SHARED_CREDENTIALS_FILE="/dev/null", AWS_ENDPOINT_URL=url,
+                RCLONE_CONFIG="/dev/null", RCLONE_CONFIG_TYR_TYPE="s3", RCLONE_CONFIG_TYR_PROVIDER="Other",
+                RCLONE_CONFIG_TYR_ACCESS_KEY_ID=ACCESS, RCLONE_CONFIG_TYR_SECRET_ACCESS_KEY=SECRET,
+                RCLONE_CONFIG_TYR_ENDPOINT=url, RCLONE_CONFIG_TYR_REGION="us-east-1",
+                # Multipart from 8 MiB, as the aws CLI does.
+                RCLONE_CONFIG_TYR_UPLOAD_CUTOFF="8M", RCLONE_CONFIG_TYR_CHUNK_SIZE="5M")
+
+
+def run_tool(env: Dict[str, str], *args: str, ok: bool = True) -> subprocess.CompletedProcess:
+    r = subprocess.run(list(args), env=env, capture_output=True, text=True, timeout=300)
+    if ok:
+        assert r.returncode == 0, f"{' '.join(args)}: exit {r.returncode}\n{r.stdout}\n{r.stderr}"
+    return r
+
+
+def make_tree(root: pathlib.Path, seed: int) -> Dict[str, bytes]:
+    """A tree of small files in nested directories and one of 20 MiB (multipart for both tools)."""
+    rng = random.Random(seed)
+    files = {f"d{i % 3}/sub{i % 2}/f{i}.bin": rng.randbytes(rng.randrange(0, 5000)) for i in range(24)}
+    files["top.txt"] = b"top\n"
+    files["big/blob.bin"] = rng.randbytes(20 << 20)
+    for rel, data in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    return files
+
+
+def remote_tree(s3: Any, bucket: str, prefix: str) -> Dict[str, bytes]:
+    out = {}
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        for o in page.get("Contents", []):
+            out[o["Key"][len(prefix):]] = s3.get_object(Bucket=bucket, Key=o["Key"])["Body"].read()
+    return out
+
+
+def test_aws_cli(s3_server: Tuple[Server, str], s3: Any, bucket: str, tmp_path: pathlib.Path) -> None:
+    env, aws = tools_env(s3_server[1]), str(pathlib.Path(sys.executable).parent / "aws")
+    src = tmp_path / "src"
+    files = make_tree(src, 7)
+    run_tool(env, aws, "s3", "sync", str(src), f"s3://{bucket}/tree/")
+    assert remote_tree(s3, bucket, "tree/") == files
+    big = s3.head_object(Bucket=bucket, Key="tree/big/blob.bin")
+    assert big["ContentLength"] == 20 << 20 and big["ETag"].endswith('-3"')  # three 8 MiB parts
+    ls = run_tool(env, aws, "s3", "ls", f"s3://{bucket}/tree/").stdout
+    assert {line.split()[-1] for line in ls.splitlines()} == {"d0/", "d1/", "d2/", "big/", "top.txt"}, ls
+    # Change, add and delete locally; sync --delete makes the bucket match.
+    (src / "top.txt").write_bytes(b"changed\n")
+    (src / "new.txt").write_bytes(b"new\n")
+    (src / "d0/sub0/f0.bin").unlink()
+    files.update({"top.txt": b"changed\n", "new.txt": b"new\n"})
+    del files["d0/sub0/f0.bin"]
+    run_tool(env, aws, "s3", "sync", "--delete", str(src), f"s3://{bucket}/tree/")
+    assert remote_tree(s3, bucket, "tree/") == files
+    dst = tmp_path / "dst"
+    run_tool(env, aws, "s3", "cp", "--recursive", f"s3://{bucket}/tree/", str(dst))
+    assert {str(p.relative_to(dst)): p.read_bytes() for p in dst.rglob("*") if p.is_file()} == files
+    run_tool(env, aws, "s3", "cp", str(src / "big/blob.bin"), f"s3://{bucket}/copy.bin")
+    run_tool(env, aws, "s3api", "put-object", "--bucket", bucket, "--key", "api.txt", "--body", str(src / "top.txt"),
+             "--content-type", "text/plain")
+    head = json.loads(run_tool(env, aws, "s3api", "head-object", "--bucket", bucket, "--key", "api.txt").stdout)
+    assert (head["ContentLength"], head["ContentType"]) == (8, "text/plain")
+    run_tool(env, aws, "s3api", "get-object", "--bucket", bucket, "--key", "copy.bin", str(tmp_path / "got.bin"))
+    assert (tmp_path / "got.bin").read_bytes() == files["big/blob.bin"]
+    missing = run_tool(env, aws, "s3api", "head-object", "--bucket", bucket, "--key", "nope", ok=False)
+    assert missing.returncode != 0 and "404" in missing.stderr
+    run_tool(env, aws, "s3", "rm", "--recursive", f"s3://{bucket}/tree/")
+    assert remote_tree(s3, bucket, "tree/") == {}
+
+
+def test_rclone(s3_server: Tuple[Server, str], s3: Any, bucket: str, tmp_path: pathlib.Path) -> None:
+    env = tools_env(s3_server[1])
+    src = tmp_path / "src"
+    files = make_tree(src, 8)
+    run_tool(env, "rclone", "copy", str(src), f"tyr:{bucket}/r")
+    assert remote_tree(s3, bucket, "r/") == files
+    run_tool(env, "rclone", "check", str(src), f"tyr:{bucket}/r")
+    # A changed object, of the same size, is a difference check reports.
+    s3.put_object(Bucket=bucket, Key="r/top.txt", Body=b"pot\n")
+    assert run_tool(env, "rclone", "check", str(src), f"tyr:{bucket}/r", ok=False).returncode != 0
+    (src / "extra.txt").write_bytes(b"extra")
+    s3.put_object(Bucket=bucket, Key="r/stale.txt", Body=b"stale")
+    run_tool(env, "rclone", "sync", str(src), f"tyr:{bucket}/r")
+    files["extra.txt"] = b"extra"
+    assert remote_tree(s3, bucket, "r/") == files
+    run_tool(env, "rclone", "check", str(src), f"tyr:{bucket}/r")
+
+
+def test_s3fs_pandas(s3_server: Tuple[Server, str], bucket: str) -> None:
+    import pandas as pd
+
+    opts = {"key": ACCESS, "secret": SECRET, "client_kwargs": {"endpoint_url": s3_server[1], "region_name": "us-east-1"}}
+    df = pd.DataFrame({"n": range(20000), "s": [f"row {i}" for i in range(20000)], "x": [i / 7 for i in range(20000)]})
+    df.to_parquet(f"s3://{bucket}/t/df.parquet", storage_options=opts)
+    pd.testing.assert_frame_equal(pd.read_parquet(f"s3://{bucket}/t/df.parquet", storage_options=opts), df)
+    pd.testing.assert_frame_equal(pd.read_parquet(f"s3://{bucket}/t/df.parquet", columns=["s"], storage_options=opts),
+                                  df[["s"]])
+    df.to_csv(f"s3://{bucket}/t/df.csv", index=False, storage_options=opts)
+    pd.testing.assert_frame_equal(pd.read_csv(f"s3://{bucket}/t/df.csv", storage_options=opts), df)
+    import s3fs
+
+    fs = s3fs.S3FileSystem(**opts)
+    assert sorted(fs.ls(f"{bucket}/t")) == [f"{bucket}/t/df.csv", f"{bucket}/t/df.parquet"]
