@@ -4,7 +4,7 @@ BIN         := bin/tyr
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.7.0
 FUZZTIME    ?= 20000x
 
-.PHONY: build libtyr install-libtyr deps python run test unit lint fuzz fuzz-long gc-soak crash-long sim ring-sim torture bench profile bench-peers bench-cluster bench-txn proto clean
+.PHONY: build libtyr install-libtyr deps python s3compat run test unit lint fuzz fuzz-long gc-soak crash-long sim ring-sim torture bench profile bench-peers bench-cluster bench-txn proto clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/tyr
@@ -30,9 +30,15 @@ run: build
 		$(BIN) server --data ./data --listen 127.0.0.1:7420 --s3-listen 127.0.0.1:7480
 
 # The CI target: the packages the tests need, static checks, all tests
-# under the race detector, the Python package's tests, and a brief run of
-# every fuzz target.
-test: deps lint unit python fuzz
+# under the race detector, the Python package's tests (the S3 gateway's
+# among them), versitygw's S3 compatibility suite, and a brief run of every
+# fuzz target.
+test: deps lint unit python s3compat fuzz
+
+# versitygw's S3 suite against the gateway, compared with the known
+# failures in tests/s3compat/known-failures.txt (scripts/s3-compat.sh).
+s3compat: build
+	TYR_BIN=$(CURDIR)/$(BIN) sh scripts/s3-compat.sh
 
 # The Debian packages of the C API's tests and of a Python virtual
 # environment, installed when missing (scripts/deps.sh).

@@ -70,6 +70,11 @@ type Config struct {
 	Etcd      string
 	ZooKeeper string
 	ZKRedis   string
+	// S3 lists S3 servers measured as peers under the object workload,
+	// signed with S3AccessKey and S3SecretKey.
+	S3          []S3Peer
+	S3AccessKey string
+	S3SecretKey string
 
 	// Agg lists how tyr updates counters and aggregates (AggModes), each
 	// measured as a system of its own: "tyr" and "tyr-rmw".
@@ -486,6 +491,11 @@ func openPeers(ctx context.Context, cfg *Config, opened func(system)) ([]system,
 	}
 	if cfg.ZooKeeper != "" {
 		if err := add(newZKRedisSystem(ctx, cfg.ZooKeeper, cfg.ZKRedis)); err != nil {
+			return nil, err
+		}
+	}
+	for _, p := range cfg.S3 {
+		if err := add(newS3System(cfg, p)); err != nil {
 			return nil, err
 		}
 	}

@@ -166,6 +166,31 @@ func (f sizesFlag) Set(s string) error {
 
 func (sizesFlag) Type() string { return "sizes" }
 
+// s3PeersFlag collects --s3 NAME=URL values.
+type s3PeersFlag struct{ peers *[]bench.S3Peer }
+
+func (f s3PeersFlag) String() string {
+	if f.peers == nil {
+		return ""
+	}
+	out := make([]string, len(*f.peers))
+	for i, p := range *f.peers {
+		out[i] = p.Name + "=" + p.URL
+	}
+	return strings.Join(out, ",")
+}
+
+func (f s3PeersFlag) Set(s string) error {
+	p, err := bench.ParseS3Peer(s)
+	if err != nil {
+		return err
+	}
+	*f.peers = append(*f.peers, p)
+	return nil
+}
+
+func (s3PeersFlag) Type() string { return "NAME=URL" }
+
 var workloadShort = map[string]string{
 	"write": "Random writes of --value-size bytes to pre-created blobs",
 	"read":  "Power-law reads of --value-size bytes from preloaded blobs",
@@ -261,6 +286,13 @@ func newBenchWorkloadCommand(e *env, workload string) *cobra.Command {
 	f.StringVar(&cfg.Etcd, "etcd", "", "also measure the etcd member with this client address (host:port)")
 	f.StringVar(&cfg.ZooKeeper, "zookeeper", "", "also measure Redis (--zk-redis) locked by the ZooKeeper server at host:port")
 	f.StringVar(&cfg.ZKRedis, "zk-redis", "", "the Redis server (host:port) the ZooKeeper-locked peer keeps its data in")
+	if workload == "object" {
+		f.Var(s3PeersFlag{&cfg.S3}, "s3", "also measure this S3 server (object workload): NAME=http://HOST:PORT, repeatable")
+		f.StringVar(&cfg.S3AccessKey, "s3-access-key", os.Getenv("TYR_S3_ACCESS_KEY"),
+			"access key of the --s3 servers (env TYR_S3_ACCESS_KEY)")
+		f.StringVar(&cfg.S3SecretKey, "s3-secret-key", os.Getenv("TYR_S3_SECRET_KEY"),
+			"secret key of the --s3 servers (env TYR_S3_SECRET_KEY)")
+	}
 	return cmd
 }
 

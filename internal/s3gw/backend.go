@@ -360,7 +360,11 @@ func (b *Backend) HeadObject(ctx context.Context, in *s3.HeadObjectInput) (*s3.H
 		IfNoneMatch: in.IfNoneMatch, IfModSince: in.IfModifiedSince, IfUnmodeSince: in.IfUnmodifiedSince}); err != nil {
 		return nil, err
 	}
-	return &s3.HeadObjectOutput{ContentLength: ptr(o.size), ETag: ptr(o.meta.ETag),
+	contentRange, length, err := rangeOf(o.size, str(in.Range))
+	if err != nil {
+		return nil, err
+	}
+	return &s3.HeadObjectOutput{ContentLength: ptr(length), ContentRange: contentRange, ETag: ptr(o.meta.ETag),
 		LastModified: ptr(o.modified), ContentType: nonEmpty(o.meta.ContentType),
 		ContentEncoding: nonEmpty(o.meta.ContentEncoding), ContentDisposition: nonEmpty(o.meta.ContentDisposition),
 		ContentLanguage: nonEmpty(o.meta.ContentLanguage), CacheControl: nonEmpty(o.meta.CacheControl),
@@ -387,10 +391,19 @@ func (b *Backend) GetObject(ctx context.Context, in *s3.GetObjectInput) (*s3.Get
 		ContentLanguage: nonEmpty(o.meta.ContentLanguage), CacheControl: nonEmpty(o.meta.CacheControl),
 		ExpiresString: nonEmpty(o.meta.Expires), Metadata: o.meta.Metadata, AcceptRanges: ptr("bytes"),
 		StorageClass: types.StorageClassStandard}
-	if in.Range != nil && *in.Range != "" && (start != 0 || length != o.size) {
-		out.ContentRange = ptr(fmt.Sprintf("bytes %d-%d/%d", start, start+length-1, o.size))
-	}
+	out.ContentRange, _, _ = rangeOf(o.size, str(in.Range))
 	return out, nil
+}
+
+// rangeOf returns the Content-Range answering Range header rng on an
+// object of size bytes, nil if rng is empty or ignored, and the length of
+// the answer.
+func rangeOf(size int64, rng string) (*string, int64, error) {
+	start, length, ok, err := backend.ParseObjectRange(size, rng)
+	if err != nil || !ok || rng == "" {
+		return nil, size, err
+	}
+	return ptr(fmt.Sprintf("bytes %d-%d/%d", start, start+length-1, size)), length, nil
 }
 
 func (b *Backend) DeleteObject(ctx context.Context, in *s3.DeleteObjectInput) (*s3.DeleteObjectOutput, error) {
@@ -573,13 +586,11 @@ func maxKeys(p *int32) int {
 
 func (b *Backend) ListObjectsV2(ctx context.Context, in *s3.ListObjectsV2Input) (s3response.ListObjectsV2Result, error) {
 	bucket, prefix, delim := str(in.Bucket), str(in.Prefix), str(in.Delimiter)
-	start := str(in.StartAfter)
-	if t := str(in.ContinuationToken); t != "" {
-		start = t
-	}
+	// A listing starts after StartAfter and the token, whichever is later.
+	start := max(continueAfter(str(in.StartAfter), delim), str(in.ContinuationToken))
 	n := maxKeys(in.MaxKeys)
-	out := s3response.ListObjectsV2Result{Name: in.Bucket, Prefix: in.Prefix, StartAfter: in.StartAfter,
-		ContinuationToken: in.ContinuationToken, MaxKeys: ptr(int32(n)), Delimiter: in.Delimiter,
+	out := s3response.ListObjectsV2Result{Name: in.Bucket, Prefix: nonEmpty(prefix), StartAfter: nonEmpty(str(in.StartAfter)),
+		ContinuationToken: nonEmpty(str(in.ContinuationToken)), MaxKeys: ptr(int32(n)), Delimiter: nonEmpty(delim),
 		EncodingType: in.EncodingType}
 	if n == 0 {
 		if err := b.bucketExists(ctx, bucket); err != nil {
@@ -613,8 +624,8 @@ func continueAfter(last, delim string) string {
 func (b *Backend) ListObjects(ctx context.Context, in *s3.ListObjectsInput) (s3response.ListObjectsResult, error) {
 	bucket, prefix, delim := str(in.Bucket), str(in.Prefix), str(in.Delimiter)
 	n := maxKeys(in.MaxKeys)
-	out := s3response.ListObjectsResult{Name: in.Bucket, Prefix: in.Prefix, Marker: in.Marker, MaxKeys: ptr(int32(n)),
-		Delimiter: in.Delimiter, EncodingType: in.EncodingType}
+	out := s3response.ListObjectsResult{Name: in.Bucket, Prefix: nonEmpty(prefix), Marker: nonEmpty(str(in.Marker)), MaxKeys: ptr(int32(n)),
+		Delimiter: nonEmpty(delim), EncodingType: in.EncodingType}
 	if n == 0 {
 		out.IsTruncated = ptr(false)
 		return out, nil

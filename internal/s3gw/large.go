@@ -688,6 +688,9 @@ func (b *Backend) CompleteMultipartUpload(ctx context.Context, in *s3.CompleteMu
 	asked := in.MultipartUpload.Parts
 	numbers := make([]int, len(asked))
 	for i, p := range asked {
+		if p.PartNumber == nil || p.ETag == nil {
+			return res, "", s3err.GetAPIError(s3err.ErrMalformedXML)
+		}
 		if numbers[i], err = checkPartNumber(p.PartNumber); err != nil {
 			return res, "", err
 		}
@@ -713,6 +716,9 @@ func (b *Backend) CompleteMultipartUpload(ctx context.Context, in *s3.CompleteMu
 		sums.Write(sum)
 		man.Parts[i] = extent{Blob: p.Blob, Size: p.Size}
 		size += p.Size
+	}
+	if in.MpuObjectSize != nil && *in.MpuObjectSize != size {
+		return res, "", s3err.GetIncorrectMpObjectSizeErr(size, *in.MpuObjectSize)
 	}
 	m := u.Meta
 	m.ETag = fmt.Sprintf(`"%x-%d"`, sums.Sum(nil), len(parts))
@@ -792,6 +798,12 @@ func (b *Backend) ListMultipartUploads(ctx context.Context, in *s3.ListMultipart
 	bucket, prefix, delim := str(in.Bucket), str(in.Prefix), str(in.Delimiter)
 	out := s3response.ListMultipartUploadsResult{Bucket: bucket, KeyMarker: str(in.KeyMarker), UploadIDMarker: str(in.UploadIdMarker),
 		Delimiter: delim, Prefix: prefix, MaxUploads: maxKeys(in.MaxUploads)}
+	if out.KeyMarker == "" {
+		out.UploadIDMarker = "" // S3 ignores it without a key marker
+	}
+	if out.UploadIDMarker != "" && !validUploadID(out.UploadIDMarker) {
+		return out, s3err.GetInvalidArgumentErr(s3err.InvalidArgUploadIdMarker, out.UploadIDMarker)
+	}
 	if err := b.bucketExists(ctx, bucket); err != nil {
 		return out, err
 	}
