@@ -13,14 +13,8 @@ set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 tyr=${TYR_BIN:-$root/bin/tyr}
 known=$root/tests/s3compat/known-failures.txt
-build=$root/build/s3compat
-mkdir -p "$build"
-version=$(cd "$root" && go list -m -f '{{.Version}}' github.com/versity/versitygw)
-if [ ! -x "$build/versitygw-$version" ]; then
-	echo "s3-compat: building versitygw $version"
-	GOBIN="$build" go install "github.com/versity/versitygw/cmd/versitygw@$version"
-	mv "$build/versitygw" "$build/versitygw-$version"
-fi
+vgw=$(sh "$root/scripts/versitygw.sh")
+version=${vgw##*versitygw-}
 
 work=$(mktemp -d)
 pid=""
@@ -48,7 +42,7 @@ done
 
 # The suite's own TLS settings would choke on a CA bundle from the
 # environment; it talks plain HTTP on loopback.
-(cd "$work" && env -u AWS_CA_BUNDLE "$build/versitygw-$version" test --access compat-access --secret compat-secret \
+(cd "$work" && env -u AWS_CA_BUNDLE "$vgw" test --access compat-access --secret compat-secret \
 	--endpoint "http://127.0.0.1:$port" full-flow --azure-test-mode >"$work/suite.log" 2>&1) || true
 sed 's/\x1b\[[0-9;]*m//g' "$work/suite.log" >"$work/suite.txt"
 [ -n "${S3COMPAT_LOG:-}" ] && cp "$work/suite.txt" "$S3COMPAT_LOG"

@@ -17,6 +17,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -25,18 +26,28 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 )
 
-// S3Peer is one --s3 value: a name for the results and an endpoint URL.
+// S3Peer is one --s3 value: a name for the results, an endpoint URL, and
+// the credentials of this server when they are not the run's.
 type S3Peer struct {
-	Name, URL string
+	Name, URL      string
+	Access, Secret string
 }
 
-// ParseS3Peer parses NAME=URL.
+// ParseS3Peer parses NAME=http://[ACCESS:SECRET@]HOST:PORT.
 func ParseS3Peer(s string) (S3Peer, error) {
-	name, url, ok := strings.Cut(s, "=")
-	if !ok || name == "" || !strings.HasPrefix(url, "http://") && !strings.HasPrefix(url, "https://") {
-		return S3Peer{}, fmt.Errorf("--s3 %q: want NAME=http://HOST:PORT", s)
+	name, raw, ok := strings.Cut(s, "=")
+	u, err := url.Parse(raw)
+	if !ok || name == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return S3Peer{}, fmt.Errorf("--s3 %q: want NAME=http://[ACCESS:SECRET@]HOST:PORT", s)
 	}
-	return S3Peer{Name: name, URL: url}, nil
+	p := S3Peer{Name: name}
+	if u.User != nil {
+		p.Access = u.User.Username()
+		p.Secret, _ = u.User.Password()
+		u.User = nil
+	}
+	p.URL = u.String()
+	return p, nil
 }
 
 type s3System struct {
@@ -48,11 +59,14 @@ type s3System struct {
 }
 
 func newS3System(cfg *Config, peer S3Peer) (*s3System, error) {
-	if cfg.S3AccessKey == "" || cfg.S3SecretKey == "" {
-		return nil, errors.New("--s3 needs credentials: --s3-access-key and --s3-secret-key (or TYR_S3_ACCESS_KEY and TYR_S3_SECRET_KEY)")
-	}
 	s := &s3System{peer: peer, bucket: fmt.Sprintf("tyr-bench-%08x", rand.Uint32()),
 		access: cfg.S3AccessKey, secret: cfg.S3SecretKey}
+	if peer.Access != "" {
+		s.access, s.secret = peer.Access, peer.Secret
+	}
+	if s.access == "" || s.secret == "" {
+		return nil, errors.New("--s3 needs credentials: in its URL, or --s3-access-key and --s3-secret-key (or TYR_S3_ACCESS_KEY and TYR_S3_SECRET_KEY)")
+	}
 	s.admin = s.client(4)
 	return s, nil
 }

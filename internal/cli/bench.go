@@ -287,7 +287,7 @@ func newBenchWorkloadCommand(e *env, workload string) *cobra.Command {
 	f.StringVar(&cfg.ZooKeeper, "zookeeper", "", "also measure Redis (--zk-redis) locked by the ZooKeeper server at host:port")
 	f.StringVar(&cfg.ZKRedis, "zk-redis", "", "the Redis server (host:port) the ZooKeeper-locked peer keeps its data in")
 	if workload == "object" {
-		f.Var(s3PeersFlag{&cfg.S3}, "s3", "also measure this S3 server (object workload): NAME=http://HOST:PORT, repeatable")
+		f.Var(s3PeersFlag{&cfg.S3}, "s3", "also measure this S3 server (object workload): NAME=http://[ACCESS:SECRET@]HOST:PORT, repeatable")
 		f.StringVar(&cfg.S3AccessKey, "s3-access-key", os.Getenv("TYR_S3_ACCESS_KEY"),
 			"access key of the --s3 servers (env TYR_S3_ACCESS_KEY)")
 		f.StringVar(&cfg.S3SecretKey, "s3-secret-key", os.Getenv("TYR_S3_SECRET_KEY"),

@@ -253,16 +253,126 @@ type object struct {
 	from     int64  // where data starts
 }
 
+// fastReadAttempts is how often read tries without a transaction before
+// it reads in one.
+const fastReadAttempts = 3
+
 // read reads key's size, sidecar and manifest and, with data, the bytes of
 // an inline object in the Range header rng (all of them if it is empty or
-// ignored), in one transaction: its commit checks that no PUT changed them
-// meanwhile, so the bytes and the attributes are one PUT's (a conflict runs
-// it again). It returns the range's start and length. A manifest object's
-// data is read afterwards, by body: its data blobs do not change.
+// ignored), all of one PUT. It returns the range's start and length. A
+// manifest object's data is read afterwards, by body: its data blobs do
+// not change.
+//
+// It reads without a transaction first (readAt), and in one (readTx) when
+// PUTs of the key keep getting in between.
 func (b *Backend) read(ctx context.Context, bucket, key string, data bool, rng string) (object, int64, int64, error) {
 	if err := checkKey(key); err != nil {
 		return object{}, 0, 0, err
 	}
+	for range fastReadAttempts {
+		o, start, length, ok, err := b.readAt(ctx, bucket, key, data, rng)
+		if err != nil {
+			var apiErr s3err.APIError
+			if errors.As(err, &apiErr) {
+				return object{}, 0, 0, err
+			}
+			return object{}, 0, 0, b.objectError(ctx, err, bucket, key)
+		}
+		if ok {
+			return o, start, length, nil
+		}
+	}
+	return b.readTx(ctx, bucket, key, data, rng)
+}
+
+// readAt reads as read does, without a transaction: the blob's version,
+// then the sidecar (and manifest), then the bytes, each of which carries
+// the blob's version again; or a last Stat when no bytes are read. Every
+// PUT changes the blob, so the same version before and after means the
+// sidecar read in between is that version's. ok is false when a PUT got in
+// between.
+func (b *Backend) readAt(ctx context.Context, bucket, key string, data bool, rng string) (o object, start, length int64, ok bool, err error) {
+	info, err := b.c.Stat(ctx, bucket, key)
+	if err != nil {
+		return o, 0, 0, false, err
+	}
+	o.size, o.modified = int64(info.Size), info.Modified
+	mb, err := b.c.Read(ctx, bucket, metaKey(key), 0, metaBytesMax)
+	if err != nil && !errors.Is(err, client.ErrNotFound) {
+		return o, 0, 0, false, err
+	}
+	if len(mb) > 0 {
+		if err := json.Unmarshal(mb, &o.meta); err != nil {
+			return o, 0, 0, false, fmt.Errorf("object %q: its S3 attributes are not readable: %w", key, err)
+		}
+	}
+	if o.meta.Upload != "" && info.Size == 0 {
+		mb, err := b.c.Read(ctx, bucket, manifestKey(o.meta.Upload), 0, manifestBytesMax)
+		if errors.Is(err, client.ErrNotFound) {
+			return o, 0, 0, false, nil // replaced meanwhile
+		}
+		if err != nil {
+			return o, 0, 0, false, err
+		}
+		o.man = &manifest{}
+		if err := json.Unmarshal(mb, o.man); err != nil {
+			return o, 0, 0, false, fmt.Errorf("object %q: its manifest is not readable: %w", key, err)
+		}
+		o.size = o.meta.Size
+	}
+	start, length = 0, o.size
+	if data {
+		var whole bool
+		if start, length, whole, err = backend.ParseObjectRange(o.size, rng); err != nil {
+			return o, 0, 0, false, err
+		}
+		if !whole {
+			start, length = 0, o.size
+		}
+	}
+	checked := false
+	if data && o.man == nil {
+		o.data, o.from = make([]byte, 0, length), start
+		for off := start; off < start+length; {
+			part, at, err := b.c.ReadPart(ctx, bucket, key, uint64(off), uint64(min(start+length-off, client.PayloadBytesMax)))
+			if err != nil {
+				return o, 0, 0, false, err
+			}
+			if at.Version != info.Version {
+				return o, 0, 0, false, nil
+			}
+			checked = true
+			if len(part) == 0 {
+				break
+			}
+			o.data = append(o.data, part...)
+			off += int64(len(part))
+		}
+	}
+	if !checked {
+		again, err := b.c.Stat(ctx, bucket, key)
+		if err != nil {
+			return o, 0, 0, false, err
+		}
+		if again.Version != info.Version {
+			return o, 0, 0, false, nil
+		}
+	}
+	b.nativeETag(&o, info.Version)
+	return o, start, length, true, nil
+}
+
+// nativeETag gives an object written through the native API, which has no
+// S3 attributes of its own, an ETag from its blob's version.
+func (b *Backend) nativeETag(o *object, version uint64) {
+	if o.meta.ETag == "" || (o.meta.Upload != "" && o.man == nil) {
+		o.meta = meta{ETag: fmt.Sprintf(`"tyr-%x"`, version)}
+	}
+}
+
+// readTx reads as read does, in one transaction: its commit checks that no
+// PUT changed what it read (a conflict runs it again).
+func (b *Backend) readTx(ctx context.Context, bucket, key string, data bool, rng string) (object, int64, int64, error) {
 	var o object
 	var start, length int64
 	err := b.c.RunTx(ctx, bucket, func(tx *client.Tx) error {
@@ -333,10 +443,7 @@ func (b *Backend) read(ctx context.Context, bucket, key string, data bool, rng s
 	if err == nil {
 		o.modified = info.Modified
 	}
-	if o.meta.ETag == "" || (o.meta.Upload != "" && o.man == nil) {
-		// Written through the native API: no S3 attributes of its own.
-		o.meta = meta{ETag: fmt.Sprintf(`"tyr-%x"`, info.Version)}
-	}
+	b.nativeETag(&o, info.Version)
 	return o, start, length, nil
 }
 
