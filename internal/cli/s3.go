@@ -4,7 +4,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/spf13/cobra"
 	"github.com/versity/versitygw/embedgw"
@@ -41,7 +47,10 @@ func addS3Flags(cmd *cobra.Command, f *s3Flags, listenFlag, listenDefault, liste
 }
 
 func newS3Command(e *env) *cobra.Command {
-	var f s3Flags
+	var (
+		f             s3Flags
+		metricsListen string
+	)
 	cmd := &cobra.Command{
 		Use:   "s3",
 		Short: "Serve the S3 API of a tyr server or cluster (--endpoint)",
@@ -57,15 +66,30 @@ for what is supported.`,
 				return err
 			}
 			defer c.Close()
-			return runS3(cmd.Context(), c, f, slog.Default())
+			var reg *prometheus.Registry
+			if metricsListen != "" {
+				reg = prometheus.NewRegistry()
+				lis, err := net.Listen("tcp", metricsListen)
+				if err != nil {
+					return fmt.Errorf("listen on %s: %w", metricsListen, err)
+				}
+				mux := http.NewServeMux()
+				mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+				srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+				go func() { _ = srv.Serve(lis) }()
+				defer srv.Close()
+			}
+			return runS3(cmd.Context(), c, f, reg, slog.Default())
 		},
 	}
 	addS3Flags(cmd, &f, "listen", "127.0.0.1:7480", "address of the S3 API")
+	cmd.Flags().StringVar(&metricsListen, "metrics-listen", "", "address for the gateway's Prometheus metrics at /metrics (off if empty)")
 	return cmd
 }
 
-// runS3 serves the S3 API over c until ctx ends.
-func runS3(ctx context.Context, c *client.Client, f s3Flags, log *slog.Logger) error {
+// runS3 serves the S3 API over c until ctx ends, with its metrics in reg
+// if not nil.
+func runS3(ctx context.Context, c *client.Client, f s3Flags, reg prometheus.Registerer, log *slog.Logger) error {
 	if f.accessKey == "" || f.secretKey == "" {
 		return fmt.Errorf("the S3 gateway needs credentials: set --s3-access-key and --s3-secret-key (or TYR_S3_ACCESS_KEY and TYR_S3_SECRET_KEY)")
 	}
@@ -81,6 +105,9 @@ func runS3(ctx context.Context, c *client.Client, f s3Flags, log *slog.Logger) e
 	}
 	be := s3gw.New(c, cfg)
 	be.PutBytesMax = int64(maxPut)
+	if reg != nil {
+		be.Metrics = s3gw.NewMetrics(reg)
+	}
 	sweepCtx, stopSweep := context.WithCancel(ctx)
 	defer stopSweep()
 	go be.SweepLoop(sweepCtx)

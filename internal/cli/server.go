@@ -260,7 +260,7 @@ func runServer(ctx context.Context, e *env, f serverFlags) error {
 				return err
 			}
 			defer c.Close()
-			go func() { gw <- runS3(ctx, c, f.s3, log) }()
+			go func() { gw <- runS3(ctx, c, f.s3, metrics.Registry, log) }()
 		}
 		select {
 		case err := <-served:

@@ -59,6 +59,8 @@ type Backend struct {
 	// PutBytesMax is the largest object one PUT stores and the largest
 	// part of a multipart upload; 0 means PutBytesMaxDefault.
 	PutBytesMax int64
+	// Metrics, if not nil, count requests and bytes.
+	Metrics *Metrics
 }
 
 // New returns a backend over c; buckets are created with cfg.
@@ -150,12 +152,13 @@ func checkKey(key string) error {
 
 // Buckets.
 
-func (b *Backend) ListBuckets(ctx context.Context, in s3response.ListBucketsInput) (s3response.ListAllMyBucketsResult, error) {
+func (b *Backend) ListBuckets(ctx context.Context, in s3response.ListBucketsInput) (out s3response.ListAllMyBucketsResult, err error) {
+	defer b.Metrics.done("ListBuckets", "", time.Now(), &err)
 	kss, err := b.c.ListKeyspaces(ctx)
 	if err != nil {
 		return s3response.ListAllMyBucketsResult{}, s3Error(err, "", "")
 	}
-	out := s3response.ListAllMyBucketsResult{Owner: s3response.CanonicalUser{ID: in.Owner}, Prefix: in.Prefix}
+	out = s3response.ListAllMyBucketsResult{Owner: s3response.CanonicalUser{ID: in.Owner}, Prefix: in.Prefix}
 	for _, ks := range kss {
 		if !strings.HasPrefix(ks.Name, in.Prefix) || (in.ContinuationToken != "" && ks.Name <= in.ContinuationToken) {
 			continue
@@ -169,22 +172,25 @@ func (b *Backend) ListBuckets(ctx context.Context, in s3response.ListBucketsInpu
 	return out, nil
 }
 
-func (b *Backend) HeadBucket(ctx context.Context, in *s3.HeadBucketInput) (*s3.HeadBucketOutput, error) {
+func (b *Backend) HeadBucket(ctx context.Context, in *s3.HeadBucketInput) (out *s3.HeadBucketOutput, err error) {
+	defer b.Metrics.done("HeadBucket", str(in.Bucket), time.Now(), &err)
 	if err := b.bucketExists(ctx, str(in.Bucket)); err != nil {
 		return nil, err
 	}
 	return &s3.HeadBucketOutput{}, nil
 }
 
-func (b *Backend) CreateBucket(ctx context.Context, in *s3.CreateBucketInput, _ []byte) error {
-	_, err := b.c.CreateKeyspace(ctx, str(in.Bucket), b.cfg)
+func (b *Backend) CreateBucket(ctx context.Context, in *s3.CreateBucketInput, _ []byte) (err error) {
+	defer b.Metrics.done("CreateBucket", str(in.Bucket), time.Now(), &err)
+	_, err = b.c.CreateKeyspace(ctx, str(in.Bucket), b.cfg)
 	if errors.Is(err, client.ErrInvalidArgument) {
 		return s3err.GetBucketErr(s3err.ErrInvalidBucketName, str(in.Bucket))
 	}
 	return s3Error(err, str(in.Bucket), "")
 }
 
-func (b *Backend) DeleteBucket(ctx context.Context, bucket string) error {
+func (b *Backend) DeleteBucket(ctx context.Context, bucket string) (err error) {
+	defer b.Metrics.done("DeleteBucket", bucket, time.Now(), &err)
 	blobs, _, err := b.c.List(ctx, bucket, "", "", 1)
 	if err != nil {
 		return s3Error(err, bucket, "")
@@ -197,20 +203,22 @@ func (b *Backend) DeleteBucket(ctx context.Context, bucket string) error {
 
 // The ACL calls keep the gateway's default: one owner, full control.
 
-func (b *Backend) GetBucketAcl(ctx context.Context, in *s3.GetBucketAclInput) ([]byte, error) {
+func (b *Backend) GetBucketAcl(ctx context.Context, in *s3.GetBucketAclInput) (out []byte, err error) {
 	if err := b.bucketExists(ctx, str(in.Bucket)); err != nil {
 		return nil, err
 	}
 	return []byte{}, nil
 }
 
-func (b *Backend) PutBucketAcl(ctx context.Context, bucket string, _ []byte) error {
+func (b *Backend) PutBucketAcl(ctx context.Context, bucket string, _ []byte) (err error) {
+	defer b.Metrics.done("PutBucketAcl", bucket, time.Now(), &err)
 	return b.bucketExists(ctx, bucket)
 }
 
 // Objects.
 
-func (b *Backend) PutObject(ctx context.Context, in s3response.PutObjectInput) (s3response.PutObjectOutput, error) {
+func (b *Backend) PutObject(ctx context.Context, in s3response.PutObjectInput) (out s3response.PutObjectOutput, err error) {
+	defer b.Metrics.done("PutObject", str(in.Bucket), time.Now(), &err)
 	bucket, key := str(in.Bucket), str(in.Key)
 	if err := checkKey(key); err != nil {
 		return s3response.PutObjectOutput{}, err
@@ -226,10 +234,11 @@ func (b *Backend) PutObject(ctx context.Context, in s3response.PutObjectInput) (
 	if in.Body != nil {
 		body = in.Body
 	}
-	m, err := b.store(ctx, bucket, key, body, m)
+	m, err = b.store(ctx, bucket, key, body, m)
 	if err != nil {
 		return s3response.PutObjectOutput{}, err
 	}
+	b.Metrics.moved(bucket, "in", m.Size)
 	return s3response.PutObjectOutput{ETag: m.ETag, Size: ptr(m.Size)}, nil
 }
 
@@ -458,7 +467,8 @@ func (b *Backend) body(ctx context.Context, bucket string, o object, start, leng
 	return io.NopCloser(bytes.NewReader(o.data[start-o.from : start-o.from+length])), nil
 }
 
-func (b *Backend) HeadObject(ctx context.Context, in *s3.HeadObjectInput) (*s3.HeadObjectOutput, error) {
+func (b *Backend) HeadObject(ctx context.Context, in *s3.HeadObjectInput) (out *s3.HeadObjectOutput, err error) {
+	defer b.Metrics.done("HeadObject", str(in.Bucket), time.Now(), &err)
 	o, _, _, err := b.read(ctx, str(in.Bucket), str(in.Key), false, "")
 	if err != nil {
 		return nil, err
@@ -479,7 +489,8 @@ func (b *Backend) HeadObject(ctx context.Context, in *s3.HeadObjectInput) (*s3.H
 		StorageClass: types.StorageClassStandard}, nil
 }
 
-func (b *Backend) GetObject(ctx context.Context, in *s3.GetObjectInput) (*s3.GetObjectOutput, error) {
+func (b *Backend) GetObject(ctx context.Context, in *s3.GetObjectInput) (out *s3.GetObjectOutput, err error) {
+	defer b.Metrics.done("GetObject", str(in.Bucket), time.Now(), &err)
 	o, start, length, err := b.read(ctx, str(in.Bucket), str(in.Key), true, str(in.Range))
 	if err != nil {
 		return nil, err
@@ -492,7 +503,8 @@ func (b *Backend) GetObject(ctx context.Context, in *s3.GetObjectInput) (*s3.Get
 	if err != nil {
 		return nil, err
 	}
-	out := &s3.GetObjectOutput{Body: body, ContentLength: ptr(length),
+	b.Metrics.moved(str(in.Bucket), "out", length)
+	out = &s3.GetObjectOutput{Body: body, ContentLength: ptr(length),
 		ETag: ptr(o.meta.ETag), LastModified: ptr(o.modified), ContentType: nonEmpty(o.meta.ContentType),
 		ContentEncoding: nonEmpty(o.meta.ContentEncoding), ContentDisposition: nonEmpty(o.meta.ContentDisposition),
 		ContentLanguage: nonEmpty(o.meta.ContentLanguage), CacheControl: nonEmpty(o.meta.CacheControl),
@@ -513,7 +525,8 @@ func rangeOf(size int64, rng string) (*string, int64, error) {
 	return ptr(fmt.Sprintf("bytes %d-%d/%d", start, start+length-1, size)), length, nil
 }
 
-func (b *Backend) DeleteObject(ctx context.Context, in *s3.DeleteObjectInput) (*s3.DeleteObjectOutput, error) {
+func (b *Backend) DeleteObject(ctx context.Context, in *s3.DeleteObjectInput) (out *s3.DeleteObjectOutput, err error) {
+	defer b.Metrics.done("DeleteObject", str(in.Bucket), time.Now(), &err)
 	bucket, key := str(in.Bucket), str(in.Key)
 	if err := checkKey(key); err != nil {
 		return nil, err
@@ -556,8 +569,9 @@ func (b *Backend) remove(ctx context.Context, bucket string, keys []string) erro
 	return nil
 }
 
-func (b *Backend) DeleteObjects(ctx context.Context, in *s3.DeleteObjectsInput) (s3response.DeleteResult, error) {
-	var out s3response.DeleteResult
+func (b *Backend) DeleteObjects(ctx context.Context, in *s3.DeleteObjectsInput) (out s3response.DeleteResult, err error) {
+	defer b.Metrics.done("DeleteObjects", str(in.Bucket), time.Now(), &err)
+
 	if in.Delete == nil {
 		return out, nil
 	}
@@ -691,12 +705,13 @@ func maxKeys(p *int32) int {
 	return int(*p)
 }
 
-func (b *Backend) ListObjectsV2(ctx context.Context, in *s3.ListObjectsV2Input) (s3response.ListObjectsV2Result, error) {
+func (b *Backend) ListObjectsV2(ctx context.Context, in *s3.ListObjectsV2Input) (out s3response.ListObjectsV2Result, err error) {
+	defer b.Metrics.done("ListObjectsV2", str(in.Bucket), time.Now(), &err)
 	bucket, prefix, delim := str(in.Bucket), str(in.Prefix), str(in.Delimiter)
 	// A listing starts after StartAfter and the token, whichever is later.
 	start := max(continueAfter(str(in.StartAfter), delim), str(in.ContinuationToken))
 	n := maxKeys(in.MaxKeys)
-	out := s3response.ListObjectsV2Result{Name: in.Bucket, Prefix: nonEmpty(prefix), StartAfter: nonEmpty(str(in.StartAfter)),
+	out = s3response.ListObjectsV2Result{Name: in.Bucket, Prefix: nonEmpty(prefix), StartAfter: nonEmpty(str(in.StartAfter)),
 		ContinuationToken: nonEmpty(str(in.ContinuationToken)), MaxKeys: ptr(int32(n)), Delimiter: nonEmpty(delim),
 		EncodingType: in.EncodingType}
 	if n == 0 {
@@ -728,10 +743,11 @@ func continueAfter(last, delim string) string {
 	return last
 }
 
-func (b *Backend) ListObjects(ctx context.Context, in *s3.ListObjectsInput) (s3response.ListObjectsResult, error) {
+func (b *Backend) ListObjects(ctx context.Context, in *s3.ListObjectsInput) (out s3response.ListObjectsResult, err error) {
+	defer b.Metrics.done("ListObjects", str(in.Bucket), time.Now(), &err)
 	bucket, prefix, delim := str(in.Bucket), str(in.Prefix), str(in.Delimiter)
 	n := maxKeys(in.MaxKeys)
-	out := s3response.ListObjectsResult{Name: in.Bucket, Prefix: nonEmpty(prefix), Marker: nonEmpty(str(in.Marker)), MaxKeys: ptr(int32(n)),
+	out = s3response.ListObjectsResult{Name: in.Bucket, Prefix: nonEmpty(prefix), Marker: nonEmpty(str(in.Marker)), MaxKeys: ptr(int32(n)),
 		Delimiter: nonEmpty(delim), EncodingType: in.EncodingType}
 	if n == 0 {
 		out.IsTruncated = ptr(false)
@@ -764,7 +780,8 @@ func copySource(src string) (string, string, error) {
 
 // CopyObject streams the source into a new object, with its attributes or
 // the request's when it replaces them.
-func (b *Backend) CopyObject(ctx context.Context, in s3response.CopyObjectInput) (s3response.CopyObjectOutput, error) {
+func (b *Backend) CopyObject(ctx context.Context, in s3response.CopyObjectInput) (out s3response.CopyObjectOutput, err error) {
+	defer b.Metrics.done("CopyObject", str(in.Bucket), time.Now(), &err)
 	sb, sk, err := copySource(str(in.CopySource))
 	if err != nil {
 		return s3response.CopyObjectOutput{}, err
@@ -817,28 +834,28 @@ func (b *Backend) bucketExists(ctx context.Context, bucket string) error {
 	return s3err.GetBucketErr(s3err.ErrNoSuchBucket, bucket)
 }
 
-func (b *Backend) GetBucketPolicy(ctx context.Context, bucket string) ([]byte, error) {
+func (b *Backend) GetBucketPolicy(ctx context.Context, bucket string) (out []byte, err error) {
 	if err := b.bucketExists(ctx, bucket); err != nil {
 		return nil, err
 	}
 	return nil, s3err.GetAPIError(s3err.ErrNoSuchBucketPolicy)
 }
 
-func (b *Backend) GetObjectLockConfiguration(ctx context.Context, bucket string) ([]byte, error) {
+func (b *Backend) GetObjectLockConfiguration(ctx context.Context, bucket string) (out []byte, err error) {
 	if err := b.bucketExists(ctx, bucket); err != nil {
 		return nil, err
 	}
 	return nil, s3err.GetAPIError(s3err.ErrObjectLockConfigurationNotFound)
 }
 
-func (b *Backend) GetBucketCors(ctx context.Context, bucket string) ([]byte, error) {
+func (b *Backend) GetBucketCors(ctx context.Context, bucket string) (out []byte, err error) {
 	if err := b.bucketExists(ctx, bucket); err != nil {
 		return nil, err
 	}
 	return nil, s3err.GetAPIError(s3err.ErrNoSuchCORSConfiguration)
 }
 
-func (b *Backend) GetBucketVersioning(ctx context.Context, bucket string) (s3response.GetBucketVersioningOutput, error) {
+func (b *Backend) GetBucketVersioning(ctx context.Context, bucket string) (out s3response.GetBucketVersioningOutput, err error) {
 	return s3response.GetBucketVersioningOutput{}, b.bucketExists(ctx, bucket)
 }
 

@@ -300,8 +300,10 @@ func (b *Backend) putMax() int64 {
 	return PutBytesMaxDefault
 }
 
-// dropLater runs dropUpload after DataGrace.
+// dropLater runs dropUpload after DataGrace. bucket is copied: the
+// protocol layer's strings may share request buffers it reuses.
 func (b *Backend) dropLater(bucket, id string) {
+	bucket = strings.Clone(bucket)
 	time.AfterFunc(DataGrace, func() { b.dropUpload(bucket, id) })
 }
 
@@ -468,6 +470,7 @@ type partsReader struct {
 
 func (b *Backend) newPartsReader(ctx context.Context, bucket string, man manifest, start, length int64) *partsReader {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	bucket = strings.Clone(bucket) // read after the call returns
 	parts := man.Parts
 	for len(parts) > 0 && start >= parts[0].Size {
 		start -= parts[0].Size
@@ -516,7 +519,8 @@ func (r *partsReader) Close() error {
 
 // Multipart uploads.
 
-func (b *Backend) CreateMultipartUpload(ctx context.Context, in s3response.CreateMultipartUploadInput) (s3response.InitiateMultipartUploadResult, error) {
+func (b *Backend) CreateMultipartUpload(ctx context.Context, in s3response.CreateMultipartUploadInput) (out s3response.InitiateMultipartUploadResult, err error) {
+	defer b.Metrics.done("CreateMultipartUpload", str(in.Bucket), time.Now(), &err)
 	bucket, key := str(in.Bucket), str(in.Key)
 	if err := checkKey(key); err != nil {
 		return s3response.InitiateMultipartUploadResult{}, err
@@ -568,7 +572,8 @@ func checkPartNumber(p *int32) (int, error) {
 	return int(*p), nil
 }
 
-func (b *Backend) UploadPart(ctx context.Context, in *s3.UploadPartInput) (*s3.UploadPartOutput, error) {
+func (b *Backend) UploadPart(ctx context.Context, in *s3.UploadPartInput) (out *s3.UploadPartOutput, err error) {
+	defer b.Metrics.done("UploadPart", str(in.Bucket), time.Now(), &err)
 	n, err := checkPartNumber(in.PartNumber)
 	if err != nil {
 		return nil, err
@@ -600,6 +605,7 @@ func (b *Backend) uploadPart(ctx context.Context, bucket, key, id string, n int,
 	if err != nil {
 		return "", err
 	}
+	b.Metrics.moved(bucket, "in", e.Size)
 	p := part{Blob: e.Blob, Size: e.Size, ETag: quoted(h.Sum(nil)), Modified: time.Now()}
 	pb, err := json.Marshal(p)
 	if err != nil {
@@ -621,7 +627,8 @@ func (b *Backend) uploadPart(ctx context.Context, bucket, key, id string, n int,
 	return p.ETag, nil
 }
 
-func (b *Backend) UploadPartCopy(ctx context.Context, in *s3.UploadPartCopyInput) (s3response.CopyPartResult, error) {
+func (b *Backend) UploadPartCopy(ctx context.Context, in *s3.UploadPartCopyInput) (out s3response.CopyPartResult, err error) {
+	defer b.Metrics.done("UploadPartCopy", str(in.Bucket), time.Now(), &err)
 	n, err := checkPartNumber(in.PartNumber)
 	if err != nil {
 		return s3response.CopyPartResult{}, err
@@ -672,7 +679,8 @@ func (b *Backend) readParts(ctx context.Context, bucket, id string, numbers []in
 	return parts, g.Wait()
 }
 
-func (b *Backend) CompleteMultipartUpload(ctx context.Context, in *s3.CompleteMultipartUploadInput) (s3response.CompleteMultipartUploadResult, string, error) {
+func (b *Backend) CompleteMultipartUpload(ctx context.Context, in *s3.CompleteMultipartUploadInput) (out s3response.CompleteMultipartUploadResult, versionID string, err error) {
+	defer b.Metrics.done("CompleteMultipartUpload", str(in.Bucket), time.Now(), &err)
 	bucket, key, id := str(in.Bucket), str(in.Key), str(in.UploadId)
 	var res s3response.CompleteMultipartUploadResult
 	u, err := b.inProgress(ctx, bucket, key, id)
@@ -740,7 +748,8 @@ func (b *Backend) completed(ctx context.Context, bucket, key, id string) (s3resp
 	return s3response.CompleteMultipartUploadResult{Bucket: &bucket, Key: &key, ETag: &m.ETag}, true
 }
 
-func (b *Backend) AbortMultipartUpload(ctx context.Context, in *s3.AbortMultipartUploadInput) error {
+func (b *Backend) AbortMultipartUpload(ctx context.Context, in *s3.AbortMultipartUploadInput) (err error) {
+	defer b.Metrics.done("AbortMultipartUpload", str(in.Bucket), time.Now(), &err)
 	bucket, key, id := str(in.Bucket), str(in.Key), str(in.UploadId)
 	if _, err := b.inProgress(ctx, bucket, key, id); err != nil {
 		return err
@@ -755,9 +764,10 @@ func (b *Backend) AbortMultipartUpload(ctx context.Context, in *s3.AbortMultipar
 	return nil
 }
 
-func (b *Backend) ListParts(ctx context.Context, in *s3.ListPartsInput) (s3response.ListPartsResult, error) {
+func (b *Backend) ListParts(ctx context.Context, in *s3.ListPartsInput) (out s3response.ListPartsResult, err error) {
+	defer b.Metrics.done("ListParts", str(in.Bucket), time.Now(), &err)
 	bucket, key, id := str(in.Bucket), str(in.Key), str(in.UploadId)
-	out := s3response.ListPartsResult{Bucket: bucket, Key: key, UploadID: id, StorageClass: types.StorageClassStandard}
+	out = s3response.ListPartsResult{Bucket: bucket, Key: key, UploadID: id, StorageClass: types.StorageClassStandard}
 	if _, err := b.inProgress(ctx, bucket, key, id); err != nil {
 		return out, err
 	}
@@ -794,9 +804,10 @@ func (b *Backend) ListParts(ctx context.Context, in *s3.ListPartsInput) (s3respo
 // ListMultipartUploads lists the uploads in progress, by key and then
 // upload ID (which sorts by initiation time), reading every upload record
 // of the bucket: uploads in progress are expected to be few.
-func (b *Backend) ListMultipartUploads(ctx context.Context, in *s3.ListMultipartUploadsInput) (s3response.ListMultipartUploadsResult, error) {
+func (b *Backend) ListMultipartUploads(ctx context.Context, in *s3.ListMultipartUploadsInput) (out s3response.ListMultipartUploadsResult, err error) {
+	defer b.Metrics.done("ListMultipartUploads", str(in.Bucket), time.Now(), &err)
 	bucket, prefix, delim := str(in.Bucket), str(in.Prefix), str(in.Delimiter)
-	out := s3response.ListMultipartUploadsResult{Bucket: bucket, KeyMarker: str(in.KeyMarker), UploadIDMarker: str(in.UploadIdMarker),
+	out = s3response.ListMultipartUploadsResult{Bucket: bucket, KeyMarker: str(in.KeyMarker), UploadIDMarker: str(in.UploadIdMarker),
 		Delimiter: delim, Prefix: prefix, MaxUploads: maxKeys(in.MaxUploads)}
 	if out.KeyMarker == "" {
 		out.UploadIDMarker = "" // S3 ignores it without a key marker

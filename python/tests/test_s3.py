@@ -44,8 +44,9 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tuple[Server, str]]:
     """A server with the S3 API on a free port: (server, S3 endpoint URL)."""
-    port = _free_port()
+    port, metrics = _free_port(), _free_port()
     s = Server(tmp_path_factory.mktemp("tyr-s3"), "--min-free", "0", "--s3-listen", f"127.0.0.1:{port}",
+               "--metrics-listen", f"127.0.0.1:{metrics}",
                "--s3-access-key", ACCESS, "--s3-secret-key", SECRET, "--s3-max-put", f"{MAX_PUT}").start()
     url = f"http://127.0.0.1:{port}"
     try:
@@ -55,6 +56,7 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tuple[Server
                     break
             except OSError:
                 threading.Event().wait(0.05)
+        s.metrics_url = f"http://127.0.0.1:{metrics}/metrics"  # type: ignore[attr-defined]
         yield s, url
     finally:
         s.stop()
@@ -232,6 +234,35 @@ def read_range(s3: Any, bucket: str, key: str, lo: int, hi: int) -> bytes:
     g = s3.get_object(Bucket=bucket, Key=key, Range=f"bytes={lo}-{hi}")
     assert g["ContentRange"].startswith(f"bytes {lo}-")
     return bytes(g["Body"].read())
+
+
+def s3_metrics(server: Server, bucket: str) -> Dict[str, float]:
+    """The gateway's metrics of bucket: {'requests op code': n, 'bytes direction': n}."""
+    out: Dict[str, float] = {}
+    with urllib.request.urlopen(server.metrics_url) as r:  # type: ignore[attr-defined]
+        for line in r.read().decode().splitlines():
+            if line.startswith("#") or f'bucket="{bucket}"' not in line:
+                continue
+            name, value = line.rsplit(" ", 1)
+            labels = dict(kv.split("=", 1) for kv in name[name.index("{") + 1 : -1].split(","))
+            labels = {k: v.strip('"') for k, v in labels.items()}
+            if name.startswith("tyr_s3_requests_total"):
+                out[f"requests {labels['op']} {labels['code']}"] = float(value)
+            elif name.startswith("tyr_s3_bytes_total"):
+                out[f"bytes {labels['direction']}"] = float(value)
+    return out
+
+
+def test_metrics(s3_server: Tuple[Server, str], s3: Any, bucket: str) -> None:
+    s3.put_object(Bucket=bucket, Key="m", Body=b"x" * 1000)
+    s3.put_object(Bucket=bucket, Key="m", Body=b"y" * 3000)
+    assert s3.get_object(Bucket=bucket, Key="m", Range="bytes=0-99")["Body"].read() == b"y" * 100
+    with pytest.raises(botocore.exceptions.ClientError):
+        s3.get_object(Bucket=bucket, Key="missing")
+    s3.list_objects_v2(Bucket=bucket)
+    m = s3_metrics(s3_server[0], bucket)
+    assert m == {"requests PutObject OK": 2, "requests GetObject OK": 1, "requests GetObject NoSuchKey": 1,
+                 "requests ListObjectsV2 OK": 1, "requests CreateBucket OK": 1, "bytes in": 4000, "bytes out": 100}, m
 
 
 def test_sizes(s3: Any, native: tyr.Client, bucket: str) -> None:
