@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -61,6 +62,27 @@ type Backend struct {
 	PutBytesMax int64
 	// Metrics, if not nil, count requests and bytes.
 	Metrics *Metrics
+	// seen holds when each bucket was last found to exist (knownBucket).
+	seen sync.Map
+}
+
+// bucketSeenFor is how long knownBucket trusts that a bucket exists.
+const bucketSeenFor = time.Second
+
+// knownBucket is bucketExists for the checks the protocol layer makes on
+// every request (GetBucketAcl): a bucket found in the last bucketSeenFor
+// is taken to exist. A bucket another gateway dropped meanwhile then fails
+// the request itself, with the error of a fresh check.
+func (b *Backend) knownBucket(ctx context.Context, bucket string) error {
+	if t, ok := b.seen.Load(bucket); ok && time.Since(t.(time.Time)) < bucketSeenFor {
+		return nil
+	}
+	if err := b.bucketExists(ctx, bucket); err != nil {
+		b.seen.Delete(bucket)
+		return err
+	}
+	b.seen.Store(strings.Clone(bucket), time.Now())
+	return nil
 }
 
 // New returns a backend over c; buckets are created with cfg.
@@ -198,13 +220,14 @@ func (b *Backend) DeleteBucket(ctx context.Context, bucket string) (err error) {
 	if len(blobs) > 0 && isObjectKey(blobs[0].Key) {
 		return s3err.GetBucketErr(s3err.ErrBucketNotEmpty, bucket)
 	}
+	b.seen.Delete(bucket)
 	return s3Error(b.c.DropKeyspace(ctx, bucket), bucket, "")
 }
 
 // The ACL calls keep the gateway's default: one owner, full control.
 
 func (b *Backend) GetBucketAcl(ctx context.Context, in *s3.GetBucketAclInput) (out []byte, err error) {
-	if err := b.bucketExists(ctx, str(in.Bucket)); err != nil {
+	if err := b.knownBucket(ctx, str(in.Bucket)); err != nil {
 		return nil, err
 	}
 	return []byte{}, nil

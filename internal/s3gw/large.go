@@ -20,10 +20,13 @@ package s3gw
 //	c/ID          the manifest of the object upload ID completed
 //
 // Invariants: a data blob is kept while its upload is in progress (u/ID
-// exists) or a manifest lists it (c/ID exists and names it); a manifest
-// exists while exactly one sidecar names it, because the commit that
-// replaces or deletes that sidecar deletes the manifest too. Whatever these
-// do not keep is garbage, deleted after the commit that made it so (after
+// exists) or a manifest lists it (c/ID exists and names it); a manifest is
+// kept while the sidecar of its key names it, and the commit that replaces
+// or deletes that sidecar deletes it too when it read the sidecar first
+// (a PUT racing another may not have: collect checks). A manifest and the
+// sidecar naming it are written in one commit, after the data, and the
+// upload stays in progress until that commit. Whatever these do not keep
+// is garbage, deleted after the commit that made it so (after
 // DataGrace for an object's data, so that GETs streaming it finish), and by
 // the sweep if the gateway stopped first.
 
@@ -116,8 +119,10 @@ func unquoted(etag string) string { return strings.Trim(etag, `"`) }
 
 // newUploadID returns a new upload ID: 32 hex digits, the time it was made
 // and random bits, so IDs sort by the time they were made.
-func newUploadID() string {
-	return fmt.Sprintf("%016x%s", uint64(time.Now().UnixNano()), randomHex(8))
+func newUploadID() string { return uploadIDAt(time.Now()) }
+
+func uploadIDAt(t time.Time) string {
+	return fmt.Sprintf("%016x%s", uint64(t.UnixNano()), randomHex(8))
 }
 
 func validUploadID(id string) bool {
@@ -238,7 +243,7 @@ func (b *Backend) putJSON(ctx context.Context, bucket, key string, v any) error 
 	return s3Error(err, bucket, "")
 }
 
-// publish replaces object key, in one transaction: the blob holds data
+// publish replaces object key, in one commit: the blob holds data
 // (nil for a manifest object), the sidecar m, and man, if not nil, becomes
 // the manifest of upload m.Upload. done, if not empty, is the upload this
 // completes, which must still be in progress (else NoSuchUpload). The old
@@ -257,26 +262,29 @@ func (b *Backend) publish(ctx context.Context, bucket, key string, data []byte, 
 			return err
 		}
 	}
-	var old string
-	err = b.c.RunTx(ctx, bucket, func(tx *client.Tx) error {
-		if done != "" {
-			if _, err := tx.Size(ctx, uploadKey(done)); err != nil {
-				return err
-			}
-			if err := tx.Do(client.DeleteOp(uploadKey(done))); err != nil {
-				return err
-			}
-		}
-		var err error
-		if old, err = b.dropManifest(ctx, tx, key); err != nil {
-			return err
-		}
-		ops := append(replace(key, data), replace(metaKey(key), mb)...)
-		if man != nil {
-			ops = append(ops, replace(manifestKey(m.Upload), manb)...)
-		}
-		return tx.Do(ops...)
-	}, nil)
+	// The replaced object's manifest goes in the same commit. Its sidecar
+	// is read first, not in a transaction: a PUT that gets in between
+	// leaves its manifest behind, which collect finds (no sidecar names
+	// it) and deletes.
+	old, err := b.uploadOf(ctx, bucket, key)
+	if err != nil {
+		return b.objectError(ctx, err, bucket, "")
+	}
+	var ops []client.Op
+	if done != "" {
+		// Fails the commit with NotFound unless the upload is in progress.
+		ops = append(ops, client.DeleteOp(uploadKey(done)))
+	}
+	if old != "" {
+		// Create then delete: a manifest gone missing must not fail the commit.
+		ops = append(ops, client.WriteOp(manifestKey(old), 0, nil, true), client.DeleteOp(manifestKey(old)))
+	}
+	ops = append(ops, replace(key, data)...)
+	ops = append(ops, replace(metaKey(key), mb)...)
+	if man != nil {
+		ops = append(ops, replace(manifestKey(m.Upload), manb)...)
+	}
+	_, err = b.c.Commit(ctx, bucket, ops...)
 	if errors.Is(err, client.ErrNotFound) && done != "" {
 		if berr := b.bucketExists(ctx, bucket); berr != nil {
 			return berr
@@ -305,6 +313,23 @@ func (b *Backend) putMax() int64 {
 func (b *Backend) dropLater(bucket, id string) {
 	bucket = strings.Clone(bucket)
 	time.AfterFunc(DataGrace, func() { b.dropUpload(bucket, id) })
+}
+
+// uploadOf returns the upload whose manifest object key is, "" if it is
+// none (inline, native or missing).
+func (b *Backend) uploadOf(ctx context.Context, bucket, key string) (string, error) {
+	mb, err := b.c.Read(ctx, bucket, metaKey(key), 0, metaBytesMax)
+	if errors.Is(err, client.ErrNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	var m meta
+	if json.Unmarshal(mb, &m) != nil {
+		return "", nil
+	}
+	return m.Upload, nil
 }
 
 // dropManifest reads object key's sidecar in tx and, if it names a
@@ -345,10 +370,23 @@ func (b *Backend) collect(ctx context.Context, bucket, id string) error {
 		return err
 	}
 	var man manifest
-	if err := b.readJSON(ctx, bucket, manifestKey(id), manifestBytesMax, &man); err != nil && !errors.Is(err, client.ErrNotFound) {
+	var garbage []string
+	err := b.readJSON(ctx, bucket, manifestKey(id), manifestBytesMax, &man)
+	switch {
+	case err == nil:
+		// A manifest no sidecar names (a PUT replaced its object without
+		// seeing it) is garbage too.
+		current, err := b.uploadOf(ctx, bucket, man.Key)
+		if err != nil {
+			return err
+		}
+		if current != id {
+			man, garbage = manifest{}, append(garbage, manifestKey(id))
+		}
+	case !errors.Is(err, client.ErrNotFound):
 		return err
 	}
-	garbage, err := b.keys(ctx, bucket, partPrefix(id), nil)
+	garbage, err = b.keys(ctx, bucket, partPrefix(id), garbage)
 	if err != nil {
 		return err
 	}

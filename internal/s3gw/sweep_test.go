@@ -1,0 +1,105 @@
+package s3gw
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/tyrstore/tyr/client"
+	"github.com/tyrstore/tyr/internal/testserver"
+)
+
+// The sweep keeps what the invariants of large.go keep and deletes the
+// rest: a manifest object's data and manifest stay; an upload in progress
+// stays; a manifest no sidecar names (a PUT raced the one that published
+// it), the data of a replaced object, part records and data of an upload
+// gone, and uploads older than UploadAgeMax go.
+func TestSweep(t *testing.T) {
+	srv := testserver.Start(t)
+	c := srv.Client()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := c.CreateKeyspace(ctx, "sweep", client.DefaultKeyspaceConfig()); err != nil {
+		t.Fatal(err)
+	}
+	b := New(c, client.DefaultKeyspaceConfig())
+	put := func(key string, v any) {
+		t.Helper()
+		if err := b.putJSON(ctx, "sweep", key, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data := func(id string, n int) string {
+		t.Helper()
+		k := dataKey(id, n)
+		if _, err := c.WriteCreate(ctx, "sweep", k, 0, []byte("part")); err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	// live: object "a" is a manifest object of upload live.
+	live := newUploadID()
+	liveData := data(live, 1)
+	put(manifestKey(live), manifest{Key: "a", Parts: []extent{{Blob: liveData, Size: 4}}})
+	put(metaKey("a"), meta{ETag: `"x-1"`, Size: 4, Upload: live})
+	if _, err := c.WriteCreate(ctx, "sweep", "a", 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	// orphan: a manifest of "a" too, which a racing PUT replaced.
+	orphan := newUploadID()
+	data(orphan, 1)
+	put(manifestKey(orphan), manifest{Key: "a", Parts: []extent{{Blob: dataKey(orphan, 1), Size: 4}}})
+	// unused: an attempt at part 2 of live that no manifest lists.
+	unused := data(live, 2)
+	// busy: an upload in progress with a part.
+	busy := newUploadID()
+	put(uploadKey(busy), upload{Key: "b", Initiated: time.Now()})
+	busyData := data(busy, 1)
+	put(partKey(busy, 1), part{Blob: busyData, Size: 4})
+	// gone: an aborted upload's part record and data.
+	gone := newUploadID()
+	data(gone, 1)
+	put(partKey(gone, 1), part{Blob: dataKey(gone, 1), Size: 4})
+	// old: an upload in progress for longer than UploadAgeMax.
+	old := uploadIDAt(time.Now().Add(-UploadAgeMax - time.Hour))
+	put(uploadKey(old), upload{Key: "c"})
+	data(old, 1)
+
+	if err := b.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	left, err := b.keys(ctx, "sweep", internalPrefix, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{manifestKey(live), liveData, busyData, partKey(busy, 1), uploadKey(busy)}
+	slices.Sort(want)
+	if !slices.Equal(left, want) {
+		t.Fatalf("after the sweep:\n got %q\nwant %q", left, want)
+	}
+	if slices.Contains(left, unused) {
+		t.Fatal("an unused part attempt survived")
+	}
+	// The object still reads whole.
+	o, _, _, err := b.read(ctx, "sweep", "a", true, "")
+	if err != nil || o.man == nil || o.size != 4 {
+		t.Fatalf("object a after the sweep: %+v, %v", o, err)
+	}
+	// A second sweep finds nothing more to delete.
+	if err := b.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	again, _ := b.keys(ctx, "sweep", internalPrefix, nil)
+	if !slices.Equal(again, want) {
+		t.Fatalf("second sweep: %q", again)
+	}
+	var m meta
+	if err := b.readJSON(ctx, "sweep", metaKey("a"), metaBytesMax, &m); err != nil || m.Upload != live {
+		t.Fatalf("sidecar of a: %+v, %v", m, err)
+	}
+	if _, err := c.Stat(ctx, "sweep", uploadKey(old)); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("expired upload: %v", err)
+	}
+}
