@@ -265,13 +265,17 @@ func (b *Backend) PutObject(ctx context.Context, in s3response.PutObjectInput) (
 	return s3response.PutObjectOutput{ETag: m.ETag, Size: ptr(m.Size)}, nil
 }
 
-// replace returns the ops that make blob key hold exactly data.
+// replace returns the ops that make blob key hold exactly data: the bytes
+// written over the old ones, then a truncate to their length. A truncate
+// that shrinks a blob deletes a range of its pages, which costs every later
+// read of the keyspace until it is compacted; written in this order, only
+// a blob that was longer shrinks.
 func replace(key string, data []byte) []client.Op {
-	ops := []client.Op{client.WriteOp(key, 0, nil, true), client.TruncateOp(key, 0)}
+	ops := []client.Op{client.WriteOp(key, 0, nil, true)}
 	for off := 0; off < len(data); off += client.PayloadBytesMax {
 		ops = append(ops, client.WriteOp(key, uint64(off), data[off:min(off+client.PayloadBytesMax, len(data))], false))
 	}
-	return ops
+	return append(ops, client.TruncateOp(key, uint64(len(data))))
 }
 
 // object is what a read of an object found, at one version of its blob,
@@ -364,7 +368,12 @@ func (b *Backend) readAt(ctx context.Context, bucket, key string, data bool, rng
 	}
 	checked := false
 	if data && o.man == nil {
-		o.data, o.from = make([]byte, 0, length), start
+		// A range of one part is usually read whole, without a copy.
+		size := length
+		if length <= client.PayloadBytesMax {
+			size = 0
+		}
+		o.data, o.from = make([]byte, 0, size), start
 		for off := start; off < start+length; {
 			part, at, err := b.c.ReadPart(ctx, bucket, key, uint64(off), uint64(min(start+length-off, client.PayloadBytesMax)))
 			if err != nil {
@@ -377,7 +386,11 @@ func (b *Backend) readAt(ctx context.Context, bucket, key string, data bool, rng
 			if len(part) == 0 {
 				break
 			}
-			o.data = append(o.data, part...)
+			if off == start && int64(len(part)) == length {
+				o.data = part // the whole range in one part: no copy
+			} else {
+				o.data = append(o.data, part...)
+			}
 			off += int64(len(part))
 		}
 	}
