@@ -213,10 +213,24 @@ func (b *Backend) store(ctx context.Context, bucket, key string, body io.Reader,
 		err = b.publish(ctx, bucket, key, nil, m, &manifest{Key: key, Parts: []extent{e}}, id)
 	}
 	if err != nil {
-		b.dropUpload(bucket, id)
+		b.abandon(bucket, id)
 		return meta{}, err
 	}
 	return m, nil
+}
+
+// abandon ends upload id of a PUT that failed: its record, so that it is
+// no longer in progress, then what it wrote. If the PUT's commit went
+// through after all (its answer lost), the record is gone already and the
+// manifest keeps the data.
+func (b *Backend) abandon(bucket, id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := b.deleteBlobs(ctx, bucket, []string{uploadKey(id)}); err != nil {
+		slog.Warn("s3: a failed PUT's upload is left to the sweep", "bucket", bucket, "upload", id, "err", err)
+		return
+	}
+	b.dropUpload(bucket, id)
 }
 
 // writeData streams r, at most limit bytes, into a new data blob of part

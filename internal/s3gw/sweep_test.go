@@ -1,10 +1,13 @@
 package s3gw
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"slices"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/tyrstore/tyr/client"
@@ -101,5 +104,26 @@ func TestSweep(t *testing.T) {
 	}
 	if _, err := c.Stat(ctx, "sweep", uploadKey(old)); !errors.Is(err, client.ErrNotFound) {
 		t.Fatalf("expired upload: %v", err)
+	}
+}
+
+// A large PUT whose body fails half-way leaves no object, no upload in
+// progress and no data.
+func TestFailedPutLeavesNothing(t *testing.T) {
+	srv := testserver.Start(t)
+	c := srv.Client()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := c.CreateKeyspace(ctx, "failed", client.DefaultKeyspaceConfig()); err != nil {
+		t.Fatal(err)
+	}
+	b := New(c, client.DefaultKeyspaceConfig())
+	broken := io.MultiReader(bytes.NewReader(make([]byte, ObjectBytesMax+3<<20)), iotest.ErrReader(errors.New("connection reset")))
+	if _, err := b.store(ctx, "failed", "big", broken, meta{}); err == nil {
+		t.Fatal("a PUT whose body failed succeeded")
+	}
+	left, err := b.keys(ctx, "failed", "", nil)
+	if err != nil || len(left) != 0 {
+		t.Fatalf("after a failed PUT: %q, %v", left, err)
 	}
 }
