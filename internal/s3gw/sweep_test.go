@@ -14,20 +14,26 @@ import (
 	"github.com/tyrstore/tyr/internal/testserver"
 )
 
+// backendOn starts a server with keyspace ks and returns a context for the
+// test, a client and a Backend over it.
+func backendOn(t *testing.T, ks string) (context.Context, *client.Client, *Backend) {
+	t.Helper()
+	c := testserver.Start(t).Client()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	if _, err := c.CreateKeyspace(ctx, ks, client.DefaultKeyspaceConfig()); err != nil {
+		t.Fatal(err)
+	}
+	return ctx, c, New(c, client.DefaultKeyspaceConfig())
+}
+
 // The sweep keeps what the invariants of large.go keep and deletes the
 // rest: a manifest object's data and manifest stay; an upload in progress
 // stays; a manifest no sidecar names (a PUT raced the one that published
 // it), the data of a replaced object, part records and data of an upload
 // gone, and uploads older than UploadAgeMax go.
 func TestSweep(t *testing.T) {
-	srv := testserver.Start(t)
-	c := srv.Client()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if _, err := c.CreateKeyspace(ctx, "sweep", client.DefaultKeyspaceConfig()); err != nil {
-		t.Fatal(err)
-	}
-	b := New(c, client.DefaultKeyspaceConfig())
+	ctx, c, b := backendOn(t, "sweep")
 	put := func(key string, v any) {
 		t.Helper()
 		if err := b.putJSON(ctx, "sweep", key, v); err != nil {
@@ -110,14 +116,7 @@ func TestSweep(t *testing.T) {
 // A large PUT whose body fails half-way leaves no object, no upload in
 // progress and no data.
 func TestFailedPutLeavesNothing(t *testing.T) {
-	srv := testserver.Start(t)
-	c := srv.Client()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if _, err := c.CreateKeyspace(ctx, "failed", client.DefaultKeyspaceConfig()); err != nil {
-		t.Fatal(err)
-	}
-	b := New(c, client.DefaultKeyspaceConfig())
+	ctx, _, b := backendOn(t, "failed")
 	broken := io.MultiReader(bytes.NewReader(make([]byte, ObjectBytesMax+3<<20)), iotest.ErrReader(errors.New("connection reset")))
 	if _, err := b.store(ctx, "failed", "big", broken, meta{}); err == nil {
 		t.Fatal("a PUT whose body failed succeeded")
