@@ -5,13 +5,20 @@
 # versitygw over a POSIX directory on the same disk (the same S3 layer over
 # files), and on Ceph's RADOS gateway when CEPH_S3 names it
 # (http://ACCESS:SECRET@127.0.0.1:7481, started by
-# ../shared/peers/ceph/setup.sh --rgw). Writes the report to
-# bench/results/s3-DATE.md.
+# ../shared/peers/ceph/setup.sh --rgw). Then `tyr bench list` lists pages
+# of 1,000 keys from a 1,000-key prefix and from a LIST_KEYS-key prefix
+# (default 1,000,000) at 1 and 32 clients on tyr's native API, tyr's
+# gateway and versitygw-posix; the objects are stored natively and as
+# files, as PutObject would store them, since a million PUTs would take
+# longer than the measurement (RGW is left out of it for that reason).
+# Writes the reports to bench/results/s3-DATE.md and s3-list-DATE.md.
 #
 #   scripts/bench-s3.sh [SECONDS]     # per measurement, default 10
+#   WORKLOADS=list scripts/bench-s3.sh 5
 set -euo pipefail
 cd "$(dirname "$0")/.."
 duration=${1:-10}
+workloads=${WORKLOADS:-object list}
 make -s build
 vgw=$(sh scripts/versitygw.sh)
 dir=$(mktemp -d "$PWD/build/bench-s3-XXXXXX") # on the project's disk
@@ -31,8 +38,19 @@ wait_port "$tyr_s3"
 wait_port "$posix_s3"
 peers=(--s3 "tyr-s3=http://127.0.0.1:$tyr_s3" --s3 "versitygw-posix=http://127.0.0.1:$posix_s3")
 [[ -n ${CEPH_S3:-} ]] && peers+=(--s3 "ceph-rgw=$CEPH_S3")
+if [[ $workloads == *object* ]]; then
 out=bench/results/s3-$(date +%F)
 bin/tyr bench object --endpoint "127.0.0.1:$tyr_port" --object-sizes 4KiB,1MiB,64MiB --clients 1,32 \
 	--duration "${duration}s" --op-timeout 3m --s3-access-key $key --s3-secret-key $secret "${peers[@]}" --json >"$out.json"
 bin/tyr bench report --base versitygw-posix "$out.json" >"$out.md"
 echo "wrote $out.md"
+fi
+if [[ $workloads == *list* ]]; then
+out=bench/results/s3-list-$(date +%F)
+bin/tyr bench list --endpoint "127.0.0.1:$tyr_port" --clients 1,32 --list-keys "${LIST_KEYS:-1000000}" \
+	--duration "${duration}s" --op-timeout 3m --s3-access-key $key --s3-secret-key $secret \
+	--s3 "tyr-s3=http://127.0.0.1:$tyr_s3" --s3 "versitygw-posix=http://127.0.0.1:$posix_s3" \
+	--s3-fill tyr-s3=native --s3-fill "versitygw-posix=$dir/posix" --json >"$out.json"
+bin/tyr bench report --base versitygw-posix "$out.json" >"$out.md"
+echo "wrote $out.md"
+fi

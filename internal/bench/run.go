@@ -14,6 +14,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -28,7 +29,7 @@ import (
 const maxValueBytes = limits.PayloadBytesMax
 
 // Workloads is every workload Run knows, in the order help lists them.
-var Workloads = []string{"write", "read", "object", "isolation", "stream", "counter", "monalisa", "bank", "limits"}
+var Workloads = []string{"write", "read", "object", "list", "isolation", "stream", "counter", "monalisa", "bank", "limits"}
 
 // AggModes are the ways tyr updates counters and aggregates: atomic ops
 // applied on the server, or transactional read-modify-write.
@@ -75,6 +76,13 @@ type Config struct {
 	S3          []S3Peer
 	S3AccessKey string
 	S3SecretKey string
+	// S3Fill says, by S3 peer name, how the list workload stores its
+	// objects there when not by PutObject: S3FillNative (the bucket is a
+	// keyspace of the tyr cluster at Endpoint, written through the native
+	// API as the gateway writes it) or a directory (versitygw's POSIX
+	// back-end serving it: the bucket is a subdirectory and each object a
+	// file). The bench data is then removed the same way.
+	S3Fill map[string]string
 
 	// Agg lists how tyr updates counters and aggregates (AggModes), each
 	// measured as a system of its own: "tyr" and "tyr-rmw".
@@ -108,6 +116,8 @@ type Config struct {
 	StreamInFlight int
 	// ObjectSizes are the object workload's sizes, each put then got.
 	ObjectSizes []int64
+	// ListKeys is the keys of the list workload's large prefix.
+	ListKeys int
 
 	// MaxErrors stops a measurement once that many operations failed, so a
 	// broken server ends the run instead of spinning.
@@ -141,6 +151,7 @@ func DefaultConfig() Config {
 		StreamSize:      1 << 30,
 		StreamInFlight:  4,
 		ObjectSizes:     slices.Clone(ObjectSizes),
+		ListKeys:        1_000_000,
 		MaxErrors:       100,
 		OpTimeout:       30 * time.Second,
 	}
@@ -228,6 +239,17 @@ func (c *Config) validate() error {
 	}
 	if c.Workload == "object" && len(c.ObjectSizes) == 0 {
 		problems = append(problems, errors.New("--object-sizes: need at least one size"))
+	}
+	if c.ListKeys < ListPageKeys || c.ListKeys > ListKeysMax {
+		problems = append(problems, fmt.Errorf("--list-keys %d: must be in [%d, %d]", c.ListKeys, ListPageKeys, ListKeysMax))
+	}
+	for name, how := range c.S3Fill {
+		if !slices.ContainsFunc(c.S3, func(p S3Peer) bool { return p.Name == name }) {
+			problems = append(problems, fmt.Errorf("--s3-fill %s: no --s3 server of that name", name))
+		}
+		if how != S3FillNative && !filepath.IsAbs(how) {
+			problems = append(problems, fmt.Errorf("--s3-fill %s=%s: want %s or an absolute directory", name, how, S3FillNative))
+		}
 	}
 	if c.MaxErrors < 1 {
 		problems = append(problems, fmt.Errorf("--max-errors %d: must be positive", c.MaxErrors))
@@ -352,6 +374,8 @@ func runs(s system, workload string) bool {
 		_, ok = s.(streamSystem)
 	case "object":
 		_, ok = s.(objectSystem)
+	case "list":
+		_, ok = s.(listSystem)
 	case "counter":
 		_, ok = s.(counterSystem)
 	case "monalisa":
@@ -452,6 +476,8 @@ func Run(ctx context.Context, cfg Config, emit func(Result) error) (err error) {
 		return runBank(ctx, &cfg, systems, emit)
 	case "object":
 		return runObject(ctx, &cfg, systems, emit)
+	case "list":
+		return runList(ctx, &cfg, systems, emit)
 	default:
 		return runStream(ctx, &cfg, systems, emit)
 	}

@@ -158,6 +158,18 @@ func (s *tyrSystem) Create(ctx context.Context, keys []string) error {
 	})
 }
 
+// Fill makes n empty blobs under prefix, a few full commits at once.
+func (s *tyrSystem) Fill(ctx context.Context, prefix string, n int) error {
+	return fillBatches(ctx, prefix, n, limits.OpsPerCommitMax, fillWorkers, func(ctx context.Context, keys []string) error {
+		ops := make([]client.Op, 0, len(keys))
+		for _, k := range keys {
+			ops = append(ops, client.CreateOp(k))
+		}
+		_, err := s.admin.Commit(ctx, s.keyspace, ops...)
+		return err
+	})
+}
+
 // Preload writes value under every key, batched as Create is.
 func (s *tyrSystem) Preload(ctx context.Context, keys []string, value []byte) error {
 	per := max(1, min(limits.OpsPerCommitMax, limits.CommitBytesMax/max(len(value), 1)))
@@ -257,6 +269,15 @@ func (s *tyrSystem) objects() {}
 // PutObject writes the object in one commit when it fits one
 // (CommitBytesMax), so that it replaces the last one atomically; a larger
 // one is written in parts, a few in flight, each part atomic.
+func (c *tyrConn) ListPage(ctx context.Context, prefix, after string, max int) ([]string, error) {
+	blobs, _, err := c.c.List(ctx, c.ks, prefix, after, max)
+	keys := make([]string, len(blobs))
+	for i, b := range blobs {
+		keys[i] = b.Key
+	}
+	return keys, err
+}
+
 func (c *tyrConn) PutObject(ctx context.Context, key string, value []byte) error {
 	cl := c.to(key)
 	if len(value) > limits.CommitBytesMax {

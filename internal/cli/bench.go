@@ -196,8 +196,10 @@ var workloadShort = map[string]string{
 	"read":  "Power-law reads of --value-size bytes from preloaded blobs",
 	"isolation": "Readers and writers of disjoint blobs at several mixes: per-reader throughput against " +
 		"read-only runs",
-	"stream":  "Put then get one large value in parts",
-	"object":  "Each client puts whole objects of its own, then gets them, at each of --object-sizes",
+	"stream": "Put then get one large value in parts",
+	"object": "Each client puts whole objects of its own, then gets them, at each of --object-sizes",
+	"list": "Pages of 1,000 keys listed from a 1,000-key prefix and from a --list-keys prefix, " +
+		"each page after a random key",
 	"counter": "Every client adds 1 to one shared 8-byte counter: atomic add vs transactional read-modify-write (and peers)",
 	"monalisa": "MonALISA events appended with per-minute aggregates updated in the same transaction, " +
 		"and power-law aggregate reads",
@@ -243,6 +245,11 @@ func newBenchWorkloadCommand(e *env, workload string) *cobra.Command {
 		}
 	case "object":
 		f.Var(sizesFlag{&cfg.ObjectSizes}, "object-sizes", "object sizes to measure, each in turn: SIZE[,SIZE,...]")
+	case "list":
+		f.IntVar(&cfg.ListKeys, "list-keys", cfg.ListKeys, "keys of the large prefix")
+		f.StringToStringVar(&cfg.S3Fill, "s3-fill", nil,
+			"how to store the objects of the --s3 server NAME, if not by PutObject: NAME=native (tyr's gateway: "+
+				"through --endpoint's native API) or NAME=DIR (versitygw's POSIX back-end serving DIR: as files)")
 	case "stream":
 		f.Var(sizeFlag{&cfg.StreamSize}, "stream-size", "size of the value put and got")
 		f.IntVar(&cfg.StreamInFlight, "stream-in-flight", cfg.StreamInFlight, "parts in flight at once")
@@ -286,8 +293,8 @@ func newBenchWorkloadCommand(e *env, workload string) *cobra.Command {
 	f.StringVar(&cfg.Etcd, "etcd", "", "also measure the etcd member with this client address (host:port)")
 	f.StringVar(&cfg.ZooKeeper, "zookeeper", "", "also measure Redis (--zk-redis) locked by the ZooKeeper server at host:port")
 	f.StringVar(&cfg.ZKRedis, "zk-redis", "", "the Redis server (host:port) the ZooKeeper-locked peer keeps its data in")
-	if workload == "object" {
-		f.Var(s3PeersFlag{&cfg.S3}, "s3", "also measure this S3 server (object workload): NAME=http://[ACCESS:SECRET@]HOST:PORT, repeatable")
+	if workload == "object" || workload == "list" {
+		f.Var(s3PeersFlag{&cfg.S3}, "s3", "also measure this S3 server: NAME=http://[ACCESS:SECRET@]HOST:PORT, repeatable")
 		f.StringVar(&cfg.S3AccessKey, "s3-access-key", os.Getenv("TYR_S3_ACCESS_KEY"),
 			"access key of the --s3 servers (env TYR_S3_ACCESS_KEY)")
 		f.StringVar(&cfg.S3SecretKey, "s3-secret-key", os.Getenv("TYR_S3_SECRET_KEY"),

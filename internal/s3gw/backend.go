@@ -16,6 +16,7 @@ package s3gw
 import (
 	"bytes"
 	"context"
+	"crypto/md5"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -276,6 +277,26 @@ func replace(key string, data []byte) []client.Op {
 		ops = append(ops, client.WriteOp(key, uint64(off), data[off:min(off+client.PayloadBytesMax, len(data))], false))
 	}
 	return append(ops, client.TruncateOp(key, uint64(len(data))))
+}
+
+// NewObjectOps returns the ops of a PUT of data, at most ObjectBytesMax
+// bytes, to a key that holds no object: its blob and its sidecar with the
+// MD5 ETag. Committed in one commit (several objects' ops may share one),
+// they store what the gateway's PutObject stores, for loading many objects
+// through the native API.
+func NewObjectOps(key string, data []byte) ([]client.Op, error) {
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
+	if len(data) > ObjectBytesMax {
+		return nil, s3err.GetEntityTooLargeErr(int64(len(data)), ObjectBytesMax)
+	}
+	sum := md5.Sum(data)
+	mb, err := json.Marshal(meta{ETag: quoted(sum[:]), Size: int64(len(data))})
+	if err != nil {
+		return nil, err
+	}
+	return append(replace(key, data), replace(metaKey(key), mb)...), nil
 }
 
 // object is what a read of an object found, at one version of its blob,
