@@ -66,15 +66,18 @@ for what is supported.`,
 				return err
 			}
 			defer c.Close()
-			var reg *prometheus.Registry
+			// An interface, so that no registry is nil, not a nil
+			// *Registry inside a non-nil Registerer.
+			var reg prometheus.Registerer
 			if metricsListen != "" {
-				reg = prometheus.NewRegistry()
+				r := prometheus.NewRegistry()
+				reg = r
 				lis, err := net.Listen("tcp", metricsListen)
 				if err != nil {
 					return fmt.Errorf("listen on %s: %w", metricsListen, err)
 				}
 				mux := http.NewServeMux()
-				mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+				mux.Handle("/metrics", promhttp.HandlerFor(r, promhttp.HandlerOpts{}))
 				srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 				go func() { _ = srv.Serve(lis) }()
 				defer srv.Close()
