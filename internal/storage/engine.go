@@ -142,6 +142,7 @@ func Open(opts Options) (*Engine, error) {
 		// gets to them, and one compaction at a time fell behind (the
 		// make gc-soak peak halved with two).
 		o.CompactionConcurrencyRange = func() (int, int) { return 1, CompactionsMax }
+		o.Experimental.ValueSeparationPolicy = mvcc.ValueSeparation
 		return pebble.Open(dir, o)
 	}
 	// The catalog holds a record per keyspace: a small memtable keeps its
