@@ -30,6 +30,7 @@ type s3Flags struct {
 	secretKey   string
 	region      string
 	replication uint32
+	sync        bool
 	maxPut      string
 }
 
@@ -43,6 +44,8 @@ func addS3Flags(cmd *cobra.Command, f *s3Flags, listenFlag, listenDefault, liste
 	cmd.Flags().StringVar(&f.region, "s3-region", "us-east-1", "the region the gateway reports and signatures name")
 	cmd.Flags().Uint32Var(&f.replication, "s3-replication", 0,
 		"replication of the keyspaces CreateBucket makes (0: the server's default)")
+	cmd.Flags().BoolVar(&f.sync, "s3-sync", true,
+		"whether the keyspaces CreateBucket makes sync each commit to disk before acknowledging it")
 	cmd.Flags().StringVar(&f.maxPut, "s3-max-put", "5GiB", "the largest object one PUT stores, and the largest part of a multipart upload")
 }
 
@@ -97,7 +100,7 @@ func runS3(ctx context.Context, c *client.Client, f s3Flags, reg prometheus.Regi
 		return fmt.Errorf("the S3 gateway needs credentials: set --s3-access-key and --s3-secret-key (or TYR_S3_ACCESS_KEY and TYR_S3_SECRET_KEY)")
 	}
 	cfg := client.DefaultKeyspaceConfig()
-	cfg.Replication = f.replication
+	cfg.Replication, cfg.Sync = f.replication, f.sync
 	log.Info("serving S3", "addr", f.listen, "access_key", f.accessKey)
 	maxPut, err := parseSize("--s3-max-put", f.maxPut)
 	if err != nil {
