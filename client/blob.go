@@ -334,17 +334,54 @@ func (c *Client) readPinned(ctx context.Context, ks, key string, offset, length 
 // start with prefix and sort after startAfter, in key order. next is
 // non-empty when more may follow: pass it as startAfter for the next page.
 func (c *Client) List(ctx context.Context, ks, prefix, startAfter string, limit int) (blobs []BlobInfo, next string, err error) {
-	if limit < 0 || limit > ListLimitMax {
-		return nil, "", &Error{Class: ErrInvalidArgument,
-			Message: fmt.Sprintf("list limit %d out of range [0, %d]", limit, ListLimitMax)}
-	}
-	resp, err := c.api.List(ctx, &tyrpb.ListRequest{Keyspace: []byte(ks), Prefix: []byte(prefix), StartAfter: []byte(startAfter), Limit: uint32(limit)})
+	resp, err := c.list(ctx, ks, prefix, startAfter, limit, 0)
 	if err != nil {
-		return nil, "", fromStatus(err)
+		return nil, "", err
 	}
 	blobs = make([]BlobInfo, len(resp.GetBlobs()))
 	for i, b := range resp.GetBlobs() {
 		blobs[i] = blobInfo(b)
 	}
 	return blobs, resp.GetNextStartAfter(), nil
+}
+
+// ListedBlob is a blob ListData listed: its description and, if it was
+// small enough, its bytes.
+type ListedBlob struct {
+	BlobInfo
+	// Data is the blob's bytes when HasData; otherwise read them.
+	Data    []byte
+	HasData bool
+}
+
+// ListData is List, and gives each blob of at most dataMax bytes (and at
+// most one chunk) its bytes, up to ListDataBytesMax of them in all: one
+// request for a page of small blobs, such as a page of records. Each
+// blob's bytes are those of the version it describes; the blobs are read
+// one by one, not at one instant, as List lists them.
+func (c *Client) ListData(ctx context.Context, ks, prefix, startAfter string, limit, dataMax int) (blobs []ListedBlob, next string, err error) {
+	if dataMax < 1 || dataMax > ListDataBytesMax {
+		return nil, "", &Error{Class: ErrInvalidArgument,
+			Message: fmt.Sprintf("list data limit %d out of range [1, %d]", dataMax, ListDataBytesMax)}
+	}
+	resp, err := c.list(ctx, ks, prefix, startAfter, limit, uint32(dataMax))
+	if err != nil {
+		return nil, "", err
+	}
+	blobs = make([]ListedBlob, len(resp.GetBlobs()))
+	for i, b := range resp.GetBlobs() {
+		blobs[i] = ListedBlob{BlobInfo: blobInfo(b), Data: b.GetData(),
+			HasData: b.GetSize() == 0 || uint64(len(b.GetData())) == b.GetSize()}
+	}
+	return blobs, resp.GetNextStartAfter(), nil
+}
+
+func (c *Client) list(ctx context.Context, ks, prefix, startAfter string, limit int, dataMax uint32) (*tyrpb.ListResponse, error) {
+	if limit < 0 || limit > ListLimitMax {
+		return nil, &Error{Class: ErrInvalidArgument,
+			Message: fmt.Sprintf("list limit %d out of range [0, %d]", limit, ListLimitMax)}
+	}
+	resp, err := c.api.List(ctx, &tyrpb.ListRequest{Keyspace: []byte(ks), Prefix: []byte(prefix),
+		StartAfter: []byte(startAfter), Limit: uint32(limit), DataMax: dataMax})
+	return resp, fromStatus(err)
 }

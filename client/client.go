@@ -54,7 +54,9 @@ const (
 	KeyBytesMax     = limits.KeyBytesMax
 	BlobBytesMax    = limits.BlobBytesMax
 	ListLimitMax    = limits.ListLimitMax
-	CASBytesMax     = limits.CASBytesMax
+	// ListDataBytesMax is the most blob bytes one ListData call returns.
+	ListDataBytesMax = limits.ListDataBytesMax
+	CASBytesMax      = limits.CASBytesMax
 	// OpsPerTxMax and ReadChecksMax bound a transaction's buffered ops and
 	// the blobs it reads.
 	OpsPerTxMax   = limits.OpsPerCommitMax

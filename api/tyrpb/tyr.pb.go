@@ -1605,8 +1605,12 @@ type BlobInfo struct {
 	Version          uint64                 `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
 	CreatedUnixNano  int64                  `protobuf:"varint,4,opt,name=created_unix_nano,json=createdUnixNano,proto3" json:"created_unix_nano,omitempty"`
 	ModifiedUnixNano int64                  `protobuf:"varint,5,opt,name=modified_unix_nano,json=modifiedUnixNano,proto3" json:"modified_unix_nano,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Only in a ListResponse to a request with data_max: the blob's bytes,
+	// when it has at most data_max of them and the response had room
+	// (empty for a longer blob, or one left out).
+	Data          []byte `protobuf:"bytes,6,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BlobInfo) Reset() {
@@ -1674,12 +1678,22 @@ func (x *BlobInfo) GetModifiedUnixNano() int64 {
 	return 0
 }
 
+func (x *BlobInfo) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
 type ListRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Keyspace      []byte                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
-	Prefix        []byte                 `protobuf:"bytes,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
-	StartAfter    []byte                 `protobuf:"bytes,3,opt,name=start_after,json=startAfter,proto3" json:"start_after,omitempty"`
-	Limit         uint32                 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Keyspace   []byte                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	Prefix     []byte                 `protobuf:"bytes,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	StartAfter []byte                 `protobuf:"bytes,3,opt,name=start_after,json=startAfter,proto3" json:"start_after,omitempty"`
+	Limit      uint32                 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	// When set, each listed blob of at most data_max bytes (and at most one
+	// chunk) comes with its bytes, up to 4 MiB of them in one response.
+	DataMax       uint32 `protobuf:"varint,5,opt,name=data_max,json=dataMax,proto3" json:"data_max,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1738,6 +1752,13 @@ func (x *ListRequest) GetStartAfter() []byte {
 func (x *ListRequest) GetLimit() uint32 {
 	if x != nil {
 		return x.Limit
+	}
+	return 0
+}
+
+func (x *ListRequest) GetDataMax() uint32 {
+	if x != nil {
+		return x.DataMax
 	}
 	return 0
 }
@@ -2847,19 +2868,21 @@ const file_api_tyrpb_tyr_proto_rawDesc = "" +
 	"\aversion\x18\x03 \x01(\x04R\aversion\";\n" +
 	"\vStatRequest\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\fR\bkeyspace\x12\x10\n" +
-	"\x03key\x18\x02 \x01(\fR\x03key\"\xa4\x01\n" +
+	"\x03key\x18\x02 \x01(\fR\x03key\"\xb8\x01\n" +
 	"\bBlobInfo\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x04R\x04size\x12\x18\n" +
 	"\aversion\x18\x03 \x01(\x04R\aversion\x12*\n" +
 	"\x11created_unix_nano\x18\x04 \x01(\x03R\x0fcreatedUnixNano\x12,\n" +
-	"\x12modified_unix_nano\x18\x05 \x01(\x03R\x10modifiedUnixNano\"x\n" +
+	"\x12modified_unix_nano\x18\x05 \x01(\x03R\x10modifiedUnixNano\x12\x12\n" +
+	"\x04data\x18\x06 \x01(\fR\x04data\"\x93\x01\n" +
 	"\vListRequest\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\fR\bkeyspace\x12\x16\n" +
 	"\x06prefix\x18\x02 \x01(\fR\x06prefix\x12\x1f\n" +
 	"\vstart_after\x18\x03 \x01(\fR\n" +
 	"startAfter\x12\x14\n" +
-	"\x05limit\x18\x04 \x01(\rR\x05limit\"`\n" +
+	"\x05limit\x18\x04 \x01(\rR\x05limit\x12\x19\n" +
+	"\bdata_max\x18\x05 \x01(\rR\adataMax\"`\n" +
 	"\fListResponse\x12&\n" +
 	"\x05blobs\x18\x01 \x03(\v2\x10.tyr.v1.BlobInfoR\x05blobs\x12(\n" +
 	"\x10next_start_after\x18\x02 \x01(\tR\x0enextStartAfter\"\x16\n" +

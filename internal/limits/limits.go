@@ -31,6 +31,9 @@ const (
 	// for 0 gets ListLimitDefault.
 	ListLimitMax     = 10000
 	ListLimitDefault = 1000
+	// ListDataBytesMax is the most blob bytes one list response carries
+	// when the request asks for small blobs' bytes (data_max).
+	ListDataBytesMax = PayloadBytesMax
 	// ChunkBytesMin, ChunkBytesMax and ChunkBytesDefault bound a keyspace's
 	// chunk size, which must be a power of two.
 	ChunkBytesMin     uint64 = 4 << 10

@@ -725,24 +725,33 @@ func (b *Backend) list(ctx context.Context, bucket, prefix, delim, start string,
 		}
 		l.truncated = len(more) > 0 && !strings.HasPrefix(more[0].Key, MetaPrefix)
 	}
-	// Sidecars for the ETags, a few at once.
+	// Sidecars for the ETags: listed with their bytes, and read a few at
+	// once where the listing did not bring them.
+	side, err := b.listSidecars(ctx, bucket, prefix, start, len(infos))
+	if err != nil {
+		return listed{}, s3Error(err, bucket, "")
+	}
 	l.objects = make([]s3response.Object, len(infos))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(listFetches)
 	for i, bi := range infos {
 		g.Go(func() error {
 			etag, size := fmt.Sprintf(`"tyr-%x"`, bi.Version), int64(bi.Size)
-			mb, err := b.c.Read(gctx, bucket, metaKey(bi.Key), 0, metaBytesMax)
-			if err == nil {
-				var m meta
-				if json.Unmarshal(mb, &m) == nil && m.ETag != "" && (m.Upload == "" || size == 0) {
-					etag = m.ETag
-					if m.Upload != "" {
-						size = m.Size
-					}
+			mb, known, exists := side.of(bi.Key)
+			if !known {
+				var err error
+				mb, err = b.c.Read(gctx, bucket, metaKey(bi.Key), 0, metaBytesMax)
+				if err != nil && !errors.Is(err, client.ErrNotFound) {
+					return s3Error(err, bucket, bi.Key)
 				}
-			} else if !errors.Is(err, client.ErrNotFound) {
-				return s3Error(err, bucket, bi.Key)
+				exists = err == nil
+			}
+			var m meta
+			if exists && json.Unmarshal(mb, &m) == nil && m.ETag != "" && (m.Upload == "" || size == 0) {
+				etag = m.ETag
+				if m.Upload != "" {
+					size = m.Size
+				}
 			}
 			l.objects[i] = s3response.Object{Key: ptr(bi.Key), Size: ptr(size), ETag: ptr(etag),
 				LastModified: ptr(bi.Modified), StorageClass: types.ObjectStorageClassStandard}
@@ -753,6 +762,58 @@ func (b *Backend) list(ctx context.Context, bucket, prefix, delim, start string,
 		return listed{}, err
 	}
 	return l, nil
+}
+
+// sidecarPage is what one listing of sidecars with their bytes found.
+type sidecarPage struct {
+	// data holds the bytes of the sidecars listed, by object key; nil for
+	// one listed without them (too large for the response).
+	data map[string][]byte
+	// through is the last object key whose sidecar the listing reached;
+	// all says it reached the end of the prefix.
+	through string
+	all     bool
+}
+
+// listSidecars lists, with their bytes, up to n sidecars of the keys
+// under prefix after start: those of the next n objects, in one request,
+// unless sidecars of keys grouped under a common prefix fill it.
+func (b *Backend) listSidecars(ctx context.Context, bucket, prefix, start string, n int) (sidecarPage, error) {
+	p := sidecarPage{data: map[string][]byte{}}
+	if n == 0 {
+		return p, nil
+	}
+	page, next, err := b.c.ListData(ctx, bucket, metaKey(prefix), metaKey(start), n, metaBytesMax)
+	if err != nil {
+		return p, err
+	}
+	for _, lb := range page {
+		key := strings.TrimPrefix(lb.Key, MetaPrefix)
+		if strings.HasPrefix(key, MetaPrefix) {
+			p.all = true // the gateway's own blobs, after every sidecar
+			break
+		}
+		var data []byte
+		if lb.HasData {
+			data = append([]byte{}, lb.Data...) // not nil, even when empty
+		}
+		p.data[key], p.through = data, key
+	}
+	p.all = p.all || next == ""
+	return p, nil
+}
+
+// of returns key's sidecar bytes if the listing brought them (known), and
+// whether the sidecar exists: a key the listing passed without finding a
+// sidecar has none. known is false when the sidecar must be read.
+func (p sidecarPage) of(key string) (data []byte, known, exists bool) {
+	if data, ok := p.data[key]; ok {
+		return data, data != nil, true
+	}
+	if p.all || key <= p.through {
+		return nil, true, false
+	}
+	return nil, false, false
 }
 
 func maxKeys(p *int32) int {

@@ -3,12 +3,16 @@ package s3gw
 import (
 	"bytes"
 	"context"
+	"crypto/md5"
 	"errors"
+	"fmt"
 	"io"
 	"slices"
 	"testing"
 	"testing/iotest"
 	"time"
+
+	"github.com/versity/versitygw/s3response"
 
 	"github.com/tyrstore/tyr/client"
 	"github.com/tyrstore/tyr/internal/testserver"
@@ -124,5 +128,57 @@ func TestFailedPutLeavesNothing(t *testing.T) {
 	left, err := b.keys(ctx, "failed", "", nil)
 	if err != nil || len(left) != 0 {
 		t.Fatalf("after a failed PUT: %q, %v", left, err)
+	}
+}
+
+// A listing's ETags are the sidecars' when the objects have them, listed
+// with their bytes or read where that listing stops short (the sidecars of
+// keys grouped under a common prefix fill it), and made from the version
+// for objects written natively.
+func TestListETags(t *testing.T) {
+	ctx, c, b := backendOn(t, "etags")
+	want := map[string]string{}
+	put := func(key string) {
+		t.Helper()
+		body := []byte("object " + key)
+		out, err := b.PutObject(ctx, s3response.PutObjectInput{Bucket: ptr("etags"), Key: ptr(key), Body: bytes.NewReader(body)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := md5.Sum(body)
+		if want[key] = quoted(sum[:]); out.ETag != want[key] {
+			t.Fatalf("PUT %s: ETag %s, want %s", key, out.ETag, want[key])
+		}
+	}
+	for i := range 30 {
+		put(fmt.Sprintf("g/%02d", i))
+	}
+	put("o1")
+	put("o3")
+	if _, err := c.WriteCreate(ctx, "etags", "o2", 0, []byte("native")); err != nil {
+		t.Fatal(err)
+	}
+	info, err := c.Stat(ctx, "etags", "o2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want["o2"] = fmt.Sprintf(`"tyr-%x"`, info.Version)
+	for _, tc := range []struct {
+		delim string
+		max   int
+		keys  int
+	}{{"", 1000, 33}, {"/", 1000, 3}, {"", 7, 7}, {"/", 2, 1}} {
+		l, err := b.list(ctx, "etags", "", tc.delim, "", tc.max)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(l.objects) != tc.keys {
+			t.Errorf("delimiter %q, max %d: %d objects, want %d", tc.delim, tc.max, len(l.objects), tc.keys)
+		}
+		for _, o := range l.objects {
+			if *o.ETag != want[*o.Key] {
+				t.Errorf("delimiter %q, max %d: %s has ETag %s, want %s", tc.delim, tc.max, *o.Key, *o.ETag, want[*o.Key])
+			}
+		}
 	}
 }

@@ -5,6 +5,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime"
@@ -331,6 +332,46 @@ func (s *Service) Stat(ctx context.Context, req *tyrpb.StatRequest) (*tyrpb.Blob
 	return blobInfo(info), nil
 }
 
+// attachData gives each listed blob of at most dataMax bytes, within its
+// first chunk, its bytes, read from the local store as a direct read
+// would, until the response holds limits.ListDataBytesMax of them. The listing
+// holds only blobs this node serves, whose first chunk it holds. A blob
+// that changed since it was listed is described as read; one deleted
+// meanwhile keeps its listing, without bytes.
+func attachData(ks *storage.Keyspace, blobs []*tyrpb.BlobInfo, dataMax uint32) error {
+	limit := min(uint64(dataMax), ks.Store.ChunkBytes())
+	room := uint64(limits.ListDataBytesMax)
+	for _, b := range blobs {
+		if b.GetSize() == 0 || b.GetSize() > limit || b.GetSize() > room {
+			continue
+		}
+		data, info, err := ks.Store.Read(b.GetKey(), 0, b.GetSize())
+		if errors.Is(err, errs.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if info.Size > limit || uint64(len(data)) != info.Size {
+			continue // grew meanwhile
+		}
+		b.Size, b.Version, b.ModifiedUnixNano, b.Data = info.Size, info.Version, info.Modified.UnixNano(), data
+		room -= info.Size
+	}
+	return nil
+}
+
+// trimData drops the bytes of merged listings past limits.ListDataBytesMax.
+func trimData(blobs []*tyrpb.BlobInfo) {
+	room := limits.ListDataBytesMax
+	for _, b := range blobs {
+		if len(b.GetData()) > room {
+			b.Data = nil
+		}
+		room -= len(b.GetData())
+	}
+}
+
 // List implements tyrpb.TyrServer.
 func (s *Service) List(ctx context.Context, req *tyrpb.ListRequest) (*tyrpb.ListResponse, error) {
 	limit := int(req.GetLimit())
@@ -362,6 +403,9 @@ func (s *Service) List(ctx context.Context, req *tyrpb.ListRequest) (*tyrpb.List
 	for i, b := range blobs {
 		resp.Blobs[i] = blobInfo(b)
 	}
+	if err := attachData(ks, resp.Blobs, req.GetDataMax()); err != nil {
+		return nil, toStatus(err)
+	}
 	if others := s.listMembers(ctx, ks); others != nil {
 		lists := [][]*tyrpb.BlobInfo{resp.Blobs}
 		if s.node.CatchingUp() {
@@ -386,6 +430,7 @@ func (s *Service) List(ctx context.Context, req *tyrpb.ListRequest) (*tyrpb.List
 		var cut bool
 		resp.Blobs, cut = mergeListings(lists, limit)
 		more = more || cut
+		trimData(resp.Blobs)
 	}
 	if more && len(resp.Blobs) > 0 {
 		resp.NextStartAfter = resp.Blobs[len(resp.Blobs)-1].GetKey()
