@@ -26,7 +26,7 @@ make -s build
 vgw=$(sh scripts/versitygw.sh)
 dir=$(mktemp -d "$PWD/build/bench-s3-XXXXXX") # on the project's disk
 pids=()
-trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done; rm -rf "$dir"' EXIT
+trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null || true; done; rm -rf "$dir"' EXIT
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 wait_port() { for _ in $(seq 300); do python3 -c "import socket; socket.create_connection(('127.0.0.1', $1), 1)" 2>/dev/null && return; sleep 0.1; done; echo "nothing on port $1" >&2; exit 1; }
 key=bench-access secret=bench-secret-key
