@@ -26,10 +26,10 @@ func newFS(t *testing.T) (context.Context, *client.Client, *FS) {
 	c := testserver.Start(t).Client()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
-	if _, err := c.CreateKeyspace(ctx, "fs", client.DefaultKeyspaceConfig()); err != nil {
+	if _, err := c.CreateKeyspace(ctx, "tfs", client.DefaultKeyspaceConfig()); err != nil {
 		t.Fatal(err)
 	}
-	f, err := New(ctx, c, "fs")
+	f, err := New(ctx, c, "tfs")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,13 +84,13 @@ func checkTree(t *testing.T, ctx context.Context, c *client.Client, f *FS) {
 		}
 	}
 	walk("/")
-	blobs, _, err := c.List(ctx, "fs", "", "", client.ListLimitMax)
+	blobs, _, err := c.List(ctx, "tfs", "", "", client.ListLimitMax)
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := map[string]Kind{}
 	for _, b := range blobs {
-		hb, info, err := c.ReadPart(ctx, "fs", b.Key, 0, HeaderBytes)
+		hb, info, err := c.ReadPart(ctx, "tfs", b.Key, 0, HeaderBytes)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -311,9 +311,9 @@ func TestCompaction(t *testing.T) {
 			}
 		}
 	}
-	before := must[client.BlobInfo](t)(c.Stat(ctx, "fs", "/d/"))
+	before := must[client.BlobInfo](t)(c.Stat(ctx, "tfs", "/d/"))
 	got := names(t, ctx, f, "/d") // compacts
-	after := must[client.BlobInfo](t)(c.Stat(ctx, "fs", "/d/"))
+	after := must[client.BlobInfo](t)(c.Stat(ctx, "tfs", "/d/"))
 	if len(got) != 2*compactRecordsMin/8 {
 		t.Fatalf("%d entries, want %d: %v", len(got), 2*compactRecordsMin/8, got)
 	}
@@ -377,7 +377,7 @@ func TestLogReplay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := fmt.Sprint(l.list()); got != "[{b 1} {c 1} {a 1}]" {
+	if got := fmt.Sprint(l.list()); got != "[{b file} {c file} {a file}]" {
 		t.Fatalf("entries %s", got)
 	}
 	for _, bad := range [][]byte{
