@@ -736,3 +736,24 @@ func (f *FS) Statfs(ctx context.Context) (Statfs, error) {
 	}
 	return s, nil
 }
+
+// Extend grows the file at p to size bytes (zeros) if it is smaller, in a
+// transaction, as fallocate(2) without flags does; space is not reserved.
+func (f *FS) Extend(ctx context.Context, p string, size uint64) error {
+	p, err := cleanPath(p)
+	if err != nil {
+		return err
+	}
+	if size > FileBytesMax {
+		return errnof(syscall.EFBIG, "size %d, above %d", size, uint64(FileBytesMax))
+	}
+	key := fileKey(p)
+	return f.c.RunTx(ctx, f.ks, func(tx *client.Tx) error {
+		cur, err := tx.Size(ctx, key)
+		if err != nil || cur >= HeaderBytes+size {
+			return err
+		}
+		t := f.now()
+		return tx.Do(client.TruncateOp(key, HeaderBytes+size), client.WriteOp(key, offMtime, times(t, t), false))
+	}, nil)
+}

@@ -1,0 +1,53 @@
+package fusefs
+
+// TestPosix runs go-fuse's posixtest suite on a mount of a real server,
+// each test in its own directory of one mount. The tests TýrFS cannot pass
+// are skipped by name in posixSkips, each with its reason. Reproduce one
+// with `go test -race -run 'TestPosix/NAME' ./internal/fusefs`.
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/hanwen/go-fuse/v2/posixtest"
+
+	"github.com/tyrstore/tyr/internal/testserver"
+)
+
+// posixSkips are the posixtest tests TýrFS fails by design, with why.
+var posixSkips = map[string]string{
+	"Link":             "no hard links: a file is the blob of its one path (link(2) answers EPERM)",
+	"LinkUnlinkRename": "no hard links",
+	"NlinkZero":        "uses link(2): no hard links",
+	"FstatDeleted":     "an unlinked file's data goes with its blob; an open descriptor then reads ENOENT",
+	"FcntlFlockLocksFile": "advisory locks are kept by the kernel, per process as POSIX has them; the test wants a " +
+		"second descriptor of the same process refused, which takes locks the file system implements",
+	"XAttr":      "extended attributes are not stored (ENOTSUP)",
+	"XAttrLarge": "extended attributes are not stored (ENOTSUP)",
+}
+
+func TestPosix(t *testing.T) {
+	needFUSE(t)
+	c := testserver.Start(t).Client()
+	newKeyspace(t, c, "posix", 1, false)
+	mnt := mount(t, c, "posix")
+	names := make([]string, 0, len(posixtest.All))
+	for name := range posixtest.All {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		t.Run(name, func(t *testing.T) {
+			if why, ok := posixSkips[name]; ok {
+				t.Skip(why)
+			}
+			dir := filepath.Join(mnt, name)
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			posixtest.All[name](t, dir)
+		})
+	}
+}
