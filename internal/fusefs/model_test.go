@@ -27,7 +27,6 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/tyrstore/tyr/client"
 	"github.com/tyrstore/tyr/internal/testserver"
 )
 
@@ -70,21 +69,6 @@ func TestModel(t *testing.T) {
 			runModel(t, seed, modelOps, mount(t, c, ks), t.TempDir())
 		})
 	}
-}
-
-// TestModelCluster runs the model on a 3-node cluster, on a keyspace of
-// replication 1, so files and their directories' blobs sit on different
-// nodes and every entry change is a transaction across nodes.
-func TestModelCluster(t *testing.T) {
-	needFUSE(t)
-	cl := testserver.UpCluster(t, 3)
-	c, err := client.Dial(cl.Endpoints[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	newKeyspace(t, c, "model-cluster", 1, true)
-	runModel(t, modelSeeds[0], modelOps, mount(t, c, "model-cluster"), t.TempDir())
 }
 
 // modelNames are the names operations pick from: few, so that operations

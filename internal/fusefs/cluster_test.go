@@ -1,0 +1,145 @@
+package fusefs
+
+// TestCluster runs two checks on a 3-node cluster, on keyspaces of
+// replication 1, so a file's blob and its directory's blob sit on
+// different nodes and every entry change is a transaction across nodes:
+// the model test of model_test.go (seed modelSeeds[0]), and two mounts
+// through two nodes seeing each other's changes with close-to-open
+// consistency. Reproduce with
+// `go test -race -run TestCluster ./internal/fusefs`.
+
+import (
+	"bytes"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/tyrstore/tyr/client"
+	"github.com/tyrstore/tyr/internal/testserver"
+)
+
+func TestCluster(t *testing.T) {
+	needFUSE(t)
+	cl := testserver.UpCluster(t, 3)
+	clients := make([]*client.Client, 2)
+	for i := range clients {
+		c, err := client.Dial(cl.Endpoints[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		clients[i] = c
+	}
+	t.Run("model", func(t *testing.T) {
+		newKeyspace(t, clients[0], "model-cluster", 1, true)
+		runModel(t, modelSeeds[0], modelOps, mount(t, clients[0], "model-cluster"), t.TempDir())
+	})
+	t.Run("two-mounts", func(t *testing.T) {
+		newKeyspace(t, clients[0], "two-mounts", 1, true)
+		// The keyspace reaches the second node's catalog by gossip.
+		waitKeyspace(t, clients[1], "two-mounts")
+		a := mount(t, clients[0], "two-mounts")
+		b := mount(t, clients[1], "two-mounts")
+		twoMounts(t, a, b)
+	})
+}
+
+// waitKeyspace waits until c's node knows keyspace ks.
+func waitKeyspace(t *testing.T, c *client.Client, ks string) {
+	t.Helper()
+	ctx := t.Context()
+	for {
+		if _, err := c.Keyspace(ctx, ks); err == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("keyspace %s never reached the node", ks)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// twoMounts checks close-to-open consistency between mounts a and b: what
+// one mount committed before a close (every write, create, rename and
+// removal is committed when its system call returns) the other sees at its
+// next open, stat or directory read.
+func twoMounts(t *testing.T, a, b string) {
+	write := func(root, name, data string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(root, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func(root, name, want string) {
+		t.Helper()
+		got, err := os.ReadFile(filepath.Join(root, name))
+		if err != nil || !bytes.Equal(got, []byte(want)) {
+			t.Fatalf("%s/%s: %q, %v; want %q", root, name, got, err, want)
+		}
+	}
+	gone := func(root, name string) {
+		t.Helper()
+		if _, err := os.Lstat(filepath.Join(root, name)); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("%s/%s: %v, want it gone", root, name, err)
+		}
+	}
+	names := func(root, dir string, want ...string) {
+		t.Helper()
+		es, err := os.ReadDir(filepath.Join(root, dir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range es {
+			got = append(got, e.Name())
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("%s/%s holds %v, want %v", root, dir, got, want)
+		}
+	}
+	write(a, "f", "first version")
+	read(b, "f", "first version")
+	// b has f's pages cached; the next open drops them.
+	write(a, "f", "second")
+	read(b, "f", "second")
+	write(b, "f", "third, from b")
+	read(a, "f", "third, from b")
+
+	if err := os.Rename(filepath.Join(a, "f"), filepath.Join(a, "g")); err != nil {
+		t.Fatal(err)
+	}
+	gone(b, "f")
+	read(b, "g", "third, from b")
+
+	if err := os.MkdirAll(filepath.Join(b, "d", "e"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write(b, "d/e/x", "x")
+	names(a, "d/e", "x")
+	if err := os.Rename(filepath.Join(a, "d"), filepath.Join(a, "d2")); err != nil {
+		t.Fatal(err)
+	}
+	gone(b, "d")
+	read(b, "d2/e/x", "x")
+	names(b, "", "d2", "g")
+
+	if err := os.Chmod(filepath.Join(b, "g"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(filepath.Join(a, "g")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("mode after chmod on the other mount: %v, %v", fi, err)
+	}
+	if err := os.Remove(filepath.Join(a, "g")); err != nil {
+		t.Fatal(err)
+	}
+	gone(b, "g")
+	if err := os.RemoveAll(filepath.Join(b, "d2")); err != nil {
+		t.Fatal(err)
+	}
+	names(a, "")
+}
