@@ -1,20 +1,25 @@
 package fusefs
 
-// TestCluster runs two checks on a 3-node cluster, on keyspaces of
+// TestCluster runs three checks on a 3-node cluster. On keyspaces of
 // replication 1, so a file's blob and its directory's blob sit on
 // different nodes and every entry change is a transaction across nodes:
 // the model test of model_test.go (seed modelSeeds[0]), and two mounts
 // through two nodes seeing each other's changes with close-to-open
-// consistency. Reproduce with
+// consistency. Last, on a keyspace of replication 3, kill -9 of the node a
+// mount's client talks to: the mount may fail calls but never returns
+// wrong data, and works again once the node is back. Reproduce with
 // `go test -race -run TestCluster ./internal/fusefs`.
 
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -46,6 +51,66 @@ func TestCluster(t *testing.T) {
 		b := mount(t, clients[1], "two-mounts")
 		twoMounts(t, a, b)
 	})
+	t.Run("kill-endpoint", func(t *testing.T) {
+		newKeyspace(t, clients[0], "kill-endpoint", 3, true)
+		killEndpoint(t, cl, mount(t, clients[0], "kill-endpoint"))
+	})
+}
+
+// killEndpoint writes files through mnt, kills node 1 (the mount's
+// endpoint) with SIGKILL, reads and writes through the mount for a while,
+// checking every read that succeeds, starts node 1 again and waits until
+// the mount serves every acknowledged file, and a new one.
+func killEndpoint(t *testing.T, cl *testserver.LocalCluster, mnt string) {
+	want := map[string]string{}
+	for i := range 5 {
+		name := fmt.Sprintf("before-%d", i)
+		want[name] = strings.Repeat(name, 100*(i+1))
+		if err := os.WriteFile(filepath.Join(mnt, name), []byte(want[name]), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(phase string) (failed int) {
+		t.Helper()
+		for name, data := range want {
+			got, err := os.ReadFile(filepath.Join(mnt, name))
+			if err != nil {
+				failed++
+				continue
+			}
+			if string(got) != data {
+				t.Fatalf("%s: %s holds %d bytes %.40q..., want %d bytes %.40q...", phase, name, len(got), got, len(data), data)
+			}
+		}
+		return failed
+	}
+	cl.Signal(1, syscall.SIGKILL)
+	var readErrors, writeErrors, writes int
+	for i, start := 0, time.Now(); time.Since(start) < 10*time.Second; i++ {
+		readErrors += check("endpoint down")
+		name := fmt.Sprintf("during-%d", i)
+		data := strings.Repeat(name, 50)
+		if err := os.WriteFile(filepath.Join(mnt, name), []byte(data), 0o644); err != nil {
+			writeErrors++
+			continue
+		}
+		writes++
+		want[name] = data
+	}
+	t.Logf("endpoint down: %d reads failed, %d writes acknowledged, %d failed", readErrors, writes, writeErrors)
+	cl.Start(1)
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		failed := check("endpoint back")
+		err := os.WriteFile(filepath.Join(mnt, "after"), []byte("after"), 0o644)
+		if failed == 0 && err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("2 minutes after node 1 restarted: %d files unreadable, write: %v", failed, err)
+		}
+		time.Sleep(time.Second)
+	}
 }
 
 // waitKeyspace waits until c's node knows keyspace ks.
