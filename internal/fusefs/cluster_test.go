@@ -70,11 +70,13 @@ func killEndpoint(t *testing.T, cl *testserver.LocalCluster, mnt string) {
 			t.Fatal(err)
 		}
 	}
+	errnos := map[syscall.Errno]int{}
 	check := func(phase string) (failed int) {
 		t.Helper()
 		for name, data := range want {
 			got, err := os.ReadFile(filepath.Join(mnt, name))
 			if err != nil {
+				errnos[errnoOf(err)]++
 				failed++
 				continue
 			}
@@ -91,13 +93,14 @@ func killEndpoint(t *testing.T, cl *testserver.LocalCluster, mnt string) {
 		name := fmt.Sprintf("during-%d", i)
 		data := strings.Repeat(name, 50)
 		if err := os.WriteFile(filepath.Join(mnt, name), []byte(data), 0o644); err != nil {
+			errnos[errnoOf(err)]++
 			writeErrors++
 			continue
 		}
 		writes++
 		want[name] = data
 	}
-	t.Logf("endpoint down: %d reads failed, %d writes acknowledged, %d failed", readErrors, writes, writeErrors)
+	t.Logf("endpoint down: %d reads failed, %d writes acknowledged, %d failed; errnos %v", readErrors, writes, writeErrors, errnos)
 	cl.Start(1)
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
