@@ -202,7 +202,7 @@ func (f *FS) create(ctx context.Context, p string, k Kind, o Owner, data []byte)
 		return tx.Do(client.CreateOp(key), client.WriteOp(key, 0, blob, false),
 			client.AppendOp(dirKey(parent), encodeRecord(recordAdd, k, name), false),
 			touchParent(parent, t))
-	}, nil)
+	}, txOptions)
 	switch {
 	case errors.Is(err, client.ErrExists):
 		return Attr{}, errnof(syscall.EEXIST, "%s", p)
@@ -417,6 +417,12 @@ func (f *FS) Unlink(ctx context.Context, p string) error {
 	return nil
 }
 
+// txOptions let a transaction of the file system run again more often than
+// RunTx's default: a conflict means another change to the same blobs went
+// first, and system calls have no conflict errno to report it with (one
+// that still conflicts after these fails with EAGAIN).
+var txOptions = &client.TxOptions{MaxRetries: 50, MaxBackoff: 100 * time.Millisecond}
+
 // compactCheckBytesMin is the size of a directory blob from which a removal
 // reads the log to see whether it needs compaction; smaller logs are
 // compacted when read by Readdir.
@@ -509,7 +515,7 @@ func (f *FS) maybeCompact(ctx context.Context, p string) (bool, error) {
 		}
 		done = true
 		return tx.Do(client.TruncateOp(key, HeaderBytes), client.WriteOp(key, HeaderBytes, c, false))
-	}, nil)
+	}, txOptions)
 	return done && err == nil, err
 }
 
@@ -541,7 +547,7 @@ func (f *FS) Rmdir(ctx context.Context, p string) error {
 		return tx.Do(client.DeleteOp(key),
 			client.AppendOp(dirKey(parent), encodeRecord(recordRemove, KindDir, name), false),
 			touchParent(parent, f.now()))
-	}, nil)
+	}, txOptions)
 	if errors.Is(err, client.ErrNotFound) {
 		return f.missingDir(ctx, p)
 	}
@@ -639,7 +645,7 @@ func (f *FS) Rename(ctx context.Context, oldPath, newPath string, flags uint32) 
 		ops = append(ops, client.AppendOp(dirKey(newParent), encodeRecord(recordAdd, srcKind, newName), false),
 			touchParent(newParent, t))
 		return tx.Do(ops...)
-	}, nil)
+	}, txOptions)
 	if errors.Is(err, client.ErrNotFound) {
 		return f.missingDir(ctx, newParent)
 	}
@@ -755,5 +761,5 @@ func (f *FS) Extend(ctx context.Context, p string, size uint64) error {
 		}
 		t := f.now()
 		return tx.Do(client.TruncateOp(key, HeaderBytes+size), client.WriteOp(key, offMtime, times(t, t), false))
-	}, nil)
+	}, txOptions)
 }

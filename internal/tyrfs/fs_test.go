@@ -349,8 +349,7 @@ func TestConcurrentEntries(t *testing.T) {
 				case 1:
 					err = f.Rename(ctx, p, p+"r", 0)
 				}
-				// Contention may exhaust the transaction's retries.
-				if err != nil && !errors.Is(err, client.ErrConflict) {
+				if err != nil {
 					errs <- err
 					return
 				}
