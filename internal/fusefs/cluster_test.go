@@ -30,7 +30,7 @@ import (
 func TestCluster(t *testing.T) {
 	needFUSE(t)
 	cl := testserver.UpCluster(t, 3)
-	clients := make([]*client.Client, 2)
+	clients := make([]*client.Client, 3)
 	for i := range clients {
 		c, err := client.Dial(cl.Endpoints[i])
 		if err != nil {
@@ -42,6 +42,21 @@ func TestCluster(t *testing.T) {
 	t.Run("model", func(t *testing.T) {
 		newKeyspace(t, clients[0], "model-cluster", 1, true)
 		runModel(t, modelSeeds[0], modelOps, mount(t, clients[0], "model-cluster"), t.TempDir())
+		// The blobs are spread: more than one node keeps some.
+		holding := 0
+		for i, c := range clients {
+			k, err := c.Keyspace(t.Context(), "model-cluster")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("node%d keeps %d blobs", i+1, k.Blobs)
+			if k.Blobs > 0 {
+				holding++
+			}
+		}
+		if holding < 2 {
+			t.Fatalf("%d nodes keep blobs of the keyspace, want the blobs spread over 2 or more", holding)
+		}
 	})
 	t.Run("two-mounts", func(t *testing.T) {
 		newKeyspace(t, clients[0], "two-mounts", 1, true)

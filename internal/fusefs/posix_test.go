@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"testing"
 
 	"github.com/hanwen/go-fuse/v2/posixtest"
@@ -50,4 +51,26 @@ func TestPosix(t *testing.T) {
 			posixtest.All[name](t, dir)
 		})
 	}
+	t.Run("Statfs", func(t *testing.T) {
+		var st syscall.Statfs_t
+		if err := syscall.Statfs(mnt, &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Blocks == 0 || st.Bfree > st.Blocks || st.Bsize != 4096 || st.Namelen != 255 {
+			t.Fatalf("statfs: %+v", st)
+		}
+	})
+	t.Run("Fsync", func(t *testing.T) {
+		f, err := os.Create(filepath.Join(mnt, "fsync"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if _, err := f.Write([]byte("data")); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Sync(); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
