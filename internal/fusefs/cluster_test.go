@@ -225,4 +225,25 @@ func twoMounts(t *testing.T, a, b string) {
 		t.Fatal(err)
 	}
 	names(a, "")
+
+	// Appends through both mounts, each to a descriptor opened before
+	// either wrote, land whole and none overwrites another.
+	var files [2]*os.File
+	for i, root := range []string{a, b} {
+		f, err := os.OpenFile(filepath.Join(root, "log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		files[i] = f
+	}
+	var want []string
+	for i := range 20 {
+		rec := fmt.Sprintf("record %02d from mount %d\n", i, i%2)
+		if _, err := files[i%2].WriteString(rec); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, rec)
+	}
+	read(a, "log", strings.Join(want, ""))
 }
