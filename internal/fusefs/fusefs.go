@@ -1,13 +1,14 @@
 // Package fusefs mounts a TýrFS file system (internal/tyrfs) with FUSE, on
 // go-fuse's node API. Each FUSE request becomes one tyrfs call, which reads
 // or commits in the cluster before the request is answered: a write is
-// committed (durable on the keyspace's replicas) when write(2) returns, so
-// fsync has nothing left to do.
+// committed on the keyspace's replicas (and on their disks if the keyspace
+// syncs) when write(2) returns, so fsync has nothing left to do.
 //
 // Nodes keep no path: a node's path is computed from its place in go-fuse's
 // tree at each request, so a rename through this mount moves the open
 // files under it too. A node whose name was removed (unlinked, or replaced
-// by a rename) answers ENOENT: its data is gone with its blob.
+// by a rename) answers ENOENT, and EIO to a stat through an open
+// descriptor, as a stale handle: its data is gone with its blob.
 //
 // Not supported, each refused with the errno in parentheses: hard links
 // (EPERM), extended attributes (ENOTSUP, go-fuse's answer when the node
