@@ -6,7 +6,10 @@ package fusefs
 // with `go test -race -run 'TestPosix/NAME' ./internal/fusefs`.
 
 import (
+	"bytes"
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"syscall"
@@ -15,6 +18,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/posixtest"
 
 	"github.com/tyrstore/tyr/internal/testserver"
+	"github.com/tyrstore/tyr/internal/tyrfs"
 )
 
 // posixSkips are the posixtest tests TýrFS fails by design, with why.
@@ -58,6 +62,30 @@ func TestPosix(t *testing.T) {
 		}
 		if st.Blocks == 0 || st.Bfree > st.Blocks || st.Bsize != 4096 || st.Namelen != 255 {
 			t.Fatalf("statfs: %+v", st)
+		}
+	})
+	// A rename above the bounds of one transaction fails with EXDEV, and
+	// mv(1) then copies and deletes.
+	t.Run("RenameLarge", func(t *testing.T) {
+		if _, err := exec.LookPath("mv"); err != nil {
+			t.Skip("no mv")
+		}
+		data := bytes.Repeat([]byte("0123456789abcdef"), (tyrfs.MoveBytesMax+1<<20)/16)
+		from, to := filepath.Join(mnt, "large"), filepath.Join(mnt, "large-moved")
+		if err := os.WriteFile(from, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(from, to); !errors.Is(err, syscall.EXDEV) {
+			t.Fatalf("rename of %d bytes: %v, want EXDEV", len(data), err)
+		}
+		if out, err := exec.Command("mv", from, to).CombinedOutput(); err != nil {
+			t.Fatalf("mv: %v: %s", err, out)
+		}
+		if got, err := os.ReadFile(to); err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("after mv: %d bytes, %v", len(got), err)
+		}
+		if _, err := os.Lstat(from); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("after mv, the old name: %v", err)
 		}
 	})
 	t.Run("Fsync", func(t *testing.T) {
