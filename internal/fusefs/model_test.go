@@ -1,12 +1,12 @@
 package fusefs
 
 // The model test applies one seeded random sequence of file-system
-// operations (mkdir, create, write at offsets, truncate, append, unlink,
-// rmdir, rename, chmod, symlink), through the os package, both to a mount
-// and to a local temporary directory, the model. After each operation the
-// two must answer with the same errno, and every few operations the two
-// trees must hold the same names, kinds, permission bits, sizes, contents
-// and symbolic link targets.
+// operations (mkdir, create, write at offsets, overwrite with O_TRUNC,
+// truncate, append, unlink, rmdir, rename, chmod, symlink), through the os
+// package, both to a mount and to a local temporary directory, the model.
+// After each operation the two must answer with the same errno, and every
+// few operations the two trees must hold the same names, kinds, permission
+// bits, sizes, contents and symbolic link targets.
 //
 // CI runs modelSeeds. TYRFS_MODEL_SEEDS=N runs N more, from random seeds;
 // a failure names its seed, and TYRFS_MODEL_SEED=S runs that one alone:
@@ -121,8 +121,8 @@ func runModel(t *testing.T, seed uint64, ops int, mnt, model string) {
 			do   func(root string) error
 		)
 		p, q := randPath(), randPath()
-		switch op := r.IntN(20); {
-		case op < 3: // 3 in 20
+		switch op := r.IntN(21); {
+		case op < 3: // 3 in 21
 			name = "mkdir " + p
 			mode := fs.FileMode(0o700 + r.IntN(0o100))
 			do = func(root string) error { return os.Mkdir(filepath.Join(root, p), mode) }
@@ -165,6 +165,10 @@ func runModel(t *testing.T, seed uint64, ops int, mnt, model string) {
 			mode := uint32(0o400 + r.IntN(0o400))
 			name = fmt.Sprintf("chmod %s %o", p, mode)
 			do = func(root string) error { return syscall.Chmod(filepath.Join(root, p), mode) }
+		case op < 19: // 1
+			data := randData()
+			name = fmt.Sprintf("overwrite %s, %d bytes", p, len(data))
+			do = func(root string) error { return os.WriteFile(filepath.Join(root, p), data, 0o640) }
 		default: // 2
 			// Targets stay in the link's directory, so following a link
 			// never leaves the tree.
