@@ -1,8 +1,9 @@
 #!/bin/sh
 # deps.sh: installs the Debian packages the tests of the C API and of the
 # Python package need when they are missing: a C compiler (gcc),
-# pkg-config, MPICH (mpicc, mpiexec), Python 3 with venv and pip, and
-# rclone (an S3 client the S3 tests drive). Uses
+# pkg-config, MPICH (mpicc, mpiexec), Python 3 with venv and pip,
+# rclone (an S3 client the S3 tests drive), and FUSE 3 (fusermount3, for
+# TýrFS's mount and its tests). Uses
 # apt-get, as root or through sudo; does nothing when all are present.
 set -eu
 
@@ -20,6 +21,7 @@ need mpicc mpich libmpich-dev
 need mpiexec mpich
 need python3 python3 python3-venv python3-pip
 need rclone rclone
+need fusermount3 fuse3
 
 # mpicc is there but not the MPI headers (libmpich-dev without mpich, or
 # the reverse): ask for both.

@@ -1,0 +1,98 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tyrstore/tyr/client"
+	"github.com/tyrstore/tyr/internal/fusefs"
+	"github.com/tyrstore/tyr/internal/tyrfs"
+)
+
+func init() {
+	commandAdders = append(commandAdders, func(root *cobra.Command, e *env) { root.AddCommand(newMountCommand(e)) })
+}
+
+// unmountTries bounds how often tyr mount tries to unmount at a signal
+// while files are still open (EBUSY), a second apart.
+const unmountTries = 10
+
+func newMountCommand(e *env) *cobra.Command {
+	var (
+		create      bool
+		replication uint32
+		cache       time.Duration
+		debug       bool
+	)
+	cmd := &cobra.Command{
+		Use:   "mount KEYSPACE MOUNTPOINT",
+		Short: "Mount a keyspace as a TýrFS file system (FUSE), in the foreground",
+		Long: `Mount the TýrFS file system of KEYSPACE at MOUNTPOINT with FUSE, and serve
+it in the foreground until SIGINT or SIGTERM (which unmount it) or until it
+is unmounted (fusermount3 -u MOUNTPOINT). The keyspace must exist, or be
+created with --create; its root directory is made on the first mount.
+Writes are committed when they return, so fsync has nothing to add. See the
+README's TýrFS section for the layout, the guarantees and the limits.`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ks, dir := args[0], args[1]
+			c, err := client.Dial(e.endpoint)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			if create {
+				cfg := client.DefaultKeyspaceConfig()
+				cfg.Replication = replication
+				if _, err := c.CreateKeyspace(ctx, ks, cfg); err != nil && !errors.Is(err, client.ErrExists) {
+					return err
+				}
+			}
+			f, err := tyrfs.New(ctx, c, ks)
+			if err != nil {
+				return err
+			}
+			srv, err := fusefs.Mount(dir, f, "tyr:"+ks, fusefs.Options{CacheTimeout: cache, Debug: debug})
+			if err != nil {
+				return fmt.Errorf("mount %s at %s: %w", ks, dir, err)
+			}
+			fmt.Fprintf(e.stdout, "mounted %s at %s; stop with Ctrl-C or fusermount3 -u %s\n", ks, dir, dir)
+			served := make(chan struct{})
+			go func() {
+				srv.Wait()
+				close(served)
+			}()
+			select {
+			case <-served:
+				return nil
+			case <-ctx.Done():
+			}
+			for i := 1; ; i++ {
+				err := srv.Unmount()
+				if err == nil {
+					break
+				}
+				if i == unmountTries {
+					return fmt.Errorf("unmount %s: %w (files still open? fusermount3 -u -z %s detaches it)", dir, err, dir)
+				}
+				fmt.Fprintf(e.stderr, "tyr: unmount %s: %v; trying again\n", dir, err)
+				time.Sleep(time.Second)
+			}
+			<-served
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&create, "create", false, "create the keyspace if it does not exist")
+	cmd.Flags().Uint32Var(&replication, "replication", 0, "replication of the keyspace --create makes (0: the server's default)")
+	cmd.Flags().DurationVar(&cache, "cache", 0,
+		"how long the kernel may cache names and attributes (0: every lookup and stat asks the cluster, so changes through other mounts show at once)")
+	cmd.Flags().BoolVar(&debug, "debug", false, "log every FUSE request")
+	return cmd
+}

@@ -1,0 +1,144 @@
+package cli
+
+// TestMountCommand runs `tyr mount` as a user does, against a real server:
+// it mounts (creating the keyspace with --create), serves a write that
+// lands in the blob layout of internal/tyrfs, unmounts and exits 0 on
+// SIGTERM and when fusermount3 -u unmounts it, and refuses a missing
+// keyspace without --create. Run: go test -run TestMountCommand ./internal/cli
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tyrstore/tyr/internal/testserver"
+	"github.com/tyrstore/tyr/internal/tyrfs"
+)
+
+// mounted reports whether dir is a mount point, from /proc/self/mountinfo.
+func mounted(t *testing.T, dir string) bool {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[4] == dir {
+			return true
+		}
+	}
+	return false
+}
+
+// startMount starts `tyr mount` and waits for it to say it mounted.
+func startMount(t *testing.T, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(testserver.Binary(t), append([]string{"mount"}, args...)...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	line := make(chan string, 1)
+	go func() {
+		s, _ := bufio.NewReader(out).ReadString('\n')
+		line <- s
+		_, _ = io.Copy(io.Discard, out)
+	}()
+	select {
+	case s := <-line:
+		if !strings.HasPrefix(s, "mounted ") {
+			t.Fatalf("tyr mount printed %q", s)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("tyr mount did not mount within a minute")
+	}
+	return cmd
+}
+
+// waitMountExit waits for cmd to exit and fails unless it exits 0.
+func waitMountExit(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("tyr mount: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("tyr mount did not exit within a minute of its unmount")
+	}
+}
+
+func TestMountCommand(t *testing.T) {
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		t.Skipf("no FUSE device: %v", err)
+	}
+	if _, err := exec.LookPath("fusermount3"); err != nil {
+		t.Skipf("no fusermount3 (package fuse3; make deps installs it): %v", err)
+	}
+	s := testserver.Start(t)
+	c := s.Client()
+	dir := t.TempDir()
+	t.Cleanup(func() {
+		if mounted(t, dir) {
+			_ = exec.Command("fusermount3", "-u", "-z", dir).Run()
+		}
+	})
+
+	r := testserver.Run(t, "mount", "--endpoint", s.Endpoint, "no-such-keyspace", dir)
+	if r.Exit == 0 || !strings.Contains(r.Stderr, "not found") {
+		t.Fatalf("mount of a missing keyspace: exit %d, %q", r.Exit, r.Stderr)
+	}
+
+	cmd := startMount(t, "--endpoint", s.Endpoint, "--create", "cli-mount", dir)
+	if !mounted(t, dir) {
+		t.Fatalf("%s is not a mount point", dir)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "hello"), []byte("hello, tyr"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b, err := c.Read(ctx, "cli-mount", "/hello", 0, 1<<20)
+	if err != nil || len(b) < tyrfs.HeaderBytes || string(b[tyrfs.HeaderBytes:]) != "hello, tyr" {
+		t.Fatalf("blob /hello: %q, %v", b, err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitMountExit(t, cmd)
+	if mounted(t, dir) {
+		t.Fatalf("%s still mounted after SIGTERM", dir)
+	}
+
+	cmd = startMount(t, "--endpoint", s.Endpoint, "cli-mount", dir)
+	if got, err := os.ReadFile(filepath.Join(dir, "hello")); err != nil || string(got) != "hello, tyr" {
+		t.Fatalf("after a remount: %q, %v", got, err)
+	}
+	if out, err := exec.Command("fusermount3", "-u", dir).CombinedOutput(); err != nil {
+		t.Fatalf("fusermount3 -u: %v: %s", err, out)
+	}
+	waitMountExit(t, cmd)
+	if _, err := os.Stat(filepath.Join(dir, "hello")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the mount point still shows the file system: %v", err)
+	}
+}

@@ -1,0 +1,249 @@
+package fusefs
+
+// TestCluster runs three checks on a 3-node cluster. On keyspaces of
+// replication 1, so a file's blob and its directory's blob sit on
+// different nodes and every entry change is a transaction across nodes:
+// the model test of model_test.go (seed modelSeeds[0]), and two mounts
+// through two nodes seeing each other's changes with close-to-open
+// consistency. Last, on a keyspace of replication 3, kill -9 of the node a
+// mount's client talks to: the mount may fail calls but never returns
+// wrong data, and works again once the node is back. Reproduce with
+// `go test -race -run TestCluster ./internal/fusefs`.
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tyrstore/tyr/client"
+	"github.com/tyrstore/tyr/internal/testserver"
+)
+
+func TestCluster(t *testing.T) {
+	needFUSE(t)
+	cl := testserver.UpCluster(t, 3)
+	clients := make([]*client.Client, 3)
+	for i := range clients {
+		c, err := client.Dial(cl.Endpoints[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		clients[i] = c
+	}
+	t.Run("model", func(t *testing.T) {
+		newKeyspace(t, clients[0], "model-cluster", 1, true)
+		runModel(t, modelSeeds[0], modelOps, mount(t, clients[0], "model-cluster"), t.TempDir())
+		// The blobs are spread: more than one node keeps some.
+		holding := 0
+		for i, c := range clients {
+			k, err := c.Keyspace(t.Context(), "model-cluster")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("node%d keeps %d blobs", i+1, k.Blobs)
+			if k.Blobs > 0 {
+				holding++
+			}
+		}
+		if holding < 2 {
+			t.Fatalf("%d nodes keep blobs of the keyspace, want the blobs spread over 2 or more", holding)
+		}
+	})
+	t.Run("two-mounts", func(t *testing.T) {
+		newKeyspace(t, clients[0], "two-mounts", 1, true)
+		// The keyspace reaches the second node's catalog by gossip.
+		waitKeyspace(t, clients[1], "two-mounts")
+		a := mount(t, clients[0], "two-mounts")
+		b := mount(t, clients[1], "two-mounts")
+		twoMounts(t, a, b)
+	})
+	t.Run("kill-endpoint", func(t *testing.T) {
+		newKeyspace(t, clients[0], "kill-endpoint", 3, true)
+		killEndpoint(t, cl, mount(t, clients[0], "kill-endpoint"))
+	})
+}
+
+// killEndpoint writes files through mnt, kills node 1 (the mount's
+// endpoint) with SIGKILL, reads and writes through the mount for a while,
+// checking every read that succeeds, starts node 1 again and waits until
+// the mount serves every acknowledged file, and a new one.
+func killEndpoint(t *testing.T, cl *testserver.LocalCluster, mnt string) {
+	want := map[string]string{}
+	for i := range 5 {
+		name := fmt.Sprintf("before-%d", i)
+		want[name] = strings.Repeat(name, 100*(i+1))
+		if err := os.WriteFile(filepath.Join(mnt, name), []byte(want[name]), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	errnos := map[syscall.Errno]int{}
+	check := func(phase string) (failed int) {
+		t.Helper()
+		for name, data := range want {
+			got, err := os.ReadFile(filepath.Join(mnt, name))
+			if err != nil {
+				errnos[errnoOf(err)]++
+				failed++
+				continue
+			}
+			if string(got) != data {
+				t.Fatalf("%s: %s holds %d bytes %.40q..., want %d bytes %.40q...", phase, name, len(got), got, len(data), data)
+			}
+		}
+		return failed
+	}
+	cl.Signal(1, syscall.SIGKILL)
+	var readErrors, writeErrors, writes int
+	for i, start := 0, time.Now(); time.Since(start) < 10*time.Second; i++ {
+		readErrors += check("endpoint down")
+		name := fmt.Sprintf("during-%d", i)
+		data := strings.Repeat(name, 50)
+		if err := os.WriteFile(filepath.Join(mnt, name), []byte(data), 0o644); err != nil {
+			errnos[errnoOf(err)]++
+			writeErrors++
+			continue
+		}
+		writes++
+		want[name] = data
+	}
+	t.Logf("endpoint down: %d reads failed, %d writes acknowledged, %d failed; errnos %v", readErrors, writes, writeErrors, errnos)
+	cl.Start(1)
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		failed := check("endpoint back")
+		err := os.WriteFile(filepath.Join(mnt, "after"), []byte("after"), 0o644)
+		if failed == 0 && err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("2 minutes after node 1 restarted: %d files unreadable, write: %v", failed, err)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// waitKeyspace waits until c's node knows keyspace ks.
+func waitKeyspace(t *testing.T, c *client.Client, ks string) {
+	t.Helper()
+	ctx := t.Context()
+	for {
+		if _, err := c.Keyspace(ctx, ks); err == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("keyspace %s never reached the node", ks)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// twoMounts checks close-to-open consistency between mounts a and b: what
+// one mount committed before a close (every write, create, rename and
+// removal is committed when its system call returns) the other sees at its
+// next open, stat or directory read.
+func twoMounts(t *testing.T, a, b string) {
+	write := func(root, name, data string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(root, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func(root, name, want string) {
+		t.Helper()
+		got, err := os.ReadFile(filepath.Join(root, name))
+		if err != nil || !bytes.Equal(got, []byte(want)) {
+			t.Fatalf("%s/%s: %q, %v; want %q", root, name, got, err, want)
+		}
+	}
+	gone := func(root, name string) {
+		t.Helper()
+		if _, err := os.Lstat(filepath.Join(root, name)); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("%s/%s: %v, want it gone", root, name, err)
+		}
+	}
+	names := func(root, dir string, want ...string) {
+		t.Helper()
+		es, err := os.ReadDir(filepath.Join(root, dir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range es {
+			got = append(got, e.Name())
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("%s/%s holds %v, want %v", root, dir, got, want)
+		}
+	}
+	write(a, "f", "first version")
+	read(b, "f", "first version")
+	// b has f's pages cached; the next open drops them.
+	write(a, "f", "second")
+	read(b, "f", "second")
+	write(b, "f", "third, from b")
+	read(a, "f", "third, from b")
+
+	if err := os.Rename(filepath.Join(a, "f"), filepath.Join(a, "g")); err != nil {
+		t.Fatal(err)
+	}
+	gone(b, "f")
+	read(b, "g", "third, from b")
+
+	if err := os.MkdirAll(filepath.Join(b, "d", "e"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write(b, "d/e/x", "x")
+	names(a, "d/e", "x")
+	if err := os.Rename(filepath.Join(a, "d"), filepath.Join(a, "d2")); err != nil {
+		t.Fatal(err)
+	}
+	gone(b, "d")
+	read(b, "d2/e/x", "x")
+	names(b, "", "d2", "g")
+
+	if err := os.Chmod(filepath.Join(b, "g"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(filepath.Join(a, "g")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("mode after chmod on the other mount: %v, %v", fi, err)
+	}
+	if err := os.Remove(filepath.Join(a, "g")); err != nil {
+		t.Fatal(err)
+	}
+	gone(b, "g")
+	if err := os.RemoveAll(filepath.Join(b, "d2")); err != nil {
+		t.Fatal(err)
+	}
+	names(a, "")
+
+	// Appends through both mounts, each to a descriptor opened before
+	// either wrote, land whole and none overwrites another.
+	var files [2]*os.File
+	for i, root := range []string{a, b} {
+		f, err := os.OpenFile(filepath.Join(root, "log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		files[i] = f
+	}
+	var want []string
+	for i := range 20 {
+		rec := fmt.Sprintf("record %02d from mount %d\n", i, i%2)
+		if _, err := files[i%2].WriteString(rec); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, rec)
+	}
+	read(a, "log", strings.Join(want, ""))
+}

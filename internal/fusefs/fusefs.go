@@ -1,0 +1,502 @@
+// Package fusefs mounts a TýrFS file system (internal/tyrfs) with FUSE, on
+// go-fuse's node API. Each FUSE request becomes one tyrfs call, which reads
+// or commits in the cluster before the request is answered: a write is
+// committed on the keyspace's replicas (and on their disks if the keyspace
+// syncs) when write(2) returns, so fsync has nothing left to do.
+//
+// Nodes keep no path: a node's path is computed from its place in go-fuse's
+// tree at each request, so a rename through this mount moves the open
+// files under it too. A node whose name was removed (unlinked, or replaced
+// by a rename) answers ENOENT, and EIO to a stat through an open
+// descriptor, as a stale handle: its data is gone with its blob.
+//
+// Not supported, each refused with the errno in parentheses: hard links
+// (EPERM), extended attributes (ENOTSUP, go-fuse's answer when the node
+// implements none), RENAME_EXCHANGE (EINVAL), device and FIFO nodes
+// (EPERM). Advisory locks (flock, fcntl) are not sent to the file system:
+// the kernel keeps them, so they hold between processes of one mount only.
+package fusefs
+
+import (
+	"context"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/tyrstore/tyr/internal/tyrfs"
+)
+
+// Options tune a mount. The zero value means the defaults.
+type Options struct {
+	// CacheTimeout is how long the kernel may keep names and attributes
+	// without asking again. Default 0: every lookup and stat goes to the
+	// cluster, so a change made through another mount is seen at the next
+	// system call; more trades that for fewer round trips.
+	CacheTimeout time.Duration
+	// Debug logs every FUSE request.
+	Debug bool
+}
+
+// Mount mounts f at dir and serves it until it is unmounted (Unmount on
+// the returned server, fusermount3 -u, or umount). The caller waits with
+// server.Wait.
+func Mount(dir string, f *tyrfs.FS, name string, o Options) (*fuse.Server, error) {
+	timeout := o.CacheTimeout
+	root := &node{fs: f}
+	return fs.Mount(dir, root, &fs.Options{
+		MountOptions: fuse.MountOptions{
+			FsName: name,
+			Name:   "tyrfs",
+			// The kernel checks permissions against the modes and owners
+			// the file system reports.
+			Options: []string{"default_permissions"},
+			Debug:   o.Debug,
+		},
+		EntryTimeout:    &timeout,
+		AttrTimeout:     &timeout,
+		NegativeTimeout: &timeout,
+	})
+}
+
+// node is a file, directory or symbolic link of the mount.
+type node struct {
+	fs.Inode
+	fs *tyrfs.FS
+}
+
+var (
+	_ fs.NodeLookuper   = (*node)(nil)
+	_ fs.NodeGetattrer  = (*node)(nil)
+	_ fs.NodeSetattrer  = (*node)(nil)
+	_ fs.NodeMkdirer    = (*node)(nil)
+	_ fs.NodeRmdirer    = (*node)(nil)
+	_ fs.NodeCreater    = (*node)(nil)
+	_ fs.NodeOpener     = (*node)(nil)
+	_ fs.NodeReader     = (*node)(nil)
+	_ fs.NodeWriter     = (*node)(nil)
+	_ fs.NodeUnlinker   = (*node)(nil)
+	_ fs.NodeSymlinker  = (*node)(nil)
+	_ fs.NodeReadlinker = (*node)(nil)
+	_ fs.NodeRenamer    = (*node)(nil)
+	_ fs.NodeReaddirer  = (*node)(nil)
+	_ fs.NodeStatfser   = (*node)(nil)
+	_ fs.NodeFsyncer    = (*node)(nil)
+	_ fs.NodeFlusher    = (*node)(nil)
+	_ fs.NodeLinker     = (*node)(nil)
+	_ fs.NodeMknoder    = (*node)(nil)
+	_ fs.NodeAllocater  = (*node)(nil)
+)
+
+// path returns n's absolute path, and false if n is in no directory.
+func (n *node) path() (string, bool) {
+	var names []string
+	in := n.EmbeddedInode()
+	for !in.IsRoot() {
+		name, parent := in.Parent()
+		if parent == nil {
+			return "", false
+		}
+		names = append(names, name)
+		in = parent
+	}
+	p := ""
+	for i := len(names) - 1; i >= 0; i-- {
+		p += "/" + names[i]
+	}
+	if p == "" {
+		p = "/"
+	}
+	return p, true
+}
+
+// child returns the path of n's child name.
+func (n *node) child(name string) (string, syscall.Errno) {
+	p, ok := n.path()
+	if !ok {
+		return "", syscall.ENOENT
+	}
+	if p == "/" {
+		return "/" + name, 0
+	}
+	return p + "/" + name, 0
+}
+
+// kind is the tyrfs kind whose key holds n: KindDir for a directory,
+// KindFile for a file or a symbolic link (both live under file keys).
+func (n *node) kind() tyrfs.Kind {
+	if n.StableAttr().Mode == syscall.S_IFDIR {
+		return tyrfs.KindDir
+	}
+	return tyrfs.KindFile
+}
+
+func typeBits(k tyrfs.Kind) uint32 {
+	switch k {
+	case tyrfs.KindDir:
+		return syscall.S_IFDIR
+	case tyrfs.KindSymlink:
+		return syscall.S_IFLNK
+	}
+	return syscall.S_IFREG
+}
+
+// blockBytes is the block size the mount reports.
+const blockBytes = 4096
+
+func fillAttr(a tyrfs.Attr, out *fuse.Attr) {
+	out.Mode = typeBits(a.Kind) | a.Mode
+	out.Size = a.Size
+	out.Blocks = (a.Size + 511) / 512
+	out.Blksize = blockBytes
+	out.Nlink = 1
+	if a.Kind == tyrfs.KindDir {
+		out.Nlink = 2
+	}
+	out.Uid, out.Gid = a.UID, a.GID
+	out.Atime, out.Atimensec = uint64(a.Atime/1e9), uint32(a.Atime%1e9)
+	out.Mtime, out.Mtimensec = uint64(a.Mtime/1e9), uint32(a.Mtime%1e9)
+	out.Ctime, out.Ctimensec = uint64(a.Ctime/1e9), uint32(a.Ctime%1e9)
+}
+
+// newChild returns the inode for child name of kind a.Kind, reusing the
+// one go-fuse knows under that name if it is of that kind, so open files
+// keep their node across lookups.
+func (n *node) newChild(ctx context.Context, name string, a tyrfs.Attr, out *fuse.EntryOut) *fs.Inode {
+	ctx, cancel := detach(ctx)
+	defer cancel()
+	fillAttr(a, &out.Attr)
+	mode := typeBits(a.Kind)
+	if ch := n.GetChild(name); ch != nil && ch.StableAttr().Mode == mode {
+		return ch
+	}
+	return n.NewInode(ctx, &node{fs: n.fs}, fs.StableAttr{Mode: mode})
+}
+
+// opTimeout bounds one request's calls to the cluster.
+const opTimeout = 2 * time.Minute
+
+// detach returns the context of a request's calls to the cluster. It is
+// not cancelled when the kernel interrupts the request (a signal to the
+// caller, which Go's runtime sends to its threads routinely): a commit
+// abandoned half-way would leave its outcome unknown, and the caller's
+// system call would fail with EINTR, which most callers do not retry.
+func detach(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+}
+
+func owner(ctx context.Context, mode uint32) tyrfs.Owner {
+	o := tyrfs.Owner{Mode: mode & 07777}
+	if c, ok := fuse.FromContext(ctx); ok {
+		o.UID, o.GID = c.Uid, c.Gid
+	}
+	return o
+}
+
+func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ctx, cancel := detach(ctx)
+	defer cancel()
+	p, errno := n.child(name)
+	if errno != 0 {
+		return nil, errno
+	}
+	a, err := n.fs.Lookup(ctx, p)
+	if err != nil {
+		return nil, tyrfs.Errno(err)
+	}
+	return n.newChild(ctx, name, a, out), 0
+}
+
+func (n *node) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	ctx, cancel := detach(ctx)
+	defer cancel()
+	// When the object this node stands for is gone (unlinked, replaced
+	// by a rename, or its name now holds another kind), open descriptors
+	// of it (go-fuse passes one if any is open) answer EIO, as a stale
+	// handle; a lookup in progress answers ENOENT.
+	gone := syscall.ENOENT
+	if fh != nil {
+		gone = syscall.EIO
+	}
+	p, ok := n.path()
+	if !ok {
+		return gone
+	}
+	a, err := n.fs.Stat(ctx, p, n.kind())
+	if errno := tyrfs.Errno(err); errno == syscall.ENOENT {
+		return gone
+	} else if err != nil {
+		return errno
+	}
+	if typeBits(a.Kind) != n.StableAttr().Mode {
+		return gone
+	}
+	fillAttr(a, &out.Attr)
+	return 0
+}
+
+func (n *node) Setattr(ctx context.Context, _ fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	ctx, cancel := detach(ctx)
+	defer cancel()
+	p, ok := n.path()
+	if !ok {
+		return syscall.ENOENT
+	}
+	var s tyrfs.SetAttr
+	if m, ok := in.GetMode(); ok {
+		s.Mode = &m
+	}
+	if u, ok := in.GetUID(); ok {
+		s.UID = &u
+	}
+	if g, ok := in.GetGID(); ok {
+		s.GID = &g
+	}
+	if sz, ok := in.GetSize(); ok {
+		s.Size = &sz
+	}
+	if t, ok := in.GetATime(); ok {
+		ns := t.UnixNano()
+		s.Atime = &ns
+	}
+	if t, ok := in.GetMTime(); ok {
+		ns := t.UnixNano()
+		s.Mtime = &ns
+	}
+	a, err := n.fs.Setattr(ctx, p, n.kind(), s)
+	if err != nil {
+		return tyrfs.Errno(err)
+	}
+	fillAttr(a, &out.Attr)
+	return 0
+}
+
+func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ctx, cancel := detach(ctx)
+	defer cancel()
+	p, errno := n.child(name)
+	if errno != 0 {
+		return nil, errno
+	}
+	a, err := n.fs.Mkdir(ctx, p, owner(ctx, mode))
+	if err != nil {
+		return nil, tyrfs.Errno(err)
+	}
+	return n.newChild(ctx, name, a, out), 0
+}
+
+func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
+	ctx, cancel := detach(ctx)
+	defer cancel()
+	p, errno := n.child(name)
+	if errno != 0 {
+		return errno
+	}
+	return tyrfs.Errno(n.fs.Rmdir(ctx, p))
+}
+
+func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
+	ctx, cancel := detach(ctx)
+	defer cancel()
+	p, errno := n.child(name)
+	if errno != 0 {
+		return errno
+	}
+	return tyrfs.Errno(n.fs.Unlink(ctx, p))
+}
+
+// handle is an open file. Writes through a handle opened with O_APPEND
+// append at the blob's end as of their commit, whatever offset the kernel
+// computed, so appends from two mounts never overwrite each other.
+type handle struct{ append bool }
+
+func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	ctx, cancel := detach(ctx)
+	defer cancel()
+	p, errno := n.child(name)
+	if errno != 0 {
+		return nil, nil, 0, errno
+	}
+	a, err := n.fs.Create(ctx, p, owner(ctx, mode))
+	if tyrfs.Errno(err) == syscall.EEXIST && flags&syscall.O_EXCL == 0 {
+		// Created meanwhile by another mount: open it, as open(2) would.
+		if a, err = n.fs.Lookup(ctx, p); err == nil && a.Kind == tyrfs.KindDir {
+			return nil, nil, 0, syscall.EISDIR
+		}
+		if err == nil && flags&syscall.O_TRUNC != 0 {
+			var zero uint64
+			a, err = n.fs.Setattr(ctx, p, tyrfs.KindFile, tyrfs.SetAttr{Size: &zero})
+		}
+	}
+	if err != nil {
+		return nil, nil, 0, tyrfs.Errno(err)
+	}
+	return n.newChild(ctx, name, a, out), &handle{append: flags&syscall.O_APPEND != 0}, 0, 0
+}
+
+func (n *node) Open(_ context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	if _, ok := n.path(); !ok {
+		return nil, 0, syscall.ENOENT
+	}
+	// No FOPEN_KEEP_CACHE: the kernel drops its cached pages at each open,
+	// so an open sees what was committed before it (close-to-open).
+	return &handle{append: flags&syscall.O_APPEND != 0}, 0, 0
+}
+
+func (n *node) Read(ctx context.Context, _ fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	ctx, cancel := detach(ctx)
+	defer cancel()
+	p, ok := n.path()
+	if !ok {
+		return nil, syscall.ENOENT
+	}
+	b, err := n.fs.ReadAt(ctx, p, uint64(off), uint64(len(dest)))
+	if err != nil {
+		return nil, tyrfs.Errno(err)
+	}
+	return fuse.ReadResultData(b), 0
+}
+
+func (n *node) Write(ctx context.Context, fh fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
+	ctx, cancel := detach(ctx)
+	defer cancel()
+	p, ok := n.path()
+	if !ok {
+		return 0, syscall.ENOENT
+	}
+	var err error
+	if h, _ := fh.(*handle); h != nil && h.append {
+		_, err = n.fs.Append(ctx, p, data)
+	} else {
+		err = n.fs.WriteAt(ctx, p, uint64(off), data)
+	}
+	if err != nil {
+		return 0, tyrfs.Errno(err)
+	}
+	return uint32(len(data)), 0
+}
+
+// Fsync has nothing to do: every write was committed when it returned.
+func (n *node) Fsync(context.Context, fs.FileHandle, uint32) syscall.Errno { return 0 }
+
+// Flush has nothing to do, as Fsync.
+func (n *node) Flush(context.Context, fs.FileHandle) syscall.Errno { return 0 }
+
+func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ctx, cancel := detach(ctx)
+	defer cancel()
+	p, errno := n.child(name)
+	if errno != 0 {
+		return nil, errno
+	}
+	a, err := n.fs.Symlink(ctx, target, p, owner(ctx, 0o777))
+	if err != nil {
+		return nil, tyrfs.Errno(err)
+	}
+	return n.newChild(ctx, name, a, out), 0
+}
+
+func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+	ctx, cancel := detach(ctx)
+	defer cancel()
+	p, ok := n.path()
+	if !ok {
+		return nil, syscall.ENOENT
+	}
+	target, err := n.fs.Readlink(ctx, p)
+	if err != nil {
+		return nil, tyrfs.Errno(err)
+	}
+	return []byte(target), 0
+}
+
+func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	ctx, cancel := detach(ctx)
+	defer cancel()
+	from, errno := n.child(name)
+	if errno != 0 {
+		return errno
+	}
+	np, ok := newParent.(*node)
+	if !ok {
+		return syscall.EXDEV
+	}
+	to, errno := np.child(newName)
+	if errno != 0 {
+		return errno
+	}
+	return tyrfs.Errno(n.fs.Rename(ctx, from, to, flags))
+}
+
+func (n *node) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
+	ctx, cancel := detach(ctx)
+	defer cancel()
+	p, ok := n.path()
+	if !ok {
+		return nil, syscall.ENOENT
+	}
+	es, err := n.fs.Readdir(ctx, p)
+	if err != nil {
+		return nil, tyrfs.Errno(err)
+	}
+	out := make([]fuse.DirEntry, len(es))
+	for i, e := range es {
+		out[i] = fuse.DirEntry{Name: e.Name, Mode: typeBits(e.Kind)}
+	}
+	return fs.NewListDirStream(out), 0
+}
+
+// filesReported is the inode count statfs reports: blobs are not a
+// bounded resource, so a large constant, as network file systems do.
+const filesReported = 1 << 40
+
+func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	ctx, cancel := detach(ctx)
+	defer cancel()
+	s, err := n.fs.Statfs(ctx)
+	if err != nil {
+		return tyrfs.Errno(err)
+	}
+	out.Bsize = blockBytes
+	out.Frsize = blockBytes
+	out.Blocks = s.CapacityBytes / blockBytes
+	out.Bfree = s.FreeBytes / blockBytes
+	out.Bavail = out.Bfree
+	out.Files = filesReported
+	out.Ffree = filesReported - min(s.Blobs, filesReported)
+	out.NameLen = tyrfs.NameBytesMax
+	return 0
+}
+
+// Link refuses hard links: a file is the blob of its one path.
+func (n *node) Link(context.Context, fs.InodeEmbedder, string, *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	return nil, syscall.EPERM
+}
+
+// fallocKeepSize is FALLOC_FL_KEEP_SIZE.
+const fallocKeepSize = 1
+
+// Allocate extends the file for mode 0 and does nothing for
+// FALLOC_FL_KEEP_SIZE (blobs reserve no space); other modes (punching
+// holes, zeroing or collapsing ranges) are refused with EOPNOTSUPP.
+func (n *node) Allocate(ctx context.Context, _ fs.FileHandle, off uint64, size uint64, mode uint32) syscall.Errno {
+	ctx, cancel := detach(ctx)
+	defer cancel()
+	p, ok := n.path()
+	if !ok {
+		return syscall.ENOENT
+	}
+	switch mode {
+	case 0:
+		return tyrfs.Errno(n.fs.Extend(ctx, p, off+size))
+	case fallocKeepSize:
+		return 0
+	}
+	return syscall.EOPNOTSUPP
+}
+
+// Mknod refuses device nodes, FIFOs and sockets.
+func (n *node) Mknod(context.Context, string, uint32, uint32, *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	return nil, syscall.EPERM
+}

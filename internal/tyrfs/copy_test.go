@@ -1,0 +1,107 @@
+package tyrfs
+
+import (
+	"bytes"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// Import then Export give back the tree: names, kinds, permission bits,
+// sizes, contents, link targets and mtimes; running either again copies
+// nothing (resumable), and a file changed since is copied again.
+func TestImportExport(t *testing.T) {
+	ctx, _, f := newFS(t)
+	src := t.TempDir()
+	big := bytes.Repeat([]byte("0123456789abcdef"), (5<<20)/16+3) // over one request
+	files := map[string][]byte{"a/empty": nil, "a/b/small": []byte("small file"), "big": big}
+	if err := os.MkdirAll(filepath.Join(src, "a", "b"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(src, name), data, 0o640); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("b/small", filepath.Join(src, "a", "link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(src, "a", "b"), 0o751); err != nil {
+		t.Fatal(err)
+	}
+	stamp := time.Date(2020, 1, 2, 3, 4, 5, 6789, time.UTC)
+	for _, name := range []string{"a/empty", "a/b/small", "big", "a/b", "a"} {
+		if err := os.Chtimes(filepath.Join(src, name), stamp, stamp); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	st, err := f.Import(ctx, src, "/pre/fix", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Files != 3 || st.Symlinks != 1 || st.Dirs != 3 || st.Bytes != uint64(len(big)+10) {
+		t.Fatalf("import: %v", st)
+	}
+	if _, data, err := f.Fetch(ctx, "/pre/fix/big"); err != nil || !bytes.Equal(data, big) {
+		t.Fatalf("fetch of the big file: %d bytes, %v", len(data), err)
+	}
+	if a := must[Attr](t)(f.Stat(ctx, "/pre/fix/a/b", KindDir)); a.Mode != 0o751 || a.Mtime != stamp.UnixNano() {
+		t.Fatalf("imported directory: %+v", a)
+	}
+	if st, err = f.Import(ctx, src, "/pre/fix", nil); err != nil || st.Files != 0 || st.Unchanged != 3 {
+		t.Fatalf("second import: %v, %v", st, err)
+	}
+
+	dst := t.TempDir()
+	if st, err = f.Export(ctx, "/pre/fix", dst, nil); err != nil || st.Files != 3 || st.Symlinks != 1 {
+		t.Fatalf("export: %v, %v", st, err)
+	}
+	err = filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		wi, err := os.Lstat(p)
+		if err != nil {
+			return err
+		}
+		gi, err := os.Lstat(filepath.Join(dst, rel))
+		if err != nil {
+			t.Fatalf("%s: %v", rel, err)
+		}
+		if wi.Mode() != gi.Mode() || (!d.IsDir() && wi.Size() != gi.Size()) || !wi.ModTime().Equal(gi.ModTime()) {
+			t.Fatalf("%s: exported as %v %d %v, want %v %d %v", rel, gi.Mode(), gi.Size(), gi.ModTime(), wi.Mode(), wi.Size(), wi.ModTime())
+		}
+		switch {
+		case wi.Mode()&fs.ModeSymlink != 0:
+			if l, err := os.Readlink(filepath.Join(dst, rel)); err != nil || l != "b/small" {
+				t.Fatalf("%s: link to %q, %v", rel, l, err)
+			}
+		case wi.Mode().IsRegular():
+			if b, err := os.ReadFile(filepath.Join(dst, rel)); err != nil || !bytes.Equal(b, files[rel]) {
+				t.Fatalf("%s: %d bytes, %v", rel, len(b), err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err = f.Export(ctx, "/pre/fix", dst, nil); err != nil || st.Files != 0 || st.Unchanged != 3 {
+		t.Fatalf("second export: %v, %v", st, err)
+	}
+
+	// A file changed since (same size, new mtime) is copied again.
+	if err := os.WriteFile(filepath.Join(src, "a/b/small"), []byte("SMALL FILE"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if st, err = f.Import(ctx, src, "/pre/fix", nil); err != nil || st.Files != 1 || st.Unchanged != 2 {
+		t.Fatalf("import after a change: %v, %v", st, err)
+	}
+	if _, data, _ := f.Fetch(ctx, "/pre/fix/a/b/small"); string(data) != "SMALL FILE" {
+		t.Fatalf("after the re-import: %q", data)
+	}
+}

@@ -1,0 +1,765 @@
+package tyrfs
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/tyrstore/tyr/client"
+)
+
+// FS is a file system in keyspace ks. It keeps no state between calls but
+// the client: every call reads what it needs from the cluster, so two FS
+// values (two mounts, on two nodes) over the same keyspace see each
+// other's committed changes at once. It is safe for concurrent use.
+//
+// Paths are absolute and clean ("/a/b"); "." and ".." are the caller's to
+// resolve. Errors wrap a syscall.Errno (see Errno).
+type FS struct {
+	c  *client.Client
+	ks string
+	// now returns the time in ns since the epoch; tests may replace it.
+	now func() int64
+}
+
+// Owner is who creates a file: its owner and the permission bits.
+type Owner struct {
+	UID, GID uint32
+	Mode     uint32 // permission bits, 07777
+}
+
+// New returns the file system in keyspace ks, creating its root directory
+// (mode 0755, owned by root) if missing. The keyspace must exist.
+func New(ctx context.Context, c *client.Client, ks string) (*FS, error) {
+	f := &FS{c: c, ks: ks, now: func() int64 { return time.Now().UnixNano() }}
+	if _, err := c.Keyspace(ctx, ks); err != nil {
+		return nil, fmt.Errorf("tyrfs: keyspace %q: %w", ks, err)
+	}
+	t := f.now()
+	h := encodeHeader(Attr{Kind: KindDir, Mode: 0o755, Atime: t, Mtime: t, Ctime: t, Btime: t})
+	_, err := c.Commit(ctx, ks, client.CreateOp(dirKey("/")), client.WriteOp(dirKey("/"), 0, h, false))
+	if err != nil && !errors.Is(err, client.ErrExists) {
+		return nil, fmt.Errorf("tyrfs: creating the root directory: %w", err)
+	}
+	return f, nil
+}
+
+// Errno returns the errno err carries: its own if it wraps a
+// syscall.Errno, else one for the client's error class (EIO for an
+// unavailable cluster or an unknown error).
+func Errno(err error) syscall.Errno {
+	if err == nil {
+		return 0
+	}
+	var e syscall.Errno
+	if errors.As(err, &e) {
+		return e
+	}
+	switch {
+	case errors.Is(err, client.ErrNotFound):
+		return syscall.ENOENT
+	case errors.Is(err, client.ErrExists):
+		return syscall.EEXIST
+	case errors.Is(err, client.ErrTooLarge), errors.Is(err, client.ErrOutOfRange):
+		return syscall.EFBIG
+	case errors.Is(err, client.ErrNoSpace):
+		return syscall.ENOSPC
+	case errors.Is(err, client.ErrInvalidArgument):
+		return syscall.EINVAL
+	case errors.Is(err, client.ErrConflict):
+		return syscall.EAGAIN
+	case errors.Is(err, context.Canceled):
+		return syscall.EINTR
+	}
+	return syscall.EIO
+}
+
+// errnof returns an error with a message that wraps errno.
+func errnof(errno syscall.Errno, format string, args ...any) error {
+	return fmt.Errorf("tyrfs: %s: %w", fmt.Sprintf(format, args...), errno)
+}
+
+// times returns mtime and ctime encoded for the header at offMtime.
+func times(mtime, ctime int64) []byte {
+	b := make([]byte, 16)
+	putTime(b, mtime)
+	putTime(b[8:], ctime)
+	return b
+}
+
+// touchParent returns the op setting the mtime and ctime of the directory
+// at parent to t, as adding or removing an entry does.
+func touchParent(parent string, t int64) client.Op {
+	return client.WriteOp(dirKey(parent), offMtime, times(t, t), false)
+}
+
+// Stat returns the attributes of p, which holds kind k (KindDir, or
+// KindFile for a file or symbolic link). One read of the blob's header.
+func (f *FS) Stat(ctx context.Context, p string, k Kind) (Attr, error) {
+	p, err := cleanPath(p)
+	if err != nil {
+		return Attr{}, err
+	}
+	return f.stat(ctx, keyOf(p, k))
+}
+
+func (f *FS) stat(ctx context.Context, key string) (Attr, error) {
+	b, info, err := f.c.ReadPart(ctx, f.ks, key, 0, HeaderBytes)
+	if err != nil {
+		return Attr{}, err
+	}
+	return decodeHeader(key, b, info.Size)
+}
+
+// Lookup returns the attributes of whatever p is: a file or symbolic link
+// (one read), else a directory (a second read). ENOENT if neither.
+func (f *FS) Lookup(ctx context.Context, p string) (Attr, error) {
+	p, err := cleanPath(p)
+	if err != nil {
+		return Attr{}, err
+	}
+	return f.lookup(ctx, p)
+}
+
+func (f *FS) lookup(ctx context.Context, p string) (Attr, error) {
+	if p != "/" {
+		a, err := f.stat(ctx, fileKey(p))
+		if !errors.Is(err, client.ErrNotFound) {
+			return a, err
+		}
+	}
+	a, err := f.stat(ctx, dirKey(p))
+	if errors.Is(err, client.ErrNotFound) {
+		return Attr{}, errnof(syscall.ENOENT, "%s", p)
+	}
+	return a, err
+}
+
+// Fetch opens and reads the whole file at p: one read of one blob (header
+// and data) for a file of up to client.PayloadBytesMax-HeaderBytes bytes,
+// two reads of one version for a larger one. EISDIR for a directory.
+func (f *FS) Fetch(ctx context.Context, p string) (Attr, []byte, error) {
+	p, err := cleanPath(p)
+	if err != nil {
+		return Attr{}, nil, err
+	}
+	if p == "/" {
+		return Attr{}, nil, errnof(syscall.EISDIR, "%s", p)
+	}
+	key := fileKey(p)
+	b, info, err := f.c.ReadPart(ctx, f.ks, key, 0, client.PayloadBytesMax)
+	if errors.Is(err, client.ErrNotFound) {
+		if _, derr := f.stat(ctx, dirKey(p)); derr == nil {
+			return Attr{}, nil, errnof(syscall.EISDIR, "%s", p)
+		}
+		return Attr{}, nil, errnof(syscall.ENOENT, "%s", p)
+	}
+	if err != nil {
+		return Attr{}, nil, err
+	}
+	if uint64(len(b)) < info.Size {
+		if b, err = f.c.Read(ctx, f.ks, key, 0, client.BlobBytesMax); err != nil {
+			return Attr{}, nil, err
+		}
+		info.Size = uint64(len(b))
+	}
+	a, err := decodeHeader(key, b, info.Size)
+	if err != nil {
+		return Attr{}, nil, err
+	}
+	return a, b[HeaderBytes:], nil
+}
+
+// create adds p, of kind k with header attributes o and content data after
+// the header, to its parent, in one transaction that checks the name is
+// free (neither a file nor a directory).
+func (f *FS) create(ctx context.Context, p string, k Kind, o Owner, data []byte) (Attr, error) {
+	p, err := cleanPath(p)
+	if err != nil {
+		return Attr{}, err
+	}
+	if p == "/" {
+		return Attr{}, errnof(syscall.EEXIST, "/")
+	}
+	parent, name := split(p)
+	t := f.now()
+	a := Attr{Kind: k, Mode: o.Mode & 07777, UID: o.UID, GID: o.GID, Atime: t, Mtime: t, Ctime: t, Btime: t, Size: uint64(len(data))}
+	key, other := fileKey(p), dirKey(p)
+	if k == KindDir {
+		key, other = other, key
+	}
+	blob := append(encodeHeader(a), data...)
+	err = f.c.RunTx(ctx, f.ks, func(tx *client.Tx) error {
+		if _, err := tx.Size(ctx, other); err == nil {
+			return errnof(syscall.EEXIST, "%s", p)
+		} else if !errors.Is(err, client.ErrNotFound) {
+			return err
+		}
+		return tx.Do(client.CreateOp(key), client.WriteOp(key, 0, blob, false),
+			client.AppendOp(dirKey(parent), encodeRecord(recordAdd, k, name), false),
+			touchParent(parent, t))
+	}, txOptions)
+	switch {
+	case errors.Is(err, client.ErrExists):
+		return Attr{}, errnof(syscall.EEXIST, "%s", p)
+	case errors.Is(err, client.ErrNotFound):
+		return Attr{}, f.missingDir(ctx, parent)
+	case err != nil:
+		return Attr{}, err
+	}
+	return a, nil
+}
+
+// missingDir returns the error for a directory dir found missing: ENOTDIR
+// if a file holds its path, else ENOENT.
+func (f *FS) missingDir(ctx context.Context, dir string) error {
+	if _, err := f.stat(ctx, fileKey(dir)); err == nil {
+		return errnof(syscall.ENOTDIR, "%s", dir)
+	}
+	return errnof(syscall.ENOENT, "%s", dir)
+}
+
+// Create makes an empty file at p: EEXIST if p exists, ENOENT if its
+// parent does not.
+func (f *FS) Create(ctx context.Context, p string, o Owner) (Attr, error) {
+	return f.create(ctx, p, KindFile, o, nil)
+}
+
+// Mkdir makes an empty directory at p: EEXIST if p exists.
+func (f *FS) Mkdir(ctx context.Context, p string, o Owner) (Attr, error) {
+	return f.create(ctx, p, KindDir, o, nil)
+}
+
+// Symlink makes a symbolic link at p to target (mode 0777).
+func (f *FS) Symlink(ctx context.Context, target, p string, o Owner) (Attr, error) {
+	if len(target) > SymlinkBytesMax {
+		return Attr{}, errnof(syscall.ENAMETOOLONG, "symbolic link target of %d bytes, above %d", len(target), SymlinkBytesMax)
+	}
+	if target == "" {
+		return Attr{}, errnof(syscall.ENOENT, "empty symbolic link target")
+	}
+	o.Mode = 0o777
+	return f.create(ctx, p, KindSymlink, o, []byte(target))
+}
+
+// Readlink returns the target of the symbolic link at p: EINVAL if p is
+// not one.
+func (f *FS) Readlink(ctx context.Context, p string) (string, error) {
+	a, data, err := f.Fetch(ctx, p)
+	if errors.Is(err, syscall.EISDIR) {
+		return "", errnof(syscall.EINVAL, "%s is a directory", p)
+	}
+	if err != nil {
+		return "", err
+	}
+	if a.Kind != KindSymlink {
+		return "", errnof(syscall.EINVAL, "%s is not a symbolic link", p)
+	}
+	return string(data), nil
+}
+
+// ReadAt reads up to n bytes of the file at p from off; short at the end.
+// The bytes come from one commit.
+func (f *FS) ReadAt(ctx context.Context, p string, off, n uint64) ([]byte, error) {
+	p, err := cleanPath(p)
+	if err != nil {
+		return nil, err
+	}
+	if off > FileBytesMax {
+		return nil, nil
+	}
+	return f.c.Read(ctx, f.ks, fileKey(p), HeaderBytes+off, n)
+}
+
+// WriteAt writes data at off into the file at p and sets its mtime and
+// ctime: one atomic commit for up to client.PayloadBytesMax bytes, one
+// commit per such part beyond.
+func (f *FS) WriteAt(ctx context.Context, p string, off uint64, data []byte) error {
+	p, err := cleanPath(p)
+	if err != nil {
+		return err
+	}
+	if off+uint64(len(data)) > FileBytesMax {
+		return errnof(syscall.EFBIG, "write to %d bytes, above %d", off+uint64(len(data)), uint64(FileBytesMax))
+	}
+	key := fileKey(p)
+	for first := true; first || len(data) > 0; first = false {
+		n := min(len(data), client.PayloadBytesMax)
+		t := f.now()
+		if _, err := f.c.Commit(ctx, f.ks, client.WriteOp(key, HeaderBytes+off, data[:n], false),
+			client.WriteOp(key, offMtime, times(t, t), false)); err != nil {
+			return err
+		}
+		off += uint64(n)
+		data = data[n:]
+	}
+	return nil
+}
+
+// Append writes data at the end of the file at p, atomically, and returns
+// the offset where it landed. At most client.PayloadBytesMax bytes.
+func (f *FS) Append(ctx context.Context, p string, data []byte) (uint64, error) {
+	p, err := cleanPath(p)
+	if err != nil {
+		return 0, err
+	}
+	key := fileKey(p)
+	t := f.now()
+	r, err := f.c.Commit(ctx, f.ks, client.AppendOp(key, data, false), client.WriteOp(key, offMtime, times(t, t), false))
+	if err != nil {
+		return 0, err
+	}
+	return r[0].Offset - HeaderBytes, nil
+}
+
+// SetAttr lists the attributes Setattr changes; nil fields stay.
+type SetAttr struct {
+	Mode         *uint32 // permission bits
+	UID, GID     *uint32
+	Atime, Mtime *int64 // ns since the epoch
+	Size         *uint64
+}
+
+// Setattr changes the attributes of p, of kind k (see Stat), and its ctime,
+// in one commit, and returns the new attributes. A size truncates or
+// extends (with zeros) a file: EISDIR for a directory, EINVAL for a
+// symbolic link.
+func (f *FS) Setattr(ctx context.Context, p string, k Kind, s SetAttr) (Attr, error) {
+	p, err := cleanPath(p)
+	if err != nil {
+		return Attr{}, err
+	}
+	key := keyOf(p, k)
+	t := f.now()
+	var ops []client.Op
+	u32 := func(off int, v uint32) {
+		b := make([]byte, 4)
+		binary.LittleEndian.PutUint32(b, v)
+		ops = append(ops, client.WriteOp(key, uint64(off), b, false))
+	}
+	i64 := func(off int, v int64) {
+		b := make([]byte, 8)
+		putTime(b, v)
+		ops = append(ops, client.WriteOp(key, uint64(off), b, false))
+	}
+	if s.Size != nil {
+		if k == KindDir {
+			return Attr{}, errnof(syscall.EISDIR, "%s", p)
+		}
+		if *s.Size > FileBytesMax {
+			return Attr{}, errnof(syscall.EFBIG, "size %d, above %d", *s.Size, uint64(FileBytesMax))
+		}
+		ops = append(ops, client.TruncateOp(key, HeaderBytes+*s.Size))
+		if s.Mtime == nil {
+			i64(offMtime, t)
+		}
+	}
+	if s.Mode != nil {
+		u32(offMode, *s.Mode&07777)
+	}
+	if s.UID != nil {
+		u32(offUID, *s.UID)
+	}
+	if s.GID != nil {
+		u32(offGID, *s.GID)
+	}
+	if s.Atime != nil {
+		i64(offAtime, *s.Atime)
+	}
+	if s.Mtime != nil {
+		i64(offMtime, *s.Mtime)
+	}
+	i64(offCtime, t)
+	if _, err := f.c.Commit(ctx, f.ks, ops...); err != nil {
+		if errors.Is(err, client.ErrNotFound) {
+			return Attr{}, errnof(syscall.ENOENT, "%s", p)
+		}
+		return Attr{}, err
+	}
+	return f.stat(ctx, key)
+}
+
+// Truncate sets the size of the file at p.
+func (f *FS) Truncate(ctx context.Context, p string, size uint64) error {
+	_, err := f.Setattr(ctx, p, KindFile, SetAttr{Size: &size})
+	return err
+}
+
+// Unlink removes the file or symbolic link at p and its parent's entry in
+// one commit: EISDIR for a directory, ENOENT if absent.
+func (f *FS) Unlink(ctx context.Context, p string) error {
+	p, err := cleanPath(p)
+	if err != nil {
+		return err
+	}
+	if p == "/" {
+		return errnof(syscall.EISDIR, "/")
+	}
+	parent, name := split(p)
+	t := f.now()
+	r, err := f.c.Commit(ctx, f.ks, client.DeleteOp(fileKey(p)),
+		client.AppendOp(dirKey(parent), encodeRecord(recordRemove, KindFile, name), false),
+		touchParent(parent, t))
+	if errors.Is(err, client.ErrNotFound) {
+		if _, derr := f.stat(ctx, dirKey(p)); derr == nil {
+			return errnof(syscall.EISDIR, "%s", p)
+		}
+		return errnof(syscall.ENOENT, "%s", p)
+	}
+	if err != nil {
+		return err
+	}
+	f.maybeCompactAfterRemove(ctx, parent, r[1].Size)
+	return nil
+}
+
+// txOptions let a transaction of the file system run again more often than
+// RunTx's default: a conflict means another change to the same blobs went
+// first, and system calls have no conflict errno to report it with (one
+// that still conflicts after these fails with EAGAIN).
+var txOptions = &client.TxOptions{MaxRetries: 50, MaxBackoff: 100 * time.Millisecond}
+
+// compactCheckBytesMin is the size of a directory blob from which a removal
+// reads the log to see whether it needs compaction; smaller logs are
+// compacted when read by Readdir.
+const compactCheckBytesMin = 64 << 10
+
+func (f *FS) maybeCompactAfterRemove(ctx context.Context, dir string, blobSize uint64) {
+	if blobSize < compactCheckBytesMin {
+		return
+	}
+	// Best effort: a failed compaction leaves a longer, valid log.
+	_, _ = f.maybeCompact(ctx, dir)
+}
+
+// readDir reads and replays the log of the directory at clean path p.
+func (f *FS) readDir(ctx context.Context, p string) (dirLog, error) {
+	key := dirKey(p)
+	b, err := f.c.Read(ctx, f.ks, key, 0, client.BlobBytesMax)
+	if errors.Is(err, client.ErrNotFound) {
+		return dirLog{}, f.missingDir(ctx, p)
+	}
+	if err != nil {
+		return dirLog{}, err
+	}
+	if _, err := decodeHeader(key, b, uint64(len(b))); err != nil {
+		return dirLog{}, err
+	}
+	return replayLog(key, b[HeaderBytes:])
+}
+
+// Readdir returns the entries of the directory at p in the order they were
+// added, "." and ".." excluded. It compacts the log when removals dominate.
+func (f *FS) Readdir(ctx context.Context, p string) ([]Entry, error) {
+	p, err := cleanPath(p)
+	if err != nil {
+		return nil, err
+	}
+	l, err := f.readDir(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	if l.needsCompaction() {
+		_, _ = f.maybeCompact(ctx, p) // best effort, as above
+	}
+	return l.list(), nil
+}
+
+// readAll reads the whole blob key in tx, in parts.
+func readAll(ctx context.Context, tx *client.Tx, key string) ([]byte, error) {
+	size, err := tx.Size(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, 0, size)
+	for uint64(len(out)) < size {
+		b, err := tx.Read(ctx, key, uint64(len(out)), min(size-uint64(len(out)), client.PayloadBytesMax))
+		if err != nil {
+			return nil, err
+		}
+		if len(b) == 0 {
+			break
+		}
+		out = append(out, b...)
+	}
+	return out, nil
+}
+
+// maybeCompact rewrites the log of the directory at p as one add per entry
+// if removals dominate it, in a transaction that read the log (so an entry
+// added meanwhile makes it run again instead of being lost). It reports
+// whether it compacted.
+func (f *FS) maybeCompact(ctx context.Context, p string) (bool, error) {
+	key := dirKey(p)
+	done := false
+	err := f.c.RunTx(ctx, f.ks, func(tx *client.Tx) error {
+		done = false
+		b, err := readAll(ctx, tx, key)
+		if err != nil {
+			return err
+		}
+		if _, err := decodeHeader(key, b, uint64(len(b))); err != nil {
+			return err
+		}
+		l, err := replayLog(key, b[HeaderBytes:])
+		if err != nil || !l.needsCompaction() {
+			return err
+		}
+		c := l.compacted()
+		if len(c) > client.PayloadBytesMax {
+			return nil // too large to rewrite in one op; left as it is
+		}
+		done = true
+		return tx.Do(client.TruncateOp(key, HeaderBytes), client.WriteOp(key, HeaderBytes, c, false))
+	}, txOptions)
+	return done && err == nil, err
+}
+
+// Rmdir removes the empty directory at p and its parent's entry in one
+// transaction: ENOTEMPTY if it has entries, ENOTDIR if p is a file, EBUSY
+// for the root.
+func (f *FS) Rmdir(ctx context.Context, p string) error {
+	p, err := cleanPath(p)
+	if err != nil {
+		return err
+	}
+	if p == "/" {
+		return errnof(syscall.EBUSY, "/")
+	}
+	parent, name := split(p)
+	key := dirKey(p)
+	err = f.c.RunTx(ctx, f.ks, func(tx *client.Tx) error {
+		b, err := readAll(ctx, tx, key)
+		if err != nil {
+			return err
+		}
+		l, err := replayLog(key, b[min(len(b), HeaderBytes):])
+		if err != nil {
+			return err
+		}
+		if len(l.entries) > 0 {
+			return errnof(syscall.ENOTEMPTY, "%s", p)
+		}
+		return tx.Do(client.DeleteOp(key),
+			client.AppendOp(dirKey(parent), encodeRecord(recordRemove, KindDir, name), false),
+			touchParent(parent, f.now()))
+	}, txOptions)
+	if errors.Is(err, client.ErrNotFound) {
+		return f.missingDir(ctx, p)
+	}
+	return err
+}
+
+// Rename flags, as renameat2(2) takes them.
+const (
+	RenameNoReplace = 1 << 0 // RENAME_NOREPLACE
+	RenameExchange  = 1 << 1 // RENAME_EXCHANGE, not supported (EINVAL)
+)
+
+// Rename moves oldPath to newPath in one transaction, replacing a file at
+// newPath or an empty directory there, as rename(2) does: observers see the
+// old name or the new one, never both nor neither. The blobs are copied:
+// a file of up to MoveBytesMax bytes, a directory whose subtree holds up to
+// MoveBlobsMax blobs of up to MoveBytesMax bytes in all; a larger one fails
+// with EXDEV (mv(1) then copies and deletes, not atomically).
+func (f *FS) Rename(ctx context.Context, oldPath, newPath string, flags uint32) error {
+	oldPath, err := cleanPath(oldPath)
+	if err != nil {
+		return err
+	}
+	newPath, err = cleanPath(newPath)
+	if err != nil {
+		return err
+	}
+	if flags&RenameExchange != 0 || flags&^(RenameNoReplace|RenameExchange) != 0 {
+		return errnof(syscall.EINVAL, "rename flags %#x not supported", flags)
+	}
+	if oldPath == "/" || newPath == "/" {
+		return errnof(syscall.EBUSY, "rename of the root")
+	}
+	if strings.HasPrefix(newPath, oldPath+"/") {
+		return errnof(syscall.EINVAL, "rename of %s into itself", oldPath)
+	}
+	oldParent, oldName := split(oldPath)
+	newParent, newName := split(newPath)
+	err = f.c.RunTx(ctx, f.ks, func(tx *client.Tx) error {
+		srcKind, err := kindIn(ctx, tx, oldPath)
+		if err != nil {
+			return err
+		}
+		if srcKind == 0 {
+			return errnof(syscall.ENOENT, "%s", oldPath)
+		}
+		if oldPath == newPath {
+			return nil
+		}
+		dstKind, err := kindIn(ctx, tx, newPath)
+		if err != nil {
+			return err
+		}
+		if dstKind != 0 {
+			if flags&RenameNoReplace != 0 {
+				return errnof(syscall.EEXIST, "%s", newPath)
+			}
+			if srcKind == KindDir && dstKind != KindDir {
+				return errnof(syscall.ENOTDIR, "%s", newPath)
+			}
+			if srcKind != KindDir && dstKind == KindDir {
+				return errnof(syscall.EISDIR, "%s", newPath)
+			}
+		}
+		m := mover{tx: tx, blobsLeft: MoveBlobsMax, bytesLeft: MoveBytesMax}
+		if dstKind == KindDir {
+			b, err := readAll(ctx, tx, dirKey(newPath))
+			if err != nil {
+				return err
+			}
+			l, err := replayLog(dirKey(newPath), b[min(len(b), HeaderBytes):])
+			if err != nil {
+				return err
+			}
+			if len(l.entries) > 0 {
+				return errnof(syscall.ENOTEMPTY, "%s", newPath)
+			}
+		}
+		t := f.now()
+		var ops []client.Op
+		if dstKind != 0 {
+			// The same key as the moved blob's new one (kinds match, or
+			// the checks above refused): emptied, then written.
+			ops = append(ops, client.TruncateOp(keyOf(newPath, dstKind), 0))
+		}
+		if err := m.collect(ctx, keyOf(oldPath, srcKind), keyOf(newPath, srcKind), t); err != nil {
+			return err
+		}
+		ops = append(ops, m.ops...)
+		ops = append(ops, client.AppendOp(dirKey(oldParent), encodeRecord(recordRemove, srcKind, oldName), false),
+			touchParent(oldParent, t))
+		if dstKind != 0 {
+			ops = append(ops, client.AppendOp(dirKey(newParent), encodeRecord(recordRemove, dstKind, newName), false))
+		}
+		ops = append(ops, client.AppendOp(dirKey(newParent), encodeRecord(recordAdd, srcKind, newName), false),
+			touchParent(newParent, t))
+		return tx.Do(ops...)
+	}, txOptions)
+	if errors.Is(err, client.ErrNotFound) {
+		return f.missingDir(ctx, newParent)
+	}
+	return err
+}
+
+// kindIn returns the kind of p as tx sees it; 0 if absent.
+func kindIn(ctx context.Context, tx *client.Tx, p string) (Kind, error) {
+	b, err := tx.Read(ctx, fileKey(p), 0, HeaderBytes)
+	if err == nil {
+		a, err := decodeHeader(fileKey(p), b, max(uint64(len(b)), HeaderBytes))
+		return a.Kind, err
+	}
+	if !errors.Is(err, client.ErrNotFound) {
+		return 0, err
+	}
+	if _, err := tx.Size(ctx, dirKey(p)); err == nil {
+		return KindDir, nil
+	} else if !errors.Is(err, client.ErrNotFound) {
+		return 0, err
+	}
+	return 0, nil
+}
+
+// mover gathers the ops that move a blob and, for a directory, every blob
+// under it, within the rename limits.
+type mover struct {
+	tx        *client.Tx
+	ops       []client.Op
+	blobsLeft int
+	bytesLeft int
+}
+
+// collect adds the ops moving blob from to to, setting its ctime to t, and
+// then its descendants' if it is a directory.
+func (m *mover) collect(ctx context.Context, from, to string, t int64) error {
+	m.blobsLeft--
+	if m.blobsLeft < 0 {
+		return errnof(syscall.EXDEV, "rename of more than %d blobs", MoveBlobsMax)
+	}
+	size, err := m.tx.Size(ctx, from)
+	if err != nil {
+		return err
+	}
+	if size > uint64(m.bytesLeft) {
+		return errnof(syscall.EXDEV, "rename of more than %d bytes", MoveBytesMax)
+	}
+	b, err := readAll(ctx, m.tx, from)
+	if err != nil {
+		return err
+	}
+	m.bytesLeft -= len(b)
+	if len(b) < HeaderBytes {
+		return fmt.Errorf("%w: %q has no header", ErrCorrupt, from)
+	}
+	if t != 0 {
+		putTime(b[offCtime:], t)
+	}
+	for off := 0; off == 0 || off < len(b); off += client.PayloadBytesMax {
+		m.ops = append(m.ops, client.WriteOp(to, uint64(off), b[off:min(len(b), off+client.PayloadBytesMax)], true))
+	}
+	m.ops = append(m.ops, client.DeleteOp(from))
+	if !strings.HasSuffix(from, "/") {
+		return nil
+	}
+	l, err := replayLog(from, b[HeaderBytes:])
+	if err != nil {
+		return err
+	}
+	for _, e := range l.list() {
+		if err := m.collect(ctx, keyOf(strings.TrimSuffix(from, "/")+"/"+e.Name, e.Kind), keyOf(strings.TrimSuffix(to, "/")+"/"+e.Name, e.Kind), 0); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Statfs describes the space of the node the client is connected to.
+type Statfs struct {
+	CapacityBytes, FreeBytes uint64
+	Blobs                    uint64 // blobs of the keyspace on that node
+}
+
+// Statfs returns the figures of the endpoint node: its capacity and free
+// space, and how many blobs of the keyspace it keeps.
+func (f *FS) Statfs(ctx context.Context) (Statfs, error) {
+	u, err := f.c.NodeUsage(ctx)
+	if err != nil {
+		return Statfs{}, err
+	}
+	s := Statfs{CapacityBytes: u.CapacityBytes, FreeBytes: min(u.FreeBytes, u.CapacityBytes)}
+	if k, err := f.c.Keyspace(ctx, f.ks); err == nil {
+		s.Blobs = k.Blobs
+	}
+	return s, nil
+}
+
+// Extend grows the file at p to size bytes (zeros) if it is smaller, in a
+// transaction, as fallocate(2) without flags does; space is not reserved.
+func (f *FS) Extend(ctx context.Context, p string, size uint64) error {
+	p, err := cleanPath(p)
+	if err != nil {
+		return err
+	}
+	if size > FileBytesMax {
+		return errnof(syscall.EFBIG, "size %d, above %d", size, uint64(FileBytesMax))
+	}
+	key := fileKey(p)
+	return f.c.RunTx(ctx, f.ks, func(tx *client.Tx) error {
+		cur, err := tx.Size(ctx, key)
+		if err != nil || cur >= HeaderBytes+size {
+			return err
+		}
+		t := f.now()
+		return tx.Do(client.TruncateOp(key, HeaderBytes+size), client.WriteOp(key, offMtime, times(t, t), false))
+	}, txOptions)
+}

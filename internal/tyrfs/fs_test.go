@@ -1,0 +1,400 @@
+package tyrfs
+
+// These tests run the file-system operations against a real server
+// (internal/testserver) and check their results, their errnos, and the
+// layout invariants of layout.go by reading the blobs directly. A failure
+// reproduces with `go test -race -run NAME ./internal/tyrfs`.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tyrstore/tyr/client"
+	"github.com/tyrstore/tyr/internal/testserver"
+)
+
+// newFS starts a server with keyspace ks and returns a file system on it.
+func newFS(t *testing.T) (context.Context, *client.Client, *FS) {
+	t.Helper()
+	c := testserver.Start(t).Client()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	if _, err := c.CreateKeyspace(ctx, "tfs", client.DefaultKeyspaceConfig()); err != nil {
+		t.Fatal(err)
+	}
+	f, err := New(ctx, c, "tfs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, c, f
+}
+
+func wantErrno(t *testing.T, err error, want syscall.Errno) {
+	t.Helper()
+	if got := Errno(err); got != want {
+		t.Fatalf("error %v: errno %v, want %v", err, got, want)
+	}
+}
+
+func must[T any](t *testing.T) func(v T, err error) T {
+	return func(v T, err error) T {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+}
+
+func names(t *testing.T, ctx context.Context, f *FS, p string) []string {
+	t.Helper()
+	es, err := f.Readdir(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range es {
+		out = append(out, e.Name+":"+e.Kind.String())
+	}
+	slices.Sort(out)
+	return out
+}
+
+// checkTree verifies invariant 1 of layout.go over the whole keyspace: the
+// blobs are exactly the root and the children the logs list, each of the
+// kind its entry names.
+func checkTree(t *testing.T, ctx context.Context, c *client.Client, f *FS) {
+	t.Helper()
+	want := map[string]Kind{"/": KindDir}
+	var walk func(p string)
+	walk = func(p string) {
+		for _, e := range must[[]Entry](t)(f.Readdir(ctx, p)) {
+			child := join(p, e.Name)
+			want[keyOf(child, e.Kind)] = e.Kind
+			if e.Kind == KindDir {
+				walk(child)
+			}
+		}
+	}
+	walk("/")
+	blobs, _, err := c.List(ctx, "tfs", "", "", client.ListLimitMax)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]Kind{}
+	for _, b := range blobs {
+		hb, info, err := c.ReadPart(ctx, "tfs", b.Key, 0, HeaderBytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := decodeHeader(b.Key, hb, info.Size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[b.Key] = a.Kind
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("blobs %v, want (from the logs) %v", got, want)
+	}
+}
+
+func TestFileLifecycle(t *testing.T) {
+	ctx, c, f := newFS(t)
+	o := Owner{UID: 7, GID: 8, Mode: 0o640}
+	must[Attr](t)(f.Mkdir(ctx, "/d", Owner{Mode: 0o755}))
+	a := must[Attr](t)(f.Create(ctx, "/d/x", o))
+	if a.Kind != KindFile || a.Mode != 0o640 || a.UID != 7 || a.GID != 8 || a.Size != 0 {
+		t.Fatalf("created %+v", a)
+	}
+	_, err := f.Create(ctx, "/d/x", o)
+	wantErrno(t, err, syscall.EEXIST)
+	_, err = f.Mkdir(ctx, "/d/x", o)
+	wantErrno(t, err, syscall.EEXIST)
+	_, err = f.Create(ctx, "/d", o)
+	wantErrno(t, err, syscall.EEXIST)
+	_, err = f.Create(ctx, "/nope/x", o)
+	wantErrno(t, err, syscall.ENOENT)
+	_, err = f.Create(ctx, "/d/x/y", o)
+	wantErrno(t, err, syscall.ENOTDIR)
+
+	if err := f.WriteAt(ctx, "/d/x", 0, []byte("hello world")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.WriteAt(ctx, "/d/x", 20, []byte("!")); err != nil { // a hole
+		t.Fatal(err)
+	}
+	want := append([]byte("hello world"), make([]byte, 9)...)
+	want = append(want, '!')
+	if got := must[[]byte](t)(f.ReadAt(ctx, "/d/x", 0, 100)); !bytes.Equal(got, want) {
+		t.Fatalf("read %q, want %q", got, want)
+	}
+	if got := must[[]byte](t)(f.ReadAt(ctx, "/d/x", 6, 5)); string(got) != "world" {
+		t.Fatalf("read at 6: %q", got)
+	}
+	a, data, err := f.Fetch(ctx, "/d/x")
+	if err != nil || !bytes.Equal(data, want) || a.Size != uint64(len(want)) || a.Mode != 0o640 {
+		t.Fatalf("fetch: %+v %q %v", a, data, err)
+	}
+	if off := must[uint64](t)(f.Append(ctx, "/d/x", []byte("end"))); off != 21 {
+		t.Fatalf("append landed at %d, want 21", off)
+	}
+	if err := f.Truncate(ctx, "/d/x", 5); err != nil {
+		t.Fatal(err)
+	}
+	if _, data, _ := f.Fetch(ctx, "/d/x"); string(data) != "hello" {
+		t.Fatalf("after truncate: %q", data)
+	}
+	_, _, err = f.Fetch(ctx, "/d")
+	wantErrno(t, err, syscall.EISDIR)
+	_, _, err = f.Fetch(ctx, "/d/none")
+	wantErrno(t, err, syscall.ENOENT)
+
+	mode, uid, mtime := uint32(0o4711), uint32(1000), int64(42e9)
+	a = must[Attr](t)(f.Setattr(ctx, "/d/x", KindFile, SetAttr{Mode: &mode, UID: &uid, Mtime: &mtime}))
+	if a.Mode != 0o4711 || a.UID != 1000 || a.GID != 8 || a.Mtime != 42e9 || a.Size != 5 {
+		t.Fatalf("after setattr: %+v", a)
+	}
+
+	must[Attr](t)(f.Symlink(ctx, "../target", "/d/l", Owner{}))
+	if got := must[string](t)(f.Readlink(ctx, "/d/l")); got != "../target" {
+		t.Fatalf("readlink %q", got)
+	}
+	_, err = f.Readlink(ctx, "/d/x")
+	wantErrno(t, err, syscall.EINVAL)
+	if got := must[Attr](t)(f.Lookup(ctx, "/d/l")); got.Kind != KindSymlink || got.Size != 9 {
+		t.Fatalf("lookup of the link: %+v", got)
+	}
+
+	if got := names(t, ctx, f, "/d"); fmt.Sprint(got) != "[l:symlink x:file]" {
+		t.Fatalf("readdir: %v", got)
+	}
+	wantErrno(t, f.Rmdir(ctx, "/d"), syscall.ENOTEMPTY)
+	wantErrno(t, f.Unlink(ctx, "/d"), syscall.EISDIR)
+	wantErrno(t, f.Rmdir(ctx, "/d/x"), syscall.ENOTDIR)
+	checkTree(t, ctx, c, f)
+	for _, p := range []string{"/d/x", "/d/l"} {
+		if err := f.Unlink(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantErrno(t, f.Unlink(ctx, "/d/x"), syscall.ENOENT)
+	if err := f.Rmdir(ctx, "/d"); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(t, ctx, f, "/"); len(got) != 0 {
+		t.Fatalf("root after removals: %v", got)
+	}
+	wantErrno(t, f.Rmdir(ctx, "/"), syscall.EBUSY)
+	checkTree(t, ctx, c, f)
+}
+
+func TestLimits(t *testing.T) {
+	ctx, _, f := newFS(t)
+	long := string(bytes.Repeat([]byte("n"), NameBytesMax+1))
+	_, err := f.Create(ctx, "/"+long, Owner{})
+	wantErrno(t, err, syscall.ENAMETOOLONG)
+	_, err = f.Create(ctx, "/"+long[1:], Owner{})
+	if err != nil {
+		t.Fatalf("a name of %d bytes: %v", NameBytesMax, err)
+	}
+	deep := ""
+	for len(deep) <= PathBytesMax {
+		deep += "/abcdefg"
+	}
+	_, err = f.Create(ctx, deep, Owner{})
+	wantErrno(t, err, syscall.ENAMETOOLONG)
+	for _, bad := range []string{"relative", "/a/../b", "/a/./b", "/a\x00b", "/\xff"} {
+		_, err = f.Create(ctx, bad, Owner{})
+		wantErrno(t, err, syscall.EINVAL)
+	}
+	_, err = f.Symlink(ctx, string(bytes.Repeat([]byte("t"), SymlinkBytesMax+1)), "/l", Owner{})
+	wantErrno(t, err, syscall.ENAMETOOLONG)
+}
+
+func TestRename(t *testing.T) {
+	ctx, c, f := newFS(t)
+	o := Owner{Mode: 0o644}
+	must[Attr](t)(f.Mkdir(ctx, "/a", o))
+	must[Attr](t)(f.Mkdir(ctx, "/a/sub", o))
+	must[Attr](t)(f.Mkdir(ctx, "/b", o))
+	must[Attr](t)(f.Create(ctx, "/a/f", o))
+	must[Attr](t)(f.Create(ctx, "/a/sub/g", o))
+	must[Attr](t)(f.Symlink(ctx, "f", "/a/sub/l", o))
+	if err := f.WriteAt(ctx, "/a/f", 0, []byte("data of f")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.WriteAt(ctx, "/a/sub/g", 0, []byte("data of g")); err != nil {
+		t.Fatal(err)
+	}
+	must[Attr](t)(f.Create(ctx, "/b/f", o))
+
+	// A file over a file.
+	if err := f.Rename(ctx, "/a/f", "/b/f", 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, d, err := f.Fetch(ctx, "/b/f"); err != nil || string(d) != "data of f" {
+		t.Fatalf("renamed file: %q %v", d, err)
+	}
+	_, err := f.Lookup(ctx, "/a/f")
+	wantErrno(t, err, syscall.ENOENT)
+	wantErrno(t, f.Rename(ctx, "/a/f", "/b/g", 0), syscall.ENOENT)
+	wantErrno(t, f.Rename(ctx, "/b/f", "/a", 0), syscall.EISDIR)
+	wantErrno(t, f.Rename(ctx, "/a", "/b/f", 0), syscall.ENOTDIR)
+	wantErrno(t, f.Rename(ctx, "/a", "/a/sub/x", 0), syscall.EINVAL)
+	wantErrno(t, f.Rename(ctx, "/b/f", "/none/f", 0), syscall.ENOENT)
+	must[Attr](t)(f.Create(ctx, "/b/h", o))
+	wantErrno(t, f.Rename(ctx, "/b/f", "/b/h", RenameNoReplace), syscall.EEXIST)
+	wantErrno(t, f.Rename(ctx, "/a", "/b", 0), syscall.ENOTEMPTY)
+
+	// A directory with descendants, to a new name.
+	if err := f.Rename(ctx, "/a", "/b/a2", 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, d, err := f.Fetch(ctx, "/b/a2/sub/g"); err != nil || string(d) != "data of g" {
+		t.Fatalf("moved descendant: %q %v", d, err)
+	}
+	if got := must[string](t)(f.Readlink(ctx, "/b/a2/sub/l")); got != "f" {
+		t.Fatalf("moved link: %q", got)
+	}
+	if got := names(t, ctx, f, "/b"); fmt.Sprint(got) != "[a2:dir f:file h:file]" {
+		t.Fatalf("readdir /b: %v", got)
+	}
+	if got := names(t, ctx, f, "/"); fmt.Sprint(got) != "[b:dir]" {
+		t.Fatalf("readdir /: %v", got)
+	}
+	// A directory over an empty one.
+	must[Attr](t)(f.Mkdir(ctx, "/e", o))
+	if err := f.Rename(ctx, "/b/a2", "/e", 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(t, ctx, f, "/e"); fmt.Sprint(got) != "[sub:dir]" {
+		t.Fatalf("readdir /e: %v", got)
+	}
+	checkTree(t, ctx, c, f)
+
+	// Too many blobs: EXDEV, and nothing changes.
+	must[Attr](t)(f.Mkdir(ctx, "/big", o))
+	for i := range MoveBlobsMax {
+		must[Attr](t)(f.Create(ctx, fmt.Sprintf("/big/%d", i), o))
+	}
+	wantErrno(t, f.Rename(ctx, "/big", "/big2", 0), syscall.EXDEV)
+	if n := len(names(t, ctx, f, "/big")); n != MoveBlobsMax {
+		t.Fatalf("/big has %d entries after a refused rename, want %d", n, MoveBlobsMax)
+	}
+	// Too many bytes: EXDEV.
+	must[Attr](t)(f.Create(ctx, "/large", o))
+	if err := f.Truncate(ctx, "/large", MoveBytesMax); err != nil {
+		t.Fatal(err)
+	}
+	wantErrno(t, f.Rename(ctx, "/large", "/large2", 0), syscall.EXDEV)
+	checkTree(t, ctx, c, f)
+}
+
+// Removals compact the log once they dominate it, and the entries
+// survive compaction.
+func TestCompaction(t *testing.T) {
+	ctx, c, f := newFS(t)
+	must[Attr](t)(f.Mkdir(ctx, "/d", Owner{Mode: 0o755}))
+	for i := range 2 * compactRecordsMin {
+		p := fmt.Sprintf("/d/%03d", i)
+		must[Attr](t)(f.Create(ctx, p, Owner{}))
+		if i%8 != 0 {
+			if err := f.Unlink(ctx, p); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	before := must[client.BlobInfo](t)(c.Stat(ctx, "tfs", "/d/"))
+	got := names(t, ctx, f, "/d") // compacts
+	after := must[client.BlobInfo](t)(c.Stat(ctx, "tfs", "/d/"))
+	if len(got) != 2*compactRecordsMin/8 {
+		t.Fatalf("%d entries, want %d: %v", len(got), 2*compactRecordsMin/8, got)
+	}
+	wantSize := uint64(HeaderBytes + len(got)*(recordHeaderBytes+3))
+	if after.Size != wantSize || before.Size <= after.Size {
+		t.Fatalf("directory blob of %d bytes before compaction, %d after, want %d", before.Size, after.Size, wantSize)
+	}
+	if again := names(t, ctx, f, "/d"); !slices.Equal(again, got) {
+		t.Fatalf("entries changed by compaction: %v, then %v", got, again)
+	}
+	checkTree(t, ctx, c, f)
+}
+
+// Concurrent creates, removals and renames in one directory keep the
+// invariants: every entry has its blob and the reverse.
+func TestConcurrentEntries(t *testing.T) {
+	ctx, c, f := newFS(t)
+	must[Attr](t)(f.Mkdir(ctx, "/d", Owner{Mode: 0o755}))
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for w := range 4 {
+		wg.Go(func() {
+			for i := range 12 {
+				p := fmt.Sprintf("/d/w%d-%d", w, i)
+				if _, err := f.Create(ctx, p, Owner{}); err != nil {
+					errs <- err
+					return
+				}
+				var err error
+				switch i % 3 {
+				case 0:
+					err = f.Unlink(ctx, p)
+				case 1:
+					err = f.Rename(ctx, p, p+"r", 0)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	checkTree(t, ctx, c, f)
+}
+
+func TestLogReplay(t *testing.T) {
+	var log []byte
+	for _, r := range []struct {
+		op   byte
+		name string
+	}{{recordAdd, "a"}, {recordAdd, "b"}, {recordRemove, "a"}, {recordAdd, "c"}, {recordAdd, "a"}} {
+		log = append(log, encodeRecord(r.op, KindFile, r.name)...)
+	}
+	l, err := replayLog("/d/", log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(l.list()); got != "[{b file} {c file} {a file}]" {
+		t.Fatalf("entries %s", got)
+	}
+	for _, bad := range [][]byte{
+		encodeRecord(recordRemove, KindFile, "x"),
+		append(encodeRecord(recordAdd, KindFile, "x"), encodeRecord(recordAdd, KindFile, "x")...),
+		encodeRecord(recordAdd, KindFile, "x")[:3],
+		encodeRecord(9, KindFile, "x"),
+	} {
+		if _, err := replayLog("/d/", bad); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("replay of %q: %v, want ErrCorrupt", bad, err)
+		}
+	}
+	h := encodeHeader(Attr{Kind: KindDir, Mode: 0o1777, UID: 1, GID: 2, Atime: 3, Mtime: -4, Ctime: 5, Btime: 6})
+	a, err := decodeHeader("/d/", h, HeaderBytes+10)
+	if err != nil || a != (Attr{Kind: KindDir, Mode: 0o1777, UID: 1, GID: 2, Atime: 3, Mtime: -4, Ctime: 5, Btime: 6, Size: 10}) {
+		t.Fatalf("header round trip: %+v %v", a, err)
+	}
+	if _, err := decodeHeader("/d", h, HeaderBytes); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("a directory header under a file key: %v", err)
+	}
+}

@@ -1,0 +1,353 @@
+// Package tyrfs is TýrFS: a POSIX-like file system laid out in the blobs of
+// one keyspace, over the Go client. It performs no FUSE work; the mount
+// (internal/fusefs) and programs that skip FUSE both call it.
+//
+// # Layout (format version 1; append-only: new fields take reserved bytes
+// and a new version, old versions stay readable)
+//
+// The keyspace belongs to the file system: every blob in it is one of the
+// two kinds below.
+//
+//   - A file or symbolic link at absolute path P ("/a/b") is the blob keyed
+//     P. The blob starts with a HeaderBytes-byte header (the inode: kind,
+//     mode, owner, times) followed by the file's data, so the metadata lives
+//     with the first chunk, a stat is one read of the header, and a whole
+//     small file is fetched by one read of one blob. A file's size is the
+//     blob's size minus HeaderBytes. A symbolic link's data is its target.
+//   - A directory at path P is the blob keyed P+"/" (the root, "/", is the
+//     blob "/"). File keys never end in "/", since names hold no "/", so the
+//     two kinds never collide, and the keys of a directory's descendants
+//     all start with its key. The blob is a header followed by an
+//     append-only log of entry records (recordAdd, recordRemove) that,
+//     replayed in order, give the directory's entries.
+//
+// Invariants, kept by making every change that touches both a child and
+// its parent one atomic commit (a serializable transaction where it reads
+// first):
+//
+//  1. A name is an entry of the directory at P (by replay of its log) iff
+//     exactly one of the blobs P/name (file, symlink) or P/name/ (directory)
+//     exists, and the entry's kind matches it. Observers never see a child
+//     without its entry, or an entry without its child.
+//  2. Every directory but the root has its parent's entry (by 1), so every
+//     blob is reachable from "/".
+//  3. A log's records are well formed: an add for a name currently absent,
+//     a remove for a name currently present. Compaction rewrites the log as
+//     one add per entry, in a transaction that read the whole log, so an
+//     append that raced it makes it retry rather than vanish.
+//
+// A worked example: mkdir /d; create /d/x; rename /d/x /d/y; unlink /d/y.
+// Blob "/d/" holds header, add(x,file), remove(x), add(y,file), remove(y);
+// blob "/d/x" existed between the second and third commits, "/d/y" between
+// the third and fourth; replay gives no entries.
+package tyrfs
+
+import (
+	"encoding/binary"
+	"fmt"
+	"strings"
+	"syscall"
+	"unicode/utf8"
+
+	"github.com/tyrstore/tyr/client"
+)
+
+// Header layout, little-endian; HeaderBytes long, reserved bytes zero.
+const (
+	// HeaderBytes is the size of the header at the start of every blob.
+	HeaderBytes = 64
+
+	headerMagic   = "TYRF"
+	formatVersion = 1
+
+	offMagic   = 0  // 4 bytes "TYRF"
+	offVersion = 4  // u8
+	offKind    = 5  // u8 Kind
+	offFlags   = 6  // u16, reserved
+	offMode    = 8  // u32 permission bits (07777)
+	offUID     = 12 // u32
+	offGID     = 16 // u32
+	offNlink   = 20 // u32, reserved (no hard links)
+	offAtime   = 24 // i64 ns since the epoch
+	offMtime   = 32 // i64 ns
+	offCtime   = 40 // i64 ns
+	offBtime   = 48 // i64 ns, creation
+	// 56..63 reserved
+)
+
+// Kind is what a blob holds.
+type Kind uint8
+
+// Kinds of blobs. Zero is unset.
+const (
+	KindFile Kind = 1 + iota
+	KindDir
+	KindSymlink
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindFile:
+		return "file"
+	case KindDir:
+		return "dir"
+	case KindSymlink:
+		return "symlink"
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// Limits. Each is checked before anything is sent, and answered with the
+// errno in its comment.
+const (
+	// NameBytesMax is the longest name in a directory (ENAMETOOLONG).
+	NameBytesMax = 255
+	// PathBytesMax is the longest absolute path (ENAMETOOLONG): a
+	// directory's key is its path and "/", at most client.KeyBytesMax.
+	PathBytesMax = client.KeyBytesMax - 1
+	// SymlinkBytesMax is the longest symbolic link target (ENAMETOOLONG).
+	SymlinkBytesMax = 4095
+	// FileBytesMax is the largest file (EFBIG).
+	FileBytesMax = client.BlobBytesMax - HeaderBytes
+	// MoveBytesMax bounds the bytes (headers and data of files, logs of
+	// directories) one rename copies in its transaction; a larger rename
+	// fails with EXDEV, which makes mv(1) copy and delete instead.
+	MoveBytesMax = 8 << 20
+	// MoveBlobsMax bounds the blobs (the renamed one and, for a directory,
+	// all its descendants) one rename moves (EXDEV beyond it).
+	MoveBlobsMax = 400
+	// compactRecordsMin is the smallest log compaction considers; a log is
+	// compacted when it holds at least this many records and more than
+	// twice as many records as entries.
+	compactRecordsMin = 64
+)
+
+// Attr is a file's metadata as the header stores it, with its size.
+type Attr struct {
+	Kind                       Kind
+	Mode                       uint32 // permission bits, 07777
+	UID, GID                   uint32
+	Atime, Mtime, Ctime, Btime int64 // ns since the epoch
+	// Size is the file's size (data bytes after the header), the target's
+	// length for a symbolic link, and the log's length for a directory.
+	Size uint64
+}
+
+// encodeHeader returns the header of a.
+func encodeHeader(a Attr) []byte {
+	b := make([]byte, HeaderBytes)
+	copy(b[offMagic:], headerMagic)
+	b[offVersion] = formatVersion
+	b[offKind] = byte(a.Kind)
+	binary.LittleEndian.PutUint32(b[offMode:], a.Mode&07777)
+	binary.LittleEndian.PutUint32(b[offUID:], a.UID)
+	binary.LittleEndian.PutUint32(b[offGID:], a.GID)
+	binary.LittleEndian.PutUint32(b[offNlink:], 1)
+	putTime(b[offAtime:], a.Atime)
+	putTime(b[offMtime:], a.Mtime)
+	putTime(b[offCtime:], a.Ctime)
+	putTime(b[offBtime:], a.Btime)
+	return b
+}
+
+func putTime(b []byte, ns int64) { binary.LittleEndian.PutUint64(b, uint64(ns)) }
+
+// ErrCorrupt marks a blob that does not hold a valid header or log.
+var ErrCorrupt = fmt.Errorf("tyrfs: corrupt blob: %w", syscall.EIO)
+
+// decodeHeader parses the header at the start of a blob of blobSize bytes.
+func decodeHeader(key string, b []byte, blobSize uint64) (Attr, error) {
+	if len(b) < HeaderBytes || blobSize < HeaderBytes || string(b[offMagic:offMagic+4]) != headerMagic {
+		return Attr{}, fmt.Errorf("%w: %q has no header", ErrCorrupt, key)
+	}
+	if b[offVersion] != formatVersion {
+		return Attr{}, fmt.Errorf("%w: %q has format version %d, want %d", ErrCorrupt, key, b[offVersion], formatVersion)
+	}
+	a := Attr{
+		Kind:  Kind(b[offKind]),
+		Mode:  binary.LittleEndian.Uint32(b[offMode:]) & 07777,
+		UID:   binary.LittleEndian.Uint32(b[offUID:]),
+		GID:   binary.LittleEndian.Uint32(b[offGID:]),
+		Atime: int64(binary.LittleEndian.Uint64(b[offAtime:])),
+		Mtime: int64(binary.LittleEndian.Uint64(b[offMtime:])),
+		Ctime: int64(binary.LittleEndian.Uint64(b[offCtime:])),
+		Btime: int64(binary.LittleEndian.Uint64(b[offBtime:])),
+		Size:  blobSize - HeaderBytes,
+	}
+	if a.Kind < KindFile || a.Kind > KindSymlink {
+		return Attr{}, fmt.Errorf("%w: %q has kind %d", ErrCorrupt, key, a.Kind)
+	}
+	if (a.Kind == KindDir) != strings.HasSuffix(key, "/") {
+		return Attr{}, fmt.Errorf("%w: %q holds a %s", ErrCorrupt, key, a.Kind)
+	}
+	return a, nil
+}
+
+// Directory log records: op (u8), kind (u8), name length (u16), name.
+const (
+	recordAdd    = 1
+	recordRemove = 2
+
+	recordHeaderBytes = 4
+)
+
+func encodeRecord(op byte, kind Kind, name string) []byte {
+	b := make([]byte, recordHeaderBytes+len(name))
+	b[0] = op
+	b[1] = byte(kind)
+	binary.LittleEndian.PutUint16(b[2:], uint16(len(name)))
+	copy(b[recordHeaderBytes:], name)
+	return b
+}
+
+// Entry is one directory entry.
+type Entry struct {
+	Name string
+	Kind Kind
+}
+
+// dirLog is a replayed directory log.
+type dirLog struct {
+	entries map[string]Kind
+	order   []string // names in the order they were added, removed ones too
+	records int
+}
+
+// replayLog replays the log bytes (after the header) of directory key.
+func replayLog(key string, b []byte) (dirLog, error) {
+	l := dirLog{entries: map[string]Kind{}}
+	for len(b) > 0 {
+		if len(b) < recordHeaderBytes {
+			return dirLog{}, fmt.Errorf("%w: %q: torn record", ErrCorrupt, key)
+		}
+		op, kind, n := b[0], Kind(b[1]), int(binary.LittleEndian.Uint16(b[2:]))
+		if len(b) < recordHeaderBytes+n {
+			return dirLog{}, fmt.Errorf("%w: %q: torn record", ErrCorrupt, key)
+		}
+		name := string(b[recordHeaderBytes : recordHeaderBytes+n])
+		b = b[recordHeaderBytes+n:]
+		l.records++
+		switch op {
+		case recordAdd:
+			if _, ok := l.entries[name]; ok {
+				return dirLog{}, fmt.Errorf("%w: %q: add of present name %q", ErrCorrupt, key, name)
+			}
+			l.entries[name] = kind
+			l.order = append(l.order, name)
+		case recordRemove:
+			if _, ok := l.entries[name]; !ok {
+				return dirLog{}, fmt.Errorf("%w: %q: remove of absent name %q", ErrCorrupt, key, name)
+			}
+			delete(l.entries, name)
+		default:
+			return dirLog{}, fmt.Errorf("%w: %q: record op %d", ErrCorrupt, key, op)
+		}
+	}
+	return l, nil
+}
+
+// list returns the entries in the order they were added.
+func (l dirLog) list() []Entry {
+	out := make([]Entry, 0, len(l.entries))
+	seen := make(map[string]bool, len(l.entries))
+	for i := len(l.order) - 1; i >= 0; i-- { // the last add of a name counts
+		name := l.order[i]
+		if k, ok := l.entries[name]; ok && !seen[name] {
+			seen[name] = true
+			out = append(out, Entry{Name: name, Kind: k})
+		}
+	}
+	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
+		out[i], out[j] = out[j], out[i]
+	}
+	return out
+}
+
+// compacted returns the log that adds the current entries, in order.
+func (l dirLog) compacted() []byte {
+	var b []byte
+	for _, e := range l.list() {
+		b = append(b, encodeRecord(recordAdd, e.Kind, e.Name)...)
+	}
+	return b
+}
+
+// needsCompaction reports whether removals dominate the log.
+func (l dirLog) needsCompaction() bool {
+	return l.records >= compactRecordsMin && l.records > 2*len(l.entries)
+}
+
+// cleanPath checks an absolute path and returns it without a trailing
+// slash ("/" stays "/"). "." and ".." components are refused (EINVAL):
+// callers resolve them.
+func cleanPath(p string) (string, error) {
+	if !strings.HasPrefix(p, "/") {
+		return "", fmt.Errorf("tyrfs: path %q is not absolute: %w", p, syscall.EINVAL)
+	}
+	if p != "/" {
+		p = strings.TrimSuffix(p, "/")
+	}
+	if len(p) > PathBytesMax {
+		return "", fmt.Errorf("tyrfs: path of %d bytes, above %d: %w", len(p), PathBytesMax, syscall.ENAMETOOLONG)
+	}
+	if p == "/" {
+		return p, nil
+	}
+	for _, name := range strings.Split(p[1:], "/") {
+		if err := checkName(name); err != nil {
+			return "", err
+		}
+	}
+	return p, nil
+}
+
+// checkName checks one name of a directory.
+func checkName(name string) error {
+	switch {
+	case len(name) > NameBytesMax:
+		return fmt.Errorf("tyrfs: name of %d bytes, above %d: %w", len(name), NameBytesMax, syscall.ENAMETOOLONG)
+	case name == "" || name == "." || name == "..":
+		return fmt.Errorf("tyrfs: name %q: %w", name, syscall.EINVAL)
+	case strings.ContainsAny(name, "/\x00"):
+		return fmt.Errorf("tyrfs: name %q holds '/' or NUL: %w", name, syscall.EINVAL)
+	case !utf8.ValidString(name):
+		return fmt.Errorf("tyrfs: name %q is not UTF-8 (blob keys are): %w", name, syscall.EINVAL)
+	}
+	return nil
+}
+
+// split returns the parent path and name of a clean path other than "/".
+func split(p string) (parent, name string) {
+	i := strings.LastIndexByte(p, '/')
+	if i == 0 {
+		return "/", p[1:]
+	}
+	return p[:i], p[i+1:]
+}
+
+// join returns parent/name for a clean parent path.
+func join(parent, name string) string {
+	if parent == "/" {
+		return "/" + name
+	}
+	return parent + "/" + name
+}
+
+// fileKey is the blob of the file or symbolic link at clean path p.
+func fileKey(p string) string { return p }
+
+// dirKey is the blob of the directory at clean path p.
+func dirKey(p string) string {
+	if p == "/" {
+		return "/"
+	}
+	return p + "/"
+}
+
+// keyOf is the blob of p for kind k.
+func keyOf(p string, k Kind) string {
+	if k == KindDir {
+		return dirKey(p)
+	}
+	return fileKey(p)
+}
