@@ -4,7 +4,7 @@ BIN         := bin/tyr
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.7.0
 FUZZTIME    ?= 20000x
 
-.PHONY: build libtyr install-libtyr deps python s3compat run test unit lint fuzz fuzz-long gc-soak crash-long sim ring-sim torture bench profile bench-peers bench-cluster bench-txn proto clean
+.PHONY: build libtyr install-libtyr deps python s3compat fstest run test unit lint fuzz fuzz-long gc-soak crash-long sim ring-sim torture bench profile bench-peers bench-cluster bench-txn proto clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/tyr
@@ -33,7 +33,13 @@ run: build
 # under the race detector, the Python package's tests (the S3 gateway's
 # among them), versitygw's S3 compatibility suite, and a brief run of every
 # fuzz target.
-test: deps lint unit python s3compat fuzz
+test: deps lint unit python s3compat fstest fuzz
+
+# pjdfstest (crates.io, built by cargo into build/) on a TýrFS mount,
+# compared with the known failures in tests/pjdfstest/known-failures.txt
+# (scripts/pjdfstest.sh). Needs root and /dev/fuse.
+fstest: build
+	TYR_BIN=$(CURDIR)/$(BIN) sh scripts/pjdfstest.sh
 
 # versitygw's S3 suite against the gateway, compared with the known
 # failures in tests/s3compat/known-failures.txt (scripts/s3-compat.sh).

@@ -28,6 +28,7 @@ func newMountCommand(e *env) *cobra.Command {
 		replication uint32
 		cache       time.Duration
 		debug       bool
+		allowOther  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "mount KEYSPACE MOUNTPOINT",
@@ -59,7 +60,7 @@ README's TýrFS section for the layout, the guarantees and the limits.`,
 			if err != nil {
 				return err
 			}
-			srv, err := fusefs.Mount(dir, f, "tyr:"+ks, fusefs.Options{CacheTimeout: cache, Debug: debug})
+			srv, err := fusefs.Mount(dir, f, "tyr:"+ks, fusefs.Options{CacheTimeout: cache, Debug: debug, AllowOther: allowOther})
 			if err != nil {
 				return fmt.Errorf("mount %s at %s: %w", ks, dir, err)
 			}
@@ -94,5 +95,7 @@ README's TýrFS section for the layout, the guarantees and the limits.`,
 	cmd.Flags().DurationVar(&cache, "cache", 0,
 		"how long the kernel may cache names and attributes (0: every lookup and stat asks the cluster, so changes through other mounts show at once)")
 	cmd.Flags().BoolVar(&debug, "debug", false, "log every FUSE request")
+	cmd.Flags().BoolVar(&allowOther, "allow-other", false,
+		"let other users use the mount, with the kernel checking modes and owners (root, or user_allow_other in /etc/fuse.conf)")
 	return cmd
 }

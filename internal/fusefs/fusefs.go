@@ -12,8 +12,9 @@
 //
 // Not supported, each refused with the errno in parentheses: hard links
 // (EPERM), extended attributes (ENOTSUP, go-fuse's answer when the node
-// implements none), RENAME_EXCHANGE (EINVAL), device and FIFO nodes
-// (EPERM). Advisory locks (flock, fcntl) are not sent to the file system:
+// implements none), RENAME_EXCHANGE (EINVAL). FIFOs, sockets and device
+// nodes are names with attributes; the kernel of the machine that opens
+// one gives it meaning. Advisory locks (flock, fcntl) are not sent to the file system:
 // the kernel keeps them, so they hold between processes of one mount only.
 package fusefs
 
@@ -37,6 +38,10 @@ type Options struct {
 	CacheTimeout time.Duration
 	// Debug logs every FUSE request.
 	Debug bool
+	// AllowOther lets users other than the one mounting use the mount
+	// (FUSE's allow_other: root, or user_allow_other in /etc/fuse.conf);
+	// the kernel still checks each access against the modes and owners.
+	AllowOther bool
 }
 
 // Mount mounts f at dir and serves it until it is unmounted (Unmount on
@@ -51,8 +56,9 @@ func Mount(dir string, f *tyrfs.FS, name string, o Options) (*fuse.Server, error
 			Name:   "tyrfs",
 			// The kernel checks permissions against the modes and owners
 			// the file system reports.
-			Options: []string{"default_permissions"},
-			Debug:   o.Debug,
+			Options:    []string{"default_permissions"},
+			Debug:      o.Debug,
+			AllowOther: o.AllowOther,
 		},
 		EntryTimeout:    &timeout,
 		AttrTimeout:     &timeout,
@@ -138,6 +144,14 @@ func typeBits(k tyrfs.Kind) uint32 {
 		return syscall.S_IFDIR
 	case tyrfs.KindSymlink:
 		return syscall.S_IFLNK
+	case tyrfs.KindFifo:
+		return syscall.S_IFIFO
+	case tyrfs.KindSocket:
+		return syscall.S_IFSOCK
+	case tyrfs.KindChar:
+		return syscall.S_IFCHR
+	case tyrfs.KindBlock:
+		return syscall.S_IFBLK
 	}
 	return syscall.S_IFREG
 }
@@ -155,6 +169,7 @@ func fillAttr(a tyrfs.Attr, out *fuse.Attr) {
 		out.Nlink = 2
 	}
 	out.Uid, out.Gid = a.UID, a.GID
+	out.Rdev = a.Rdev
 	out.Atime, out.Atimensec = uint64(a.Atime/1e9), uint32(a.Atime%1e9)
 	out.Mtime, out.Mtimensec = uint64(a.Mtime/1e9), uint32(a.Mtime%1e9)
 	out.Ctime, out.Ctimensec = uint64(a.Ctime/1e9), uint32(a.Ctime%1e9)
@@ -496,7 +511,37 @@ func (n *node) Allocate(ctx context.Context, _ fs.FileHandle, off uint64, size u
 	return syscall.EOPNOTSUPP
 }
 
-// Mknod refuses device nodes, FIFOs and sockets.
-func (n *node) Mknod(context.Context, string, uint32, uint32, *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	return nil, syscall.EPERM
+// Mknod makes FIFOs, sockets and device nodes; regular files too, as
+// mknod(2) may.
+func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ctx, cancel := detach(ctx)
+	defer cancel()
+	p, errno := n.child(name)
+	if errno != 0 {
+		return nil, errno
+	}
+	var k tyrfs.Kind
+	switch mode & syscall.S_IFMT {
+	case syscall.S_IFIFO:
+		k = tyrfs.KindFifo
+	case syscall.S_IFSOCK:
+		k = tyrfs.KindSocket
+	case syscall.S_IFCHR:
+		k = tyrfs.KindChar
+	case syscall.S_IFBLK:
+		k = tyrfs.KindBlock
+	case syscall.S_IFREG, 0:
+		a, err := n.fs.Create(ctx, p, owner(ctx, mode))
+		if err != nil {
+			return nil, tyrfs.Errno(err)
+		}
+		return n.newChild(ctx, name, a, out), 0
+	default:
+		return nil, syscall.EINVAL
+	}
+	a, err := n.fs.Mknod(ctx, p, k, owner(ctx, mode), rdev)
+	if err != nil {
+		return nil, tyrfs.Errno(err)
+	}
+	return n.newChild(ctx, name, a, out), 0
 }

@@ -23,8 +23,8 @@ type CopyStats struct {
 	// Unchanged counts files left alone as already copied (same size and
 	// mtime), which is what makes an interrupted copy resumable.
 	Unchanged int
-	// Skipped counts entries of kinds TýrFS does not hold (devices,
-	// FIFOs, sockets).
+	// Skipped counts entries import and export leave out: device nodes,
+	// FIFOs and sockets, which name things of one machine.
 	Skipped int
 }
 
@@ -261,6 +261,8 @@ func (f *FS) Export(ctx context.Context, src, dst string, progress func(CopyStat
 					return err
 				}
 				st.Symlinks++
+			case KindFifo, KindSocket, KindChar, KindBlock:
+				st.Skipped++
 			default:
 				copied, err := f.exportFile(ctx, child, lchild, ca)
 				if err != nil {

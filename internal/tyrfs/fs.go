@@ -178,6 +178,11 @@ func (f *FS) Fetch(ctx context.Context, p string) (Attr, []byte, error) {
 // the header, to its parent, in one transaction that checks the name is
 // free (neither a file nor a directory).
 func (f *FS) create(ctx context.Context, p string, k Kind, o Owner, data []byte) (Attr, error) {
+	return f.createNode(ctx, p, k, o, 0, data)
+}
+
+// createNode is create with a device number for a device node.
+func (f *FS) createNode(ctx context.Context, p string, k Kind, o Owner, rdev uint32, data []byte) (Attr, error) {
 	p, err := cleanPath(p)
 	if err != nil {
 		return Attr{}, err
@@ -187,7 +192,8 @@ func (f *FS) create(ctx context.Context, p string, k Kind, o Owner, data []byte)
 	}
 	parent, name := split(p)
 	t := f.now()
-	a := Attr{Kind: k, Mode: o.Mode & 07777, UID: o.UID, GID: o.GID, Atime: t, Mtime: t, Ctime: t, Btime: t, Size: uint64(len(data))}
+	a := Attr{Kind: k, Mode: o.Mode & 07777, UID: o.UID, GID: o.GID, Atime: t, Mtime: t, Ctime: t, Btime: t,
+		Rdev: rdev, Size: uint64(len(data))}
 	key, other := fileKey(p), dirKey(p)
 	if k == KindDir {
 		key, other = other, key
@@ -232,6 +238,18 @@ func (f *FS) Create(ctx context.Context, p string, o Owner) (Attr, error) {
 // Mkdir makes an empty directory at p: EEXIST if p exists.
 func (f *FS) Mkdir(ctx context.Context, p string, o Owner) (Attr, error) {
 	return f.create(ctx, p, KindDir, o, nil)
+}
+
+// Mknod makes a FIFO, a socket or a device node (of device rdev) at p: a
+// blob of a header alone, under p's file key. EINVAL for another kind.
+func (f *FS) Mknod(ctx context.Context, p string, k Kind, o Owner, rdev uint32) (Attr, error) {
+	if !k.Special() {
+		return Attr{}, errnof(syscall.EINVAL, "mknod of a %s", k)
+	}
+	if k != KindChar && k != KindBlock {
+		rdev = 0
+	}
+	return f.createNode(ctx, p, k, o, rdev, nil)
 }
 
 // Symlink makes a symbolic link at p to target (mode 0777).

@@ -398,3 +398,33 @@ func TestLogReplay(t *testing.T) {
 		t.Fatalf("a directory header under a file key: %v", err)
 	}
 }
+
+// FIFOs, sockets and device nodes are headers under file keys, listed in
+// their directory with their kind; a device node keeps its number.
+func TestMknod(t *testing.T) {
+	ctx, c, f := newFS(t)
+	o := Owner{UID: 3, GID: 4, Mode: 0o640}
+	for _, tc := range []struct {
+		name string
+		kind Kind
+		rdev uint32
+	}{{"/fifo", KindFifo, 0}, {"/sock", KindSocket, 0}, {"/chr", KindChar, 0x0102}, {"/blk", KindBlock, 0x0803}} {
+		a := must[Attr](t)(f.Mknod(ctx, tc.name, tc.kind, o, tc.rdev))
+		got := must[Attr](t)(f.Lookup(ctx, tc.name))
+		if got.Kind != tc.kind || got.Rdev != tc.rdev || got.Mode != 0o640 || got.UID != 3 || got.Size != 0 || got != a {
+			t.Errorf("%s: %+v, want a %s of device %#x (made as %+v)", tc.name, got, tc.kind, tc.rdev, a)
+		}
+		_, err := f.Mknod(ctx, tc.name, tc.kind, o, tc.rdev)
+		wantErrno(t, err, syscall.EEXIST)
+	}
+	_, err := f.Mknod(ctx, "/file", KindFile, o, 0)
+	wantErrno(t, err, syscall.EINVAL)
+	if got := names(t, ctx, f, "/"); fmt.Sprint(got) != "[blk:block chr:char fifo:fifo sock:socket]" {
+		t.Errorf("root lists %v", got)
+	}
+	checkTree(t, ctx, c, f)
+	wantErrno(t, f.Unlink(ctx, "/fifo"), 0)
+	_, err = f.Lookup(ctx, "/fifo")
+	wantErrno(t, err, syscall.ENOENT)
+	checkTree(t, ctx, c, f)
+}

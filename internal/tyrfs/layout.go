@@ -72,7 +72,8 @@ const (
 	offMtime   = 32 // i64 ns
 	offCtime   = 40 // i64 ns
 	offBtime   = 48 // i64 ns, creation
-	// 56..63 reserved
+	offRdev    = 56 // u32 device number of a character or block device
+	// 60..63 reserved
 )
 
 // Kind is what a blob holds.
@@ -83,7 +84,17 @@ const (
 	KindFile Kind = 1 + iota
 	KindDir
 	KindSymlink
+	// Special files hold no data: a FIFO or a socket is a name the kernel
+	// gives meaning to on the machine that opens it; a device node names
+	// a device of that machine (Attr.Rdev).
+	KindFifo
+	KindSocket
+	KindChar
+	KindBlock
 )
+
+// Special reports whether k is a FIFO, a socket or a device node.
+func (k Kind) Special() bool { return k >= KindFifo && k <= KindBlock }
 
 func (k Kind) String() string {
 	switch k {
@@ -93,6 +104,14 @@ func (k Kind) String() string {
 		return "dir"
 	case KindSymlink:
 		return "symlink"
+	case KindFifo:
+		return "fifo"
+	case KindSocket:
+		return "socket"
+	case KindChar:
+		return "char"
+	case KindBlock:
+		return "block"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
@@ -127,7 +146,8 @@ type Attr struct {
 	Kind                       Kind
 	Mode                       uint32 // permission bits, 07777
 	UID, GID                   uint32
-	Atime, Mtime, Ctime, Btime int64 // ns since the epoch
+	Atime, Mtime, Ctime, Btime int64  // ns since the epoch
+	Rdev                       uint32 // a device node's device number
 	// Size is the file's size (data bytes after the header), the target's
 	// length for a symbolic link, and the log's length for a directory.
 	Size uint64
@@ -147,6 +167,7 @@ func encodeHeader(a Attr) []byte {
 	putTime(b[offMtime:], a.Mtime)
 	putTime(b[offCtime:], a.Ctime)
 	putTime(b[offBtime:], a.Btime)
+	binary.LittleEndian.PutUint32(b[offRdev:], a.Rdev)
 	return b
 }
 
@@ -172,9 +193,10 @@ func decodeHeader(key string, b []byte, blobSize uint64) (Attr, error) {
 		Mtime: int64(binary.LittleEndian.Uint64(b[offMtime:])),
 		Ctime: int64(binary.LittleEndian.Uint64(b[offCtime:])),
 		Btime: int64(binary.LittleEndian.Uint64(b[offBtime:])),
+		Rdev:  binary.LittleEndian.Uint32(b[offRdev:]),
 		Size:  blobSize - HeaderBytes,
 	}
-	if a.Kind < KindFile || a.Kind > KindSymlink {
+	if a.Kind < KindFile || a.Kind > KindBlock {
 		return Attr{}, fmt.Errorf("%w: %q has kind %d", ErrCorrupt, key, a.Kind)
 	}
 	if (a.Kind == KindDir) != strings.HasSuffix(key, "/") {
