@@ -352,7 +352,7 @@ func attachData(ks *storage.Keyspace, blobs []*tyrpb.BlobInfo, dataMax uint32) e
 		if err != nil {
 			return err
 		}
-		if info.Size > limit || uint64(len(data)) != info.Size {
+		if info.Size > limit || info.Size > room || uint64(len(data)) != info.Size {
 			continue // grew meanwhile
 		}
 		b.Size, b.Version, b.ModifiedUnixNano, b.Data = info.Size, info.Version, info.Modified.UnixNano(), data
