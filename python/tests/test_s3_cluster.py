@@ -34,18 +34,28 @@ def _wait_port(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
     raise RuntimeError(f"tyr s3 not listening on {port}:\n{log.read_text(errors='replace')}")
 
 
+@pytest.fixture(scope="module")
+def s3_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A 3-node cluster of this module's own: the session's may have a node killed by an earlier test."""
+    c = Cluster(tmp_path_factory.mktemp("s3cluster"), 3).up()
+    try:
+        yield c
+    finally:
+        c.down()
+
+
 @pytest.fixture(params=[1, 2], ids=["replication1", "replication2"])
-def gateways(request: pytest.FixtureRequest, cluster: Cluster, tmp_path: Path) -> Iterator[List[Any]]:
+def gateways(request: pytest.FixtureRequest, s3_cluster: Cluster, tmp_path: Path) -> Iterator[List[Any]]:
     """A ``tyr s3`` gateway against each node of the cluster, making buckets at the parameter's replication;
     a boto3 client for each."""
     procs: List[subprocess.Popen[bytes]] = []
     clients = []
     try:
-        for k in range(1, cluster.nodes + 1):
+        for k in range(1, s3_cluster.nodes + 1):
             port, log = _free_port(), tmp_path / f"gw{k}.log"
             with open(log, "wb") as out:
                 p = subprocess.Popen(
-                    [binary(), "s3", "--endpoint", cluster.endpoint(k), "--listen", f"127.0.0.1:{port}",
+                    [binary(), "s3", "--endpoint", s3_cluster.endpoint(k), "--listen", f"127.0.0.1:{port}",
                      "--s3-access-key", ACCESS, "--s3-secret-key", SECRET, "--s3-max-put", "32MiB",
                      "--s3-replication", str(request.param)],
                     stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
@@ -92,7 +102,8 @@ def _logical(cluster: Cluster, bucket: str) -> List[int]:
     return out
 
 
-def test_objects_across_nodes(cluster: Cluster, gateways: List[Any]) -> None:
+def test_objects_across_nodes(s3_cluster: Cluster, gateways: List[Any]) -> None:
+    cluster = s3_cluster
     rng = random.Random(7)
     gw = lambda: rng.choice(gateways)  # noqa: E731
     name = fresh_name("s3c")
