@@ -735,26 +735,17 @@ func (b *Backend) list(ctx context.Context, bucket, prefix, delim, start string,
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(listFetches)
 	for i, bi := range infos {
+		mb, known, exists := side.of(bi.Key)
+		if known {
+			l.objects[i] = listedObject(bi, mb, exists)
+			continue
+		}
 		g.Go(func() error {
-			etag, size := fmt.Sprintf(`"tyr-%x"`, bi.Version), int64(bi.Size)
-			mb, known, exists := side.of(bi.Key)
-			if !known {
-				var err error
-				mb, err = b.c.Read(gctx, bucket, metaKey(bi.Key), 0, metaBytesMax)
-				if err != nil && !errors.Is(err, client.ErrNotFound) {
-					return s3Error(err, bucket, bi.Key)
-				}
-				exists = err == nil
+			mb, err := b.c.Read(gctx, bucket, metaKey(bi.Key), 0, metaBytesMax)
+			if err != nil && !errors.Is(err, client.ErrNotFound) {
+				return s3Error(err, bucket, bi.Key)
 			}
-			var m meta
-			if exists && json.Unmarshal(mb, &m) == nil && m.ETag != "" && (m.Upload == "" || size == 0) {
-				etag = m.ETag
-				if m.Upload != "" {
-					size = m.Size
-				}
-			}
-			l.objects[i] = s3response.Object{Key: ptr(bi.Key), Size: ptr(size), ETag: ptr(etag),
-				LastModified: ptr(bi.Modified), StorageClass: types.ObjectStorageClassStandard}
+			l.objects[i] = listedObject(bi, mb, err == nil)
 			return nil
 		})
 	}
@@ -762,6 +753,22 @@ func (b *Backend) list(ctx context.Context, bucket, prefix, delim, start string,
 		return listed{}, err
 	}
 	return l, nil
+}
+
+// listedObject is the listing entry of the object blob bi describes,
+// with its sidecar mb if it has one (exists): the sidecar's ETag, and its
+// size for a manifest object; an ETag from the version without one.
+func listedObject(bi client.BlobInfo, mb []byte, exists bool) s3response.Object {
+	etag, size := fmt.Sprintf(`"tyr-%x"`, bi.Version), int64(bi.Size)
+	var m meta
+	if exists && json.Unmarshal(mb, &m) == nil && m.ETag != "" && (m.Upload == "" || size == 0) {
+		etag = m.ETag
+		if m.Upload != "" {
+			size = m.Size
+		}
+	}
+	return s3response.Object{Key: ptr(bi.Key), Size: ptr(size), ETag: ptr(etag),
+		LastModified: ptr(bi.Modified), StorageClass: types.ObjectStorageClassStandard}
 }
 
 // sidecarPage is what one listing of sidecars with their bytes found.
