@@ -149,25 +149,23 @@ func (s *tyrSystem) Close(ctx context.Context) error {
 // measurement.
 func (s *tyrSystem) Create(ctx context.Context, keys []string) error {
 	return batches(len(keys), limits.OpsPerCommitMax, func(lo, hi int) error {
-		ops := make([]client.Op, 0, hi-lo)
-		for _, k := range keys[lo:hi] {
-			ops = append(ops, client.CreateOp(k))
-		}
-		_, err := s.admin.Commit(ctx, s.keyspace, ops...)
-		return err
+		return s.createAll(ctx, keys[lo:hi])
 	})
+}
+
+// createAll makes empty blobs under keys in one commit.
+func (s *tyrSystem) createAll(ctx context.Context, keys []string) error {
+	ops := make([]client.Op, 0, len(keys))
+	for _, k := range keys {
+		ops = append(ops, client.CreateOp(k))
+	}
+	_, err := s.admin.Commit(ctx, s.keyspace, ops...)
+	return err
 }
 
 // Fill makes n empty blobs under prefix, a few full commits at once.
 func (s *tyrSystem) Fill(ctx context.Context, prefix string, n int) error {
-	return fillBatches(ctx, prefix, n, limits.OpsPerCommitMax, fillWorkers, func(ctx context.Context, keys []string) error {
-		ops := make([]client.Op, 0, len(keys))
-		for _, k := range keys {
-			ops = append(ops, client.CreateOp(k))
-		}
-		_, err := s.admin.Commit(ctx, s.keyspace, ops...)
-		return err
-	})
+	return fillBatches(ctx, prefix, n, limits.OpsPerCommitMax, fillWorkers, s.createAll)
 }
 
 // Preload writes value under every key, batched as Create is.
