@@ -11,7 +11,7 @@ import (
 
 	"github.com/tyrstore/tyr/client"
 	"github.com/tyrstore/tyr/internal/fusefs"
-	"github.com/tyrstore/tyr/internal/tyrfs"
+	"github.com/tyrstore/tyr/tyrfs"
 )
 
 func init() {

@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/tyrstore/tyr/internal/testserver"
-	"github.com/tyrstore/tyr/internal/tyrfs"
+	"github.com/tyrstore/tyr/tyrfs"
 )
 
 // mounted reports whether dir is a mount point, from /proc/self/mountinfo.

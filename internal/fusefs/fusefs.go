@@ -1,4 +1,4 @@
-// Package fusefs mounts a TýrFS file system (internal/tyrfs) with FUSE, on
+// Package fusefs mounts a TýrFS file system (tyrfs) with FUSE, on
 // go-fuse's node API. Each FUSE request becomes one tyrfs call, which reads
 // or commits in the cluster before the request is answered: a write is
 // committed on the keyspace's replicas (and on their disks if the keyspace
@@ -26,7 +26,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
-	"github.com/tyrstore/tyr/internal/tyrfs"
+	"github.com/tyrstore/tyr/tyrfs"
 )
 
 // Options tune a mount. The zero value means the defaults.

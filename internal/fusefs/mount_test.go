@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/tyrstore/tyr/client"
-	"github.com/tyrstore/tyr/internal/tyrfs"
+	"github.com/tyrstore/tyr/tyrfs"
 )
 
 // needFUSE skips the test when this machine cannot mount FUSE file

@@ -18,7 +18,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/posixtest"
 
 	"github.com/tyrstore/tyr/internal/testserver"
-	"github.com/tyrstore/tyr/internal/tyrfs"
+	"github.com/tyrstore/tyr/tyrfs"
 )
 
 // posixSkips are the posixtest tests TýrFS fails by design, with why.

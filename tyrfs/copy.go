@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tyrstore/tyr/client"
+	"github.com/tyrstore/tyr/internal/fslayout"
 )
 
 // CopyStats counts what Import or Export did so far.
@@ -53,7 +54,7 @@ type dirAttrs struct {
 // is called after each entry.
 func (f *FS) Import(ctx context.Context, src, dst string, progress func(CopyStats)) (CopyStats, error) {
 	var st CopyStats
-	dst, err := cleanPath(dst)
+	dst, err := fslayout.CleanPath(dst)
 	if err != nil {
 		return st, err
 	}
@@ -71,7 +72,7 @@ func (f *FS) Import(ctx context.Context, src, dst string, progress func(CopyStat
 		}
 		target := dst
 		if rel != "." {
-			target = join(dst, filepath.ToSlash(rel))
+			target = fslayout.Join(dst, filepath.ToSlash(rel))
 		}
 		info, err := os.Lstat(p)
 		if err != nil {
@@ -147,7 +148,7 @@ func (f *FS) mkdirAll(ctx context.Context, p string) error {
 	if !errors.Is(err, syscall.ENOENT) {
 		return err
 	}
-	parent, _ := split(p)
+	parent, _ := fslayout.Split(p)
 	if err := f.mkdirAll(ctx, parent); err != nil {
 		return err
 	}
@@ -224,7 +225,7 @@ func (f *FS) importFile(ctx context.Context, p, target string, o Owner, size uin
 // and mtime is left alone, so Export resumes as Import does.
 func (f *FS) Export(ctx context.Context, src, dst string, progress func(CopyStats)) (CopyStats, error) {
 	var st CopyStats
-	src, err := cleanPath(src)
+	src, err := fslayout.CleanPath(src)
 	if err != nil {
 		return st, err
 	}
@@ -245,7 +246,7 @@ func (f *FS) Export(ctx context.Context, src, dst string, progress func(CopyStat
 			return err
 		}
 		for _, e := range entries {
-			child, lchild := join(p, e.Name), filepath.Join(local, e.Name)
+			child, lchild := fslayout.Join(p, e.Name), filepath.Join(local, e.Name)
 			ca, err := f.Stat(ctx, child, e.Kind)
 			if err != nil {
 				return err

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tyrstore/tyr/client"
+	"github.com/tyrstore/tyr/internal/fslayout"
 )
 
 // FS is a file system in keyspace ks. It keeps no state between calls but
@@ -40,8 +41,8 @@ func New(ctx context.Context, c *client.Client, ks string) (*FS, error) {
 		return nil, fmt.Errorf("tyrfs: keyspace %q: %w", ks, err)
 	}
 	t := f.now()
-	h := encodeHeader(Attr{Kind: KindDir, Mode: 0o755, Atime: t, Mtime: t, Ctime: t, Btime: t})
-	_, err := c.Commit(ctx, ks, client.CreateOp(dirKey("/")), client.WriteOp(dirKey("/"), 0, h, false))
+	h := fslayout.EncodeHeader(Attr{Kind: KindDir, Mode: 0o755, Atime: t, Mtime: t, Ctime: t, Btime: t})
+	_, err := c.Commit(ctx, ks, client.CreateOp(fslayout.DirKey("/")), client.WriteOp(fslayout.DirKey("/"), 0, h, false))
 	if err != nil && !errors.Is(err, client.ErrExists) {
 		return nil, fmt.Errorf("tyrfs: creating the root directory: %w", err)
 	}
@@ -86,25 +87,25 @@ func errnof(errno syscall.Errno, format string, args ...any) error {
 // times returns mtime and ctime encoded for the header at offMtime.
 func times(mtime, ctime int64) []byte {
 	b := make([]byte, 16)
-	putTime(b, mtime)
-	putTime(b[8:], ctime)
+	fslayout.PutTime(b, mtime)
+	fslayout.PutTime(b[8:], ctime)
 	return b
 }
 
 // touchParent returns the op setting the mtime and ctime of the directory
 // at parent to t, as adding or removing an entry does.
 func touchParent(parent string, t int64) client.Op {
-	return client.WriteOp(dirKey(parent), offMtime, times(t, t), false)
+	return client.WriteOp(fslayout.DirKey(parent), fslayout.OffMtime, times(t, t), false)
 }
 
 // Stat returns the attributes of p, which holds kind k (KindDir, or
 // KindFile for a file or symbolic link). One read of the blob's header.
 func (f *FS) Stat(ctx context.Context, p string, k Kind) (Attr, error) {
-	p, err := cleanPath(p)
+	p, err := fslayout.CleanPath(p)
 	if err != nil {
 		return Attr{}, err
 	}
-	return f.stat(ctx, keyOf(p, k))
+	return f.stat(ctx, fslayout.KeyOf(p, k))
 }
 
 func (f *FS) stat(ctx context.Context, key string) (Attr, error) {
@@ -112,13 +113,13 @@ func (f *FS) stat(ctx context.Context, key string) (Attr, error) {
 	if err != nil {
 		return Attr{}, err
 	}
-	return decodeHeader(key, b, info.Size)
+	return fslayout.DecodeHeader(key, b, info.Size)
 }
 
 // Lookup returns the attributes of whatever p is: a file or symbolic link
 // (one read), else a directory (a second read). ENOENT if neither.
 func (f *FS) Lookup(ctx context.Context, p string) (Attr, error) {
-	p, err := cleanPath(p)
+	p, err := fslayout.CleanPath(p)
 	if err != nil {
 		return Attr{}, err
 	}
@@ -127,12 +128,12 @@ func (f *FS) Lookup(ctx context.Context, p string) (Attr, error) {
 
 func (f *FS) lookup(ctx context.Context, p string) (Attr, error) {
 	if p != "/" {
-		a, err := f.stat(ctx, fileKey(p))
+		a, err := f.stat(ctx, fslayout.FileKey(p))
 		if !errors.Is(err, client.ErrNotFound) {
 			return a, err
 		}
 	}
-	a, err := f.stat(ctx, dirKey(p))
+	a, err := f.stat(ctx, fslayout.DirKey(p))
 	if errors.Is(err, client.ErrNotFound) {
 		return Attr{}, errnof(syscall.ENOENT, "%s", p)
 	}
@@ -143,17 +144,17 @@ func (f *FS) lookup(ctx context.Context, p string) (Attr, error) {
 // and data) for a file of up to client.PayloadBytesMax-HeaderBytes bytes,
 // two reads of one version for a larger one. EISDIR for a directory.
 func (f *FS) Fetch(ctx context.Context, p string) (Attr, []byte, error) {
-	p, err := cleanPath(p)
+	p, err := fslayout.CleanPath(p)
 	if err != nil {
 		return Attr{}, nil, err
 	}
 	if p == "/" {
 		return Attr{}, nil, errnof(syscall.EISDIR, "%s", p)
 	}
-	key := fileKey(p)
+	key := fslayout.FileKey(p)
 	b, info, err := f.c.ReadPart(ctx, f.ks, key, 0, client.PayloadBytesMax)
 	if errors.Is(err, client.ErrNotFound) {
-		if _, derr := f.stat(ctx, dirKey(p)); derr == nil {
+		if _, derr := f.stat(ctx, fslayout.DirKey(p)); derr == nil {
 			return Attr{}, nil, errnof(syscall.EISDIR, "%s", p)
 		}
 		return Attr{}, nil, errnof(syscall.ENOENT, "%s", p)
@@ -167,7 +168,7 @@ func (f *FS) Fetch(ctx context.Context, p string) (Attr, []byte, error) {
 		}
 		info.Size = uint64(len(b))
 	}
-	a, err := decodeHeader(key, b, info.Size)
+	a, err := fslayout.DecodeHeader(key, b, info.Size)
 	if err != nil {
 		return Attr{}, nil, err
 	}
@@ -183,22 +184,22 @@ func (f *FS) create(ctx context.Context, p string, k Kind, o Owner, data []byte)
 
 // createNode is create with a device number for a device node.
 func (f *FS) createNode(ctx context.Context, p string, k Kind, o Owner, rdev uint32, data []byte) (Attr, error) {
-	p, err := cleanPath(p)
+	p, err := fslayout.CleanPath(p)
 	if err != nil {
 		return Attr{}, err
 	}
 	if p == "/" {
 		return Attr{}, errnof(syscall.EEXIST, "/")
 	}
-	parent, name := split(p)
+	parent, name := fslayout.Split(p)
 	t := f.now()
 	a := Attr{Kind: k, Mode: o.Mode & 07777, UID: o.UID, GID: o.GID, Atime: t, Mtime: t, Ctime: t, Btime: t,
 		Rdev: rdev, Size: uint64(len(data))}
-	key, other := fileKey(p), dirKey(p)
+	key, other := fslayout.FileKey(p), fslayout.DirKey(p)
 	if k == KindDir {
 		key, other = other, key
 	}
-	blob := append(encodeHeader(a), data...)
+	blob := append(fslayout.EncodeHeader(a), data...)
 	err = f.c.RunTx(ctx, f.ks, func(tx *client.Tx) error {
 		if _, err := tx.Size(ctx, other); err == nil {
 			return errnof(syscall.EEXIST, "%s", p)
@@ -206,7 +207,7 @@ func (f *FS) createNode(ctx context.Context, p string, k Kind, o Owner, rdev uin
 			return err
 		}
 		return tx.Do(client.CreateOp(key), client.WriteOp(key, 0, blob, false),
-			client.AppendOp(dirKey(parent), encodeRecord(recordAdd, k, name), false),
+			client.AppendOp(fslayout.DirKey(parent), fslayout.EncodeRecord(fslayout.RecordAdd, k, name), false),
 			touchParent(parent, t))
 	}, txOptions)
 	switch {
@@ -223,7 +224,7 @@ func (f *FS) createNode(ctx context.Context, p string, k Kind, o Owner, rdev uin
 // missingDir returns the error for a directory dir found missing: ENOTDIR
 // if a file holds its path, else ENOENT.
 func (f *FS) missingDir(ctx context.Context, dir string) error {
-	if _, err := f.stat(ctx, fileKey(dir)); err == nil {
+	if _, err := f.stat(ctx, fslayout.FileKey(dir)); err == nil {
 		return errnof(syscall.ENOTDIR, "%s", dir)
 	}
 	return errnof(syscall.ENOENT, "%s", dir)
@@ -283,33 +284,33 @@ func (f *FS) Readlink(ctx context.Context, p string) (string, error) {
 // ReadAt reads up to n bytes of the file at p from off; short at the end.
 // The bytes come from one commit.
 func (f *FS) ReadAt(ctx context.Context, p string, off, n uint64) ([]byte, error) {
-	p, err := cleanPath(p)
+	p, err := fslayout.CleanPath(p)
 	if err != nil {
 		return nil, err
 	}
 	if off > FileBytesMax {
 		return nil, nil
 	}
-	return f.c.Read(ctx, f.ks, fileKey(p), HeaderBytes+off, n)
+	return f.c.Read(ctx, f.ks, fslayout.FileKey(p), HeaderBytes+off, n)
 }
 
 // WriteAt writes data at off into the file at p and sets its mtime and
 // ctime: one atomic commit for up to client.PayloadBytesMax bytes, one
 // commit per such part beyond.
 func (f *FS) WriteAt(ctx context.Context, p string, off uint64, data []byte) error {
-	p, err := cleanPath(p)
+	p, err := fslayout.CleanPath(p)
 	if err != nil {
 		return err
 	}
 	if off+uint64(len(data)) > FileBytesMax {
 		return errnof(syscall.EFBIG, "write to %d bytes, above %d", off+uint64(len(data)), uint64(FileBytesMax))
 	}
-	key := fileKey(p)
+	key := fslayout.FileKey(p)
 	for first := true; first || len(data) > 0; first = false {
 		n := min(len(data), client.PayloadBytesMax)
 		t := f.now()
 		if _, err := f.c.Commit(ctx, f.ks, client.WriteOp(key, HeaderBytes+off, data[:n], false),
-			client.WriteOp(key, offMtime, times(t, t), false)); err != nil {
+			client.WriteOp(key, fslayout.OffMtime, times(t, t), false)); err != nil {
 			return err
 		}
 		off += uint64(n)
@@ -321,13 +322,13 @@ func (f *FS) WriteAt(ctx context.Context, p string, off uint64, data []byte) err
 // Append writes data at the end of the file at p, atomically, and returns
 // the offset where it landed. At most client.PayloadBytesMax bytes.
 func (f *FS) Append(ctx context.Context, p string, data []byte) (uint64, error) {
-	p, err := cleanPath(p)
+	p, err := fslayout.CleanPath(p)
 	if err != nil {
 		return 0, err
 	}
-	key := fileKey(p)
+	key := fslayout.FileKey(p)
 	t := f.now()
-	r, err := f.c.Commit(ctx, f.ks, client.AppendOp(key, data, false), client.WriteOp(key, offMtime, times(t, t), false))
+	r, err := f.c.Commit(ctx, f.ks, client.AppendOp(key, data, false), client.WriteOp(key, fslayout.OffMtime, times(t, t), false))
 	if err != nil {
 		return 0, err
 	}
@@ -347,11 +348,11 @@ type SetAttr struct {
 // extends (with zeros) a file: EISDIR for a directory, EINVAL for a
 // symbolic link.
 func (f *FS) Setattr(ctx context.Context, p string, k Kind, s SetAttr) (Attr, error) {
-	p, err := cleanPath(p)
+	p, err := fslayout.CleanPath(p)
 	if err != nil {
 		return Attr{}, err
 	}
-	key := keyOf(p, k)
+	key := fslayout.KeyOf(p, k)
 	t := f.now()
 	var ops []client.Op
 	u32 := func(off int, v uint32) {
@@ -361,7 +362,7 @@ func (f *FS) Setattr(ctx context.Context, p string, k Kind, s SetAttr) (Attr, er
 	}
 	i64 := func(off int, v int64) {
 		b := make([]byte, 8)
-		putTime(b, v)
+		fslayout.PutTime(b, v)
 		ops = append(ops, client.WriteOp(key, uint64(off), b, false))
 	}
 	if s.Size != nil {
@@ -373,25 +374,25 @@ func (f *FS) Setattr(ctx context.Context, p string, k Kind, s SetAttr) (Attr, er
 		}
 		ops = append(ops, client.TruncateOp(key, HeaderBytes+*s.Size))
 		if s.Mtime == nil {
-			i64(offMtime, t)
+			i64(fslayout.OffMtime, t)
 		}
 	}
 	if s.Mode != nil {
-		u32(offMode, *s.Mode&07777)
+		u32(fslayout.OffMode, *s.Mode&07777)
 	}
 	if s.UID != nil {
-		u32(offUID, *s.UID)
+		u32(fslayout.OffUID, *s.UID)
 	}
 	if s.GID != nil {
-		u32(offGID, *s.GID)
+		u32(fslayout.OffGID, *s.GID)
 	}
 	if s.Atime != nil {
-		i64(offAtime, *s.Atime)
+		i64(fslayout.OffAtime, *s.Atime)
 	}
 	if s.Mtime != nil {
-		i64(offMtime, *s.Mtime)
+		i64(fslayout.OffMtime, *s.Mtime)
 	}
-	i64(offCtime, t)
+	i64(fslayout.OffCtime, t)
 	if _, err := f.c.Commit(ctx, f.ks, ops...); err != nil {
 		if errors.Is(err, client.ErrNotFound) {
 			return Attr{}, errnof(syscall.ENOENT, "%s", p)
@@ -410,20 +411,20 @@ func (f *FS) Truncate(ctx context.Context, p string, size uint64) error {
 // Unlink removes the file or symbolic link at p and its parent's entry in
 // one commit: EISDIR for a directory, ENOENT if absent.
 func (f *FS) Unlink(ctx context.Context, p string) error {
-	p, err := cleanPath(p)
+	p, err := fslayout.CleanPath(p)
 	if err != nil {
 		return err
 	}
 	if p == "/" {
 		return errnof(syscall.EISDIR, "/")
 	}
-	parent, name := split(p)
+	parent, name := fslayout.Split(p)
 	t := f.now()
-	r, err := f.c.Commit(ctx, f.ks, client.DeleteOp(fileKey(p)),
-		client.AppendOp(dirKey(parent), encodeRecord(recordRemove, KindFile, name), false),
+	r, err := f.c.Commit(ctx, f.ks, client.DeleteOp(fslayout.FileKey(p)),
+		client.AppendOp(fslayout.DirKey(parent), fslayout.EncodeRecord(fslayout.RecordRemove, KindFile, name), false),
 		touchParent(parent, t))
 	if errors.Is(err, client.ErrNotFound) {
-		if _, derr := f.stat(ctx, dirKey(p)); derr == nil {
+		if _, derr := f.stat(ctx, fslayout.DirKey(p)); derr == nil {
 			return errnof(syscall.EISDIR, "%s", p)
 		}
 		return errnof(syscall.ENOENT, "%s", p)
@@ -455,25 +456,25 @@ func (f *FS) maybeCompactAfterRemove(ctx context.Context, dir string, blobSize u
 }
 
 // readDir reads and replays the log of the directory at clean path p.
-func (f *FS) readDir(ctx context.Context, p string) (dirLog, error) {
-	key := dirKey(p)
+func (f *FS) readDir(ctx context.Context, p string) (fslayout.DirLog, error) {
+	key := fslayout.DirKey(p)
 	b, err := f.c.Read(ctx, f.ks, key, 0, client.BlobBytesMax)
 	if errors.Is(err, client.ErrNotFound) {
-		return dirLog{}, f.missingDir(ctx, p)
+		return fslayout.DirLog{}, f.missingDir(ctx, p)
 	}
 	if err != nil {
-		return dirLog{}, err
+		return fslayout.DirLog{}, err
 	}
-	if _, err := decodeHeader(key, b, uint64(len(b))); err != nil {
-		return dirLog{}, err
+	if _, err := fslayout.DecodeHeader(key, b, uint64(len(b))); err != nil {
+		return fslayout.DirLog{}, err
 	}
-	return replayLog(key, b[HeaderBytes:])
+	return fslayout.ReplayLog(key, b[HeaderBytes:])
 }
 
 // Readdir returns the entries of the directory at p in the order they were
 // added, "." and ".." excluded. It compacts the log when removals dominate.
 func (f *FS) Readdir(ctx context.Context, p string) ([]Entry, error) {
-	p, err := cleanPath(p)
+	p, err := fslayout.CleanPath(p)
 	if err != nil {
 		return nil, err
 	}
@@ -481,10 +482,10 @@ func (f *FS) Readdir(ctx context.Context, p string) ([]Entry, error) {
 	if err != nil {
 		return nil, err
 	}
-	if l.needsCompaction() {
+	if l.NeedsCompaction() {
 		_, _ = f.maybeCompact(ctx, p) // best effort, as above
 	}
-	return l.list(), nil
+	return l.List(), nil
 }
 
 // readAll reads the whole blob key in tx, in parts.
@@ -512,7 +513,7 @@ func readAll(ctx context.Context, tx *client.Tx, key string) ([]byte, error) {
 // added meanwhile makes it run again instead of being lost). It reports
 // whether it compacted.
 func (f *FS) maybeCompact(ctx context.Context, p string) (bool, error) {
-	key := dirKey(p)
+	key := fslayout.DirKey(p)
 	done := false
 	err := f.c.RunTx(ctx, f.ks, func(tx *client.Tx) error {
 		done = false
@@ -520,14 +521,14 @@ func (f *FS) maybeCompact(ctx context.Context, p string) (bool, error) {
 		if err != nil {
 			return err
 		}
-		if _, err := decodeHeader(key, b, uint64(len(b))); err != nil {
+		if _, err := fslayout.DecodeHeader(key, b, uint64(len(b))); err != nil {
 			return err
 		}
-		l, err := replayLog(key, b[HeaderBytes:])
-		if err != nil || !l.needsCompaction() {
+		l, err := fslayout.ReplayLog(key, b[HeaderBytes:])
+		if err != nil || !l.NeedsCompaction() {
 			return err
 		}
-		c := l.compacted()
+		c := l.Compacted()
 		if len(c) > client.PayloadBytesMax {
 			return nil // too large to rewrite in one op; left as it is
 		}
@@ -541,29 +542,29 @@ func (f *FS) maybeCompact(ctx context.Context, p string) (bool, error) {
 // transaction: ENOTEMPTY if it has entries, ENOTDIR if p is a file, EBUSY
 // for the root.
 func (f *FS) Rmdir(ctx context.Context, p string) error {
-	p, err := cleanPath(p)
+	p, err := fslayout.CleanPath(p)
 	if err != nil {
 		return err
 	}
 	if p == "/" {
 		return errnof(syscall.EBUSY, "/")
 	}
-	parent, name := split(p)
-	key := dirKey(p)
+	parent, name := fslayout.Split(p)
+	key := fslayout.DirKey(p)
 	err = f.c.RunTx(ctx, f.ks, func(tx *client.Tx) error {
 		b, err := readAll(ctx, tx, key)
 		if err != nil {
 			return err
 		}
-		l, err := replayLog(key, b[min(len(b), HeaderBytes):])
+		l, err := fslayout.ReplayLog(key, b[min(len(b), HeaderBytes):])
 		if err != nil {
 			return err
 		}
-		if len(l.entries) > 0 {
+		if l.Len() > 0 {
 			return errnof(syscall.ENOTEMPTY, "%s", p)
 		}
 		return tx.Do(client.DeleteOp(key),
-			client.AppendOp(dirKey(parent), encodeRecord(recordRemove, KindDir, name), false),
+			client.AppendOp(fslayout.DirKey(parent), fslayout.EncodeRecord(fslayout.RecordRemove, KindDir, name), false),
 			touchParent(parent, f.now()))
 	}, txOptions)
 	if errors.Is(err, client.ErrNotFound) {
@@ -585,11 +586,11 @@ const (
 // MoveBlobsMax blobs of up to MoveBytesMax bytes in all; a larger one fails
 // with EXDEV (mv(1) then copies and deletes, not atomically).
 func (f *FS) Rename(ctx context.Context, oldPath, newPath string, flags uint32) error {
-	oldPath, err := cleanPath(oldPath)
+	oldPath, err := fslayout.CleanPath(oldPath)
 	if err != nil {
 		return err
 	}
-	newPath, err = cleanPath(newPath)
+	newPath, err = fslayout.CleanPath(newPath)
 	if err != nil {
 		return err
 	}
@@ -602,8 +603,8 @@ func (f *FS) Rename(ctx context.Context, oldPath, newPath string, flags uint32) 
 	if strings.HasPrefix(newPath, oldPath+"/") {
 		return errnof(syscall.EINVAL, "rename of %s into itself", oldPath)
 	}
-	oldParent, oldName := split(oldPath)
-	newParent, newName := split(newPath)
+	oldParent, oldName := fslayout.Split(oldPath)
+	newParent, newName := fslayout.Split(newPath)
 	err = f.c.RunTx(ctx, f.ks, func(tx *client.Tx) error {
 		srcKind, err := kindIn(ctx, tx, oldPath)
 		if err != nil {
@@ -632,15 +633,15 @@ func (f *FS) Rename(ctx context.Context, oldPath, newPath string, flags uint32) 
 		}
 		m := mover{tx: tx, blobsLeft: MoveBlobsMax, bytesLeft: MoveBytesMax}
 		if dstKind == KindDir {
-			b, err := readAll(ctx, tx, dirKey(newPath))
+			b, err := readAll(ctx, tx, fslayout.DirKey(newPath))
 			if err != nil {
 				return err
 			}
-			l, err := replayLog(dirKey(newPath), b[min(len(b), HeaderBytes):])
+			l, err := fslayout.ReplayLog(fslayout.DirKey(newPath), b[min(len(b), HeaderBytes):])
 			if err != nil {
 				return err
 			}
-			if len(l.entries) > 0 {
+			if l.Len() > 0 {
 				return errnof(syscall.ENOTEMPTY, "%s", newPath)
 			}
 		}
@@ -649,18 +650,18 @@ func (f *FS) Rename(ctx context.Context, oldPath, newPath string, flags uint32) 
 		if dstKind != 0 {
 			// The same key as the moved blob's new one (kinds match, or
 			// the checks above refused): emptied, then written.
-			ops = append(ops, client.TruncateOp(keyOf(newPath, dstKind), 0))
+			ops = append(ops, client.TruncateOp(fslayout.KeyOf(newPath, dstKind), 0))
 		}
-		if err := m.collect(ctx, keyOf(oldPath, srcKind), keyOf(newPath, srcKind), t); err != nil {
+		if err := m.collect(ctx, fslayout.KeyOf(oldPath, srcKind), fslayout.KeyOf(newPath, srcKind), t); err != nil {
 			return err
 		}
 		ops = append(ops, m.ops...)
-		ops = append(ops, client.AppendOp(dirKey(oldParent), encodeRecord(recordRemove, srcKind, oldName), false),
+		ops = append(ops, client.AppendOp(fslayout.DirKey(oldParent), fslayout.EncodeRecord(fslayout.RecordRemove, srcKind, oldName), false),
 			touchParent(oldParent, t))
 		if dstKind != 0 {
-			ops = append(ops, client.AppendOp(dirKey(newParent), encodeRecord(recordRemove, dstKind, newName), false))
+			ops = append(ops, client.AppendOp(fslayout.DirKey(newParent), fslayout.EncodeRecord(fslayout.RecordRemove, dstKind, newName), false))
 		}
-		ops = append(ops, client.AppendOp(dirKey(newParent), encodeRecord(recordAdd, srcKind, newName), false),
+		ops = append(ops, client.AppendOp(fslayout.DirKey(newParent), fslayout.EncodeRecord(fslayout.RecordAdd, srcKind, newName), false),
 			touchParent(newParent, t))
 		return tx.Do(ops...)
 	}, txOptions)
@@ -672,15 +673,15 @@ func (f *FS) Rename(ctx context.Context, oldPath, newPath string, flags uint32) 
 
 // kindIn returns the kind of p as tx sees it; 0 if absent.
 func kindIn(ctx context.Context, tx *client.Tx, p string) (Kind, error) {
-	b, err := tx.Read(ctx, fileKey(p), 0, HeaderBytes)
+	b, err := tx.Read(ctx, fslayout.FileKey(p), 0, HeaderBytes)
 	if err == nil {
-		a, err := decodeHeader(fileKey(p), b, max(uint64(len(b)), HeaderBytes))
+		a, err := fslayout.DecodeHeader(fslayout.FileKey(p), b, max(uint64(len(b)), HeaderBytes))
 		return a.Kind, err
 	}
 	if !errors.Is(err, client.ErrNotFound) {
 		return 0, err
 	}
-	if _, err := tx.Size(ctx, dirKey(p)); err == nil {
+	if _, err := tx.Size(ctx, fslayout.DirKey(p)); err == nil {
 		return KindDir, nil
 	} else if !errors.Is(err, client.ErrNotFound) {
 		return 0, err
@@ -720,7 +721,7 @@ func (m *mover) collect(ctx context.Context, from, to string, t int64) error {
 		return fmt.Errorf("%w: %q has no header", ErrCorrupt, from)
 	}
 	if t != 0 {
-		putTime(b[offCtime:], t)
+		fslayout.PutTime(b[fslayout.OffCtime:], t)
 	}
 	for off := 0; off == 0 || off < len(b); off += client.PayloadBytesMax {
 		m.ops = append(m.ops, client.WriteOp(to, uint64(off), b[off:min(len(b), off+client.PayloadBytesMax)], true))
@@ -729,12 +730,12 @@ func (m *mover) collect(ctx context.Context, from, to string, t int64) error {
 	if !strings.HasSuffix(from, "/") {
 		return nil
 	}
-	l, err := replayLog(from, b[HeaderBytes:])
+	l, err := fslayout.ReplayLog(from, b[HeaderBytes:])
 	if err != nil {
 		return err
 	}
-	for _, e := range l.list() {
-		if err := m.collect(ctx, keyOf(strings.TrimSuffix(from, "/")+"/"+e.Name, e.Kind), keyOf(strings.TrimSuffix(to, "/")+"/"+e.Name, e.Kind), 0); err != nil {
+	for _, e := range l.List() {
+		if err := m.collect(ctx, fslayout.KeyOf(strings.TrimSuffix(from, "/")+"/"+e.Name, e.Kind), fslayout.KeyOf(strings.TrimSuffix(to, "/")+"/"+e.Name, e.Kind), 0); err != nil {
 			return err
 		}
 	}
@@ -764,20 +765,20 @@ func (f *FS) Statfs(ctx context.Context) (Statfs, error) {
 // Extend grows the file at p to size bytes (zeros) if it is smaller, in a
 // transaction, as fallocate(2) without flags does; space is not reserved.
 func (f *FS) Extend(ctx context.Context, p string, size uint64) error {
-	p, err := cleanPath(p)
+	p, err := fslayout.CleanPath(p)
 	if err != nil {
 		return err
 	}
 	if size > FileBytesMax {
 		return errnof(syscall.EFBIG, "size %d, above %d", size, uint64(FileBytesMax))
 	}
-	key := fileKey(p)
+	key := fslayout.FileKey(p)
 	return f.c.RunTx(ctx, f.ks, func(tx *client.Tx) error {
 		cur, err := tx.Size(ctx, key)
 		if err != nil || cur >= HeaderBytes+size {
 			return err
 		}
 		t := f.now()
-		return tx.Do(client.TruncateOp(key, HeaderBytes+size), client.WriteOp(key, offMtime, times(t, t), false))
+		return tx.Do(client.TruncateOp(key, HeaderBytes+size), client.WriteOp(key, fslayout.OffMtime, times(t, t), false))
 	}, txOptions)
 }

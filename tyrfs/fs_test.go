@@ -3,7 +3,7 @@ package tyrfs
 // These tests run the file-system operations against a real server
 // (internal/testserver) and check their results, their errnos, and the
 // layout invariants of layout.go by reading the blobs directly. A failure
-// reproduces with `go test -race -run NAME ./internal/tyrfs`.
+// reproduces with `go test -race -run NAME ./tyrfs`.
 
 import (
 	"bytes"
@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/tyrstore/tyr/client"
+	"github.com/tyrstore/tyr/internal/fslayout"
 	"github.com/tyrstore/tyr/internal/testserver"
 )
 
@@ -76,8 +77,8 @@ func checkTree(t *testing.T, ctx context.Context, c *client.Client, f *FS) {
 	var walk func(p string)
 	walk = func(p string) {
 		for _, e := range must[[]Entry](t)(f.Readdir(ctx, p)) {
-			child := join(p, e.Name)
-			want[keyOf(child, e.Kind)] = e.Kind
+			child := fslayout.Join(p, e.Name)
+			want[fslayout.KeyOf(child, e.Kind)] = e.Kind
 			if e.Kind == KindDir {
 				walk(child)
 			}
@@ -94,7 +95,7 @@ func checkTree(t *testing.T, ctx context.Context, c *client.Client, f *FS) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		a, err := decodeHeader(b.Key, hb, info.Size)
+		a, err := fslayout.DecodeHeader(b.Key, hb, info.Size)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -302,7 +303,7 @@ func TestRename(t *testing.T) {
 func TestCompaction(t *testing.T) {
 	ctx, c, f := newFS(t)
 	must[Attr](t)(f.Mkdir(ctx, "/d", Owner{Mode: 0o755}))
-	for i := range 2 * compactRecordsMin {
+	for i := range 2 * fslayout.CompactRecordsMin {
 		p := fmt.Sprintf("/d/%03d", i)
 		must[Attr](t)(f.Create(ctx, p, Owner{}))
 		if i%8 != 0 {
@@ -314,10 +315,10 @@ func TestCompaction(t *testing.T) {
 	before := must[client.BlobInfo](t)(c.Stat(ctx, "tfs", "/d/"))
 	got := names(t, ctx, f, "/d") // compacts
 	after := must[client.BlobInfo](t)(c.Stat(ctx, "tfs", "/d/"))
-	if len(got) != 2*compactRecordsMin/8 {
-		t.Fatalf("%d entries, want %d: %v", len(got), 2*compactRecordsMin/8, got)
+	if len(got) != 2*fslayout.CompactRecordsMin/8 {
+		t.Fatalf("%d entries, want %d: %v", len(got), 2*fslayout.CompactRecordsMin/8, got)
 	}
-	wantSize := uint64(HeaderBytes + len(got)*(recordHeaderBytes+3))
+	wantSize := uint64(HeaderBytes + len(got)*(fslayout.RecordHeaderBytes+3))
 	if after.Size != wantSize || before.Size <= after.Size {
 		t.Fatalf("directory blob of %d bytes before compaction, %d after, want %d", before.Size, after.Size, wantSize)
 	}
@@ -369,32 +370,32 @@ func TestLogReplay(t *testing.T) {
 	for _, r := range []struct {
 		op   byte
 		name string
-	}{{recordAdd, "a"}, {recordAdd, "b"}, {recordRemove, "a"}, {recordAdd, "c"}, {recordAdd, "a"}} {
-		log = append(log, encodeRecord(r.op, KindFile, r.name)...)
+	}{{fslayout.RecordAdd, "a"}, {fslayout.RecordAdd, "b"}, {fslayout.RecordRemove, "a"}, {fslayout.RecordAdd, "c"}, {fslayout.RecordAdd, "a"}} {
+		log = append(log, fslayout.EncodeRecord(r.op, KindFile, r.name)...)
 	}
-	l, err := replayLog("/d/", log)
+	l, err := fslayout.ReplayLog("/d/", log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := fmt.Sprint(l.list()); got != "[{b file} {c file} {a file}]" {
+	if got := fmt.Sprint(l.List()); got != "[{b file} {c file} {a file}]" {
 		t.Fatalf("entries %s", got)
 	}
 	for _, bad := range [][]byte{
-		encodeRecord(recordRemove, KindFile, "x"),
-		append(encodeRecord(recordAdd, KindFile, "x"), encodeRecord(recordAdd, KindFile, "x")...),
-		encodeRecord(recordAdd, KindFile, "x")[:3],
-		encodeRecord(9, KindFile, "x"),
+		fslayout.EncodeRecord(fslayout.RecordRemove, KindFile, "x"),
+		append(fslayout.EncodeRecord(fslayout.RecordAdd, KindFile, "x"), fslayout.EncodeRecord(fslayout.RecordAdd, KindFile, "x")...),
+		fslayout.EncodeRecord(fslayout.RecordAdd, KindFile, "x")[:3],
+		fslayout.EncodeRecord(9, KindFile, "x"),
 	} {
-		if _, err := replayLog("/d/", bad); !errors.Is(err, ErrCorrupt) {
+		if _, err := fslayout.ReplayLog("/d/", bad); !errors.Is(err, ErrCorrupt) {
 			t.Fatalf("replay of %q: %v, want ErrCorrupt", bad, err)
 		}
 	}
-	h := encodeHeader(Attr{Kind: KindDir, Mode: 0o1777, UID: 1, GID: 2, Atime: 3, Mtime: -4, Ctime: 5, Btime: 6})
-	a, err := decodeHeader("/d/", h, HeaderBytes+10)
+	h := fslayout.EncodeHeader(Attr{Kind: KindDir, Mode: 0o1777, UID: 1, GID: 2, Atime: 3, Mtime: -4, Ctime: 5, Btime: 6})
+	a, err := fslayout.DecodeHeader("/d/", h, HeaderBytes+10)
 	if err != nil || a != (Attr{Kind: KindDir, Mode: 0o1777, UID: 1, GID: 2, Atime: 3, Mtime: -4, Ctime: 5, Btime: 6, Size: 10}) {
 		t.Fatalf("header round trip: %+v %v", a, err)
 	}
-	if _, err := decodeHeader("/d", h, HeaderBytes); !errors.Is(err, ErrCorrupt) {
+	if _, err := fslayout.DecodeHeader("/d", h, HeaderBytes); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("a directory header under a file key: %v", err)
 	}
 }

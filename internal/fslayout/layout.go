@@ -1,6 +1,8 @@
-// Package tyrfs is TýrFS: a POSIX-like file system laid out in the blobs of
-// one keyspace, over the Go client. It performs no FUSE work; the mount
-// (internal/fusefs) and programs that skip FUSE both call it.
+// Package fslayout is TýrFS's layout: how a POSIX-like file system is laid
+// out in the blobs of one keyspace. It is deterministic and does no I/O:
+// the file system's calls (package tyrfs, over the Go client) and the
+// server's metadata service (internal/fsmeta) both apply these rules, so
+// neither restates them.
 //
 // # Layout (format version 1; append-only: new fields take reserved bytes
 // and a new version, old versions stay readable)
@@ -40,7 +42,7 @@
 // Blob "/d/" holds header, add(x,file), remove(x), add(y,file), remove(y);
 // blob "/d/x" existed between the second and third commits, "/d/y" between
 // the third and fourth; replay gives no entries.
-package tyrfs
+package fslayout
 
 import (
 	"encoding/binary"
@@ -49,7 +51,7 @@ import (
 	"syscall"
 	"unicode/utf8"
 
-	"github.com/tyrstore/tyr/client"
+	"github.com/tyrstore/tyr/internal/limits"
 )
 
 // Header layout, little-endian; HeaderBytes long, reserved bytes zero.
@@ -58,21 +60,21 @@ const (
 	HeaderBytes = 64
 
 	headerMagic   = "TYRF"
-	formatVersion = 1
+	FormatVersion = 1
 
-	offMagic   = 0  // 4 bytes "TYRF"
-	offVersion = 4  // u8
-	offKind    = 5  // u8 Kind
-	offFlags   = 6  // u16, reserved
-	offMode    = 8  // u32 permission bits (07777)
-	offUID     = 12 // u32
-	offGID     = 16 // u32
-	offNlink   = 20 // u32, reserved (no hard links)
-	offAtime   = 24 // i64 ns since the epoch
-	offMtime   = 32 // i64 ns
-	offCtime   = 40 // i64 ns
-	offBtime   = 48 // i64 ns, creation
-	offRdev    = 56 // u32 device number of a character or block device
+	OffMagic   = 0  // 4 bytes "TYRF"
+	OffVersion = 4  // u8
+	OffKind    = 5  // u8 Kind
+	OffFlags   = 6  // u16, reserved
+	OffMode    = 8  // u32 permission bits (07777)
+	OffUID     = 12 // u32
+	OffGID     = 16 // u32
+	OffNlink   = 20 // u32, reserved (no hard links)
+	OffAtime   = 24 // i64 ns since the epoch
+	OffMtime   = 32 // i64 ns
+	OffCtime   = 40 // i64 ns
+	OffBtime   = 48 // i64 ns, creation
+	OffRdev    = 56 // u32 device number of a character or block device
 	// 60..63 reserved
 )
 
@@ -122,12 +124,12 @@ const (
 	// NameBytesMax is the longest name in a directory (ENAMETOOLONG).
 	NameBytesMax = 255
 	// PathBytesMax is the longest absolute path (ENAMETOOLONG): a
-	// directory's key is its path and "/", at most client.KeyBytesMax.
-	PathBytesMax = client.KeyBytesMax - 1
+	// directory's key is its path and "/", at most limits.KeyBytesMax.
+	PathBytesMax = limits.KeyBytesMax - 1
 	// SymlinkBytesMax is the longest symbolic link target (ENAMETOOLONG).
 	SymlinkBytesMax = 4095
 	// FileBytesMax is the largest file (EFBIG).
-	FileBytesMax = client.BlobBytesMax - HeaderBytes
+	FileBytesMax = limits.BlobBytesMax - HeaderBytes
 	// MoveBytesMax bounds the bytes (headers and data of files, logs of
 	// directories) one rename copies in its transaction; a larger rename
 	// fails with EXDEV, which makes mv(1) copy and delete instead.
@@ -135,10 +137,10 @@ const (
 	// MoveBlobsMax bounds the blobs (the renamed one and, for a directory,
 	// all its descendants) one rename moves (EXDEV beyond it).
 	MoveBlobsMax = 400
-	// compactRecordsMin is the smallest log compaction considers; a log is
+	// CompactRecordsMin is the smallest log compaction considers; a log is
 	// compacted when it holds at least this many records and more than
 	// twice as many records as entries.
-	compactRecordsMin = 64
+	CompactRecordsMin = 64
 )
 
 // Attr is a file's metadata as the header stores it, with its size.
@@ -153,47 +155,47 @@ type Attr struct {
 	Size uint64
 }
 
-// encodeHeader returns the header of a.
-func encodeHeader(a Attr) []byte {
+// EncodeHeader returns the header of a.
+func EncodeHeader(a Attr) []byte {
 	b := make([]byte, HeaderBytes)
-	copy(b[offMagic:], headerMagic)
-	b[offVersion] = formatVersion
-	b[offKind] = byte(a.Kind)
-	binary.LittleEndian.PutUint32(b[offMode:], a.Mode&07777)
-	binary.LittleEndian.PutUint32(b[offUID:], a.UID)
-	binary.LittleEndian.PutUint32(b[offGID:], a.GID)
-	binary.LittleEndian.PutUint32(b[offNlink:], 1)
-	putTime(b[offAtime:], a.Atime)
-	putTime(b[offMtime:], a.Mtime)
-	putTime(b[offCtime:], a.Ctime)
-	putTime(b[offBtime:], a.Btime)
-	binary.LittleEndian.PutUint32(b[offRdev:], a.Rdev)
+	copy(b[OffMagic:], headerMagic)
+	b[OffVersion] = FormatVersion
+	b[OffKind] = byte(a.Kind)
+	binary.LittleEndian.PutUint32(b[OffMode:], a.Mode&07777)
+	binary.LittleEndian.PutUint32(b[OffUID:], a.UID)
+	binary.LittleEndian.PutUint32(b[OffGID:], a.GID)
+	binary.LittleEndian.PutUint32(b[OffNlink:], 1)
+	PutTime(b[OffAtime:], a.Atime)
+	PutTime(b[OffMtime:], a.Mtime)
+	PutTime(b[OffCtime:], a.Ctime)
+	PutTime(b[OffBtime:], a.Btime)
+	binary.LittleEndian.PutUint32(b[OffRdev:], a.Rdev)
 	return b
 }
 
-func putTime(b []byte, ns int64) { binary.LittleEndian.PutUint64(b, uint64(ns)) }
+func PutTime(b []byte, ns int64) { binary.LittleEndian.PutUint64(b, uint64(ns)) }
 
 // ErrCorrupt marks a blob that does not hold a valid header or log.
 var ErrCorrupt = fmt.Errorf("tyrfs: corrupt blob: %w", syscall.EIO)
 
-// decodeHeader parses the header at the start of a blob of blobSize bytes.
-func decodeHeader(key string, b []byte, blobSize uint64) (Attr, error) {
-	if len(b) < HeaderBytes || blobSize < HeaderBytes || string(b[offMagic:offMagic+4]) != headerMagic {
+// DecodeHeader parses the header at the start of a blob of blobSize bytes.
+func DecodeHeader(key string, b []byte, blobSize uint64) (Attr, error) {
+	if len(b) < HeaderBytes || blobSize < HeaderBytes || string(b[OffMagic:OffMagic+4]) != headerMagic {
 		return Attr{}, fmt.Errorf("%w: %q has no header", ErrCorrupt, key)
 	}
-	if b[offVersion] != formatVersion {
-		return Attr{}, fmt.Errorf("%w: %q has format version %d, want %d", ErrCorrupt, key, b[offVersion], formatVersion)
+	if b[OffVersion] != FormatVersion {
+		return Attr{}, fmt.Errorf("%w: %q has format version %d, want %d", ErrCorrupt, key, b[OffVersion], FormatVersion)
 	}
 	a := Attr{
-		Kind:  Kind(b[offKind]),
-		Mode:  binary.LittleEndian.Uint32(b[offMode:]) & 07777,
-		UID:   binary.LittleEndian.Uint32(b[offUID:]),
-		GID:   binary.LittleEndian.Uint32(b[offGID:]),
-		Atime: int64(binary.LittleEndian.Uint64(b[offAtime:])),
-		Mtime: int64(binary.LittleEndian.Uint64(b[offMtime:])),
-		Ctime: int64(binary.LittleEndian.Uint64(b[offCtime:])),
-		Btime: int64(binary.LittleEndian.Uint64(b[offBtime:])),
-		Rdev:  binary.LittleEndian.Uint32(b[offRdev:]),
+		Kind:  Kind(b[OffKind]),
+		Mode:  binary.LittleEndian.Uint32(b[OffMode:]) & 07777,
+		UID:   binary.LittleEndian.Uint32(b[OffUID:]),
+		GID:   binary.LittleEndian.Uint32(b[OffGID:]),
+		Atime: int64(binary.LittleEndian.Uint64(b[OffAtime:])),
+		Mtime: int64(binary.LittleEndian.Uint64(b[OffMtime:])),
+		Ctime: int64(binary.LittleEndian.Uint64(b[OffCtime:])),
+		Btime: int64(binary.LittleEndian.Uint64(b[OffBtime:])),
+		Rdev:  binary.LittleEndian.Uint32(b[OffRdev:]),
 		Size:  blobSize - HeaderBytes,
 	}
 	if a.Kind < KindFile || a.Kind > KindBlock {
@@ -207,18 +209,18 @@ func decodeHeader(key string, b []byte, blobSize uint64) (Attr, error) {
 
 // Directory log records: op (u8), kind (u8), name length (u16), name.
 const (
-	recordAdd    = 1
-	recordRemove = 2
+	RecordAdd    = 1
+	RecordRemove = 2
 
-	recordHeaderBytes = 4
+	RecordHeaderBytes = 4
 )
 
-func encodeRecord(op byte, kind Kind, name string) []byte {
-	b := make([]byte, recordHeaderBytes+len(name))
+func EncodeRecord(op byte, kind Kind, name string) []byte {
+	b := make([]byte, RecordHeaderBytes+len(name))
 	b[0] = op
 	b[1] = byte(kind)
 	binary.LittleEndian.PutUint16(b[2:], uint16(len(name)))
-	copy(b[recordHeaderBytes:], name)
+	copy(b[RecordHeaderBytes:], name)
 	return b
 }
 
@@ -228,48 +230,48 @@ type Entry struct {
 	Kind Kind
 }
 
-// dirLog is a replayed directory log.
-type dirLog struct {
+// DirLog is a replayed directory log.
+type DirLog struct {
 	entries map[string]Kind
 	order   []string // names in the order they were added, removed ones too
 	records int
 }
 
-// replayLog replays the log bytes (after the header) of directory key.
-func replayLog(key string, b []byte) (dirLog, error) {
-	l := dirLog{entries: map[string]Kind{}}
+// ReplayLog replays the log bytes (after the header) of directory key.
+func ReplayLog(key string, b []byte) (DirLog, error) {
+	l := DirLog{entries: map[string]Kind{}}
 	for len(b) > 0 {
-		if len(b) < recordHeaderBytes {
-			return dirLog{}, fmt.Errorf("%w: %q: torn record", ErrCorrupt, key)
+		if len(b) < RecordHeaderBytes {
+			return DirLog{}, fmt.Errorf("%w: %q: torn record", ErrCorrupt, key)
 		}
 		op, kind, n := b[0], Kind(b[1]), int(binary.LittleEndian.Uint16(b[2:]))
-		if len(b) < recordHeaderBytes+n {
-			return dirLog{}, fmt.Errorf("%w: %q: torn record", ErrCorrupt, key)
+		if len(b) < RecordHeaderBytes+n {
+			return DirLog{}, fmt.Errorf("%w: %q: torn record", ErrCorrupt, key)
 		}
-		name := string(b[recordHeaderBytes : recordHeaderBytes+n])
-		b = b[recordHeaderBytes+n:]
+		name := string(b[RecordHeaderBytes : RecordHeaderBytes+n])
+		b = b[RecordHeaderBytes+n:]
 		l.records++
 		switch op {
-		case recordAdd:
+		case RecordAdd:
 			if _, ok := l.entries[name]; ok {
-				return dirLog{}, fmt.Errorf("%w: %q: add of present name %q", ErrCorrupt, key, name)
+				return DirLog{}, fmt.Errorf("%w: %q: add of present name %q", ErrCorrupt, key, name)
 			}
 			l.entries[name] = kind
 			l.order = append(l.order, name)
-		case recordRemove:
+		case RecordRemove:
 			if _, ok := l.entries[name]; !ok {
-				return dirLog{}, fmt.Errorf("%w: %q: remove of absent name %q", ErrCorrupt, key, name)
+				return DirLog{}, fmt.Errorf("%w: %q: remove of absent name %q", ErrCorrupt, key, name)
 			}
 			delete(l.entries, name)
 		default:
-			return dirLog{}, fmt.Errorf("%w: %q: record op %d", ErrCorrupt, key, op)
+			return DirLog{}, fmt.Errorf("%w: %q: record op %d", ErrCorrupt, key, op)
 		}
 	}
 	return l, nil
 }
 
-// list returns the entries in the order they were added.
-func (l dirLog) list() []Entry {
+// List returns the entries in the order they were added.
+func (l DirLog) List() []Entry {
 	out := make([]Entry, 0, len(l.entries))
 	seen := make(map[string]bool, len(l.entries))
 	for i := len(l.order) - 1; i >= 0; i-- { // the last add of a name counts
@@ -285,24 +287,24 @@ func (l dirLog) list() []Entry {
 	return out
 }
 
-// compacted returns the log that adds the current entries, in order.
-func (l dirLog) compacted() []byte {
+// Compacted returns the log that adds the current entries, in order.
+func (l DirLog) Compacted() []byte {
 	var b []byte
-	for _, e := range l.list() {
-		b = append(b, encodeRecord(recordAdd, e.Kind, e.Name)...)
+	for _, e := range l.List() {
+		b = append(b, EncodeRecord(RecordAdd, e.Kind, e.Name)...)
 	}
 	return b
 }
 
-// needsCompaction reports whether removals dominate the log.
-func (l dirLog) needsCompaction() bool {
-	return l.records >= compactRecordsMin && l.records > 2*len(l.entries)
+// NeedsCompaction reports whether removals dominate the log.
+func (l DirLog) NeedsCompaction() bool {
+	return l.records >= CompactRecordsMin && l.records > 2*len(l.entries)
 }
 
-// cleanPath checks an absolute path and returns it without a trailing
+// CleanPath checks an absolute path and returns it without a trailing
 // slash ("/" stays "/"). "." and ".." components are refused (EINVAL):
 // callers resolve them.
-func cleanPath(p string) (string, error) {
+func CleanPath(p string) (string, error) {
 	if !strings.HasPrefix(p, "/") {
 		return "", fmt.Errorf("tyrfs: path %q is not absolute: %w", p, syscall.EINVAL)
 	}
@@ -316,15 +318,15 @@ func cleanPath(p string) (string, error) {
 		return p, nil
 	}
 	for _, name := range strings.Split(p[1:], "/") {
-		if err := checkName(name); err != nil {
+		if err := CheckName(name); err != nil {
 			return "", err
 		}
 	}
 	return p, nil
 }
 
-// checkName checks one name of a directory.
-func checkName(name string) error {
+// CheckName checks one name of a directory.
+func CheckName(name string) error {
 	switch {
 	case len(name) > NameBytesMax:
 		return fmt.Errorf("tyrfs: name of %d bytes, above %d: %w", len(name), NameBytesMax, syscall.ENAMETOOLONG)
@@ -338,8 +340,8 @@ func checkName(name string) error {
 	return nil
 }
 
-// split returns the parent path and name of a clean path other than "/".
-func split(p string) (parent, name string) {
+// Split returns the parent path and name of a clean path other than "/".
+func Split(p string) (parent, name string) {
 	i := strings.LastIndexByte(p, '/')
 	if i == 0 {
 		return "/", p[1:]
@@ -347,29 +349,32 @@ func split(p string) (parent, name string) {
 	return p[:i], p[i+1:]
 }
 
-// join returns parent/name for a clean parent path.
-func join(parent, name string) string {
+// Join returns parent/name for a clean parent path.
+func Join(parent, name string) string {
 	if parent == "/" {
 		return "/" + name
 	}
 	return parent + "/" + name
 }
 
-// fileKey is the blob of the file or symbolic link at clean path p.
-func fileKey(p string) string { return p }
+// FileKey is the blob of the file or symbolic link at clean path p.
+func FileKey(p string) string { return p }
 
-// dirKey is the blob of the directory at clean path p.
-func dirKey(p string) string {
+// DirKey is the blob of the directory at clean path p.
+func DirKey(p string) string {
 	if p == "/" {
 		return "/"
 	}
 	return p + "/"
 }
 
-// keyOf is the blob of p for kind k.
-func keyOf(p string, k Kind) string {
+// KeyOf is the blob of p for kind k.
+func KeyOf(p string, k Kind) string {
 	if k == KindDir {
-		return dirKey(p)
+		return DirKey(p)
 	}
-	return fileKey(p)
+	return FileKey(p)
 }
+
+// Len returns the number of entries.
+func (l DirLog) Len() int { return len(l.entries) }
