@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -25,6 +26,8 @@ type FS struct {
 	ks string
 	// now returns the time in ns since the epoch; tests may replace it.
 	now func() int64
+	// cred is who Fetch acts for (As); root unless set.
+	cred Cred
 }
 
 // Owner is who creates a file: its owner and the permission bits.
@@ -140,27 +143,26 @@ func (f *FS) lookup(ctx context.Context, p string) (Attr, error) {
 	return a, err
 }
 
-// Fetch opens and reads the whole file at p: one read of one blob (header
-// and data) for a file of up to client.PayloadBytesMax-HeaderBytes bytes,
-// two reads of one version for a larger one. EISDIR for a directory.
+// Fetch opens and reads the whole file at p in one request, to the node
+// that serves the file's first chunk, for a file of up to
+// client.PayloadBytesMax-HeaderBytes bytes; a larger one takes a second
+// read. That node checks, for f's credentials (see As), search permission
+// on every directory above p and read permission on p (EACCES), from its
+// own store or its copies of popular directories' permissions
+// (internal/fsmeta), so a fetch under a busy directory needs no other
+// request. EISDIR for a directory.
 func (f *FS) Fetch(ctx context.Context, p string) (Attr, []byte, error) {
 	p, err := fslayout.CleanPath(p)
 	if err != nil {
 		return Attr{}, nil, err
 	}
-	if p == "/" {
-		return Attr{}, nil, errnof(syscall.EISDIR, "%s", p)
-	}
 	key := fslayout.FileKey(p)
-	b, info, err := f.c.ReadPart(ctx, f.ks, key, 0, client.PayloadBytesMax)
-	if errors.Is(err, client.ErrNotFound) {
-		if _, derr := f.stat(ctx, fslayout.DirKey(p)); derr == nil {
-			return Attr{}, nil, errnof(syscall.EISDIR, "%s", p)
-		}
-		return Attr{}, nil, errnof(syscall.ENOENT, "%s", p)
-	}
+	b, info, errno, err := f.c.FSFetch(ctx, f.ks, p, f.cred.UID, f.cred.GIDs, client.PayloadBytesMax)
 	if err != nil {
 		return Attr{}, nil, err
+	}
+	if errno != 0 {
+		return Attr{}, nil, errnof(syscall.Errno(errno), "%s", p)
 	}
 	if uint64(len(b)) < info.Size {
 		if b, err = f.c.Read(ctx, f.ks, key, 0, client.BlobBytesMax); err != nil {
@@ -173,6 +175,30 @@ func (f *FS) Fetch(ctx context.Context, p string) (Attr, []byte, error) {
 		return Attr{}, nil, err
 	}
 	return a, b[HeaderBytes:], nil
+}
+
+// Cred is who an FS's Fetch acts for: its user and groups. The server
+// takes them as given (tyr does not authenticate users), as NFS's AUTH_SYS
+// does; UID 0 is root.
+type Cred struct {
+	UID  uint32
+	GIDs []uint32
+}
+
+// As returns a copy of f whose Fetch checks permissions for c. New returns
+// an FS acting as root. The other calls check no permissions: the mount
+// leaves them to the kernel (default_permissions).
+func (f *FS) As(c Cred) *FS {
+	g := *f
+	g.cred = Cred{UID: c.UID, GIDs: slices.Clone(c.GIDs)}
+	return &g
+}
+
+// invalidate makes every server drop its copies of the permissions of the
+// directory at clean path p and those under it, after a change to them
+// committed (client.FSInvalidate).
+func (f *FS) invalidate(ctx context.Context, p string) error {
+	return f.c.FSInvalidate(ctx, f.ks, fslayout.DirKey(p))
 }
 
 // create adds p, of kind k with header attributes o and content data after
@@ -399,6 +425,11 @@ func (f *FS) Setattr(ctx context.Context, p string, k Kind, s SetAttr) (Attr, er
 		}
 		return Attr{}, err
 	}
+	if k == KindDir && (s.Mode != nil || s.UID != nil || s.GID != nil) {
+		if err := f.invalidate(ctx, p); err != nil {
+			return Attr{}, err
+		}
+	}
 	return f.stat(ctx, key)
 }
 
@@ -570,7 +601,10 @@ func (f *FS) Rmdir(ctx context.Context, p string) error {
 	if errors.Is(err, client.ErrNotFound) {
 		return f.missingDir(ctx, p)
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	return f.invalidate(ctx, p)
 }
 
 // Rename flags, as renameat2(2) takes them.
@@ -605,8 +639,10 @@ func (f *FS) Rename(ctx context.Context, oldPath, newPath string, flags uint32) 
 	}
 	oldParent, oldName := fslayout.Split(oldPath)
 	newParent, newName := fslayout.Split(newPath)
+	var srcKind Kind
 	err = f.c.RunTx(ctx, f.ks, func(tx *client.Tx) error {
-		srcKind, err := kindIn(ctx, tx, oldPath)
+		var err error
+		srcKind, err = kindIn(ctx, tx, oldPath)
 		if err != nil {
 			return err
 		}
@@ -668,7 +704,15 @@ func (f *FS) Rename(ctx context.Context, oldPath, newPath string, flags uint32) 
 	if errors.Is(err, client.ErrNotFound) {
 		return f.missingDir(ctx, newParent)
 	}
-	return err
+	if err != nil || srcKind != KindDir || oldPath == newPath {
+		return err
+	}
+	// The directories under oldPath are gone, and one replaced at
+	// newPath has the moved one's header.
+	if err := f.invalidate(ctx, oldPath); err != nil {
+		return err
+	}
+	return f.invalidate(ctx, newPath)
 }
 
 // kindIn returns the kind of p as tx sees it; 0 if absent.

@@ -2772,6 +2772,256 @@ func (x *MoveProgress) GetShare() float64 {
 	return 0
 }
 
+type FsFetchRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Keyspace []byte                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	// An absolute TýrFS path ("/a/b"), at most 1,023 bytes.
+	Path []byte `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// The caller's user and groups (asserted by the client, as NFS's
+	// AUTH_SYS does: tyr does not authenticate them). uid 0 is root.
+	Uid  uint32   `protobuf:"varint,3,opt,name=uid,proto3" json:"uid,omitempty"`
+	Gids []uint32 `protobuf:"varint,4,rep,packed,name=gids,proto3" json:"gids,omitempty"`
+	// Bytes to read from the blob's start (header included); at most the
+	// payload limit, 0 for the header alone.
+	Length        uint64 `protobuf:"varint,5,opt,name=length,proto3" json:"length,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FsFetchRequest) Reset() {
+	*x = FsFetchRequest{}
+	mi := &file_api_tyrpb_tyr_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FsFetchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FsFetchRequest) ProtoMessage() {}
+
+func (x *FsFetchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tyrpb_tyr_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FsFetchRequest.ProtoReflect.Descriptor instead.
+func (*FsFetchRequest) Descriptor() ([]byte, []int) {
+	return file_api_tyrpb_tyr_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *FsFetchRequest) GetKeyspace() []byte {
+	if x != nil {
+		return x.Keyspace
+	}
+	return nil
+}
+
+func (x *FsFetchRequest) GetPath() []byte {
+	if x != nil {
+		return x.Path
+	}
+	return nil
+}
+
+func (x *FsFetchRequest) GetUid() uint32 {
+	if x != nil {
+		return x.Uid
+	}
+	return 0
+}
+
+func (x *FsFetchRequest) GetGids() []uint32 {
+	if x != nil {
+		return x.Gids
+	}
+	return nil
+}
+
+func (x *FsFetchRequest) GetLength() uint64 {
+	if x != nil {
+		return x.Length
+	}
+	return 0
+}
+
+type FsFetchResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A file-system refusal (a Linux errno), or 0.
+	Errno uint32 `protobuf:"varint,1,opt,name=errno,proto3" json:"errno,omitempty"`
+	// The blob's first bytes (the header, then data), its size and version.
+	Data          []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	Size          uint64 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	Version       uint64 `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FsFetchResponse) Reset() {
+	*x = FsFetchResponse{}
+	mi := &file_api_tyrpb_tyr_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FsFetchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FsFetchResponse) ProtoMessage() {}
+
+func (x *FsFetchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tyrpb_tyr_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FsFetchResponse.ProtoReflect.Descriptor instead.
+func (*FsFetchResponse) Descriptor() ([]byte, []int) {
+	return file_api_tyrpb_tyr_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *FsFetchResponse) GetErrno() uint32 {
+	if x != nil {
+		return x.Errno
+	}
+	return 0
+}
+
+func (x *FsFetchResponse) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *FsFetchResponse) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *FsFetchResponse) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+type FsInvalidateRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Keyspace []byte                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	// A directory's key ("/a/"): drops it and every directory under it.
+	Prefix []byte `protobuf:"bytes,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	// Set by the node that received the client's request when it passes
+	// the request on to the other members; they answer for themselves.
+	Local         bool `protobuf:"varint,3,opt,name=local,proto3" json:"local,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FsInvalidateRequest) Reset() {
+	*x = FsInvalidateRequest{}
+	mi := &file_api_tyrpb_tyr_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FsInvalidateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FsInvalidateRequest) ProtoMessage() {}
+
+func (x *FsInvalidateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tyrpb_tyr_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FsInvalidateRequest.ProtoReflect.Descriptor instead.
+func (*FsInvalidateRequest) Descriptor() ([]byte, []int) {
+	return file_api_tyrpb_tyr_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *FsInvalidateRequest) GetKeyspace() []byte {
+	if x != nil {
+		return x.Keyspace
+	}
+	return nil
+}
+
+func (x *FsInvalidateRequest) GetPrefix() []byte {
+	if x != nil {
+		return x.Prefix
+	}
+	return nil
+}
+
+func (x *FsInvalidateRequest) GetLocal() bool {
+	if x != nil {
+		return x.Local
+	}
+	return false
+}
+
+type FsInvalidateResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FsInvalidateResponse) Reset() {
+	*x = FsInvalidateResponse{}
+	mi := &file_api_tyrpb_tyr_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FsInvalidateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FsInvalidateResponse) ProtoMessage() {}
+
+func (x *FsInvalidateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_tyrpb_tyr_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FsInvalidateResponse.ProtoReflect.Descriptor instead.
+func (*FsInvalidateResponse) Descriptor() ([]byte, []int) {
+	return file_api_tyrpb_tyr_proto_rawDescGZIP(), []int{43}
+}
+
 var File_api_tyrpb_tyr_proto protoreflect.FileDescriptor
 
 const file_api_tyrpb_tyr_proto_rawDesc = "" +
@@ -2958,7 +3208,23 @@ const file_api_tyrpb_tyr_proto_rawDesc = "" +
 	"\fcopied_bytes\x18\x02 \x01(\x04R\vcopiedBytes\x12!\n" +
 	"\fcopied_blobs\x18\x03 \x01(\x04R\vcopiedBlobs\x12\x16\n" +
 	"\x06copied\x18\x04 \x01(\bR\x06copied\x12\x14\n" +
-	"\x05share\x18\x05 \x01(\x01R\x05share*\xaf\x02\n" +
+	"\x05share\x18\x05 \x01(\x01R\x05share\"~\n" +
+	"\x0eFsFetchRequest\x12\x1a\n" +
+	"\bkeyspace\x18\x01 \x01(\fR\bkeyspace\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\fR\x04path\x12\x10\n" +
+	"\x03uid\x18\x03 \x01(\rR\x03uid\x12\x12\n" +
+	"\x04gids\x18\x04 \x03(\rR\x04gids\x12\x16\n" +
+	"\x06length\x18\x05 \x01(\x04R\x06length\"i\n" +
+	"\x0fFsFetchResponse\x12\x14\n" +
+	"\x05errno\x18\x01 \x01(\rR\x05errno\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x04R\x04size\x12\x18\n" +
+	"\aversion\x18\x04 \x01(\x04R\aversion\"_\n" +
+	"\x13FsInvalidateRequest\x12\x1a\n" +
+	"\bkeyspace\x18\x01 \x01(\fR\bkeyspace\x12\x16\n" +
+	"\x06prefix\x18\x02 \x01(\fR\x06prefix\x12\x14\n" +
+	"\x05local\x18\x03 \x01(\bR\x05local\"\x16\n" +
+	"\x14FsInvalidateResponse*\xaf\x02\n" +
 	"\n" +
 	"AtomicFunc\x12\x1b\n" +
 	"\x17ATOMIC_FUNC_UNSPECIFIED\x10\x00\x12\x13\n" +
@@ -2979,7 +3245,7 @@ const file_api_tyrpb_tyr_proto_rawDesc = "" +
 	"\x11OUTCOME_COMMITTED\x10\x01\x12\x13\n" +
 	"\x0fOUTCOME_ABORTED\x10\x02\x12\x13\n" +
 	"\x0fOUTCOME_PENDING\x10\x03\x12\x13\n" +
-	"\x0fOUTCOME_UNKNOWN\x10\x042\xb8\x06\n" +
+	"\x0fOUTCOME_UNKNOWN\x10\x042\xbf\a\n" +
 	"\x03Tyr\x12E\n" +
 	"\x0eCreateKeyspace\x12\x1d.tyr.v1.CreateKeyspaceRequest\x1a\x14.tyr.v1.KeyspaceInfo\x12I\n" +
 	"\fDropKeyspace\x12\x1b.tyr.v1.DropKeyspaceRequest\x1a\x1c.tyr.v1.DropKeyspaceResponse\x12L\n" +
@@ -2994,7 +3260,9 @@ const file_api_tyrpb_tyr_proto_rawDesc = "" +
 	"\aResolve\x12\x16.tyr.v1.ResolveRequest\x1a\x17.tyr.v1.ResolveResponse\x12@\n" +
 	"\tNodeUsage\x12\x18.tyr.v1.NodeUsageRequest\x1a\x19.tyr.v1.NodeUsageResponse\x12C\n" +
 	"\n" +
-	"RingChange\x12\x19.tyr.v1.RingChangeRequest\x1a\x1a.tyr.v1.RingChangeResponseB#Z!github.com/tyrstore/tyr/api/tyrpbb\x06proto3"
+	"RingChange\x12\x19.tyr.v1.RingChangeRequest\x1a\x1a.tyr.v1.RingChangeResponse\x12:\n" +
+	"\aFsFetch\x12\x16.tyr.v1.FsFetchRequest\x1a\x17.tyr.v1.FsFetchResponse\x12I\n" +
+	"\fFsInvalidate\x12\x1b.tyr.v1.FsInvalidateRequest\x1a\x1c.tyr.v1.FsInvalidateResponseB#Z!github.com/tyrstore/tyr/api/tyrpbb\x06proto3"
 
 var (
 	file_api_tyrpb_tyr_proto_rawDescOnce sync.Once
@@ -3009,7 +3277,7 @@ func file_api_tyrpb_tyr_proto_rawDescGZIP() []byte {
 }
 
 var file_api_tyrpb_tyr_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_api_tyrpb_tyr_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_api_tyrpb_tyr_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_api_tyrpb_tyr_proto_goTypes = []any{
 	(AtomicFunc)(0),               // 0: tyr.v1.AtomicFunc
 	(Outcome)(0),                  // 1: tyr.v1.Outcome
@@ -3053,6 +3321,10 @@ var file_api_tyrpb_tyr_proto_goTypes = []any{
 	(*RingChangeRequest)(nil),     // 39: tyr.v1.RingChangeRequest
 	(*RingChangeResponse)(nil),    // 40: tyr.v1.RingChangeResponse
 	(*MoveProgress)(nil),          // 41: tyr.v1.MoveProgress
+	(*FsFetchRequest)(nil),        // 42: tyr.v1.FsFetchRequest
+	(*FsFetchResponse)(nil),       // 43: tyr.v1.FsFetchResponse
+	(*FsInvalidateRequest)(nil),   // 44: tyr.v1.FsInvalidateRequest
+	(*FsInvalidateResponse)(nil),  // 45: tyr.v1.FsInvalidateResponse
 }
 var file_api_tyrpb_tyr_proto_depIdxs = []int32{
 	2,  // 0: tyr.v1.CreateKeyspaceRequest.config:type_name -> tyr.v1.KeyspaceConfig
@@ -3091,21 +3363,25 @@ var file_api_tyrpb_tyr_proto_depIdxs = []int32{
 	35, // 33: tyr.v1.Tyr.Resolve:input_type -> tyr.v1.ResolveRequest
 	37, // 34: tyr.v1.Tyr.NodeUsage:input_type -> tyr.v1.NodeUsageRequest
 	39, // 35: tyr.v1.Tyr.RingChange:input_type -> tyr.v1.RingChangeRequest
-	4,  // 36: tyr.v1.Tyr.CreateKeyspace:output_type -> tyr.v1.KeyspaceInfo
-	6,  // 37: tyr.v1.Tyr.DropKeyspace:output_type -> tyr.v1.DropKeyspaceResponse
-	8,  // 38: tyr.v1.Tyr.ListKeyspaces:output_type -> tyr.v1.ListKeyspacesResponse
-	4,  // 39: tyr.v1.Tyr.GetKeyspace:output_type -> tyr.v1.KeyspaceInfo
-	21, // 40: tyr.v1.Tyr.Commit:output_type -> tyr.v1.CommitResponse
-	23, // 41: tyr.v1.Tyr.Read:output_type -> tyr.v1.ReadResponse
-	25, // 42: tyr.v1.Tyr.Stat:output_type -> tyr.v1.BlobInfo
-	27, // 43: tyr.v1.Tyr.List:output_type -> tyr.v1.ListResponse
-	30, // 44: tyr.v1.Tyr.ClusterStatus:output_type -> tyr.v1.ClusterStatusResponse
-	34, // 45: tyr.v1.Tyr.Ring:output_type -> tyr.v1.RingResponse
-	36, // 46: tyr.v1.Tyr.Resolve:output_type -> tyr.v1.ResolveResponse
-	38, // 47: tyr.v1.Tyr.NodeUsage:output_type -> tyr.v1.NodeUsageResponse
-	40, // 48: tyr.v1.Tyr.RingChange:output_type -> tyr.v1.RingChangeResponse
-	36, // [36:49] is the sub-list for method output_type
-	23, // [23:36] is the sub-list for method input_type
+	42, // 36: tyr.v1.Tyr.FsFetch:input_type -> tyr.v1.FsFetchRequest
+	44, // 37: tyr.v1.Tyr.FsInvalidate:input_type -> tyr.v1.FsInvalidateRequest
+	4,  // 38: tyr.v1.Tyr.CreateKeyspace:output_type -> tyr.v1.KeyspaceInfo
+	6,  // 39: tyr.v1.Tyr.DropKeyspace:output_type -> tyr.v1.DropKeyspaceResponse
+	8,  // 40: tyr.v1.Tyr.ListKeyspaces:output_type -> tyr.v1.ListKeyspacesResponse
+	4,  // 41: tyr.v1.Tyr.GetKeyspace:output_type -> tyr.v1.KeyspaceInfo
+	21, // 42: tyr.v1.Tyr.Commit:output_type -> tyr.v1.CommitResponse
+	23, // 43: tyr.v1.Tyr.Read:output_type -> tyr.v1.ReadResponse
+	25, // 44: tyr.v1.Tyr.Stat:output_type -> tyr.v1.BlobInfo
+	27, // 45: tyr.v1.Tyr.List:output_type -> tyr.v1.ListResponse
+	30, // 46: tyr.v1.Tyr.ClusterStatus:output_type -> tyr.v1.ClusterStatusResponse
+	34, // 47: tyr.v1.Tyr.Ring:output_type -> tyr.v1.RingResponse
+	36, // 48: tyr.v1.Tyr.Resolve:output_type -> tyr.v1.ResolveResponse
+	38, // 49: tyr.v1.Tyr.NodeUsage:output_type -> tyr.v1.NodeUsageResponse
+	40, // 50: tyr.v1.Tyr.RingChange:output_type -> tyr.v1.RingChangeResponse
+	43, // 51: tyr.v1.Tyr.FsFetch:output_type -> tyr.v1.FsFetchResponse
+	45, // 52: tyr.v1.Tyr.FsInvalidate:output_type -> tyr.v1.FsInvalidateResponse
+	38, // [38:53] is the sub-list for method output_type
+	23, // [23:38] is the sub-list for method input_type
 	23, // [23:23] is the sub-list for extension type_name
 	23, // [23:23] is the sub-list for extension extendee
 	0,  // [0:23] is the sub-list for field type_name
@@ -3131,7 +3407,7 @@ func file_api_tyrpb_tyr_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_tyrpb_tyr_proto_rawDesc), len(file_api_tyrpb_tyr_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   40,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

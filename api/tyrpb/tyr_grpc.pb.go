@@ -37,6 +37,8 @@ const (
 	Tyr_Resolve_FullMethodName        = "/tyr.v1.Tyr/Resolve"
 	Tyr_NodeUsage_FullMethodName      = "/tyr.v1.Tyr/NodeUsage"
 	Tyr_RingChange_FullMethodName     = "/tyr.v1.Tyr/RingChange"
+	Tyr_FsFetch_FullMethodName        = "/tyr.v1.Tyr/FsFetch"
+	Tyr_FsInvalidate_FullMethodName   = "/tyr.v1.Tyr/FsInvalidate"
 )
 
 // TyrClient is the client API for Tyr service.
@@ -90,6 +92,20 @@ type TyrClient interface {
 	// refused with INVALID_ARGUMENT; one while another change is in progress
 	// with UNAVAILABLE.
 	RingChange(ctx context.Context, in *RingChangeRequest, opts ...grpc.CallOption) (*RingChangeResponse, error)
+	// FsFetch opens and reads a TýrFS file (internal/fslayout) in one
+	// request, for the credentials given: the answering node checks search
+	// permission on every ancestor directory and read permission on the file,
+	// from its own store, its cache of popular directories' permissions, or
+	// a read of the directory's header, then reads the file's first part.
+	// File-system refusals (EACCES, ENOENT, ENOTDIR, EISDIR) come back in
+	// errno, not as RPC errors. Sent to the node serving the file's first
+	// chunk, it needs no other request when the ancestors are cached there.
+	FsFetch(ctx context.Context, in *FsFetchRequest, opts ...grpc.CallOption) (*FsFetchResponse, error)
+	// FsInvalidate drops the cached permissions of the directories whose
+	// keys start with prefix, on every member the answering node knows,
+	// before it answers. A member it cannot reach is waited out: it answers
+	// only once that member's cached entries have expired (their lease).
+	FsInvalidate(ctx context.Context, in *FsInvalidateRequest, opts ...grpc.CallOption) (*FsInvalidateResponse, error)
 }
 
 type tyrClient struct {
@@ -230,6 +246,26 @@ func (c *tyrClient) RingChange(ctx context.Context, in *RingChangeRequest, opts 
 	return out, nil
 }
 
+func (c *tyrClient) FsFetch(ctx context.Context, in *FsFetchRequest, opts ...grpc.CallOption) (*FsFetchResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FsFetchResponse)
+	err := c.cc.Invoke(ctx, Tyr_FsFetch_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *tyrClient) FsInvalidate(ctx context.Context, in *FsInvalidateRequest, opts ...grpc.CallOption) (*FsInvalidateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FsInvalidateResponse)
+	err := c.cc.Invoke(ctx, Tyr_FsInvalidate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TyrServer is the server API for Tyr service.
 // All implementations must embed UnimplementedTyrServer
 // for forward compatibility.
@@ -281,6 +317,20 @@ type TyrServer interface {
 	// refused with INVALID_ARGUMENT; one while another change is in progress
 	// with UNAVAILABLE.
 	RingChange(context.Context, *RingChangeRequest) (*RingChangeResponse, error)
+	// FsFetch opens and reads a TýrFS file (internal/fslayout) in one
+	// request, for the credentials given: the answering node checks search
+	// permission on every ancestor directory and read permission on the file,
+	// from its own store, its cache of popular directories' permissions, or
+	// a read of the directory's header, then reads the file's first part.
+	// File-system refusals (EACCES, ENOENT, ENOTDIR, EISDIR) come back in
+	// errno, not as RPC errors. Sent to the node serving the file's first
+	// chunk, it needs no other request when the ancestors are cached there.
+	FsFetch(context.Context, *FsFetchRequest) (*FsFetchResponse, error)
+	// FsInvalidate drops the cached permissions of the directories whose
+	// keys start with prefix, on every member the answering node knows,
+	// before it answers. A member it cannot reach is waited out: it answers
+	// only once that member's cached entries have expired (their lease).
+	FsInvalidate(context.Context, *FsInvalidateRequest) (*FsInvalidateResponse, error)
 	mustEmbedUnimplementedTyrServer()
 }
 
@@ -329,6 +379,12 @@ func (UnimplementedTyrServer) NodeUsage(context.Context, *NodeUsageRequest) (*No
 }
 func (UnimplementedTyrServer) RingChange(context.Context, *RingChangeRequest) (*RingChangeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RingChange not implemented")
+}
+func (UnimplementedTyrServer) FsFetch(context.Context, *FsFetchRequest) (*FsFetchResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method FsFetch not implemented")
+}
+func (UnimplementedTyrServer) FsInvalidate(context.Context, *FsInvalidateRequest) (*FsInvalidateResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method FsInvalidate not implemented")
 }
 func (UnimplementedTyrServer) mustEmbedUnimplementedTyrServer() {}
 func (UnimplementedTyrServer) testEmbeddedByValue()             {}
@@ -585,6 +641,42 @@ func _Tyr_RingChange_Handler(srv interface{}, ctx context.Context, dec func(inte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Tyr_FsFetch_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FsFetchRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TyrServer).FsFetch(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Tyr_FsFetch_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TyrServer).FsFetch(ctx, req.(*FsFetchRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Tyr_FsInvalidate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FsInvalidateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TyrServer).FsInvalidate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Tyr_FsInvalidate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TyrServer).FsInvalidate(ctx, req.(*FsInvalidateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Tyr_ServiceDesc is the grpc.ServiceDesc for Tyr service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -643,6 +735,14 @@ var Tyr_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RingChange",
 			Handler:    _Tyr_RingChange_Handler,
+		},
+		{
+			MethodName: "FsFetch",
+			Handler:    _Tyr_FsFetch_Handler,
+		},
+		{
+			MethodName: "FsInvalidate",
+			Handler:    _Tyr_FsInvalidate_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

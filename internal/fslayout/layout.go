@@ -378,3 +378,18 @@ func KeyOf(p string, k Kind) string {
 
 // Len returns the number of entries.
 func (l DirLog) Len() int { return len(l.entries) }
+
+// Ancestors returns the keys of the directories above clean path p, from
+// the root down: "/" and "/a/" for "/a/b"; none for "/".
+func Ancestors(p string) []string {
+	if p == "/" {
+		return nil
+	}
+	out := []string{"/"}
+	for i := 1; i < len(p); i++ {
+		if p[i] == '/' {
+			out = append(out, p[:i+1])
+		}
+	}
+	return out
+}

@@ -66,3 +66,9 @@ const (
 // two minutes): a restarted node is reached again within this of listening,
 // by its peers and by clients.
 const ReconnectDelayMax = time.Second
+
+// FSPermissionLease is how long a node uses its copy of a TýrFS
+// directory's permissions after the fetch that made it began
+// (internal/fsmeta), and so the longest a permission change waits for a
+// member it cannot reach.
+const FSPermissionLease = 5 * time.Second

@@ -25,11 +25,18 @@ type Metrics struct {
 	reads    *prometheus.CounterVec
 	// dataReads counts the reads answered over the data path.
 	dataReads prometheus.Counter
+	// fsPerms counts TýrFS fetches' permission lookups by source;
+	// fsInvalidated counts the copies of permissions invalidations dropped.
+	fsPerms       *prometheus.CounterVec
+	fsInvalidated prometheus.Counter
 }
 
 // NewMetrics creates the metrics: tyr_ops_total{op,code},
 // tyr_op_duration_seconds{op}, tyr_bytes_total{direction},
-// tyr_reads_total{path}, tyr_data_path_reads_total and the Go runtime and process collectors.
+// tyr_reads_total{path}, tyr_data_path_reads_total,
+// tyr_fs_permission_lookups_total{source},
+// tyr_fs_permission_copies_dropped_total and the Go runtime and process
+// collectors.
 func NewMetrics() *Metrics {
 	m := &Metrics{
 		Registry: prometheus.NewRegistry(),
@@ -51,11 +58,22 @@ func NewMetrics() *Metrics {
 			Name: "tyr_data_path_reads_total",
 			Help: "Reads answered over the data path; the other reads of tyr_ops_total came over gRPC.",
 		}),
+		fsPerms: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tyr_fs_permission_lookups_total",
+			Help: "Directory permissions TýrFS fetches checked, by source: local (this node holds the directory), copy (a popular directory's copy) or remote (a read of its header from another node).",
+		}, []string{"source"}),
+		fsInvalidated: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tyr_fs_permission_copies_dropped_total",
+			Help: "Copies of directories' permissions dropped by invalidations.",
+		}),
+	}
+	for _, src := range []string{fsPermLocal, fsPermCopy, fsPermRemote} {
+		m.fsPerms.WithLabelValues(src)
 	}
 	// Both paths are exported from the start, at zero.
 	m.reads.WithLabelValues(readLocal)
 	m.reads.WithLabelValues(readForwarded)
-	m.Registry.MustRegister(m.ops, m.latency, m.bytes, m.reads, m.dataReads,
+	m.Registry.MustRegister(m.ops, m.latency, m.bytes, m.reads, m.dataReads, m.fsPerms, m.fsInvalidated,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

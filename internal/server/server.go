@@ -21,6 +21,7 @@ import (
 	"github.com/tyrstore/tyr/api/peerpb"
 	"github.com/tyrstore/tyr/api/tyrpb"
 	"github.com/tyrstore/tyr/internal/errs"
+	"github.com/tyrstore/tyr/internal/fsmeta"
 	"github.com/tyrstore/tyr/internal/keyspace"
 	"github.com/tyrstore/tyr/internal/limits"
 	"github.com/tyrstore/tyr/internal/mvcc"
@@ -50,11 +51,15 @@ type Service struct {
 	routing atomic.Pointer[routingIDs]
 	// dataRead serves the data path's reads (datapath.go); set by Register.
 	dataRead grpc.UnaryHandler
+	// fsmeta keeps TýrFS's copies of popular directories' permissions
+	// (fsmeta.go).
+	fsmeta *fsmeta.Resolver
 }
 
 // NewService returns a Service over engine.
 func NewService(engine *storage.Engine, log *slog.Logger) *Service {
-	return &Service{engine: engine, log: log, ops: newOpsRate(time.Now())}
+	now := time.Now()
+	return &Service{engine: engine, log: log, ops: newOpsRate(now), fsmeta: fsmeta.NewResolver(now)}
 }
 
 // Register creates a gRPC server with tyr's limits and interceptors and

@@ -1,0 +1,251 @@
+package tyrfs
+
+// Fetch and the server's metadata service (internal/fsmeta): permission
+// checks on one server, then popularity-based copies of directories'
+// permissions and their synchronous invalidation on a 3-node cluster at
+// replication 1, where files and their directories sit on different
+// nodes. Reproduce with `go test -race -run TestFetch ./tyrfs`.
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tyrstore/tyr/client"
+	"github.com/tyrstore/tyr/internal/fsmeta"
+	"github.com/tyrstore/tyr/internal/testserver"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+// TestFetchPermissions: Fetch refuses, for the credentials it acts as,
+// what POSIX would: search on every ancestor, read on the file.
+func TestFetchPermissions(t *testing.T) {
+	ctx, _, f := newFS(t)
+	alice, bob, carol := Cred{UID: 1000, GIDs: []uint32{100}}, Cred{UID: 2000, GIDs: []uint32{100}}, Cred{UID: 3000, GIDs: []uint32{300}}
+	must[Attr](t)(f.Mkdir(ctx, "/d", Owner{Mode: 0o755}))
+	must[Attr](t)(f.Mkdir(ctx, "/d/s", Owner{UID: 1000, GID: 100, Mode: 0o700}))
+	must[Attr](t)(f.Create(ctx, "/d/f", Owner{UID: 1000, GID: 100, Mode: 0o640}))
+	must[Attr](t)(f.Create(ctx, "/d/s/g", Owner{UID: 1000, GID: 100, Mode: 0o644}))
+	if err := f.WriteAt(ctx, "/d/f", 0, []byte("data")); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		who  Cred
+		p    string
+		want syscall.Errno
+	}{
+		{alice, "/d/f", 0},
+		{bob, "/d/f", 0},               // group read
+		{carol, "/d/f", syscall.EACCES}, // others: none
+		{Cred{}, "/d/f", 0},             // root
+		{alice, "/d/s/g", 0},
+		{bob, "/d/s/g", syscall.EACCES}, // no search on /d/s
+		{Cred{}, "/d/s/g", 0},
+		{alice, "/d/none", syscall.ENOENT},
+		{alice, "/d/none/x", syscall.ENOENT},
+		{alice, "/d/f/x", syscall.ENOTDIR},
+		{alice, "/d", syscall.EISDIR},
+		{alice, "/", syscall.EISDIR},
+		{alice, "d/f", syscall.EINVAL},
+	} {
+		a, data, err := f.As(c.who).Fetch(ctx, c.p)
+		if got := Errno(err); got != c.want {
+			t.Fatalf("uid %d fetch %s: %v (errno %v), want errno %v", c.who.UID, c.p, err, got, c.want)
+		}
+		if c.want == 0 && c.p == "/d/f" && (string(data) != "data" || a.Size != 4 || a.Mode != 0o640) {
+			t.Fatalf("uid %d fetch %s: %q, %+v", c.who.UID, c.p, data, a)
+		}
+	}
+	// A change to a directory's permissions applies to the next fetch.
+	must[Attr](t)(f.Setattr(ctx, "/d", KindDir, SetAttr{Mode: ptr[uint32](0o700)}))
+	if _, _, err := f.As(bob).Fetch(ctx, "/d/f"); Errno(err) != syscall.EACCES {
+		t.Fatalf("after chmod 700 /d: %v, want EACCES", err)
+	}
+}
+
+// TestFetchCluster: on 3 nodes at replication 1, fetches of many files
+// under one directory, by a user the directories let in, are answered
+// by the files' nodes with copies of the directories' permissions after
+// the first few (the directories are popular), not a read of their
+// headers each. A chmod of the directory through another node then
+// refuses every next fetch at once (synchronous invalidation); with one
+// node paused, the chmod waits the lease out, and the paused node, once
+// resumed, does not use its old copy.
+func TestFetchCluster(t *testing.T) {
+	lc := testserver.UpCluster(t, 3, "--metrics")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	clients := make([]*client.Client, 3)
+	for i := range clients {
+		c, err := client.Dial(lc.Endpoints[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		clients[i] = c
+	}
+	cfg := client.DefaultKeyspaceConfig()
+	cfg.Replication = 1
+	if _, err := clients[0].CreateKeyspace(ctx, "tfs", cfg); err != nil {
+		t.Fatal(err)
+	}
+	fss := make([]*FS, 3)
+	for i, c := range clients {
+		fss[i] = must[*FS](t)(New(ctx, c, "tfs"))
+	}
+	const files = 60
+	must[Attr](t)(fss[0].Mkdir(ctx, "/data", Owner{Mode: 0o755}))
+	for i := range files {
+		p := fmt.Sprintf("/data/f%d", i)
+		must[Attr](t)(fss[0].Create(ctx, p, Owner{UID: 1000, Mode: 0o644}))
+		if err := fss[0].WriteAt(ctx, p, 0, []byte(p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bob := Cred{UID: 2000, GIDs: []uint32{200}}
+	fetchAll := func(fs *FS, want syscall.Errno) {
+		t.Helper()
+		for i := range files {
+			p := fmt.Sprintf("/data/f%d", i)
+			_, data, err := fs.As(bob).Fetch(ctx, p)
+			if got := Errno(err); got != want {
+				t.Fatalf("fetch %s: %v (errno %v), want errno %v", p, err, got, want)
+			}
+			if want == 0 && string(data) != p {
+				t.Fatalf("fetch %s: %q", p, data)
+			}
+		}
+	}
+	before := make([]map[string]float64, 3)
+	for k := range before {
+		before[k] = permLookups(t, lc.MetricsAddr(k+1))
+	}
+	const rounds = 5
+	for range rounds {
+		fetchAll(fss[0], 0)
+	}
+	// Every fetch checks "/" and "/data/"; the files are spread, so
+	// each node serving some checks both; copies answer all but the first
+	// PopularMin remote lookups of each directory on each node.
+	serving, total := 0, map[string]float64{}
+	for k := range before {
+		after := permLookups(t, lc.MetricsAddr(k+1))
+		n := map[string]float64{}
+		for src := range after {
+			n[src] = after[src] - before[k][src]
+			total[src] += n[src]
+		}
+		t.Logf("node%d permission lookups: %v", k+1, n)
+		if n["local"]+n["copy"]+n["remote"] > 0 {
+			serving++
+		}
+		if n["remote"] > 2*fsmeta.PopularMin {
+			t.Errorf("node%d read directory headers remotely %v times, want at most %d (2 directories, popular from %d requests)",
+				k+1, n["remote"], 2*fsmeta.PopularMin, fsmeta.PopularMin)
+		}
+	}
+	if serving < 2 {
+		t.Fatalf("%d nodes answered fetches, want the files spread over 2 or more", serving)
+	}
+	if got := total["local"] + total["copy"] + total["remote"]; got != 2*files*rounds {
+		t.Fatalf("%v permission lookups, want %d (2 per fetch)", got, 2*files*rounds)
+	}
+	if total["copy"] == 0 {
+		t.Fatal("no lookup answered by a copy")
+	}
+
+	// chmod through another node: every next fetch, through any node, is
+	// refused; after chmod back, allowed.
+	must[Attr](t)(fss[1].Setattr(ctx, "/data", KindDir, SetAttr{Mode: ptr[uint32](0o700)}))
+	fetchAll(fss[2], syscall.EACCES)
+	must[Attr](t)(fss[1].Setattr(ctx, "/data", KindDir, SetAttr{Mode: ptr[uint32](0o755)}))
+	fetchAll(fss[0], 0)
+	fetchAll(fss[0], 0) // copies again
+
+	// A paused member cannot be told: the chmod waits its copies' lease
+	// out, and once resumed it refuses too. The paused node holds neither
+	// directory (so the chmod can commit) and answered fetches with copies.
+	paused := 0
+	for k := 1; k <= 3 && paused == 0; k++ {
+		if !slices.Contains(lc.Holders("tfs", "/", 1), k) && !slices.Contains(lc.Holders("tfs", "/data/", 1), k) {
+			paused = k
+		}
+	}
+	if n := permLookups(t, lc.MetricsAddr(paused)); paused == 0 || n["copy"] == 0 {
+		t.Fatalf("node%d holds neither directory, with lookups %v: want one that used copies", paused, n)
+	}
+	other := fss[paused%3] // an FS whose endpoint is another node
+	fetchAll(other, 0)     // copies within their lease on every node
+	lc.Signal(paused, syscall.SIGSTOP)
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			lc.Signal(paused, syscall.SIGCONT)
+		}
+	}
+	t.Cleanup(resume) // before the cluster is taken down
+	start := time.Now()
+	must[Attr](t)(other.Setattr(ctx, "/data", KindDir, SetAttr{Mode: ptr[uint32](0o700)}))
+	if took := time.Since(start); took < time.Second {
+		t.Fatalf("chmod with node%d paused took %v, want it to wait for the member or its lease", paused, took)
+	}
+	resume()
+	deadline := time.Now().Add(time.Minute)
+	for i := 0; i < files; {
+		p := fmt.Sprintf("/data/f%d", i)
+		_, data, err := other.As(bob).Fetch(ctx, p)
+		switch Errno(err) {
+		case syscall.EACCES:
+			i++
+		case syscall.EIO, syscall.EAGAIN: // the resumed node rejoining
+			if time.Now().After(deadline) {
+				t.Fatalf("fetch %s: still failing after a minute: %v", p, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		default:
+			t.Fatalf("fetch %s after chmod 700 with node%d paused: %q, %v; want EACCES", p, paused, data, err)
+		}
+	}
+}
+
+// permLookups returns tyr_fs_permission_lookups_total by source from the
+// metrics at addr.
+func permLookups(t *testing.T, addr string) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	const prefix = `tyr_fs_permission_lookups_total{source="`
+	for sc.Scan() {
+		line, ok := strings.CutPrefix(sc.Text(), prefix)
+		if !ok {
+			continue
+		}
+		src, val, ok := strings.Cut(line, `"} `)
+		if !ok {
+			t.Fatalf("metrics line %q", sc.Text())
+		}
+		v, err := strconv.ParseFloat(val, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[src] = v
+	}
+	if len(out) != 3 {
+		t.Fatalf("metrics at %s: permission lookups by source %v, want local, copy and remote", addr, out)
+	}
+	return out
+}
