@@ -43,7 +43,7 @@ func TestFetchPermissions(t *testing.T) {
 		want syscall.Errno
 	}{
 		{alice, "/d/f", 0},
-		{bob, "/d/f", 0},               // group read
+		{bob, "/d/f", 0},                // group read
 		{carol, "/d/f", syscall.EACCES}, // others: none
 		{Cred{}, "/d/f", 0},             // root
 		{alice, "/d/s/g", 0},

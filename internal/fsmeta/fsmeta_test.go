@@ -65,11 +65,11 @@ func TestAllowed(t *testing.T) {
 	}{
 		{dir(0o755, 0, 0), alice, MayExec, true},
 		{dir(0o700, 0, 0), alice, MayExec, false},
-		{dir(0o750, 0, 100), alice, MayExec, true},  // group
+		{dir(0o750, 0, 100), alice, MayExec, true},     // group
 		{dir(0o507, 2000, 100), alice, MayExec, false}, // the group triplet decides, though others may
 		{dir(0o070, 0, 100), alice, MayExec, true},
 		{dir(0o077, 1000, 100), alice, MayExec, false}, // owner without rights
-		{dir(0o000, 0, 0), root, MayExec, true},       // root searches any directory
+		{dir(0o000, 0, 0), root, MayExec, true},        // root searches any directory
 		{file(0o644, 1000, 100), alice, MayRead, true},
 		{file(0o244, 1000, 100), alice, MayRead, false},
 		{file(0o604, 2000, 100), alice, MayRead, false}, // group 0
