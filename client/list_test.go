@@ -136,8 +136,9 @@ func TestListDataCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// The ring puts the blobs on every node (a node's own count of its
-	// blobs lags the writes, so the ring says where they are).
+	// The ring puts the blobs on every node. (Asked right after the
+	// writes, a node once counted none of its own: the ring is the
+	// placement the writes used.)
 	held := map[int]int{}
 	for k := range want {
 		held[lc.Holders("ldc", k, 1)[0]]++
