@@ -31,7 +31,10 @@
 //
 // There is no subscription list to lose when a node restarts or the
 // coordinator of a directory moves: an invalidation goes to every member,
-// which is cheap since permission changes are rare.
+// which is cheap since permission changes are rare. The invalidation
+// follows the change's commit, from the changing client: if that client
+// dies between the two, copies of the old permissions are used for at
+// most Lease after the commit.
 package fsmeta
 
 import (

@@ -188,7 +188,7 @@ func (s *Service) FsInvalidate(ctx context.Context, req *tyrpb.FsInvalidateReque
 	if n := s.fsmeta.Invalidate(name, prefix); n > 0 && s.metrics != nil {
 		s.metrics.fsInvalidated.Add(float64(n))
 	}
-	if req.GetLocal() || s.cluster == nil {
+	if req.GetLocal() || s.cluster == nil || s.node == nil {
 		return &tyrpb.FsInvalidateResponse{}, nil
 	}
 	fwd := &tyrpb.FsInvalidateRequest{Keyspace: req.GetKeyspace(), Prefix: req.GetPrefix(), Local: true}
