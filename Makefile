@@ -4,7 +4,7 @@ BIN         := bin/tyr
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.7.0
 FUZZTIME    ?= 20000x
 
-.PHONY: build libtyr install-libtyr deps python s3compat fstest run test unit lint fuzz fuzz-long gc-soak crash-long sim ring-sim torture bench profile bench-peers bench-cluster bench-txn proto clean
+.PHONY: build libtyr install-libtyr deps python s3compat fstest run test unit lint fuzz fuzz-long gc-soak crash-long sim ring-sim torture bench profile bench-peers bench-cluster bench-txn bench-fs proto clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/tyr
@@ -172,6 +172,13 @@ bench-cluster: build
 # with aborts per committed operation. Writes bench/results/txn-<date>.md.
 bench-txn: build
 	scripts/bench-cluster.sh txn
+
+# TýrFS (tyr mount and the tyrfs package) against a directory on the local
+# disk and CephFS (ceph-fuse; CEPH=0 leaves it out): a data set read as
+# 32 MiB and as 32 KiB files, and create/stat/delete rates. Writes
+# bench/results/fs-<date>.md.
+bench-fs: build
+	scripts/bench-fs.sh
 
 proto:
 	protoc --go_out=. --go_opt=paths=source_relative \

@@ -29,7 +29,7 @@ import (
 const maxValueBytes = limits.PayloadBytesMax
 
 // Workloads is every workload Run knows, in the order help lists them.
-var Workloads = []string{"write", "read", "object", "list", "isolation", "stream", "counter", "monalisa", "bank", "limits"}
+var Workloads = []string{"write", "read", "object", "list", "isolation", "stream", "counter", "monalisa", "bank", "fs", "limits"}
 
 // AggModes are the ways tyr updates counters and aggregates: atomic ops
 // applied on the server, or transactional read-modify-write.
@@ -119,6 +119,21 @@ type Config struct {
 	// ListKeys is the keys of the list workload's large prefix.
 	ListKeys int
 
+	// The fs workload's systems: FSNative names the tyrfs package's
+	// system over Endpoint ("" for none), FSDirs the directories; its data
+	// set of FSDataSet bytes is stored as files of FSLargeFile bytes and
+	// as files of FSSmallFile bytes, and each create phase makes at most
+	// FSMetaFiles files.
+	FSNative    string
+	FSDirs      []FSDir
+	FSDataSet   int64
+	FSLargeFile int64
+	FSSmallFile int64
+	FSMetaFiles int
+	// fsAfterFill, when set, is called after each system stored each of
+	// the fs data sets, with the paths of its files.
+	fsAfterFill func(t fsTarget, paths []string) error
+
 	// MaxErrors stops a measurement once that many operations failed, so a
 	// broken server ends the run instead of spinning.
 	MaxErrors int
@@ -152,6 +167,11 @@ func DefaultConfig() Config {
 		StreamInFlight:  4,
 		ObjectSizes:     slices.Clone(ObjectSizes),
 		ListKeys:        1_000_000,
+		FSNative:        "tyrfs-native",
+		FSDataSet:       FSDataSetDefault,
+		FSLargeFile:     FSLargeFileDefault,
+		FSSmallFile:     FSSmallFileDefault,
+		FSMetaFiles:     FSMetaFilesDefault,
 		MaxErrors:       100,
 		OpTimeout:       30 * time.Second,
 	}
@@ -250,6 +270,9 @@ func (c *Config) validate() error {
 		if how != S3FillNative && !filepath.IsAbs(how) {
 			problems = append(problems, fmt.Errorf("--s3-fill %s=%s: want %s or an absolute directory", name, how, S3FillNative))
 		}
+	}
+	if c.Workload == FSWorkload {
+		problems = append(problems, c.validateFS()...)
 	}
 	if c.MaxErrors < 1 {
 		problems = append(problems, fmt.Errorf("--max-errors %d: must be positive", c.MaxErrors))
@@ -413,6 +436,9 @@ func Run(ctx context.Context, cfg Config, emit func(Result) error) (err error) {
 		return runLimits(ctx, &cfg, emit)
 	}
 	cfg.progress("workload %s, seed %d", cfg.Workload, cfg.Seed)
+	if cfg.Workload == FSWorkload {
+		return runFS(ctx, &cfg, emit)
+	}
 	// opened holds every system set up, measured or not, so that all are
 	// cleaned up.
 	var opened []system

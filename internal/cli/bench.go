@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -55,6 +56,15 @@ Workloads:
             conflict; afterwards the balances must still add up, on every
             system. tyr keeps --accounts-per-blob 8-byte balances side by
             side in a blob and runs RunTx
+  fs        a data set (--data-set) stored as --large-file files and again as
+            --small-file files, each read whole by each count of readers;
+            then files empty and of 4 KiB created, stat'ed, read and
+            deleted, each client in a directory of its own; systems:
+            tyrfs-native (--native, the tyrfs package over --endpoint:
+            Fetch, Create+WriteAt) and directories driven with os calls:
+            TýrFS mounts (--mount NAME=PATH), peers such as the local disk
+            (--dir NAME=PATH) and distributed file systems (--distributed
+            NAME=PATH); every read is checked byte for byte
   limits    no server: loopback TCP round trips, loopback stream MB/s and
             small appends with fsync and 4 MiB sequential writes with fsync
             in --dir, the limits the other results can be read against
@@ -166,6 +176,36 @@ func (f sizesFlag) Set(s string) error {
 
 func (sizesFlag) Type() string { return "sizes" }
 
+// fsDirsFlag collects NAME=PATH directories of one role.
+type fsDirsFlag struct {
+	dirs *[]bench.FSDir
+	role string
+}
+
+func (f fsDirsFlag) String() string {
+	if f.dirs == nil {
+		return ""
+	}
+	var out []string
+	for _, d := range *f.dirs {
+		if d.Role == f.role {
+			out = append(out, d.Name+"="+d.Path)
+		}
+	}
+	return strings.Join(out, ",")
+}
+
+func (f fsDirsFlag) Set(s string) error {
+	d, err := bench.ParseFSDir(s, f.role)
+	if err != nil {
+		return err
+	}
+	*f.dirs = append(*f.dirs, d)
+	return nil
+}
+
+func (fsDirsFlag) Type() string { return "NAME=PATH" }
+
 // s3PeersFlag collects --s3 NAME=URL values.
 type s3PeersFlag struct{ peers *[]bench.S3Peer }
 
@@ -205,6 +245,8 @@ var workloadShort = map[string]string{
 		"and power-law aggregate reads",
 	"bank": "Transfers between random accounts, each a serializable read-modify-write transaction of two " +
 		"balances; the balances' sum is checked afterwards",
+	"fs": "Whole-file reads of one data set as large and as small files, and create/stat/read/delete of " +
+		"empty and 4 KiB files: tyrfs-native, TýrFS mounts and peer directories",
 	"limits": "The machine's loopback round trips, loopback stream and fsync rate, for reading the other results",
 }
 
@@ -260,6 +302,19 @@ func newBenchWorkloadCommand(e *env, workload string) *cobra.Command {
 		f.IntVar(&cfg.Accounts, "accounts", cfg.Accounts, "accounts transfers move money between")
 		f.IntVar(&cfg.AccountsPerBlob, "accounts-per-blob", cfg.AccountsPerBlob,
 			"balances tyr keeps side by side in one blob (transfers conflict per blob)")
+	case bench.FSWorkload:
+		cfg.Clients = []int{1, 16}
+		f.Lookup("clients").DefValue = "[1,16]"
+		f.Var(fsDirsFlag{&cfg.FSDirs, bench.RoleFSMount}, "mount", "a TýrFS mount to measure: NAME=PATH, repeatable")
+		f.Var(fsDirsFlag{&cfg.FSDirs, bench.RoleFSPeer}, "dir", "a peer directory to measure, e.g. on the local disk: NAME=PATH, repeatable")
+		f.Var(fsDirsFlag{&cfg.FSDirs, bench.RoleFSDistributed}, "distributed",
+			"a distributed file system's mount to measure, the peer of the bars: NAME=PATH, repeatable")
+		f.StringVar(&cfg.FSNative, "native", cfg.FSNative,
+			"name of the tyrfs package's system over --endpoint, in a keyspace of its own; empty to leave it out")
+		f.Var(sizeFlag{&cfg.FSDataSet}, "data-set", "bytes of the data set, stored as large files and again as small ones")
+		f.Var(sizeFlag{&cfg.FSLargeFile}, "large-file", "size of the data set's large files")
+		f.Var(sizeFlag{&cfg.FSSmallFile}, "small-file", "size of the data set's small files")
+		f.IntVar(&cfg.FSMetaFiles, "meta-files", cfg.FSMetaFiles, "most files one create phase makes, over all its clients")
 	case "limits":
 		f.StringVar(&cfg.Dir, "dir", cfg.Dir, "directory to measure the fsync rate in: one on the disk the servers use")
 	}
@@ -275,6 +330,10 @@ func newBenchWorkloadCommand(e *env, workload string) *cobra.Command {
 	f.IntVar(&cfg.MaxErrors, "max-errors", cfg.MaxErrors, "stop a measurement after this many failed operations")
 	f.DurationVar(&cfg.OpTimeout, "op-timeout", cfg.OpTimeout, "deadline of each operation")
 	if workload == "limits" {
+		return cmd
+	}
+	if workload == bench.FSWorkload {
+		f.IntVar(&cfg.Replication, "replication", cfg.Replication, "replication factor of the native system's keyspace")
 		return cmd
 	}
 	f.StringVar(&cfg.System, "system", cfg.System, "name of tyr in the results, e.g. to tell deployments apart in one report")
@@ -340,6 +399,12 @@ func writeBenchSummary(w io.Writer, cfg bench.Config, results []bench.Result) {
 	case "bank":
 		fmt.Fprintf(w, "bank: %d accounts, %d per blob on tyr, %s per measurement, seed %d, tyr at %s\n\n",
 			cfg.Accounts, cfg.AccountsPerBlob, cfg.Duration, cfg.Seed, cfg.Endpoint)
+	case bench.FSWorkload:
+		fmt.Fprintf(w, "fs: a data set of %s as %s and as %s files, %s per measurement, at most %d files per create phase, seed %d\n\n",
+			bench.FormatSize(cfg.FSDataSet), bench.FormatSize(cfg.FSLargeFile), bench.FormatSize(cfg.FSSmallFile),
+			cfg.Duration, cfg.FSMetaFiles, cfg.Seed)
+		_ = bench.WriteFSReport(w, results)
+		return
 	case "limits":
 		fmt.Fprintf(w, "limits: %s per measurement, fsync in %s\n\n", cfg.Duration, cfg.Dir)
 	default:
@@ -393,6 +458,9 @@ targets: each bound, the ratio this run measured and whether it is met.`,
 			}
 			if len(all) == 0 {
 				return errors.New("no results to report")
+			}
+			if len(all) > 0 && !slices.ContainsFunc(all, func(r bench.Result) bool { return !bench.IsFS(r) }) {
+				return bench.WriteFSReport(e.stdout, all)
 			}
 			var links map[string]string
 			if plots != "" {

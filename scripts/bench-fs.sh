@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# bench-fs.sh: the file system benchmark, one run. Starts a tyr server on
+# 127.0.0.1 with its data on the project's disk, mounts a keyspace of it
+# with `tyr mount`, and, unless CEPH=0, starts a CephFS cluster with one MDS
+# (../shared/peers/ceph/setup.sh --fs, mounted with ceph-fuse by its
+# mount.sh, torn down with teardown.sh --purge at the end). Then `tyr bench
+# fs` reads a data set stored as 32 MiB files and as 32 KiB files with 1
+# and 16 readers, and creates, stats, reads and deletes empty and 4 KiB
+# files, on: a directory on the local disk (the physical reference), the
+# tyr mount, tyrfs-native (the tyrfs package over the Go client) and
+# CephFS. Writes bench/results/fs-DATE.md (and its JSON lines).
+#
+#   scripts/bench-fs.sh [SECONDS]          # per measurement, default 5
+#   DATA_SET=1GiB CLIENTS=1,16 CEPH=0 scripts/bench-fs.sh 10
+set -euo pipefail
+cd "$(dirname "$0")/.."
+duration=${1:-5}
+data_set=${DATA_SET:-256MiB}
+clients=${CLIENTS:-1,16}
+ceph=${CEPH:-1}
+cephdir=${CEPH_PEER_DIR:-$(cd .. && pwd)/shared/peers/ceph}
+[[ -d $cephdir ]] || cephdir=/work/shared/peers/ceph
+make -s build
+mkdir -p build
+dir=$(mktemp -d "$PWD/build/bench-fs-XXXXXX") # on the project's disk
+mnt=$dir/mnt cephmnt=$dir/cephfs
+mkdir -p "$dir/local" "$mnt"
+pids=()
+ceph_started=0
+cleanup() {
+	if mountpoint -q "$mnt"; then fusermount3 -u "$mnt" || true; fi
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null || true; done
+	if [[ $ceph_started == 1 ]]; then
+		"$cephdir/umount.sh" --force "$cephmnt" || true
+		"$cephdir/teardown.sh" --purge || true
+	fi
+	rm -rf --one-file-system "$dir"
+}
+trap cleanup EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_port() { for _ in $(seq 300); do python3 -c "import socket; socket.create_connection(('127.0.0.1', $1), 1)" 2>/dev/null && return; sleep 0.1; done; echo "nothing on port $1" >&2; exit 1; }
+port=$(free_port)
+bin/tyr server --data "$dir/tyr" --listen "127.0.0.1:$port" --log-level warn >"$dir/tyr.log" 2>&1 &
+pids+=($!)
+wait_port "$port"
+bin/tyr mount --create --endpoint "127.0.0.1:$port" benchfs "$mnt" >"$dir/mount.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do mountpoint -q "$mnt" && break; sleep 0.1; done
+mountpoint -q "$mnt" || { echo "tyr mount did not come up:" >&2; cat "$dir/mount.log" >&2; exit 1; }
+systems=(--dir "local-ext4=$dir/local" --mount "tyr-mount=$mnt")
+if [[ $ceph == 1 ]]; then
+	if [[ -e /tmp/cephpeer ]]; then
+		echo "/tmp/cephpeer exists: a Ceph cluster is in use; run with CEPH=0 or tear it down first" >&2
+		exit 1
+	fi
+	ceph_started=1
+	"$cephdir/setup.sh" --fs >"$dir/ceph-setup.log" 2>&1 || { tail -20 "$dir/ceph-setup.log" >&2; exit 1; }
+	"$cephdir/mount.sh" "$cephmnt"
+	systems+=(--distributed "cephfs=$cephmnt")
+fi
+out=bench/results/fs-$(date +%F)
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+start=$(date +%s)
+bin/tyr bench fs --endpoint "127.0.0.1:$port" --data-set "$data_set" --clients "$clients" \
+	--duration "${duration}s" --op-timeout 5m "${systems[@]}" --json >"$out.jsonl"
+load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+{
+	echo "# TýrFS against the local disk and CephFS, $(date +%F)"
+	echo
+	echo "\`scripts/bench-fs.sh $duration\` (DATA_SET=$data_set, CLIENTS=$clients): \`tyr bench fs\`, a data set of"
+	echo "$data_set read whole as 32 MiB files and as 32 KiB files, then empty and 4 KiB files created, stat'ed,"
+	echo "read and deleted (each client in a directory of its own, at most 20,000 files per create phase),"
+	echo "${duration} s per measurement; every read checked byte for byte. One tyr server (sync on) with its"
+	echo "data on the local disk, mounted by \`tyr mount\` (no kernel cache); local-ext4 is a directory on the"
+	echo "same disk (reads from the page cache); CephFS is one MON, two OSDs (BlueStore on files on the"
+	echo "same disk, pools of 2 replicas) and one MDS on this machine, through ceph-fuse."
+	echo
+	echo "Machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) of memory,"
+	echo "shared with other work: load average (1, 5, 15 min) $load_before before the run and"
+	echo "$load_after after it; the run took $(( $(date +%s) - start )) s."
+	echo
+	bin/tyr bench report "$out.jsonl"
+} >"$out.md"
+echo "wrote $out.md"
