@@ -136,6 +136,25 @@ func (d *dataPath) read(ctx context.Context, addr string, req *tyrpb.ReadRequest
 	if req.GetUse() {
 		r.Flags |= frame.FlagUse
 	}
+	return d.send(ctx, addr, r)
+}
+
+// fetch sends a TýrFS fetch to addr as read does a read; a refusal
+// comes back as the response's errno.
+func (d *dataPath) fetch(ctx context.Context, addr string, req *tyrpb.FsFetchRequest) (*tyrpb.FsFetchResponse, frame.Header, error) {
+	resp, h, err := d.send(ctx, addr, frame.Read{Kind: frame.KindFsFetch, Keyspace: string(req.GetKeyspace()),
+		Key: string(req.GetPath()), Length: req.GetLength(), UID: req.GetUid(), GIDs: req.GetGids()})
+	if err != nil {
+		return nil, h, err
+	}
+	if h.Flags&frame.FlagErrno != 0 {
+		return &tyrpb.FsFetchResponse{Errno: uint32(h.Size)}, h, nil
+	}
+	return &tyrpb.FsFetchResponse{Data: resp.GetData(), Size: resp.GetSize(), Version: resp.GetVersion()}, h, nil
+}
+
+// send sends request r to addr and returns its answer, as read says.
+func (d *dataPath) send(ctx context.Context, addr string, r frame.Read) (*tyrpb.ReadResponse, frame.Header, error) {
 	if err := frame.CheckRead(r); err != nil {
 		return nil, frame.Header{}, status.Error(codes.InvalidArgument, err.Error())
 	}

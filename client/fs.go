@@ -19,7 +19,7 @@ import (
 // serving the file's first chunk.
 func (c *Client) FSFetch(ctx context.Context, ks, path string, uid uint32, gids []uint32, length uint64) (data []byte, info BlobInfo, errno uint32, err error) {
 	req := &tyrpb.FsFetchRequest{Keyspace: []byte(ks), Path: []byte(path), Uid: uid, Gids: gids, Length: length}
-	resp, err := routed(ctx, c, ks, path, readShape{direct: true, n: length}, req, tyrpb.TyrClient.FsFetch)
+	resp, err := c.fsFetchRPC(ctx, req)
 	if err != nil {
 		return nil, BlobInfo{}, 0, fromStatus(err)
 	}

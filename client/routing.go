@@ -448,13 +448,28 @@ func routed[Req, Resp any](ctx context.Context, c *Client, ks, key string, rd re
 // one marked "tyr-forwarded", goes over gRPC.
 func (c *Client) readRPC(ctx context.Context, req *tyrpb.ReadRequest) (*tyrpb.ReadResponse, error) {
 	rd := readShape{direct: req.GetVersion() == 0 && !req.GetConsistent(), off: req.GetOffset(), n: req.GetLength()}
+	return dataFirst(ctx, c, string(req.GetKeyspace()), string(req.GetKey()), rd, req, (*dataPath).read, tyrpb.TyrClient.Read)
+}
+
+// fsFetchRPC sends a TýrFS fetch as readRPC sends a read.
+func (c *Client) fsFetchRPC(ctx context.Context, req *tyrpb.FsFetchRequest) (*tyrpb.FsFetchResponse, error) {
+	rd := readShape{direct: true, n: req.GetLength()}
+	return dataFirst(ctx, c, string(req.GetKeyspace()), string(req.GetPath()), rd, req, (*dataPath).fetch, tyrpb.TyrClient.FsFetch)
+}
+
+// dataFirst sends req over the data path (data.go) to the node that
+// serves reads of key, or to the endpoint; a request the data path cannot
+// deliver, or one marked "tyr-forwarded", goes over gRPC.
+func dataFirst[Req, Resp any](ctx context.Context, c *Client, ks, key string, rd readShape, req Req,
+	data func(*dataPath, context.Context, string, Req) (Resp, frame.Header, error),
+	rpc func(tyrpb.TyrClient, context.Context, Req, ...grpc.CallOption) (Resp, error)) (Resp, error) {
 	if c.data != nil && !forwardedCall(ctx) {
-		addr := c.router.pickAddr(ctx, string(req.GetKeyspace()), string(req.GetKey()), rd)
+		addr := c.router.pickAddr(ctx, ks, key, rd)
 		routedRead := addr != ""
 		if !routedRead {
 			addr = c.endpointAddr
 		}
-		resp, h, err := c.data.read(ctx, addr, req)
+		resp, h, err := data(c.data, ctx, addr, req)
 		if h.Flags&frame.FlagRouting != 0 {
 			c.router.observeIDs(h.RingID, h.MembersID)
 		}
@@ -468,7 +483,7 @@ func (c *Client) readRPC(ctx context.Context, req *tyrpb.ReadRequest) (*tyrpb.Re
 			return resp, err
 		}
 	}
-	return routed(ctx, c, string(req.GetKeyspace()), string(req.GetKey()), rd, req, tyrpb.TyrClient.Read)
+	return routed(ctx, c, ks, key, rd, req, rpc)
 }
 
 func (c *Client) statRPC(ctx context.Context, req *tyrpb.StatRequest) (*tyrpb.BlobInfo, error) {

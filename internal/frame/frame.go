@@ -10,8 +10,13 @@
 //
 //	request:  u32 body length | u8 kind | u8 flags | u64 offset | u64 length
 //	          | u64 version | u8 keyspace length | keyspace | u16 key length | key
+//	          [ | u32 uid | u8 group count | u32 gid... ]   (KindFsFetch only)
 //	response: u32 body length | u8 code | u8 flags | u64 ring ID | u64 members ID
 //	          | u64 size | u64 version | data (code 0) or message (otherwise)
+//
+// A KindRead is a tyrpb.ReadRequest; a KindFsFetch is a
+// tyrpb.FsFetchRequest, its key the path, and its answer with FlagErrno
+// a file-system refusal, the errno in size.
 //
 // Integers are little-endian. code is a gRPC status code, so that errors
 // keep their class; the routing IDs are those the gRPC path puts in its
@@ -35,7 +40,8 @@ var Magic = [4]byte{'T', 'Y', 'R', 1}
 
 // Kinds of request.
 const (
-	KindRead byte = 1
+	KindRead byte = 1 + iota
+	KindFsFetch
 )
 
 // Read request flags, as in tyrpb.ReadRequest.
@@ -47,7 +53,9 @@ const (
 // Response flags.
 const (
 	// FlagRouting: the ring and members IDs are the answering node's.
-	FlagRouting byte = 1
+	FlagRouting byte = 1 << iota
+	// FlagErrno: a TýrFS fetch refused; Size holds the errno.
+	FlagErrno
 )
 
 // Sizes.
@@ -56,9 +64,11 @@ const (
 	LenBytes = 4
 	// readFixedBytes is the fixed part of a read request's body.
 	readFixedBytes = 1 + 1 + 8 + 8 + 8 + 1 + 2
-	// RequestBytesMax bounds a request's body: a read of the longest
-	// keyspace name and key.
-	RequestBytesMax = readFixedBytes + limits.KeyspaceNameBytesMax + limits.KeyBytesMax
+	// credBytesMax is the largest credentials part of a fetch.
+	credBytesMax = 4 + 1 + 4*limits.FSGroupsMax
+	// RequestBytesMax bounds a request's body: a fetch of the longest
+	// keyspace name and key, with the most groups.
+	RequestBytesMax = readFixedBytes + limits.KeyspaceNameBytesMax + limits.KeyBytesMax + credBytesMax
 	// HeaderBytes is the fixed part of a response's body.
 	HeaderBytes = 1 + 1 + 8 + 8 + 8 + 8
 	// MessageBytesMax bounds an error message; a longer one is cut.
@@ -70,28 +80,44 @@ const (
 // ErrMalformed is the error of a frame that does not decode.
 var ErrMalformed = errors.New("malformed data-path frame")
 
-// Read is a read request.
+// Read is a request: a read, or with Kind KindFsFetch a TýrFS fetch of
+// path Key for UID and GIDs (Offset and Version zero).
 type Read struct {
+	Kind     byte // KindRead if zero
 	Keyspace string
 	Key      string
 	Offset   uint64
 	Length   uint64
 	Version  uint64
 	Flags    byte
+	UID      uint32
+	GIDs     []uint32
 }
 
 // AppendRead appends r's frame, length prefix included, to b.
 func AppendRead(b []byte, r Read) []byte {
+	kind := max(r.Kind, KindRead)
 	n := readFixedBytes + len(r.Keyspace) + len(r.Key)
+	if kind == KindFsFetch {
+		n += 4 + 1 + 4*len(r.GIDs)
+	}
 	b = binary.LittleEndian.AppendUint32(b, uint32(n))
-	b = append(b, KindRead, r.Flags)
+	b = append(b, kind, r.Flags)
 	b = binary.LittleEndian.AppendUint64(b, r.Offset)
 	b = binary.LittleEndian.AppendUint64(b, r.Length)
 	b = binary.LittleEndian.AppendUint64(b, r.Version)
 	b = append(b, byte(len(r.Keyspace)))
 	b = append(b, r.Keyspace...)
 	b = binary.LittleEndian.AppendUint16(b, uint16(len(r.Key)))
-	return append(b, r.Key...)
+	b = append(b, r.Key...)
+	if kind == KindFsFetch {
+		b = binary.LittleEndian.AppendUint32(b, r.UID)
+		b = append(b, byte(len(r.GIDs)))
+		for _, g := range r.GIDs {
+			b = binary.LittleEndian.AppendUint32(b, g)
+		}
+	}
+	return b
 }
 
 // CheckRead reports whether r fits a request frame: the names' lengths
@@ -100,6 +126,9 @@ func CheckRead(r Read) error {
 	if len(r.Keyspace) > limits.KeyspaceNameBytesMax || len(r.Key) > limits.KeyBytesMax {
 		return fmt.Errorf("%w: keyspace name of %d bytes or key of %d bytes above the limits (%d, %d)",
 			ErrMalformed, len(r.Keyspace), len(r.Key), limits.KeyspaceNameBytesMax, limits.KeyBytesMax)
+	}
+	if len(r.GIDs) > limits.FSGroupsMax {
+		return fmt.Errorf("%w: %d groups, above %d", ErrMalformed, len(r.GIDs), limits.FSGroupsMax)
 	}
 	return nil
 }
@@ -118,11 +147,11 @@ func RequestLen(prefix []byte) (int, error) {
 // strings are copies: body may be reused.
 func DecodeRequest(body []byte) (Read, error) {
 	var r Read
-	if len(body) < readFixedBytes || body[0] != KindRead {
+	if len(body) < readFixedBytes || (body[0] != KindRead && body[0] != KindFsFetch) {
 		return r, fmt.Errorf("%w: request of %d bytes", ErrMalformed, len(body))
 	}
-	r.Flags = body[1]
-	if r.Flags&^(FlagConsistent|FlagUse) != 0 {
+	r.Kind, r.Flags = body[0], body[1]
+	if r.Flags&^(FlagConsistent|FlagUse) != 0 || (r.Kind == KindFsFetch && r.Flags != 0) {
 		return r, fmt.Errorf("%w: unknown read flags %#x", ErrMalformed, r.Flags)
 	}
 	r.Offset = binary.LittleEndian.Uint64(body[2:])
@@ -136,10 +165,23 @@ func DecodeRequest(body []byte) (Read, error) {
 	r.Keyspace = string(rest[1 : 1+ksLen])
 	rest = rest[1+ksLen:]
 	keyLen := int(binary.LittleEndian.Uint16(rest))
-	if len(rest) != 2+keyLen {
+	if len(rest) < 2+keyLen || (r.Kind == KindRead && len(rest) != 2+keyLen) {
 		return r, fmt.Errorf("%w: key of %d bytes in %d", ErrMalformed, keyLen, len(rest)-2)
 	}
-	r.Key = string(rest[2:])
+	r.Key = string(rest[2 : 2+keyLen])
+	if r.Kind == KindFsFetch {
+		rest = rest[2+keyLen:]
+		if len(rest) < 5 || len(rest) != 5+4*int(rest[4]) {
+			return r, fmt.Errorf("%w: credentials of %d bytes", ErrMalformed, len(rest))
+		}
+		r.UID = binary.LittleEndian.Uint32(rest)
+		if n := int(rest[4]); n > 0 {
+			r.GIDs = make([]uint32, n)
+			for i := range r.GIDs {
+				r.GIDs[i] = binary.LittleEndian.Uint32(rest[5+4*i:])
+			}
+		}
+	}
 	return r, CheckRead(r)
 }
 

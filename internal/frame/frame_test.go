@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -12,10 +14,14 @@ import (
 
 func TestReadRoundTrip(t *testing.T) {
 	for _, r := range []Read{
-		{Keyspace: "ks", Key: "k", Offset: 1, Length: 2, Version: 3, Flags: FlagConsistent | FlagUse},
-		{Keyspace: strings.Repeat("s", limits.KeyspaceNameBytesMax), Key: strings.Repeat("k", limits.KeyBytesMax),
+		{Kind: KindRead, Keyspace: "ks", Key: "k", Offset: 1, Length: 2, Version: 3, Flags: FlagConsistent | FlagUse},
+		{Kind: KindRead, Keyspace: strings.Repeat("s", limits.KeyspaceNameBytesMax), Key: strings.Repeat("k", limits.KeyBytesMax),
 			Offset: 1<<64 - 1, Length: 1<<64 - 1, Version: 1<<64 - 1},
-		{},
+		{Kind: KindRead},
+		{Kind: KindFsFetch, Keyspace: "ks", Key: "/a/b", Length: 4 << 20, UID: 1000, GIDs: []uint32{100, 1<<32 - 1}},
+		{Kind: KindFsFetch, Keyspace: strings.Repeat("s", limits.KeyspaceNameBytesMax), Key: strings.Repeat("k", limits.KeyBytesMax),
+			UID: 1<<32 - 1, GIDs: make([]uint32, limits.FSGroupsMax)},
+		{Kind: KindFsFetch},
 	} {
 		b := AppendRead(nil, r)
 		n, err := RequestLen(b)
@@ -23,12 +29,25 @@ func TestReadRoundTrip(t *testing.T) {
 			t.Fatalf("%+v: length %d, %v; want %d", r, n, err, len(b)-LenBytes)
 		}
 		got, err := DecodeRequest(b[LenBytes:])
-		if err != nil || got != r {
+		if err != nil || !reflect.DeepEqual(got, r) {
 			t.Fatalf("decoded %+v, %v; want %+v", got, err, r)
 		}
 	}
 	if err := CheckRead(Read{Key: strings.Repeat("k", limits.KeyBytesMax+1)}); !errors.Is(err, ErrMalformed) {
 		t.Errorf("a key above the limit: %v, want ErrMalformed", err)
+	}
+	if err := CheckRead(Read{Kind: KindFsFetch, GIDs: make([]uint32, limits.FSGroupsMax+1)}); !errors.Is(err, ErrMalformed) {
+		t.Errorf("groups above the limit: %v, want ErrMalformed", err)
+	}
+	fetch := AppendRead(nil, Read{Kind: KindFsFetch, Keyspace: "ks", Key: "/a", GIDs: []uint32{1, 2}})[LenBytes:]
+	for name, body := range map[string][]byte{
+		"a group cut short": fetch[:len(fetch)-1],
+		"a group too many":  append(slices.Clone(fetch), 0, 0, 0, 0),
+		"read flags":        append([]byte{KindFsFetch, FlagUse}, fetch[2:]...),
+	} {
+		if _, err := DecodeRequest(body); !errors.Is(err, ErrMalformed) {
+			t.Errorf("a fetch with %s: %v, want ErrMalformed", name, err)
+		}
 	}
 	if _, err := RequestLen(binary.LittleEndian.AppendUint32(nil, RequestBytesMax+1)); !errors.Is(err, ErrMalformed) {
 		t.Errorf("a request above the limit: %v, want ErrMalformed", err)
@@ -58,6 +77,7 @@ func TestResponseRoundTrip(t *testing.T) {
 // decodes is within the limits.
 func FuzzDecode(f *testing.F) {
 	f.Add(AppendRead(nil, Read{Keyspace: "ks", Key: "key", Offset: 5, Length: 10, Flags: FlagUse})[LenBytes:])
+	f.Add(AppendRead(nil, Read{Kind: KindFsFetch, Keyspace: "ks", Key: "/a/b", Length: 10, UID: 7, GIDs: []uint32{8, 9}})[LenBytes:])
 	f.Add(AppendResponse(nil, Header{Code: 2, RingID: 9}, 3))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {

@@ -72,3 +72,6 @@ const ReconnectDelayMax = time.Second
 // (internal/fsmeta), and so the longest a permission change waits for a
 // member it cannot reach.
 const FSPermissionLease = 5 * time.Second
+
+// FSGroupsMax bounds the groups a TýrFS fetch acts for, beside its user.
+const FSGroupsMax = 64

@@ -161,14 +161,30 @@ func (c *prefixConn) Read(p []byte) (int, error) {
 // passes (metrics, the operation count) but the routing header, which a
 // data-path response carries in its own header.
 func (s *Service) dataHandler(interceptors ...grpc.UnaryServerInterceptor) grpc.UnaryHandler {
-	h := func(ctx context.Context, req any) (any, error) { return s.Read(ctx, req.(*tyrpb.ReadRequest)) }
-	info := &grpc.UnaryServerInfo{Server: s, FullMethod: tyrpb.Tyr_Read_FullMethodName}
+	h := func(ctx context.Context, req any) (any, error) {
+		if f, ok := req.(*tyrpb.FsFetchRequest); ok {
+			return s.FsFetch(ctx, f)
+		}
+		return s.Read(ctx, req.(*tyrpb.ReadRequest))
+	}
 	for i := len(interceptors) - 1; i >= 0; i-- {
 		ic, next := interceptors[i], h
-		h = func(ctx context.Context, req any) (any, error) { return ic(ctx, req, info, next) }
+		h = func(ctx context.Context, req any) (any, error) {
+			info := readInfo
+			if _, ok := req.(*tyrpb.FsFetchRequest); ok {
+				info = fetchInfo
+			}
+			return ic(ctx, req, info, next)
+		}
 	}
 	return h
 }
+
+// The methods the data path's requests are counted as.
+var (
+	readInfo  = &grpc.UnaryServerInfo{FullMethod: tyrpb.Tyr_Read_FullMethodName}
+	fetchInfo = &grpc.UnaryServerInfo{FullMethod: tyrpb.Tyr_FsFetch_FullMethodName}
+)
 
 // serveData answers the requests of one data connection, whose magic was
 // read, until it closes or sends a frame that does not decode.
@@ -195,9 +211,14 @@ func (s *Service) serveData(conn net.Conn) {
 			s.log.Debug("data path: bad request", "remote", conn.RemoteAddr().String(), "err", err)
 			return
 		}
-		out, err := s.dataRead(context.Background(), &tyrpb.ReadRequest{
+		var in any = &tyrpb.ReadRequest{
 			Keyspace: []byte(req.Keyspace), Key: []byte(req.Key), Offset: req.Offset, Length: req.Length,
-			Version: req.Version, Consistent: req.Flags&frame.FlagConsistent != 0, Use: req.Flags&frame.FlagUse != 0})
+			Version: req.Version, Consistent: req.Flags&frame.FlagConsistent != 0, Use: req.Flags&frame.FlagUse != 0}
+		if req.Kind == frame.KindFsFetch {
+			in = &tyrpb.FsFetchRequest{Keyspace: []byte(req.Keyspace), Path: []byte(req.Key), Length: req.Length,
+				Uid: req.UID, Gids: req.GIDs}
+		}
+		out, err := s.dataRead(context.Background(), in)
 		s.metrics.dataReads.Inc()
 		h := frame.Header{}
 		if ids := s.currentRouting(); ids != nil {
@@ -209,6 +230,12 @@ func (s *Service) serveData(conn net.Conn) {
 			h.Code, tail = uint8(st.Code()), []byte(st.Message())
 			if len(tail) > frame.MessageBytesMax {
 				tail = tail[:frame.MessageBytesMax]
+			}
+		} else if resp, ok := out.(*tyrpb.FsFetchResponse); ok {
+			h.Size, h.Version, tail = resp.GetSize(), resp.GetVersion(), resp.GetData()
+			if e := resp.GetErrno(); e != 0 {
+				h.Flags |= frame.FlagErrno
+				h.Size = uint64(e)
 			}
 		} else {
 			resp := out.(*tyrpb.ReadResponse)

@@ -36,7 +36,7 @@ const (
 
 func (m *Metrics) countPerm(source string) {
 	if m != nil {
-		m.fsPerms.WithLabelValues(source).Inc()
+		m.fsPermBy[source].Inc()
 	}
 }
 
@@ -52,6 +52,9 @@ func (s *Service) FsFetch(ctx context.Context, req *tyrpb.FsFetchRequest) (*tyrp
 		var e syscall.Errno
 		errors.As(err, &e)
 		return errnoResponse(e), nil
+	}
+	if len(req.GetGids()) > limits.FSGroupsMax {
+		return nil, toStatus(fmt.Errorf("%w: fetch for %d groups, above %d", errs.ErrInvalidArgument, len(req.GetGids()), limits.FSGroupsMax))
 	}
 	if req.GetLength() > limits.PayloadBytesMax {
 		return nil, toStatus(fmt.Errorf("%w: fetch of %d bytes, above %d", errs.ErrInvalidArgument, req.GetLength(), limits.PayloadBytesMax))
@@ -108,11 +111,16 @@ func (s *Service) FsFetch(ctx context.Context, req *tyrpb.FsFetchRequest) (*tyrp
 }
 
 // dirPerm returns the permissions of the directory dir (a key ending in
-// "/"): from this node's store if it is one of the directory's version
-// managers, else from its copy, else by a read of the header, which it
-// keeps if the directory is popular here. A missing directory is ENOENT,
-// or ENOTDIR where a file has its path.
+// "/"): from this node's copy, else from its store if it is one of the
+// directory's version managers, else by a read of the header; it keeps
+// what it read as the copy if the directory is popular here. A missing
+// directory is ENOENT, or ENOTDIR where a file has its path.
 func (s *Service) dirPerm(ctx context.Context, ks *storage.Keyspace, dir string) (fsmeta.Perm, syscall.Errno, error) {
+	perm, ticket, ok := s.fsmeta.Lookup(ks.Name, dir, time.Now())
+	if ok {
+		s.metrics.countPerm(fsPermCopy)
+		return perm, 0, nil
+	}
 	local := s.node == nil
 	if !local {
 		pl, err := s.node.Placement(ks.Name, int(ks.Config.Replication))
@@ -121,20 +129,17 @@ func (s *Service) dirPerm(ctx context.Context, ks *storage.Keyspace, dir string)
 		}
 		local = pl.ServesBlob(dir) && !s.node.CatchingUp()
 	}
+	var errno syscall.Errno
+	var err error
 	if local {
 		s.metrics.countPerm(fsPermLocal)
-		b, info, err := ks.Store.Read(dir, 0, fslayout.HeaderBytes)
-		return s.decodePerm(ctx, ks, dir, b, info.Size, err)
+		b, info, rerr := ks.Store.Read(dir, 0, fslayout.HeaderBytes)
+		perm, errno, err = s.decodePerm(ctx, ks, dir, b, info.Size, rerr)
+	} else {
+		s.metrics.countPerm(fsPermRemote)
+		resp, rerr := s.Read(fresh(ctx), &tyrpb.ReadRequest{Keyspace: []byte(ks.Name), Key: []byte(dir), Length: fslayout.HeaderBytes})
+		perm, errno, err = s.decodePerm(ctx, ks, dir, resp.GetData(), resp.GetSize(), rerr)
 	}
-	now := time.Now()
-	perm, ticket, ok := s.fsmeta.Lookup(ks.Name, dir, now)
-	if ok {
-		s.metrics.countPerm(fsPermCopy)
-		return perm, 0, nil
-	}
-	s.metrics.countPerm(fsPermRemote)
-	resp, err := s.Read(fresh(ctx), &tyrpb.ReadRequest{Keyspace: []byte(ks.Name), Key: []byte(dir), Length: fslayout.HeaderBytes})
-	perm, errno, err := s.decodePerm(ctx, ks, dir, resp.GetData(), resp.GetSize(), err)
 	if err == nil && errno == 0 {
 		s.fsmeta.Install(ks.Name, dir, perm, ticket)
 	}

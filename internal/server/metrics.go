@@ -28,6 +28,7 @@ type Metrics struct {
 	// fsPerms counts TýrFS fetches' permission lookups by source;
 	// fsInvalidated counts the copies of permissions invalidations dropped.
 	fsPerms       *prometheus.CounterVec
+	fsPermBy      map[string]prometheus.Counter // fsPerms by source, resolved once
 	fsInvalidated prometheus.Counter
 }
 
@@ -60,15 +61,16 @@ func NewMetrics() *Metrics {
 		}),
 		fsPerms: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tyr_fs_permission_lookups_total",
-			Help: "Directory permissions TýrFS fetches checked, by source: local (this node holds the directory), copy (a popular directory's copy) or remote (a read of its header from another node).",
+			Help: "Directory permissions TýrFS fetches checked, by source: copy (a popular directory's copy), local (a read of this node's store, which holds the directory) or remote (a read of its header from another node).",
 		}, []string{"source"}),
 		fsInvalidated: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tyr_fs_permission_copies_dropped_total",
 			Help: "Copies of directories' permissions dropped by invalidations.",
 		}),
 	}
+	m.fsPermBy = map[string]prometheus.Counter{}
 	for _, src := range []string{fsPermLocal, fsPermCopy, fsPermRemote} {
-		m.fsPerms.WithLabelValues(src)
+		m.fsPermBy[src] = m.fsPerms.WithLabelValues(src)
 	}
 	// Both paths are exported from the start, at zero.
 	m.reads.WithLabelValues(readLocal)

@@ -28,10 +28,11 @@ const (
 // the data path. Keyspace administration, cluster introspection (this
 // call included) and Resolve do not count, nor do peer calls.
 var opsCounted = map[string]bool{
-	tyrpb.Tyr_Commit_FullMethodName: true,
-	tyrpb.Tyr_Read_FullMethodName:   true,
-	tyrpb.Tyr_Stat_FullMethodName:   true,
-	tyrpb.Tyr_List_FullMethodName:   true,
+	tyrpb.Tyr_Commit_FullMethodName:  true,
+	tyrpb.Tyr_Read_FullMethodName:    true,
+	tyrpb.Tyr_Stat_FullMethodName:    true,
+	tyrpb.Tyr_List_FullMethodName:    true,
+	tyrpb.Tyr_FsFetch_FullMethodName: true,
 }
 
 // opsRate counts operations in buckets of one wall-clock second and
