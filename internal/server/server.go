@@ -50,11 +50,15 @@ type Service struct {
 	routing atomic.Pointer[routingIDs]
 	// dataRead serves the data path's reads (datapath.go); set by Register.
 	dataRead grpc.UnaryHandler
+	// dirs compacts TýrFS directory logs in the background (fscompact.go).
+	dirs *dirCompactor
 }
 
 // NewService returns a Service over engine.
 func NewService(engine *storage.Engine, log *slog.Logger) *Service {
-	return &Service{engine: engine, log: log, ops: newOpsRate(time.Now())}
+	s := &Service{engine: engine, log: log, ops: newOpsRate(time.Now())}
+	s.dirs = newDirCompactor(s)
+	return s
 }
 
 // Register creates a gRPC server with tyr's limits and interceptors and
@@ -70,6 +74,7 @@ func (s *Service) Register(m *Metrics) *grpc.Server {
 		grpc.ChainUnaryInterceptor(m.interceptor(s.log), s.countOps(), s.routingHeaders()),
 	)
 	tyrpb.RegisterTyrServer(g, s)
+	m.Registry.MustRegister(s.dirs)
 	s.dataRead = s.dataHandler(m.interceptor(s.log), s.countOps())
 	healthpb.RegisterHealthServer(g, healthServer{ready: s.Ready})
 	if s.node != nil {
@@ -273,6 +278,7 @@ func (s *Service) Commit(ctx context.Context, req *tyrpb.CommitRequest) (*tyrpb.
 	}
 	// The read checks come after the ops and answer nothing.
 	results = results[:len(req.GetOps())]
+	s.dirs.noticeCommit(ks.Name, ops, results)
 	resp := &tyrpb.CommitResponse{Results: make([]*tyrpb.OpResult, len(results))}
 	for i, r := range results {
 		resp.Results[i] = &tyrpb.OpResult{Offset: r.Offset, Size: r.Size, Version: r.Version, Value: r.Value}
