@@ -286,12 +286,12 @@ func (d *dirCompactor) check(ctx context.Context, j dirJob) int {
 	defer cancel()
 	var c dirCheck
 	var err error
-	bytes := 0
+	n := 0
 	for try, backoff := 0, dirCompactTryBackoff; ; try, backoff = try+1, 2*backoff {
 		c, err = d.s.compactDir(cctx, j.dirRef, d.afterRead)
-		bytes += c.bytes
+		n += c.bytes
 		if ctx.Err() != nil && err != nil {
-			return bytes // stopping: not counted
+			return n // stopping: not counted
 		}
 		d.count(c.outcome)
 		if c.outcome != dirConflict || try+1 == dirCompactTriesMax {
@@ -307,7 +307,7 @@ func (d *dirCompactor) check(ctx context.Context, j dirJob) int {
 		d.remember(j.dirRef, c.size)
 		if c.outcome == dirCompacted {
 			d.s.log.Debug("directory log compacted", "keyspace", j.ks, "key", j.key,
-				"bytes_before", c.bytes-int(c.size), "bytes_after", c.size)
+				"bytes_before", c.read, "bytes_after", c.size)
 		}
 	case dirConflict:
 		if j.round+1 < dirCompactRoundsMax {
@@ -329,13 +329,14 @@ func (d *dirCompactor) check(ctx context.Context, j dirJob) int {
 		d.forget(j.dirRef)
 		d.s.log.Debug("directory log check failed", "keyspace", j.ks, "key", j.key, "err", err)
 	}
-	return bytes
+	return n
 }
 
 // dirCheck is what one check did.
 type dirCheck struct {
 	outcome string
 	size    uint64 // the blob's size after the check
+	read    int    // the blob's size as read
 	bytes   int    // bytes read and written
 }
 
@@ -344,7 +345,7 @@ type dirCheck struct {
 // runs between the read and the commit.
 func (s *Service) compactDir(ctx context.Context, r dirRef, afterRead func(dirRef)) (dirCheck, error) {
 	b, version, err := s.readWhole(ctx, r)
-	c := dirCheck{outcome: dirSkipped, size: uint64(len(b)), bytes: len(b)}
+	c := dirCheck{outcome: dirSkipped, size: uint64(len(b)), read: len(b), bytes: len(b)}
 	switch {
 	case errors.Is(err, errs.ErrNotFound), errors.Is(err, errs.ErrTooLarge):
 		return c, nil

@@ -269,3 +269,24 @@ func TestDirCompaction_notice(t *testing.T) {
 		t.Fatalf("%d dropped, want 2", n)
 	}
 }
+
+// The hook's cost on the commit path: a removal's append to a log whose
+// check is not due (map lookup under the lock), and a write elsewhere.
+func BenchmarkDirCompactionNotice(b *testing.B) {
+	d := newDirCompactor(nil)
+	d.running.Store(true)
+	rm := []txn.Op{{Key: "/d/", Kind: txn.OpAppend, Data: record(fslayout.RecordRemove, "name")}}
+	write := []txn.Op{{Key: "/d/f", Kind: txn.OpWrite, Data: make([]byte, 4096)}}
+	res := []txn.Result{{Size: 4096}}
+	d.noticeCommit("ks", rm, res)
+	b.Run("removal", func(b *testing.B) {
+		for b.Loop() {
+			d.noticeCommit("ks", rm, res)
+		}
+	})
+	b.Run("write", func(b *testing.B) {
+		for b.Loop() {
+			d.noticeCommit("ks", write, res)
+		}
+	})
+}
