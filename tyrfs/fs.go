@@ -451,7 +451,7 @@ func (f *FS) Unlink(ctx context.Context, p string) error {
 	}
 	parent, name := fslayout.Split(p)
 	t := f.now()
-	r, err := f.c.Commit(ctx, f.ks, client.DeleteOp(fslayout.FileKey(p)),
+	_, err = f.c.Commit(ctx, f.ks, client.DeleteOp(fslayout.FileKey(p)),
 		client.AppendOp(fslayout.DirKey(parent), fslayout.EncodeRecord(fslayout.RecordRemove, KindFile, name), false),
 		touchParent(parent, t))
 	if errors.Is(err, client.ErrNotFound) {
@@ -460,11 +460,7 @@ func (f *FS) Unlink(ctx context.Context, p string) error {
 		}
 		return errnof(syscall.ENOENT, "%s", p)
 	}
-	if err != nil {
-		return err
-	}
-	f.maybeCompactAfterRemove(ctx, parent, r[1].Size)
-	return nil
+	return err
 }
 
 // txOptions let a transaction of the file system run again more often than
@@ -472,19 +468,6 @@ func (f *FS) Unlink(ctx context.Context, p string) error {
 // first, and system calls have no conflict errno to report it with (one
 // that still conflicts after these fails with EAGAIN).
 var txOptions = &client.TxOptions{MaxRetries: 50, MaxBackoff: 100 * time.Millisecond}
-
-// compactCheckBytesMin is the size of a directory blob from which a removal
-// reads the log to see whether it needs compaction; smaller logs are
-// compacted when read by Readdir.
-const compactCheckBytesMin = 64 << 10
-
-func (f *FS) maybeCompactAfterRemove(ctx context.Context, dir string, blobSize uint64) {
-	if blobSize < compactCheckBytesMin {
-		return
-	}
-	// Best effort: a failed compaction leaves a longer, valid log.
-	_, _ = f.maybeCompact(ctx, dir)
-}
 
 // readDir reads and replays the log of the directory at clean path p.
 func (f *FS) readDir(ctx context.Context, p string) (fslayout.DirLog, error) {
@@ -503,7 +486,8 @@ func (f *FS) readDir(ctx context.Context, p string) (fslayout.DirLog, error) {
 }
 
 // Readdir returns the entries of the directory at p in the order they were
-// added, "." and ".." excluded. It compacts the log when removals dominate.
+// added, "." and ".." excluded. The servers compact the log in the
+// background once removals dominate it (fslayout, invariant 3).
 func (f *FS) Readdir(ctx context.Context, p string) ([]Entry, error) {
 	p, err := fslayout.CleanPath(p)
 	if err != nil {
@@ -512,9 +496,6 @@ func (f *FS) Readdir(ctx context.Context, p string) ([]Entry, error) {
 	l, err := f.readDir(ctx, p)
 	if err != nil {
 		return nil, err
-	}
-	if l.NeedsCompaction() {
-		_, _ = f.maybeCompact(ctx, p) // best effort, as above
 	}
 	return l.List(), nil
 }
@@ -537,36 +518,6 @@ func readAll(ctx context.Context, tx *client.Tx, key string) ([]byte, error) {
 		out = append(out, b...)
 	}
 	return out, nil
-}
-
-// maybeCompact rewrites the log of the directory at p as one add per entry
-// if removals dominate it, in a transaction that read the log (so an entry
-// added meanwhile makes it run again instead of being lost). It reports
-// whether it compacted.
-func (f *FS) maybeCompact(ctx context.Context, p string) (bool, error) {
-	key := fslayout.DirKey(p)
-	done := false
-	err := f.c.RunTx(ctx, f.ks, func(tx *client.Tx) error {
-		done = false
-		b, err := readAll(ctx, tx, key)
-		if err != nil {
-			return err
-		}
-		if _, err := fslayout.DecodeHeader(key, b, uint64(len(b))); err != nil {
-			return err
-		}
-		l, err := fslayout.ReplayLog(key, b[HeaderBytes:])
-		if err != nil || !l.NeedsCompaction() {
-			return err
-		}
-		c := l.Compacted()
-		if len(c) > client.PayloadBytesMax {
-			return nil // too large to rewrite in one op; left as it is
-		}
-		done = true
-		return tx.Do(client.TruncateOp(key, HeaderBytes), client.WriteOp(key, HeaderBytes, c, false))
-	}, txOptions)
-	return done && err == nil, err
 }
 
 // Rmdir removes the empty directory at p and its parent's entry in one

@@ -298,33 +298,12 @@ func TestRename(t *testing.T) {
 	checkTree(t, ctx, c, f)
 }
 
-// Removals compact the log once they dominate it, and the entries
-// survive compaction.
+// Removals make the server compact the directory's log in the background
+// once they dominate it, and the entries survive compaction
+// (compact_test.go has the cluster's case and racing creates).
 func TestCompaction(t *testing.T) {
 	ctx, c, f := newFS(t)
-	must[Attr](t)(f.Mkdir(ctx, "/d", Owner{Mode: 0o755}))
-	for i := range 2 * fslayout.CompactRecordsMin {
-		p := fmt.Sprintf("/d/%03d", i)
-		must[Attr](t)(f.Create(ctx, p, Owner{}))
-		if i%8 != 0 {
-			if err := f.Unlink(ctx, p); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	before := must[client.BlobInfo](t)(c.Stat(ctx, "tfs", "/d/"))
-	got := names(t, ctx, f, "/d") // compacts
-	after := must[client.BlobInfo](t)(c.Stat(ctx, "tfs", "/d/"))
-	if len(got) != 2*fslayout.CompactRecordsMin/8 {
-		t.Fatalf("%d entries, want %d: %v", len(got), 2*fslayout.CompactRecordsMin/8, got)
-	}
-	wantSize := uint64(HeaderBytes + len(got)*(fslayout.RecordHeaderBytes+3))
-	if after.Size != wantSize || before.Size <= after.Size {
-		t.Fatalf("directory blob of %d bytes before compaction, %d after, want %d", before.Size, after.Size, wantSize)
-	}
-	if again := names(t, ctx, f, "/d"); !slices.Equal(again, got) {
-		t.Fatalf("entries changed by compaction: %v, then %v", got, again)
-	}
+	compacts(t, ctx, c, f, "/d")
 	checkTree(t, ctx, c, f)
 }
 

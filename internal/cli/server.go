@@ -209,6 +209,8 @@ func runServer(ctx context.Context, e *env, f serverFlags) error {
 	svc := server.NewService(engine, log).WithCluster(cluster).WithNode(chainNode).WithCapacity(capacity)
 	grpcServer := svc.Register(metrics)
 	metrics.RegisterSpace(svc)
+	// Stopped before the node and the engine close (defers run in reverse).
+	defer svc.StartDirCompaction()()
 	service.Store(svc)
 	if f.metricsListen != "" {
 		mlis, err := net.Listen("tcp", f.metricsListen)

@@ -35,8 +35,13 @@
 //     blob is reachable from "/".
 //  3. A log's records are well formed: an add for a name currently absent,
 //     a remove for a name currently present. Compaction rewrites the log as
-//     one add per entry, in a transaction that read the whole log, so an
-//     append that raced it makes it retry rather than vanish.
+//     one add per entry (DirLog.Compacted) once removals dominate it
+//     (DirLog.NeedsCompaction). The servers do it, in the background
+//     (internal/server/fscompact.go): a node that coordinated a removal
+//     from a large enough log reads the whole log, then commits the
+//     rewrite with a read check of the version it read, so an append that
+//     raced it fails the rewrite (which runs again) rather than vanish.
+//     Clients never compact.
 //
 // A worked example: mkdir /d; create /d/x; rename /d/x /d/y; unlink /d/y.
 // Blob "/d/" holds header, add(x,file), remove(x), add(y,file), remove(y);

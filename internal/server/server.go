@@ -54,12 +54,16 @@ type Service struct {
 	// fsmeta keeps TýrFS's copies of popular directories' permissions
 	// (fsmeta.go).
 	fsmeta *fsmeta.Resolver
+	// dirs compacts TýrFS directory logs in the background (fscompact.go).
+	dirs *dirCompactor
 }
 
 // NewService returns a Service over engine.
 func NewService(engine *storage.Engine, log *slog.Logger) *Service {
 	now := time.Now()
-	return &Service{engine: engine, log: log, ops: newOpsRate(now), fsmeta: fsmeta.NewResolver(now)}
+	s := &Service{engine: engine, log: log, ops: newOpsRate(now), fsmeta: fsmeta.NewResolver(now)}
+	s.dirs = newDirCompactor(s)
+	return s
 }
 
 // Register creates a gRPC server with tyr's limits and interceptors and
@@ -75,6 +79,7 @@ func (s *Service) Register(m *Metrics) *grpc.Server {
 		grpc.ChainUnaryInterceptor(m.interceptor(s.log), s.countOps(), s.routingHeaders()),
 	)
 	tyrpb.RegisterTyrServer(g, s)
+	m.Registry.MustRegister(s.dirs)
 	s.dataRead = s.dataHandler(m.interceptor(s.log), s.countOps())
 	healthpb.RegisterHealthServer(g, healthServer{ready: s.Ready})
 	if s.node != nil {
@@ -278,6 +283,7 @@ func (s *Service) Commit(ctx context.Context, req *tyrpb.CommitRequest) (*tyrpb.
 	}
 	// The read checks come after the ops and answer nothing.
 	results = results[:len(req.GetOps())]
+	s.dirs.noticeCommit(ks.Name, ops, results)
 	resp := &tyrpb.CommitResponse{Results: make([]*tyrpb.OpResult, len(results))}
 	for i, r := range results {
 		resp.Results[i] = &tyrpb.OpResult{Offset: r.Offset, Size: r.Size, Version: r.Version, Value: r.Value}
