@@ -87,7 +87,11 @@ func WithEndpoints(addrs ...string) Option {
 //
 // Not covered: a node that is down while its connection stays open (a
 // network partition rather than a dead process) holds a call until the
-// call's deadline, as without failover.
+// call's deadline, as without failover. Failing over moves the client's
+// calls, not the cluster's: until the other nodes find the dead one dead
+// (a few seconds), the reads they forward to it and the commits whose
+// chains hold it fail with ErrUnavailable, and the data only it keeps is
+// unavailable until it is back.
 func WithFailover() Option {
 	return func(o *options) {
 		o.failover = true
