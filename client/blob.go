@@ -117,7 +117,10 @@ type OpResult struct {
 // error is returned as it is. When the node could not be reached at all
 // and the cluster found the commit did not take effect, Commit sends it
 // anew, under a new ID, through each other member it knows in turn, so a
-// client whose endpoint is down keeps committing.
+// client whose endpoint is down keeps committing. With WithFailover or
+// WithEndpoints, a commit that certainly did not reach the endpoint goes
+// as it is to the next one, without resolution, and one that reached no
+// node fails at once, Refused (see WithFailover).
 func (c *Client) Commit(ctx context.Context, ks string, ops ...Op) ([]OpResult, error) {
 	return c.commit(ctx, ks, ops, nil, true)
 }
@@ -141,6 +144,10 @@ func (c *Client) commit(ctx context.Context, ks string, ops []Op, reads []*tyrpb
 			return results, err
 		}
 		if i == 0 {
+			if c.fo != nil {
+				// The endpoint the client failed over to, if any.
+				targets = append(targets, c.api)
+			}
 			targets = append(targets, c.router.members(ctx)...)
 		}
 		if i+1 == len(targets) {

@@ -142,12 +142,17 @@ type Client struct {
 	// data carries reads (data.go); nil WithoutDataPath.
 	data         *dataPath
 	endpointAddr string
+	// fo sends endpoint calls (api) on to other nodes; nil without
+	// WithEndpoints or WithFailover.
+	fo *failover
 }
 
 // Dial returns a Client for the server at endpoint (host:port). It does not
 // wait for the connection; the first call does. Unless WithoutRouting is
 // given, reads and stats of a cluster's blobs go straight to the node that
-// serves them (see routing.go); everything else goes to endpoint.
+// serves them (see routing.go); everything else goes to endpoint, or, with
+// WithEndpoints or WithFailover, to another node when endpoint cannot be
+// reached (see WithFailover).
 func Dial(endpoint string, opts ...Option) (*Client, error) {
 	var o options
 	for _, opt := range opts {
@@ -161,6 +166,9 @@ func Dial(endpoint string, opts ...Option) (*Client, error) {
 		}
 		if o.dialer != nil {
 			dialOpts = append(dialOpts, grpc.WithContextDialer(o.dialer))
+		}
+		if o.failover {
+			dialOpts = append(dialOpts, grpc.WithStatsHandler(callStats{}))
 		}
 		conn, err := grpc.NewClient(addr, dialOpts...)
 		if err != nil {
@@ -179,8 +187,17 @@ func Dial(endpoint string, opts ...Option) (*Client, error) {
 	if !o.noDataPath {
 		c.data = newDataPath(o.dialer)
 	}
+	if o.failover {
+		c.fo = newFailover(endpoint, conn, o, r, dial)
+		c.api = tyrpb.NewTyrClient(c.fo)
+	}
 	if r != nil {
 		r.endpoint = c.api
+		if o.ringFailover {
+			// Failing over to the ring's members needs them known
+			// before the endpoint goes.
+			r.refresh()
+		}
 	}
 	return c, nil
 }
@@ -190,7 +207,11 @@ func Dial(endpoint string, opts ...Option) (*Client, error) {
 // while down, holds its read lease and knows the cluster's ring. Otherwise
 // it returns an ErrUnavailable error, or the error of the call.
 func (c *Client) Ready(ctx context.Context) error {
-	resp, err := healthpb.NewHealthClient(c.conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	var cc grpc.ClientConnInterface = c.conn
+	if c.fo != nil {
+		cc = c.fo
+	}
+	resp, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{})
 	if err != nil {
 		return fromStatus(err)
 	}
@@ -203,6 +224,9 @@ func (c *Client) Ready(ctx context.Context) error {
 // Close closes the connections. Calls in flight fail.
 func (c *Client) Close() error {
 	err := c.conn.Close()
+	if c.fo != nil {
+		c.fo.close()
+	}
 	if c.router != nil {
 		c.router.close()
 	}

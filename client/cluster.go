@@ -119,7 +119,8 @@ type NodeUsage struct {
 }
 
 // NodeUsage returns the figures of the node the client is connected to
-// (the endpoint given to Dial; never routed elsewhere). A server older than
+// (the endpoint given to Dial, or the one it failed over to; never routed
+// elsewhere). A server older than
 // the call answers with an error whose Code is codes.Unimplemented.
 func (c *Client) NodeUsage(ctx context.Context) (NodeUsage, error) {
 	resp, err := c.api.NodeUsage(ctx, &tyrpb.NodeUsageRequest{})

@@ -70,6 +70,12 @@ type options struct {
 	noRouting  bool
 	noDataPath bool
 	dialer     func(ctx context.Context, addr string) (net.Conn, error)
+	// failover: endpoint calls move to another node when the endpoint
+	// cannot be reached (failover.go): to endpoints, then, with
+	// ringFailover, to the ring's members.
+	failover     bool
+	ringFailover bool
+	endpoints    []string
 }
 
 // WithDialer makes the client open its connections (to the endpoint and to
@@ -467,7 +473,7 @@ func dataFirst[Req, Resp any](ctx context.Context, c *Client, ks, key string, rd
 		addr := c.router.pickAddr(ctx, ks, key, rd)
 		routedRead := addr != ""
 		if !routedRead {
-			addr = c.endpointAddr
+			addr = c.dataEndpoint()
 		}
 		resp, h, err := data(c.data, ctx, addr, req)
 		if h.Flags&frame.FlagRouting != 0 {

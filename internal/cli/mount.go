@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -29,6 +30,7 @@ func newMountCommand(e *env) *cobra.Command {
 		cache       time.Duration
 		debug       bool
 		allowOther  bool
+		noFailover  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "mount KEYSPACE MOUNTPOINT",
@@ -38,11 +40,17 @@ it in the foreground until SIGINT or SIGTERM (which unmount it) or until it
 is unmounted (fusermount3 -u MOUNTPOINT). The keyspace must exist, or be
 created with --create; its root directory is made on the first mount.
 Writes are committed when they return, so fsync has nothing to add. See the
-README's TýrFS section for the layout, the guarantees and the limits.`,
+README's TýrFS section for the layout, the guarantees and the limits.
+
+--endpoint may list several nodes, comma-separated: the mount talks to the
+first it reaches. When that node dies, the mount moves to the next listed
+one, then to any other member of the cluster's ring (--no-failover keeps it
+on the one node). A commit is never sent twice: one whose answer was lost
+with the node is resolved with the cluster first.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ks, dir := args[0], args[1]
-			c, err := client.Dial(e.endpoint)
+			c, err := dialMount(e.endpoint, !noFailover)
 			if err != nil {
 				return err
 			}
@@ -95,7 +103,31 @@ README's TýrFS section for the layout, the guarantees and the limits.`,
 	cmd.Flags().DurationVar(&cache, "cache", 0,
 		"how long the kernel may cache names and attributes (0: every lookup and stat asks the cluster, so changes through other mounts show at once)")
 	cmd.Flags().BoolVar(&debug, "debug", false, "log every FUSE request")
+	cmd.Flags().BoolVar(&noFailover, "no-failover", false,
+		"talk only to the first node of --endpoint, failing calls while it is down, instead of moving to another node")
 	cmd.Flags().BoolVar(&allowOther, "allow-other", false,
 		"let other users use the mount, with the kernel checking modes and owners (root, or user_allow_other in /etc/fuse.conf)")
 	return cmd
+}
+
+// dialMount dials the first of the comma-separated endpoints; with
+// failover, the client moves to the others, then to the ring's members,
+// when the node it talks to cannot be reached (client.WithFailover).
+func dialMount(endpoints string, failover bool) (*client.Client, error) {
+	var addrs []string
+	for _, a := range strings.Split(endpoints, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			addrs = append(addrs, a)
+		}
+	}
+	if len(addrs) == 0 {
+		return nil, fmt.Errorf("no endpoint in --endpoint %q", endpoints)
+	}
+	if !failover {
+		if len(addrs) > 1 {
+			return nil, fmt.Errorf("--no-failover takes one endpoint, not %d", len(addrs))
+		}
+		return client.Dial(addrs[0])
+	}
+	return client.Dial(addrs[0], client.WithEndpoints(addrs[1:]...), client.WithFailover())
 }
