@@ -8,6 +8,7 @@ package tyrfs
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -248,4 +249,34 @@ func permLookups(t *testing.T, addr string) map[string]float64 {
 		t.Fatalf("metrics at %s: permission lookups by source %v, want local, copy and remote", addr, out)
 	}
 	return out
+}
+
+// TestWriteFile: WriteFile makes a file with its bytes in one
+// transaction, beyond WriteFileBytesMax in parts, and refuses a name that
+// is taken or a missing parent.
+func TestWriteFile(t *testing.T) {
+	ctx, _, f := newFS(t)
+	big := bytes.Repeat([]byte("0123456789abcdef"), (WriteFileBytesMax+100)/16)
+	for p, data := range map[string][]byte{"/empty": nil, "/small": []byte("hi"), "/big": big} {
+		a, err := f.WriteFile(ctx, p, Owner{UID: 7, Mode: 0o600}, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Size != uint64(len(data)) || a.UID != 7 || a.Mode != 0o600 || a.Kind != KindFile {
+			t.Fatalf("%s: %+v", p, a)
+		}
+		_, got, err := f.Fetch(ctx, p)
+		if err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("%s: read back %d bytes, %v; want %d", p, len(got), err, len(data))
+		}
+	}
+	if _, err := f.WriteFile(ctx, "/small", Owner{Mode: 0o644}, []byte("x")); Errno(err) != syscall.EEXIST {
+		t.Fatalf("over an existing file: %v, want EEXIST", err)
+	}
+	if _, err := f.WriteFile(ctx, "/none/x", Owner{Mode: 0o644}, []byte("x")); Errno(err) != syscall.ENOENT {
+		t.Fatalf("in a missing directory: %v, want ENOENT", err)
+	}
+	if got := names(t, ctx, f, "/"); !slices.Equal(got, []string{"big:file", "empty:file", "small:file"}) {
+		t.Fatalf("root lists %v", got)
+	}
 }

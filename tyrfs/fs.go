@@ -262,6 +262,26 @@ func (f *FS) Create(ctx context.Context, p string, o Owner) (Attr, error) {
 	return f.create(ctx, p, KindFile, o, nil)
 }
 
+// WriteFile makes a file at p holding data, as Create then WriteAt do,
+// but in one transaction for up to WriteFileBytesMax bytes, so no one sees
+// the file empty; the rest of a larger file is written after, in parts.
+// EEXIST if p exists, ENOENT if its parent does not.
+func (f *FS) WriteFile(ctx context.Context, p string, o Owner, data []byte) (Attr, error) {
+	first := data[:min(len(data), WriteFileBytesMax)]
+	a, err := f.create(ctx, p, KindFile, o, first)
+	if err != nil || len(first) == len(data) {
+		return a, err
+	}
+	if err := f.WriteAt(ctx, p, uint64(len(first)), data[len(first):]); err != nil {
+		return Attr{}, err
+	}
+	return f.Stat(ctx, p, KindFile)
+}
+
+// WriteFileBytesMax is how much of a file WriteFile writes in the
+// transaction that creates it: a commit's payload, less the header.
+const WriteFileBytesMax = client.PayloadBytesMax - HeaderBytes
+
 // Mkdir makes an empty directory at p: EEXIST if p exists.
 func (f *FS) Mkdir(ctx context.Context, p string, o Owner) (Attr, error) {
 	return f.create(ctx, p, KindDir, o, nil)

@@ -13,7 +13,7 @@ package bench
 //   - directories, any mounted path driven with plain os calls: the local
 //     disk (the physical reference), a TýrFS FUSE mount, a CephFS mount;
 //   - tyrfs-native, the tyrfs package over the Go client: Fetch reads a
-//     whole file, Create then WriteAt writes one.
+//     whole file, WriteFile writes one (one transaction).
 //
 // Every file holds a pattern made from its path, and every read checks all
 // of its bytes: a wrong read fails the run.
@@ -257,8 +257,8 @@ func (t *nativeTarget) Role() string     { return RoleFSNative }
 func (t *nativeTarget) Info() SystemInfo { return t.info }
 func (t *nativeTarget) Note() string {
 	return t.name + ": the tyrfs package over the Go client, a client connection per reader or writer: a read is " +
-		"Fetch (the whole file: one read of one blob up to 4 MiB, else a second read of the whole blob), a write " +
-		"Create then WriteAt (two commits), a stat Stat (a read of the 64-byte header), a delete Unlink"
+		"Fetch (the whole file, permissions checked where it lies: one request up to 4 MiB, else a second read of the whole blob), a write " +
+		"WriteFile (one transaction), a stat Stat (a read of the 64-byte header), a delete Unlink"
 }
 
 func (t *nativeTarget) Open(ctx context.Context) error {
@@ -332,13 +332,8 @@ func (c nativeClient) Create(ctx context.Context, p string) error {
 }
 
 func (c nativeClient) WriteFile(ctx context.Context, p string, data []byte) error {
-	if err := c.Create(ctx, p); err != nil {
-		return err
-	}
-	if len(data) == 0 {
-		return nil
-	}
-	return c.fs.WriteAt(ctx, nativePath(p), 0, data)
+	_, err := c.fs.WriteFile(ctx, nativePath(p), fsOwner(0o644), data)
+	return err
 }
 
 func (c nativeClient) ReadFile(ctx context.Context, p string, _ []byte) ([]byte, error) {
