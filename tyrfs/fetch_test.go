@@ -280,3 +280,31 @@ func TestWriteFile(t *testing.T) {
 		t.Fatalf("root lists %v", got)
 	}
 }
+
+// TestLookupGuess: whatever the guess, LookupGuess finds what is there.
+func TestLookupGuess(t *testing.T) {
+	ctx, _, f := newFS(t)
+	must[Attr](t)(f.Mkdir(ctx, "/d", Owner{Mode: 0o755}))
+	must[Attr](t)(f.Create(ctx, "/f", Owner{Mode: 0o644}))
+	for _, c := range []struct {
+		p     string
+		guess Kind
+		want  Kind
+	}{
+		{"/d", KindDir, KindDir}, {"/d", KindFile, KindDir},
+		{"/f", KindDir, KindFile}, {"/f", KindFile, KindFile},
+		{"/", KindDir, KindDir}, {"/", KindFile, KindDir},
+		{"/none", KindDir, 0}, {"/none", KindFile, 0},
+	} {
+		a, err := f.LookupGuess(ctx, c.p, c.guess)
+		if c.want == 0 {
+			if Errno(err) != syscall.ENOENT {
+				t.Fatalf("%s guessing %s: %v, want ENOENT", c.p, c.guess, err)
+			}
+			continue
+		}
+		if err != nil || a.Kind != c.want {
+			t.Fatalf("%s guessing %s: %v, %v; want a %s", c.p, c.guess, a.Kind, err, c.want)
+		}
+	}
+}

@@ -129,6 +129,23 @@ func (f *FS) Lookup(ctx context.Context, p string) (Attr, error) {
 	return f.lookup(ctx, p)
 }
 
+// LookupGuess is Lookup reading first the key of kind guess (KindDir, or
+// KindFile for the others): one read when p is what the caller last saw
+// there, a directory included.
+func (f *FS) LookupGuess(ctx context.Context, p string, guess Kind) (Attr, error) {
+	p, err := fslayout.CleanPath(p)
+	if err != nil {
+		return Attr{}, err
+	}
+	if guess == KindDir && p != "/" {
+		a, err := f.stat(ctx, fslayout.DirKey(p))
+		if !errors.Is(err, client.ErrNotFound) {
+			return a, err
+		}
+	}
+	return f.lookup(ctx, p)
+}
+
 func (f *FS) lookup(ctx context.Context, p string) (Attr, error) {
 	if p != "/" {
 		a, err := f.stat(ctx, fslayout.FileKey(p))

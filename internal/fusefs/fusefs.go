@@ -216,7 +216,15 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	if errno != 0 {
 		return nil, errno
 	}
-	a, err := n.fs.Lookup(ctx, p)
+	// A name looked up before is most likely what it was: a directory
+	// costs one read, not a miss on the file key first.
+	guess := tyrfs.KindFile
+	if ch := n.GetChild(name); ch != nil {
+		if c, ok := ch.Operations().(*node); ok {
+			guess = c.kind()
+		}
+	}
+	a, err := n.fs.LookupGuess(ctx, p, guess)
 	if err != nil {
 		return nil, tyrfs.Errno(err)
 	}
