@@ -99,8 +99,9 @@ func WithFailover() Option {
 	}
 }
 
-// resendable are the methods a node changes nothing for: a call of one
-// that may have reached a node whose answer was lost can go to another.
+// resendable are the methods a node changes nothing for, or nothing a
+// second call would change again: a call of one that may have reached a
+// node whose answer was lost can go to another.
 var resendable = map[string]bool{
 	tyrpb.Tyr_ListKeyspaces_FullMethodName: true,
 	tyrpb.Tyr_GetKeyspace_FullMethodName:   true,
@@ -111,7 +112,10 @@ var resendable = map[string]bool{
 	tyrpb.Tyr_Ring_FullMethodName:          true,
 	tyrpb.Tyr_Resolve_FullMethodName:       true,
 	tyrpb.Tyr_NodeUsage_FullMethodName:     true,
-	healthpb.Health_Check_FullMethodName:   true,
+	tyrpb.Tyr_FsFetch_FullMethodName:       true,
+	// Dropping copies of permissions twice drops them once.
+	tyrpb.Tyr_FsInvalidate_FullMethodName: true,
+	healthpb.Health_Check_FullMethodName:  true,
 }
 
 // callProgress is how far one call to one node got, as gRPC's stats
