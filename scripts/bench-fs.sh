@@ -29,7 +29,7 @@ pids=()
 ceph_started=0
 cleanup() {
 	if mountpoint -q "$mnt"; then fusermount3 -u "$mnt" || true; fi
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null || true; done
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
 	if [[ $ceph_started == 1 ]]; then
 		"$cephdir/umount.sh" --force "$cephmnt" || true
 		"$cephdir/teardown.sh" --purge || true
