@@ -125,6 +125,26 @@ func (c *Client) Commit(ctx context.Context, ks string, ops ...Op) ([]OpResult, 
 	return c.commit(ctx, ks, ops, nil, true)
 }
 
+// Check is a condition of CommitIf: blob Key is at Version, or with
+// Version 0 does not exist.
+type Check struct {
+	Key     string
+	Version uint64
+}
+
+// CommitIf applies ops as Commit does, if every check holds when the
+// commit applies, with the checked blobs locked; otherwise nothing applies
+// and it fails with ErrConflict. It is a transaction's commit without its
+// reads: a version from an earlier read, or absence, checked in the same
+// request as the writes. At most ReadChecksMax checks.
+func (c *Client) CommitIf(ctx context.Context, ks string, checks []Check, ops ...Op) ([]OpResult, error) {
+	reads := make([]*tyrpb.ReadCheck, len(checks))
+	for i, ch := range checks {
+		reads[i] = &tyrpb.ReadCheck{Key: []byte(ch.Key), Version: ch.Version}
+	}
+	return c.commit(ctx, ks, ops, reads, true)
+}
+
 // commit sends a commit, resolving its outcome if its answer is lost and
 // resolve is set.
 func (c *Client) commit(ctx context.Context, ks string, ops []Op, reads []*tyrpb.ReadCheck, resolve bool) ([]OpResult, error) {

@@ -219,8 +219,8 @@ func (f *FS) invalidate(ctx context.Context, p string) error {
 }
 
 // create adds p, of kind k with header attributes o and content data after
-// the header, to its parent, in one transaction that checks the name is
-// free (neither a file nor a directory).
+// the header, to its parent, in one commit that checks the name is free
+// (neither a file nor a directory).
 func (f *FS) create(ctx context.Context, p string, k Kind, o Owner, data []byte) (Attr, error) {
 	return f.createNode(ctx, p, k, o, 0, data)
 }
@@ -243,18 +243,13 @@ func (f *FS) createNode(ctx context.Context, p string, k Kind, o Owner, rdev uin
 		key, other = other, key
 	}
 	blob := append(fslayout.EncodeHeader(a), data...)
-	err = f.c.RunTx(ctx, f.ks, func(tx *client.Tx) error {
-		if _, err := tx.Size(ctx, other); err == nil {
-			return errnof(syscall.EEXIST, "%s", p)
-		} else if !errors.Is(err, client.ErrNotFound) {
-			return err
-		}
-		return tx.Do(client.CreateOp(key), client.WriteOp(key, 0, blob, false),
-			client.AppendOp(fslayout.DirKey(parent), fslayout.EncodeRecord(fslayout.RecordAdd, k, name), false),
-			touchParent(parent, t))
-	}, txOptions)
+	// One request: the name's other key (a directory for a file, a file
+	// for a directory) is checked absent as the commit applies.
+	_, err = f.c.CommitIf(ctx, f.ks, []client.Check{{Key: other}}, client.CreateOp(key), client.WriteOp(key, 0, blob, false),
+		client.AppendOp(fslayout.DirKey(parent), fslayout.EncodeRecord(fslayout.RecordAdd, k, name), false),
+		touchParent(parent, t))
 	switch {
-	case errors.Is(err, client.ErrExists):
+	case errors.Is(err, client.ErrExists), errors.Is(err, client.ErrConflict):
 		return Attr{}, errnof(syscall.EEXIST, "%s", p)
 	case errors.Is(err, client.ErrNotFound):
 		return Attr{}, f.missingDir(ctx, parent)
