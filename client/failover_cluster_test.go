@@ -10,12 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
-	"github.com/tyrstore/tyr/api/tyrpb"
 	"github.com/tyrstore/tyr/client"
-	"github.com/tyrstore/tyr/internal/ring"
 	"github.com/tyrstore/tyr/internal/testserver"
 )
 
@@ -45,7 +40,8 @@ func TestFailoverCluster(t *testing.T) {
 	if _, err := fo.CreateKeyspace(ctx, ks, cfg); err != nil {
 		t.Fatal(err)
 	}
-	onFirst := placeOnFirst(t, lc, ks)
+	place := lc.Placer()
+	onFirst := func(key string) bool { return place.On(ks, key, 1, 1) }
 	var live, dead []string
 	for i := range 40 {
 		key := fmt.Sprintf("k%02d", i)
@@ -136,43 +132,6 @@ func TestFailoverCluster(t *testing.T) {
 		}
 		return true, ""
 	})
-}
-
-// placeOnFirst returns whether node 1 keeps blob key of keyspace ks (of
-// replication 1), from the ring node 1 reports.
-func placeOnFirst(t *testing.T, lc *testserver.LocalCluster, ks string) func(key string) bool {
-	t.Helper()
-	conn, err := grpc.NewClient(lc.Endpoints[0], grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	resp, err := tyrpb.NewTyrClient(conn).Ring(ctx, &tyrpb.RingRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var nodes []ring.Node
-	var first ring.NodeID
-	for _, m := range resp.GetMembers() {
-		nodes = append(nodes, ring.Node{ID: ring.NodeID(m.GetId()), Weight: m.GetWeight()})
-		if m.GetRpcAddr() == lc.Endpoints[0] {
-			first = ring.NodeID(m.GetId())
-		}
-	}
-	r, err := ring.New(ring.Config{VirtualNodesPerWeight: resp.GetVirtualNodesPerWeight(), TokensMax: resp.GetTokensMax(),
-		HashVersion: resp.GetHashVersion()}, resp.GetRingId(), nodes)
-	if err != nil || len(nodes) != 3 || first == "" {
-		t.Fatalf("ring of %d members, node 1 %q: %v", len(nodes), first, err)
-	}
-	return func(key string) bool {
-		ids, err := r.Replicas(ring.KeyspaceSeed(ks), key, 0, 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ids[0] == first
-	}
 }
 
 // waitDead waits until connections to addr are refused, and a moment

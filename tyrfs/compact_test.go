@@ -8,24 +8,15 @@ package tyrfs
 // and creates racing the compactions are never lost.
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"net/http"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
-	"github.com/tyrstore/tyr/api/tyrpb"
 	"github.com/tyrstore/tyr/client"
 	"github.com/tyrstore/tyr/internal/fslayout"
-	"github.com/tyrstore/tyr/internal/ring"
 	"github.com/tyrstore/tyr/internal/testserver"
 )
 
@@ -147,90 +138,24 @@ func TestCompactionCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	holders := holderOf(t, ctx, lc.Endpoints[0], "tfs")
+	place := lc.Placer()
 	elsewhere := func(prefix string) string {
 		for i := range 100 {
 			dir := fmt.Sprintf("/%s%d", prefix, i)
-			if h := holders(fslayout.DirKey(dir)); h != lc.Endpoints[0] {
-				t.Logf("directory %s: blob %q held by %s, the client's endpoint is %s", dir, fslayout.DirKey(dir), h, lc.Endpoints[0])
+			if h := place.Holders("tfs", fslayout.DirKey(dir), 1); h[0] != 1 {
+				t.Logf("directory %s: blob %q held by node%d, the client's endpoint is node1", dir, fslayout.DirKey(dir), h[0])
 				return dir
 			}
 		}
 		t.Fatal("no directory name whose blob another node holds")
 		return ""
 	}
-	before := scrapeCompactions(t, lc.MetricsAddr(1))
+	before := testserver.Metric(t, lc.MetricsAddr(1), "tyr_fs_dir_compactions_total")
 	compacts(t, ctx, c, f, elsewhere("d"))
 	racingCreates(t, ctx, c, f, elsewhere("r"))
-	after := scrapeCompactions(t, lc.MetricsAddr(1))
+	after := testserver.Metric(t, lc.MetricsAddr(1), "tyr_fs_dir_compactions_total")
 	t.Logf("node1's checks: before %v, after %v", before, after)
 	if after["compacted"] <= before["compacted"] {
 		t.Fatalf("node1 counted no compaction: %v, then %v", before, after)
 	}
-}
-
-// holderOf returns a function giving the RPC address of the node holding
-// the first chunk of a key of keyspace ks (replication 1), from the ring a
-// node at endpoint reports, computed as clients and servers compute it.
-func holderOf(t *testing.T, ctx context.Context, endpoint, ks string) func(key string) string {
-	t.Helper()
-	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	resp, err := tyrpb.NewTyrClient(conn).Ring(ctx, &tyrpb.RingRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var nodes []ring.Node
-	addr := map[ring.NodeID]string{}
-	for _, m := range resp.GetMembers() {
-		if m.GetState() != client.StateLeft {
-			nodes = append(nodes, ring.Node{ID: ring.NodeID(m.GetId()), Weight: m.GetWeight()})
-			addr[ring.NodeID(m.GetId())] = m.GetRpcAddr()
-		}
-	}
-	r, err := ring.New(ring.Config{VirtualNodesPerWeight: resp.GetVirtualNodesPerWeight(), TokensMax: resp.GetTokensMax(),
-		HashVersion: resp.GetHashVersion()}, resp.GetRingId(), nodes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return func(key string) string {
-		ids, err := r.Replicas(ring.KeyspaceSeed(ks), key, 0, 1)
-		if err != nil || len(ids) != 1 {
-			t.Fatalf("replicas of %q: %v %v", key, ids, err)
-		}
-		return addr[ids[0]]
-	}
-}
-
-// scrapeCompactions returns a node's tyr_fs_dir_compactions_total, by
-// outcome.
-func scrapeCompactions(t *testing.T, metricsAddr string) map[string]float64 {
-	t.Helper()
-	resp, err := http.Get("http://" + metricsAddr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	const prefix = `tyr_fs_dir_compactions_total{outcome="`
-	for sc.Scan() {
-		line, ok := strings.CutPrefix(sc.Text(), prefix)
-		if !ok {
-			continue
-		}
-		outcome, value, _ := strings.Cut(line, `"} `)
-		v, err := strconv.ParseFloat(value, 64)
-		if err != nil {
-			t.Fatalf("metrics line %q: %v", sc.Text(), err)
-		}
-		out[outcome] = v
-	}
-	if len(out) == 0 {
-		t.Fatal("no tyr_fs_dir_compactions_total in the metrics")
-	}
-	return out
 }

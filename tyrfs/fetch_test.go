@@ -7,14 +7,10 @@ package tyrfs
 // nodes. Reproduce with `go test -race -run TestFetch ./tyrfs`.
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
-	"net/http"
 	"slices"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -127,7 +123,7 @@ func TestFetchCluster(t *testing.T) {
 	}
 	before := make([]map[string]float64, 3)
 	for k := range before {
-		before[k] = permLookups(t, lc.MetricsAddr(k+1))
+		before[k] = lookups(t, lc.MetricsAddr(k+1))
 	}
 	const rounds = 5
 	for range rounds {
@@ -138,7 +134,7 @@ func TestFetchCluster(t *testing.T) {
 	// PopularMin remote lookups of each directory on each node.
 	serving, total := 0, map[string]float64{}
 	for k := range before {
-		after := permLookups(t, lc.MetricsAddr(k+1))
+		after := lookups(t, lc.MetricsAddr(k+1))
 		n := map[string]float64{}
 		for src := range after {
 			n[src] = after[src] - before[k][src]
@@ -174,13 +170,13 @@ func TestFetchCluster(t *testing.T) {
 	// A paused member cannot be told: the chmod waits its copies' lease
 	// out, and once resumed it refuses too. The paused node holds neither
 	// directory (so the chmod can commit) and answered fetches with copies.
-	paused := 0
+	paused, place := 0, lc.Placer()
 	for k := 1; k <= 3 && paused == 0; k++ {
-		if !slices.Contains(lc.Holders("tfs", "/", 1), k) && !slices.Contains(lc.Holders("tfs", "/data/", 1), k) {
+		if !place.On("tfs", "/", 1, k) && !place.On("tfs", "/data/", 1, k) {
 			paused = k
 		}
 	}
-	if n := permLookups(t, lc.MetricsAddr(paused)); paused == 0 || n["copy"] == 0 {
+	if n := lookups(t, lc.MetricsAddr(paused)); paused == 0 || n["copy"] == 0 {
 		t.Fatalf("node%d holds neither directory, with lookups %v: want one that used copies", paused, n)
 	}
 	other := fss[paused%3] // an FS whose endpoint is another node
@@ -216,39 +212,6 @@ func TestFetchCluster(t *testing.T) {
 			t.Fatalf("fetch %s after chmod 700 with node%d paused: %q, %v; want EACCES", p, paused, data, err)
 		}
 	}
-}
-
-// permLookups returns tyr_fs_permission_lookups_total by source from the
-// metrics at addr.
-func permLookups(t *testing.T, addr string) map[string]float64 {
-	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	const prefix = `tyr_fs_permission_lookups_total{source="`
-	for sc.Scan() {
-		line, ok := strings.CutPrefix(sc.Text(), prefix)
-		if !ok {
-			continue
-		}
-		src, val, ok := strings.Cut(line, `"} `)
-		if !ok {
-			t.Fatalf("metrics line %q", sc.Text())
-		}
-		v, err := strconv.ParseFloat(val, 64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[src] = v
-	}
-	if len(out) != 3 {
-		t.Fatalf("metrics at %s: permission lookups by source %v, want local, copy and remote", addr, out)
-	}
-	return out
 }
 
 // TestWriteFile: WriteFile makes a file with its bytes in one
@@ -307,4 +270,15 @@ func TestLookupGuess(t *testing.T) {
 			t.Fatalf("%s guessing %s: %v, %v; want a %s", c.p, c.guess, a.Kind, err, c.want)
 		}
 	}
+}
+
+// lookups returns tyr_fs_permission_lookups_total by source from the
+// metrics at addr.
+func lookups(t *testing.T, addr string) map[string]float64 {
+	t.Helper()
+	out := testserver.Metric(t, addr, "tyr_fs_permission_lookups_total")
+	if len(out) != 3 {
+		t.Fatalf("metrics at %s: permission lookups by source %v, want local, copy and remote", addr, out)
+	}
+	return out
 }

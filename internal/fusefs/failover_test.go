@@ -16,7 +16,6 @@ package fusefs
 // `go test -race -run TestClusterFailover ./internal/fusefs`.
 
 import (
-	"context"
 	"fmt"
 	"maps"
 	"net"
@@ -28,13 +27,8 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
-	"github.com/tyrstore/tyr/api/tyrpb"
 	"github.com/tyrstore/tyr/client"
 	"github.com/tyrstore/tyr/internal/fslayout"
-	"github.com/tyrstore/tyr/internal/ring"
 	"github.com/tyrstore/tyr/internal/testserver"
 )
 
@@ -56,69 +50,9 @@ const (
 func TestClusterFailover(t *testing.T) {
 	needFUSE(t)
 	cl := testserver.UpCluster(t, 3)
-	p := clusterRing(t, cl)
+	p := cl.Placer()
 	t.Run("rf1", func(t *testing.T) { failoverRF1(t, cl, p) })
 	t.Run("rf2", func(t *testing.T) { failoverRF2(t, cl, p) })
-}
-
-// placer tells which nodes keep a keyspace's blobs, from the ring a node
-// reports, computed as clients and servers compute it.
-type placer struct {
-	r *ring.Ring
-	// node maps a member to its node number (k of nodek).
-	node map[ring.NodeID]int
-}
-
-func clusterRing(t *testing.T, cl *testserver.LocalCluster) placer {
-	t.Helper()
-	conn, err := grpc.NewClient(cl.Endpoints[0], grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	resp, err := tyrpb.NewTyrClient(conn).Ring(ctx, &tyrpb.RingRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := placer{node: map[ring.NodeID]int{}}
-	var nodes []ring.Node
-	for _, m := range resp.GetMembers() {
-		if m.GetState() == client.StateLeft {
-			continue
-		}
-		nodes = append(nodes, ring.Node{ID: ring.NodeID(m.GetId()), Weight: m.GetWeight()})
-		k := slices.Index(cl.Endpoints, m.GetRpcAddr()) + 1
-		if k == 0 {
-			t.Fatalf("member %s serves at %s, not a node of the cluster (%v)", m.GetId(), m.GetRpcAddr(), cl.Endpoints)
-		}
-		p.node[ring.NodeID(m.GetId())] = k
-	}
-	if len(nodes) != len(cl.Endpoints) {
-		t.Fatalf("the ring holds %d members, the cluster %d nodes", len(nodes), len(cl.Endpoints))
-	}
-	p.r, err = ring.New(ring.Config{VirtualNodesPerWeight: resp.GetVirtualNodesPerWeight(), TokensMax: resp.GetTokensMax(),
-		HashVersion: resp.GetHashVersion()}, resp.GetRingId(), nodes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-// on reports whether node k keeps a copy of blob key of keyspace ks (of
-// replication rf; the blobs here are one chunk each).
-func (p placer) on(t *testing.T, ks string, rf int, key string, k int) bool {
-	ids, err := p.r.Replicas(ring.KeyspaceSeed(ks), key, 0, rf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, id := range ids {
-		if p.node[id] == k {
-			return true
-		}
-	}
-	return false
 }
 
 // pathKeys are the blobs a lookup, read or write of the existing file at p
@@ -147,10 +81,10 @@ func failoverMount(t *testing.T, cl *testserver.LocalCluster, ks string, rf uint
 
 // pickKeyspace returns the first name prefix-N whose keyspace keeps its
 // root directory off the killed node, so that files can survive it.
-func pickKeyspace(t *testing.T, p placer, prefix string, rf int) string {
+func pickKeyspace(t *testing.T, p testserver.Placer, prefix string, rf int) string {
 	for i := range 100 {
 		ks := fmt.Sprintf("%s-%d", prefix, i)
-		if !p.on(t, ks, rf, fslayout.DirKey("/"), killed) {
+		if !p.On(ks, fslayout.DirKey("/"), rf, killed) {
 			return ks
 		}
 	}
@@ -208,11 +142,11 @@ func waitAll(t *testing.T, mnt string, want files) time.Duration {
 	}
 }
 
-func failoverRF1(t *testing.T, cl *testserver.LocalCluster, p placer) {
+func failoverRF1(t *testing.T, cl *testserver.LocalCluster, p testserver.Placer) {
 	const rf = 1
 	ks := pickKeyspace(t, p, "failover-rf1", rf)
 	mnt := failoverMount(t, cl, ks, rf)
-	onDead := func(key string) bool { return p.on(t, ks, rf, key, killed) }
+	onDead := func(key string) bool { return p.On(ks, key, rf, killed) }
 	anyDead := func(keys []string) bool { return slices.ContainsFunc(keys, onDead) }
 
 	// Two directories the dead node keeps nothing of the way to, and one
@@ -341,7 +275,7 @@ func failoverRF1(t *testing.T, cl *testserver.LocalCluster, p placer) {
 	t.Logf("node back: all %d files read back as last written after %v", len(want), d.Round(time.Millisecond))
 }
 
-func failoverRF2(t *testing.T, cl *testserver.LocalCluster, p placer) {
+func failoverRF2(t *testing.T, cl *testserver.LocalCluster, p testserver.Placer) {
 	const rf = 2
 	// Node 1 is back from rf1: wait until it serves, so that the new
 	// keyspace and mount start on the whole cluster.
@@ -369,7 +303,7 @@ func failoverRF2(t *testing.T, cl *testserver.LocalCluster, p placer) {
 			if err := want.write(t, mnt, f, strings.Repeat(f+" ", 10*(i+1))); err != nil {
 				t.Fatal(err)
 			}
-			if p.on(t, ks, rf, fslayout.FileKey(f), killed) {
+			if p.On(ks, fslayout.FileKey(f), rf, killed) {
 				onKilled++
 			} else {
 				offKilled++

@@ -1,8 +1,13 @@
 package testserver
 
 import (
+	"bufio"
 	"context"
+	"net/http"
 	"slices"
+	"strconv"
+	"strings"
+	"testing"
 	"time"
 
 	"google.golang.org/grpc"
@@ -13,10 +18,17 @@ import (
 	"github.com/tyrstore/tyr/internal/ring"
 )
 
-// Holders returns the nodes (1-based, as Signal takes them) that hold
-// chunk 0 of key in keyspace ks of replication rf, by the ring node1
-// reports: the blob's version managers.
-func (c *LocalCluster) Holders(ks, key string, rf int) []int {
+// Placer tells which nodes of a LocalCluster hold a key, from one copy of
+// the ring, computed as clients and servers compute it.
+type Placer struct {
+	t    testing.TB
+	r    *ring.Ring
+	node map[ring.NodeID]int // member -> k of nodek
+}
+
+// Placer returns a Placer over the ring node1 reports now; it stays
+// usable when nodes go down afterwards.
+func (c *LocalCluster) Placer() Placer {
 	t := c.t
 	t.Helper()
 	conn, err := grpc.NewClient(c.Endpoint(1), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -30,36 +42,88 @@ func (c *LocalCluster) Holders(ks, key string, rf int) []int {
 	if err != nil {
 		t.Fatal(err)
 	}
+	p := Placer{t: t, node: map[ring.NodeID]int{}}
 	var nodes []ring.Node
-	addrs := map[ring.NodeID]string{}
 	for _, m := range resp.GetMembers() {
-		if m.GetState() != client.StateLeft {
-			nodes = append(nodes, ring.Node{ID: ring.NodeID(m.GetId()), Weight: m.GetWeight()})
-			addrs[ring.NodeID(m.GetId())] = m.GetRpcAddr()
+		if m.GetState() == client.StateLeft {
+			continue
 		}
+		nodes = append(nodes, ring.Node{ID: ring.NodeID(m.GetId()), Weight: m.GetWeight()})
+		k := slices.Index(c.Endpoints, m.GetRpcAddr()) + 1
+		if k == 0 {
+			t.Fatalf("ring member %s serves at %s, none of the cluster's nodes (%v)", m.GetId(), m.GetRpcAddr(), c.Endpoints)
+		}
+		p.node[ring.NodeID(m.GetId())] = k
 	}
-	r, err := ring.New(ring.Config{VirtualNodesPerWeight: resp.GetVirtualNodesPerWeight(), TokensMax: resp.GetTokensMax(),
+	if len(nodes) != len(c.Endpoints) {
+		t.Fatalf("the ring holds %d members, the cluster %d nodes", len(nodes), len(c.Endpoints))
+	}
+	p.r, err = ring.New(ring.Config{VirtualNodesPerWeight: resp.GetVirtualNodesPerWeight(), TokensMax: resp.GetTokensMax(),
 		HashVersion: resp.GetHashVersion()}, resp.GetRingId(), nodes)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids, err := r.Replicas(ring.KeyspaceSeed(ks), key, 0, rf)
+	return p
+}
+
+// Holders returns the nodes (k of nodek, sorted) that hold chunk 0 of key
+// in keyspace ks of replication rf: the blob's version managers.
+func (p Placer) Holders(ks, key string, rf int) []int {
+	p.t.Helper()
+	ids, err := p.r.Replicas(ring.KeyspaceSeed(ks), key, 0, rf)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	out := make([]int, len(ids))
+	for i, id := range ids {
+		out[i] = p.node[id]
+	}
+	slices.Sort(out)
+	return out
+}
+
+// On reports whether nodek holds chunk 0 of key (see Holders).
+func (p Placer) On(ks, key string, rf int, k int) bool {
+	p.t.Helper()
+	return slices.Contains(p.Holders(ks, key, rf), k)
+}
+
+// Holders is Placer().Holders: which nodes hold chunk 0 of key.
+func (c *LocalCluster) Holders(ks, key string, rf int) []int {
+	c.t.Helper()
+	return c.Placer().Holders(ks, key, rf)
+}
+
+// Metric returns the values of counter name in the Prometheus text that
+// the metrics address addr serves, by the value of its one label; it
+// fails the test if there are none.
+func Metric(t testing.TB, addr, name string) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []int
-	for _, id := range ids {
-		k := 0
-		for i := range c.Endpoints {
-			if c.Endpoint(i+1) == addrs[id] {
-				k = i + 1
-			}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line, ok := strings.CutPrefix(sc.Text(), name+"{")
+		if !ok {
+			continue
 		}
-		if k == 0 {
-			t.Fatalf("ring member %s at %q is none of the cluster's nodes", id, addrs[id])
+		_, rest, _ := strings.Cut(line, `="`)
+		label, value, ok := strings.Cut(rest, `"} `)
+		v, err := strconv.ParseFloat(value, 64)
+		if !ok || err != nil {
+			t.Fatalf("metrics line %q: %v", sc.Text(), err)
 		}
-		out = append(out, k)
+		out[label] = v
 	}
-	slices.Sort(out)
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(out) == 0 {
+		t.Fatalf("no %s in the metrics at %s", name, addr)
+	}
 	return out
 }
