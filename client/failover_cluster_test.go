@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"syscall"
 	"testing"
@@ -65,7 +64,7 @@ func TestFailoverCluster(t *testing.T) {
 	}
 
 	lc.Signal(1, syscall.SIGKILL)
-	waitDead(t, lc.Endpoints[0])
+	testserver.WaitRefused(t, lc.Endpoints[0])
 	for _, key := range live {
 		if _, err := fo.Write(ctx, ks, key, 0, []byte(key+" after!")); err != nil {
 			t.Fatalf("commit of %s, kept by a live node, with the endpoint dead: %v", key, err)
@@ -132,22 +131,4 @@ func TestFailoverCluster(t *testing.T) {
 		}
 		return true, ""
 	})
-}
-
-// waitDead waits until connections to addr are refused, and a moment
-// more, so that the clients' connections to it saw it close: a commit
-// sent while a killed node may still read it has an outcome only
-// resolution can tell (TestFailoverLostAnswer), which is not what the
-// tests of failing over check.
-func waitDead(t *testing.T, addr string) {
-	t.Helper()
-	testserver.Eventually(t, 10*time.Second, addr+" refusing connections", func() (bool, string) {
-		conn, err := net.DialTimeout("tcp", addr, time.Second)
-		if err != nil {
-			return true, ""
-		}
-		_ = conn.Close()
-		return false, "still accepting"
-	})
-	time.Sleep(100 * time.Millisecond)
 }

@@ -217,21 +217,7 @@ func WriteFSReport(w io.Writer, results []Result) error {
 				r.Workload, r.System, r.Clients, r.OpsPerS, mibPerS(r), r.P50us, r.P99us)
 		}
 	}
-	if infos := systemInfos(results); len(infos) > 0 {
-		b.WriteString("\nSystems:\n\n")
-		for _, line := range infos {
-			b.WriteString("- " + line + "\n")
-		}
-	}
-	if notes := Notes(results); len(notes) > 0 {
-		b.WriteString("\n")
-		for _, n := range notes {
-			b.WriteString("- " + n + "\n")
-		}
-	}
-	fmt.Fprintf(&b, "\n%s.\n", NoisyMachineNote)
-	_, err := io.WriteString(w, b.String())
-	return err
+	return writeTail(w, &b, results, "Systems")
 }
 
 func ratioOrDash(v float64, ok bool) string {

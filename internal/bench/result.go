@@ -337,8 +337,14 @@ func WriteReport(w io.Writer, results []Result, base string, plots map[string]st
 	if slices.ContainsFunc(results, func(r Result) bool { return !isLimit(r) && !hasOwnTable(r) }) {
 		writeMeasurements(&b, c, results, retried, counted, limited)
 	}
+	return writeTail(w, &b, results, "Systems, as they reported themselves")
+}
+
+// writeTail ends a report in b with the systems' descriptions under
+// heading, the notes and the machine's caveat, and writes it to w.
+func writeTail(w io.Writer, b *strings.Builder, results []Result, heading string) error {
 	if infos := systemInfos(results); len(infos) > 0 {
-		b.WriteString("\nSystems, as they reported themselves:\n\n")
+		b.WriteString("\n" + heading + ":\n\n")
 		for _, line := range infos {
 			b.WriteString("- " + line + "\n")
 		}
@@ -349,7 +355,7 @@ func WriteReport(w io.Writer, results []Result, base string, plots map[string]st
 			b.WriteString("- " + n + "\n")
 		}
 	}
-	fmt.Fprintf(&b, "\n%s.\n", NoisyMachineNote)
+	fmt.Fprintf(b, "\n%s.\n", NoisyMachineNote)
 	_, err := io.WriteString(w, b.String())
 	return err
 }

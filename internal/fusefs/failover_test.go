@@ -18,7 +18,6 @@ package fusefs
 import (
 	"fmt"
 	"maps"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -218,7 +217,7 @@ func failoverRF1(t *testing.T, cl *testserver.LocalCluster, p testserver.Placer)
 	}
 
 	cl.Signal(killed, syscall.SIGKILL)
-	waitDead(t, cl.Endpoints[killed-1])
+	testserver.WaitRefused(t, cl.Endpoints[killed-1])
 	start := time.Now()
 	var reads, writes, eio int
 	for round := 0; round == 0 || time.Since(start) < outage; round++ {
@@ -316,7 +315,7 @@ func failoverRF2(t *testing.T, cl *testserver.LocalCluster, p testserver.Placer)
 	}
 
 	cl.Signal(killed, syscall.SIGKILL)
-	waitDead(t, cl.Endpoints[killed-1])
+	testserver.WaitRefused(t, cl.Endpoints[killed-1])
 	start := time.Now()
 	paths := slices.Sorted(maps.Keys(want))
 	// Until the survivors find the node dead, they still send it the
@@ -373,22 +372,4 @@ func failoverRF2(t *testing.T, cl *testserver.LocalCluster, p testserver.Placer)
 	cl.Start(killed)
 	d := waitAll(t, mnt, want)
 	t.Logf("node back: all %d files read back as last written after %v", len(want), d.Round(time.Millisecond))
-}
-
-// waitDead waits until connections to addr are refused, and a moment
-// more, so that the mount's connections to it saw it close. A commit sent
-// while the killed node may still read it has an outcome only resolution
-// can tell, and may fail as of unknown outcome (EIO): the client's own
-// tests check that; these check failing over.
-func waitDead(t *testing.T, addr string) {
-	t.Helper()
-	testserver.Eventually(t, 10*time.Second, addr+" refusing connections", func() (bool, string) {
-		conn, err := net.DialTimeout("tcp", addr, time.Second)
-		if err != nil {
-			return true, ""
-		}
-		_ = conn.Close()
-		return false, "still accepting"
-	})
-	time.Sleep(100 * time.Millisecond)
 }

@@ -3,6 +3,7 @@ package testserver
 import (
 	"bufio"
 	"context"
+	"net"
 	"net/http"
 	"slices"
 	"strconv"
@@ -126,4 +127,21 @@ func Metric(t testing.TB, addr, name string) map[string]float64 {
 		t.Fatalf("no %s in the metrics at %s", name, addr)
 	}
 	return out
+}
+
+// WaitRefused waits until connections to addr are refused, and a moment
+// more, so that the connections clients held to it saw it close: a
+// request sent while a killed process may still read it has an outcome
+// only resolution can tell.
+func WaitRefused(t testing.TB, addr string) {
+	t.Helper()
+	Eventually(t, 10*time.Second, addr+" refusing connections", func() (bool, string) {
+		conn, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			return true, ""
+		}
+		_ = conn.Close()
+		return false, "still accepting"
+	})
+	time.Sleep(100 * time.Millisecond)
 }
