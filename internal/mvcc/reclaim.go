@@ -86,6 +86,15 @@ type ReclaimStats struct {
 // concurrently with everything but itself.
 func (s *Store) Reclaim(ctx context.Context, pace func(bytes uint64)) (ReclaimStats, error) {
 	var st ReclaimStats
+	// Pebble picks its compactions on events only (a flush, a compaction's
+	// end, the release of the oldest snapshot). A blob file whose pages a
+	// compaction dropped becomes old enough to rewrite
+	// (ValueSeparation's RewriteMinimumAge) later, on a store that may see
+	// no more writes, such as a node whose ranges moved away: releasing a
+	// snapshot on each pass lets Pebble pick the rewrite.
+	if err := s.db.NewSnapshot().Close(); err != nil {
+		return st, fmt.Errorf("%w: %w", errs.ErrUnavailable, err)
+	}
 	marks, err := s.reclaimMarks()
 	if err != nil {
 		return st, err
