@@ -137,13 +137,19 @@ func (f *FS) LookupGuess(ctx context.Context, p string, guess Kind) (Attr, error
 	if err != nil {
 		return Attr{}, err
 	}
-	if guess == KindDir && p != "/" {
-		a, err := f.stat(ctx, fslayout.DirKey(p))
-		if !errors.Is(err, client.ErrNotFound) {
-			return a, err
-		}
+	if guess != KindDir || p == "/" {
+		return f.lookup(ctx, p)
 	}
-	return f.lookup(ctx, p)
+	// The directory first, then the file: each key read once.
+	a, err := f.stat(ctx, fslayout.DirKey(p))
+	if !errors.Is(err, client.ErrNotFound) {
+		return a, err
+	}
+	a, err = f.stat(ctx, fslayout.FileKey(p))
+	if errors.Is(err, client.ErrNotFound) {
+		return Attr{}, errnof(syscall.ENOENT, "%s", p)
+	}
+	return a, err
 }
 
 func (f *FS) lookup(ctx context.Context, p string) (Attr, error) {
