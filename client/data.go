@@ -142,15 +142,64 @@ func (d *dataPath) read(ctx context.Context, addr string, req *tyrpb.ReadRequest
 // fetch sends a TýrFS fetch to addr as read does a read; a refusal
 // comes back as the response's errno.
 func (d *dataPath) fetch(ctx context.Context, addr string, req *tyrpb.FsFetchRequest) (*tyrpb.FsFetchResponse, frame.Header, error) {
-	resp, h, err := d.send(ctx, addr, frame.Read{Kind: frame.KindFsFetch, Keyspace: string(req.GetKeyspace()),
-		Key: string(req.GetPath()), Length: req.GetLength(), UID: req.GetUid(), GIDs: req.GetGids()})
+	resp, h, err := d.send(ctx, addr, fetchFrame(req))
 	if err != nil {
 		return nil, h, err
 	}
-	if h.Flags&frame.FlagErrno != 0 {
-		return &tyrpb.FsFetchResponse{Errno: uint32(h.Size)}, h, nil
+	return fetchAnswer(resp, h), h, nil
+}
+
+// fetchMany sends the TýrFS fetches reqs to addr on one connection,
+// pipelined, and returns the answers it got, in order, as fetch returns
+// each: a transport failure ends them early and is returned as err, as
+// errNoDataPath is.
+func (d *dataPath) fetchMany(ctx context.Context, addr string, reqs []*tyrpb.FsFetchRequest) ([]answered, error) {
+	rs := make([]frame.Read, len(reqs))
+	for i, req := range reqs {
+		rs[i] = fetchFrame(req)
+		if err := frame.CheckRead(rs[i]); err != nil {
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		}
 	}
-	return &tyrpb.FsFetchResponse{Data: resp.GetData(), Size: resp.GetSize(), Version: resp.GetVersion()}, h, nil
+	c, reused, err := d.get(ctx, addr)
+	if errors.Is(err, errNoDataPath) {
+		return nil, err
+	}
+	if err != nil {
+		return nil, transportError(ctx, addr, err)
+	}
+	out, err := c.pipeline(ctx, rs)
+	var netErr transportErr
+	switch {
+	case errors.As(err, &netErr):
+		_ = c.Close()
+		if !reused && netErr.answerless && ctx.Err() == nil {
+			d.mu.Lock()
+			d.grpcAt[addr] = time.Now().Add(dataRetryAfter)
+			d.mu.Unlock()
+		}
+		err = transportError(ctx, addr, netErr.err)
+	case c.broken:
+		_ = c.Close()
+	default:
+		d.put(addr, c)
+	}
+	return out, err
+}
+
+// fetchFrame is the data-path request of a TýrFS fetch.
+func fetchFrame(req *tyrpb.FsFetchRequest) frame.Read {
+	return frame.Read{Kind: frame.KindFsFetch, Keyspace: string(req.GetKeyspace()),
+		Key: string(req.GetPath()), Length: req.GetLength(), UID: req.GetUid(), GIDs: req.GetGids()}
+}
+
+// fetchAnswer is a fetch's answer, from its data-path answer: a refusal
+// comes back as the errno.
+func fetchAnswer(resp *tyrpb.ReadResponse, h frame.Header) *tyrpb.FsFetchResponse {
+	if h.Flags&frame.FlagErrno != 0 {
+		return &tyrpb.FsFetchResponse{Errno: uint32(h.Size)}
+	}
+	return &tyrpb.FsFetchResponse{Data: resp.GetData(), Size: resp.GetSize(), Version: resp.GetVersion()}
 }
 
 // send sends request r to addr and returns its answer, as read says.
@@ -218,29 +267,45 @@ var longAgo = time.Unix(1, 0)
 
 // roundTrip writes r and reads its answer.
 func (c *dataConn) roundTrip(ctx context.Context, r frame.Read) (*tyrpb.ReadResponse, frame.Header, error) {
-	deadline, _ := ctx.Deadline()
-	if !deadline.Equal(c.deadline) {
-		if err := c.SetDeadline(deadline); err != nil {
-			return nil, frame.Header{}, transportErr{err: err}
-		}
-		c.deadline = deadline
+	stop, err := c.watch(ctx)
+	if err != nil {
+		return nil, frame.Header{}, transportErr{err: err}
 	}
-	if ctx.Done() != nil {
-		stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(longAgo) })
-		defer func() {
-			if !stop() {
-				// The wake-up may land on a later read: retire the
-				// connection.
-				c.broken = true
-			}
-		}()
-	}
+	defer stop()
 	c.out = frame.AppendRead(c.out, r)
-	_, err := c.Write(c.out)
+	_, err = c.Write(c.out)
 	c.out = c.out[:0]
 	if err != nil {
 		return nil, frame.Header{}, transportErr{err: err}
 	}
+	return c.answer()
+}
+
+// watch sets c's deadline from ctx and wakes c's blocked reads and writes
+// when ctx ends; the function it returns stops the watch.
+func (c *dataConn) watch(ctx context.Context) (func(), error) {
+	deadline, _ := ctx.Deadline()
+	if !deadline.Equal(c.deadline) {
+		if err := c.SetDeadline(deadline); err != nil {
+			return nil, err
+		}
+		c.deadline = deadline
+	}
+	if ctx.Done() == nil {
+		return func() {}, nil
+	}
+	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(longAgo) })
+	return func() {
+		if !stop() {
+			// The wake-up may land on a later read: retire the
+			// connection.
+			c.broken = true
+		}
+	}, nil
+}
+
+// answer reads one answer from c.
+func (c *dataConn) answer() (*tyrpb.ReadResponse, frame.Header, error) {
 	var head [frame.LenBytes + frame.HeaderBytes]byte
 	if n, err := io.ReadFull(c.r, head[:]); err != nil {
 		return nil, frame.Header{}, transportErr{err: err, answerless: n == 0}
@@ -257,4 +322,51 @@ func (c *dataConn) roundTrip(ctx context.Context, r frame.Read) (*tyrpb.ReadResp
 		return nil, h, status.Error(codes.Code(h.Code), string(tail))
 	}
 	return &tyrpb.ReadResponse{Data: tail, Size: h.Size, Version: h.Version}, h, nil
+}
+
+// answered is one pipelined request's answer: resp or err, with the
+// answer's header.
+type answered struct {
+	resp *tyrpb.ReadResponse
+	h    frame.Header
+	err  error
+}
+
+// pipeline sends every request of rs before it reads their answers, which
+// the server gives in order; a writer of its own sends them, so that
+// neither side blocks on a full socket buffer while the other writes. It
+// returns the answers it read, in order; a transport error ends it, is
+// returned, and leaves the later requests unanswered.
+func (c *dataConn) pipeline(ctx context.Context, rs []frame.Read) ([]answered, error) {
+	stop, err := c.watch(ctx)
+	if err != nil {
+		return nil, transportErr{err: err, answerless: true}
+	}
+	defer stop()
+	for _, r := range rs {
+		c.out = frame.AppendRead(c.out, r)
+	}
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := c.Write(c.out)
+		wrote <- err
+	}()
+	out := make([]answered, 0, len(rs))
+	var broke error
+	for range rs {
+		resp, h, err := c.answer()
+		var netErr transportErr
+		if errors.As(err, &netErr) {
+			netErr.answerless = netErr.answerless && len(out) == 0
+			broke = netErr
+			_ = c.SetDeadline(longAgo) // ends the writer too
+			break
+		}
+		out = append(out, answered{resp, h, err})
+	}
+	if err := <-wrote; err != nil && broke == nil {
+		broke = transportErr{err: err}
+	}
+	c.out = c.out[:0]
+	return out, broke
 }

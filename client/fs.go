@@ -3,9 +3,12 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"time"
 
 	"github.com/tyrstore/tyr/api/tyrpb"
+	"github.com/tyrstore/tyr/internal/frame"
 	"github.com/tyrstore/tyr/internal/limits"
 )
 
@@ -23,10 +26,100 @@ func (c *Client) FSFetch(ctx context.Context, ks, path string, uid uint32, gids 
 	if err != nil {
 		return nil, BlobInfo{}, 0, fromStatus(err)
 	}
-	if e := resp.GetErrno(); e != 0 {
-		return nil, BlobInfo{}, e, nil
+	r := fetchResult(path, resp)
+	return r.Data, r.Info, r.Errno, nil
+}
+
+// FSFetchResult is one path's answer in FSFetchMany, as FSFetch gives it:
+// the data and its blob's description, or a refusal as Errno, or Err.
+type FSFetchResult struct {
+	Data  []byte
+	Info  BlobInfo
+	Errno uint32
+	Err   error
+}
+
+// FSFetchManyMax bounds the paths of one FSFetchMany.
+const FSFetchManyMax = limits.FSFetchManyMax
+
+// FSFetchMany is FSFetch of every path of paths at once, each answered as
+// FSFetch answers it, in the order given. The fetches bound for one node
+// go on one data connection, pipelined (the node answers them in order,
+// its answers written together), and the nodes are asked in parallel, so
+// a batch of small files costs about one round trip per node rather than
+// one per file. A fetch whose node could not be reached over the data
+// path is sent again alone, as FSFetch sends it (over gRPC, through the
+// endpoint, or to another endpoint on failover); fetches change nothing,
+// so sending one again is safe. The error is for the batch as a whole:
+// more than FSFetchManyMax paths.
+func (c *Client) FSFetchMany(ctx context.Context, ks string, paths []string, uid uint32, gids []uint32, length uint64) ([]FSFetchResult, error) {
+	if len(paths) > FSFetchManyMax {
+		return nil, fmt.Errorf("%w: a fetch of %d paths, above %d", ErrInvalidArgument, len(paths), FSFetchManyMax)
 	}
-	return resp.GetData(), BlobInfo{Key: path, Size: resp.GetSize(), Version: resp.GetVersion()}, 0, nil
+	out := make([]FSFetchResult, len(paths))
+	done := make([]bool, len(paths))
+	req := func(i int) *tyrpb.FsFetchRequest {
+		return &tyrpb.FsFetchRequest{Keyspace: []byte(ks), Path: []byte(paths[i]), Uid: uid, Gids: gids, Length: length}
+	}
+	if c.data != nil && !forwardedCall(ctx) {
+		groups := map[string][]int{}
+		for i, p := range paths {
+			addr := c.router.pickAddr(ctx, ks, p, readShape{direct: true, n: length})
+			if addr == "" {
+				addr = c.dataEndpoint()
+			}
+			groups[addr] = append(groups[addr], i)
+		}
+		var wg sync.WaitGroup
+		for addr, idx := range groups {
+			wg.Go(func() {
+				reqs := make([]*tyrpb.FsFetchRequest, len(idx))
+				for k, i := range idx {
+					reqs[k] = req(i)
+				}
+				answers, err := c.data.fetchMany(ctx, addr, reqs)
+				for k, a := range answers {
+					if a.h.Flags&frame.FlagRouting != 0 && k == len(answers)-1 {
+						c.router.observeIDs(a.h.RingID, a.h.MembersID)
+					}
+					if retryable(ctx, a.err) {
+						continue // sent again alone
+					}
+					i := idx[k]
+					done[i] = true
+					if a.err != nil {
+						out[i].Err = fromStatus(a.err)
+						continue
+					}
+					out[i] = fetchResult(paths[i], fetchAnswer(a.resp, a.h))
+				}
+				if retryable(ctx, err) {
+					c.router.refresh()
+				}
+			})
+		}
+		wg.Wait()
+	}
+	for i := range paths {
+		if done[i] {
+			continue
+		}
+		resp, err := c.fsFetchRPC(ctx, req(i))
+		if err != nil {
+			out[i].Err = fromStatus(err)
+			continue
+		}
+		out[i] = fetchResult(paths[i], resp)
+	}
+	return out, nil
+}
+
+// fetchResult is a fetch's answer for the caller.
+func fetchResult(path string, resp *tyrpb.FsFetchResponse) FSFetchResult {
+	if e := resp.GetErrno(); e != 0 {
+		return FSFetchResult{Errno: e}
+	}
+	return FSFetchResult{Data: resp.GetData(), Info: BlobInfo{Key: path, Size: resp.GetSize(), Version: resp.GetVersion()}}
 }
 
 // FSPermissionLease is how long a server may use its copy of a TýrFS

@@ -282,3 +282,135 @@ func lookups(t *testing.T, addr string) map[string]float64 {
 	}
 	return out
 }
+
+// TestFetchMany: on 3 nodes at replication 1, a batch of fetches spread
+// over the nodes answers each path as Fetch does, refusals and a file
+// past the first read's bound among them; a batch above FetchManyMax is
+// refused whole. With a node killed, the batch gives the bytes of every
+// file on the live nodes and an error, never data, for those on the dead
+// one; once it is back, every file again.
+func TestFetchMany(t *testing.T) {
+	lc := testserver.UpCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	// The node to kill holds neither the root nor the batch's directory,
+	// and is not the client's endpoint.
+	place := lc.Placer()
+	root := place.Holders("tfs", "/", 1)[0]
+	killed := root%3 + 1
+	dir := ""
+	for i := 0; dir == ""; i++ {
+		if d := fmt.Sprintf("/m%d", i); !place.On("tfs", d+"/", 1, killed) {
+			dir = d
+		}
+	}
+	cfg := client.DefaultKeyspaceConfig()
+	cfg.Replication = 1
+	admin := must[*client.Client](t)(client.Dial(lc.Endpoints[root-1]))
+	t.Cleanup(func() { _ = admin.Close() })
+	if _, err := admin.CreateKeyspace(ctx, "tfs", cfg); err != nil {
+		t.Fatal(err)
+	}
+	f := must[*FS](t)(New(ctx, admin, "tfs"))
+	must[Attr](t)(f.Mkdir(ctx, dir, Owner{Mode: 0o755}))
+	const files = 40
+	var paths []string
+	byNode := map[int][]string{}
+	for i := range files {
+		p := fmt.Sprintf("%s/f%d", dir, i)
+		if _, err := f.WriteFile(ctx, p, Owner{UID: 1000, Mode: 0o644}, []byte(p)); err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, p)
+		k := place.Holders("tfs", p, 1)[0]
+		byNode[k] = append(byNode[k], p)
+	}
+	if len(byNode) < 2 {
+		t.Fatalf("files on nodes %v: want 2 or more", byNode)
+	}
+	must[Attr](t)(f.WriteFile(ctx, dir+"/secret", Owner{UID: 1000, Mode: 0o600}, []byte("s")))
+	big := bytes.Repeat([]byte("big."), (client.PayloadBytesMax+1000)/4)
+	must[Attr](t)(f.WriteFile(ctx, dir+"/big", Owner{Mode: 0o644}, big))
+
+	bob := f.As(Cred{UID: 2000, GIDs: []uint32{200}})
+	batch := append(slices.Clone(paths), dir+"/secret", dir+"/big", dir, dir+"/none", dir+"/f1/x", "rel", paths[3])
+	got, err := bob.FetchMany(ctx, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(batch) {
+		t.Fatalf("%d answers for %d paths", len(got), len(batch))
+	}
+	for i, p := range batch {
+		a, data, err := bob.Fetch(ctx, p)
+		r := got[i]
+		if Errno(r.Err) != Errno(err) || (err == nil) != (r.Err == nil) || !bytes.Equal(r.Data, data) || r.Attr != a {
+			t.Fatalf("%s: FetchMany gave %d bytes, %+v, %v; Fetch %d bytes, %+v, %v", p, len(r.Data), r.Attr, r.Err, len(data), a, err)
+		}
+	}
+	for i, want := range []syscall.Errno{syscall.EACCES, 0, syscall.EISDIR, syscall.ENOENT, syscall.ENOTDIR, syscall.EINVAL} {
+		if e := Errno(got[files+i].Err); e != want {
+			t.Fatalf("%s: errno %v, want %v", batch[files+i], e, want)
+		}
+	}
+	if !bytes.Equal(got[files+1].Data, big) {
+		t.Fatalf("%s/big: %d bytes, want %d", dir, len(got[files+1].Data), len(big))
+	}
+	if _, err := f.FetchMany(ctx, make([]string, FetchManyMax+1)); Errno(err) != syscall.EINVAL {
+		t.Fatalf("%d paths: %v, want EINVAL", FetchManyMax+1, err)
+	}
+
+	if len(byNode[killed]) == 0 {
+		t.Fatalf("no file on node%d: %v", killed, byNode)
+	}
+	lc.Signal(killed, syscall.SIGKILL)
+	testserver.WaitRefused(t, lc.Endpoints[killed-1])
+	dctx, dcancel := context.WithTimeout(ctx, 30*time.Second)
+	start := time.Now()
+	got, err = f.FetchMany(dctx, paths)
+	dcancel()
+	t.Logf("with node%d down: the batch took %v", killed, time.Since(start))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var failed int
+	for i, p := range paths {
+		onDead := slices.Contains(byNode[killed], p)
+		switch r := got[i]; {
+		case r.Err == nil && string(r.Data) != p:
+			t.Fatalf("%s with node%d down: wrong data %q", p, killed, r.Data)
+		case r.Err != nil && !onDead:
+			t.Fatalf("%s, on a live node, with node%d down: %v", p, killed, r.Err)
+		case r.Err == nil && onDead:
+			t.Fatalf("%s, on the dead node%d: data", p, killed)
+		case r.Err != nil:
+			failed++
+		}
+	}
+	if failed != len(byNode[killed]) {
+		t.Fatalf("%d fetches failed, want the %d on node%d", failed, len(byNode[killed]), killed)
+	}
+	lc.Start(killed)
+	restart := time.Now()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		got, err = f.FetchMany(ctx, paths)
+		if err != nil {
+			t.Fatal(err)
+		}
+		failed = 0
+		for i, p := range paths {
+			if got[i].Err != nil {
+				failed++
+			} else if string(got[i].Data) != p {
+				t.Fatalf("%s after the restart: wrong data %q", p, got[i].Data)
+			}
+		}
+		if failed == 0 {
+			t.Logf("every fetch answered %v after node%d started again", time.Since(restart), killed)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d fetches still failing a minute after node%d restarted", failed, killed)
+		}
+	}
+}

@@ -179,15 +179,66 @@ func (f *FS) Fetch(ctx context.Context, p string) (Attr, []byte, error) {
 	if err != nil {
 		return Attr{}, nil, err
 	}
-	key := fslayout.FileKey(p)
 	b, info, errno, err := f.c.FSFetch(ctx, f.ks, p, f.cred.UID, f.cred.GIDs, client.PayloadBytesMax)
+	return f.fetched(ctx, p, client.FSFetchResult{Data: b, Info: info, Errno: errno, Err: err})
+}
+
+// FetchResult is one path's answer in FetchMany, as Fetch gives it.
+type FetchResult struct {
+	Attr Attr
+	Data []byte
+	Err  error
+}
+
+// FetchManyMax bounds the paths of one FetchMany.
+const FetchManyMax = client.FSFetchManyMax
+
+// FetchMany is Fetch of every path of paths at once, answered in the order
+// given, each as Fetch answers it (Err an errno error for a refusal). The
+// fetches bound for one node travel pipelined on one connection and the
+// nodes are asked in parallel (client.FSFetchMany), so a batch of small
+// files costs about a round trip per node instead of one per file. The
+// error is for the batch: more than FetchManyMax paths (EINVAL).
+func (f *FS) FetchMany(ctx context.Context, paths []string) ([]FetchResult, error) {
+	if len(paths) > FetchManyMax {
+		return nil, errnof(syscall.EINVAL, "a fetch of %d paths, above %d", len(paths), FetchManyMax)
+	}
+	out := make([]FetchResult, len(paths))
+	var clean []string
+	var at []int
+	for i, p := range paths {
+		cp, err := fslayout.CleanPath(p)
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		clean, at = append(clean, cp), append(at, i)
+	}
+	rs, err := f.c.FSFetchMany(ctx, f.ks, clean, f.cred.UID, f.cred.GIDs, client.PayloadBytesMax)
 	if err != nil {
-		return Attr{}, nil, err
+		return nil, err
 	}
-	if errno != 0 {
-		return Attr{}, nil, errnof(syscall.Errno(errno), "%s", p)
+	for k, r := range rs {
+		a, data, err := f.fetched(ctx, clean[k], r)
+		out[at[k]] = FetchResult{Attr: a, Data: data, Err: err}
 	}
+	return out, nil
+}
+
+// fetched is what a fetch of the clean path p answered, for the caller:
+// the file's attributes and bytes after a second read of a file longer
+// than the first, or an errno error for a refusal.
+func (f *FS) fetched(ctx context.Context, p string, r client.FSFetchResult) (Attr, []byte, error) {
+	if r.Err != nil {
+		return Attr{}, nil, r.Err
+	}
+	if r.Errno != 0 {
+		return Attr{}, nil, errnof(syscall.Errno(r.Errno), "%s", p)
+	}
+	key := fslayout.FileKey(p)
+	b, info := r.Data, r.Info
 	if uint64(len(b)) < info.Size {
+		var err error
 		if b, err = f.c.Read(ctx, f.ks, key, 0, client.BlobBytesMax); err != nil {
 			return Attr{}, nil, err
 		}

@@ -6,7 +6,9 @@
 //
 // A connection opens with Magic, which tells it from an HTTP/2 (gRPC)
 // connection on the same listener. Then the client sends requests and the
-// server answers each, in order, one at a time:
+// server answers each, in order; a client may send several before reading
+// their answers (pipelining), and the server then writes the answers of
+// the requests it already holds together:
 //
 //	request:  u32 body length | u8 kind | u8 flags | u64 offset | u64 length
 //	          | u64 version | u8 keyspace length | keyspace | u16 key length | key

@@ -75,3 +75,8 @@ const FSPermissionLease = 5 * time.Second
 
 // FSGroupsMax bounds the groups a TýrFS fetch acts for, beside its user.
 const FSGroupsMax = 64
+
+// FSFetchManyMax bounds the paths of one batch of TýrFS fetches; the
+// answers of a batch are held in memory together, up to the whole of each
+// file's first PayloadBytesMax bytes.
+const FSFetchManyMax = 256

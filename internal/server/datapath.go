@@ -193,7 +193,11 @@ func (s *Service) serveData(conn net.Conn) {
 	r := bufio.NewReaderSize(conn, 4<<10)
 	var prefix [frame.LenBytes]byte
 	body := make([]byte, frame.RequestBytesMax)
-	head := make([]byte, 0, frame.LenBytes+frame.HeaderBytes)
+	var (
+		heads        []byte // the held answers' headers, back to back
+		pending      [][]byte
+		pendingBytes int
+	)
 	for {
 		if _, err := io.ReadFull(r, prefix[:]); err != nil {
 			return
@@ -241,11 +245,42 @@ func (s *Service) serveData(conn net.Conn) {
 			resp := out.(*tyrpb.ReadResponse)
 			h.Size, h.Version, tail = resp.GetSize(), resp.GetVersion(), resp.GetData()
 		}
-		head = frame.AppendResponse(head[:0], h, len(tail))
-		// One vectored write: the payload is not copied.
-		bufs := net.Buffers{head, tail}
-		if _, err := bufs.WriteTo(conn); err != nil {
+		// The answers of pipelined requests go out together: they wait
+		// while more requests are already buffered, up to
+		// pipelineFlushBytes and pipelineFlushBuffers, then leave in one
+		// vectored write that copies no payload.
+		at := len(heads)
+		heads = frame.AppendResponse(heads, h, len(tail))
+		pending = append(pending, heads[at:len(heads):len(heads)], tail)
+		pendingBytes += len(heads) - at + len(tail)
+		if pendingBytes < pipelineFlushBytes && len(pending) < pipelineFlushBuffers && nextBuffered(r) {
+			continue
+		}
+		bufs := net.Buffers(pending)
+		_, err = bufs.WriteTo(conn)
+		clear(pending)
+		pending, heads, pendingBytes = pending[:0], heads[:0], 0
+		if err != nil {
 			return
 		}
 	}
 }
+
+// nextBuffered reports whether the whole of the next request is already
+// in r's buffer, so that reading it cannot block.
+func nextBuffered(r *bufio.Reader) bool {
+	if r.Buffered() < frame.LenBytes {
+		return false
+	}
+	prefix, _ := r.Peek(frame.LenBytes)
+	n, err := frame.RequestLen(prefix)
+	return err == nil && r.Buffered() >= frame.LenBytes+n
+}
+
+// Bounds on the answers a data connection holds back while pipelined
+// requests are waiting: their bytes and their buffers (two an answer; a
+// vectored write takes at most 1,024).
+const (
+	pipelineFlushBytes   = 1 << 20
+	pipelineFlushBuffers = 128
+)

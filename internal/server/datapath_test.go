@@ -1,10 +1,12 @@
 package server_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -180,5 +182,66 @@ func TestDataPathBadFrames(t *testing.T) {
 	}
 	if _, err := c.Stat(ctx, "default", "k"); err != nil {
 		t.Fatalf("stat over gRPC after bad frames: %v", err)
+	}
+}
+
+// Pipelined requests, sent in one write before any answer is read, are
+// answered in order, each as alone: more of them than one flush holds,
+// errors among them, and a large answer that flushes the held ones.
+func TestDataPathPipelined(t *testing.T) {
+	addr, _, c, ctx := dataServer(t)
+	if _, err := c.CreateKeyspace(ctx, "data", client.DefaultKeyspaceConfig()); err != nil {
+		t.Fatal(err)
+	}
+	big := bytes.Repeat([]byte("pipe"), (3<<20)/4)
+	if _, err := c.WriteCreate(ctx, "data", "big", 0, big); err != nil {
+		t.Fatal(err)
+	}
+	type want struct {
+		code byte
+		data []byte
+	}
+	var out []byte
+	var wants []want
+	for i := range 300 {
+		key, w := fmt.Sprintf("k%d", i), want{}
+		switch {
+		case i%7 == 3:
+			key, w.code = fmt.Sprintf("missing%d", i), 5 // NOT_FOUND
+		case i == 150:
+			key, w.data = "big", big
+		default:
+			w.data = []byte(key)
+			if _, err := c.WriteCreate(ctx, "data", key, 0, w.data); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out = frame.AppendRead(out, frame.Read{Keyspace: "data", Key: key, Length: uint64(len(big))})
+		wants = append(wants, w)
+	}
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+	go func() { _, _ = conn.Write(append(frame.Magic[:], out...)) }()
+	r := bufio.NewReader(conn)
+	for i, w := range wants {
+		head := make([]byte, frame.LenBytes+frame.HeaderBytes)
+		if _, err := io.ReadFull(r, head); err != nil {
+			t.Fatalf("answer %d: %v", i, err)
+		}
+		h, n, err := frame.DecodeHeader(head)
+		if err != nil {
+			t.Fatalf("answer %d: %v", i, err)
+		}
+		tail := make([]byte, n)
+		if _, err := io.ReadFull(r, tail); err != nil {
+			t.Fatalf("answer %d: %v", i, err)
+		}
+		if h.Code != w.code || (w.code == 0 && !bytes.Equal(tail, w.data)) {
+			t.Fatalf("answer %d: code %d, %d bytes; want code %d, %d bytes", i, h.Code, len(tail), w.code, len(w.data))
+		}
 	}
 }
