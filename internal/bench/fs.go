@@ -118,6 +118,20 @@ type fsTarget interface {
 	Client(ctx context.Context) (fsClient, error)
 }
 
+// batchReader is an fsClient that also reads many whole files in one
+// call: TýrFS's FetchMany.
+type batchReader interface {
+	// ReadFiles reads the whole files at paths, in order.
+	ReadFiles(ctx context.Context, paths []string) ([][]byte, error)
+}
+
+// fsBatchBytes is the bytes a batched read asks for at once: 32 files of
+// 32 KiB, and at least one file.
+const fsBatchBytes = 1 << 20
+
+// BatchSystem names the measurement of a system's batched reads.
+func BatchSystem(name string) string { return name + "-fetchmany" }
+
 type fsClient interface {
 	Mkdir(ctx context.Context, p string) error
 	// Create makes an empty file, failing if p exists.
@@ -339,6 +353,25 @@ func (c nativeClient) WriteFile(ctx context.Context, p string, data []byte) erro
 func (c nativeClient) ReadFile(ctx context.Context, p string, _ []byte) ([]byte, error) {
 	_, data, err := c.fs.Fetch(ctx, nativePath(p))
 	return data, err
+}
+
+func (c nativeClient) ReadFiles(ctx context.Context, paths []string) ([][]byte, error) {
+	ps := make([]string, len(paths))
+	for i, p := range paths {
+		ps[i] = nativePath(p)
+	}
+	rs, err := c.fs.FetchMany(ctx, ps)
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]byte, len(rs))
+	for i, r := range rs {
+		if r.Err != nil {
+			return nil, fmt.Errorf("%s: %w", ps[i], r.Err)
+		}
+		out[i] = r.Data
+	}
+	return out, nil
 }
 
 func (c nativeClient) Stat(ctx context.Context, p string) (int64, error) {
@@ -702,6 +735,54 @@ func (r *fsRun) measureReads(ctx context.Context, t fsTarget, set fsFileSet, n i
 	if err != nil {
 		return err
 	}
+	if err := r.emit(res); err != nil {
+		return err
+	}
+	if t.Role() != RoleFSNative {
+		return nil
+	}
+	return r.measureBatchReads(ctx, t, set, n)
+}
+
+// measureBatchReads is measureReads with each reader reading
+// fsBatchBytes of files at once (FetchMany), reported as the system
+// BatchSystem(t.Name()): its rates count files, its latencies batches.
+func (r *fsRun) measureBatchReads(ctx context.Context, t fsTarget, set fsFileSet, n int) error {
+	wl := FSReadWorkload(set.size)
+	files := len(set.paths)
+	batch := int(min(max(fsBatchBytes/set.size, 1), int64(tyrfs.FetchManyMax), int64(files)))
+	r.cfg.progress("%s: %s with %d readers for %s, %d files a batch", BatchSystem(t.Name()), wl, n, r.cfg.Duration, batch)
+	res, _, err := r.timedFS(ctx, t, wl, n, set.size*int64(batch), r.cfg.Duration,
+		func(ctx context.Context, c fsClient, i, k int, _ []byte) (int, bool, error) {
+			b, ok := c.(batchReader)
+			if !ok {
+				return 0, false, fmt.Errorf("%s reads no batches", t.Name())
+			}
+			ps := make([]string, 0, batch)
+			for j := range batch {
+				ps = append(ps, set.paths[(i+(k*batch+j)*n)%files])
+			}
+			data, err := b.ReadFiles(ctx, ps)
+			if err != nil {
+				return 0, false, fmt.Errorf("reading %d files: %w", len(ps), err)
+			}
+			moved := 0
+			for j, p := range ps {
+				if err := r.pat.check(p, data[j], int(set.size)); err != nil {
+					return 0, false, err
+				}
+				moved += len(data[j])
+			}
+			return moved, true, nil
+		})
+	if err != nil {
+		return err
+	}
+	res.System, res.OpBytes = BatchSystem(t.Name()), int(set.size)
+	res.Ops *= uint64(batch)
+	res.OpsPerS = round(res.OpsPerS*float64(batch), 1)
+	res.Note = fmt.Sprintf("%s: as %s, but each reader reads %d files at once with FetchMany (fetches pipelined on one "+
+		"connection per node); rates count files, latencies batches", BatchSystem(t.Name()), t.Name(), batch)
 	return r.emit(res)
 }
 

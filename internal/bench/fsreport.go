@@ -83,6 +83,16 @@ func (rep fsReport) get(wl string, clients int, sys string) (Result, bool) {
 	return r, ok
 }
 
+// measured reports whether sys has a result of workload wl.
+func (rep fsReport) measured(sys, wl string) bool {
+	for _, n := range rep.clients {
+		if _, ok := rep.get(wl, n, sys); ok {
+			return true
+		}
+	}
+	return false
+}
+
 // opsRatio is a's files per second over b's.
 func (rep fsReport) opsRatio(wl string, clients int, a, b string) (float64, bool) {
 	ra, aok := rep.get(wl, clients, a)
@@ -123,6 +133,9 @@ func FSTargets(results []Result) []Target {
 		dist = []string{"the distributed peer"}
 	}
 	for _, sys := range rep.withRole(RoleFSNative, RoleFSMount) {
+		if !rep.measured(sys, fsMetaWorkload("create", FSMetaFileBytes)) {
+			continue // reads only: a batched read's system
+		}
 		for _, peer := range dist {
 			for _, n := range rep.clients {
 				var bs []bound
