@@ -177,7 +177,7 @@ bench-txn: build
 # disk and CephFS (ceph-fuse; CEPH=0 leaves it out): a data set read as
 # 32 MiB and as 32 KiB files, and create/stat/delete rates. Writes
 # bench/results/fs-<date>.md.
-bench-fs: build
+bench-fs: build deps
 	scripts/bench-fs.sh
 
 proto:
