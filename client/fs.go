@@ -123,7 +123,6 @@ const (
 	fetchManyPartMin  = 8
 )
 
-
 // splitBatch cuts each address's fetches into parts of one connection.
 func splitBatch(groups map[string][]int) iter.Seq2[string, []int] {
 	return func(yield func(string, []int) bool) {
