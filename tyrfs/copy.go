@@ -8,9 +8,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 
 	"github.com/tyrstore/tyr/client"
@@ -37,6 +39,60 @@ func (s CopyStats) String() string {
 // copyChunkBytes is how much of a file one write of a copy carries.
 const copyChunkBytes = client.PayloadBytesMax
 
+// CopyWorkers is how many files Import and Export copy at once; each
+// holds a buffer of up to 4 MiB.
+const CopyWorkers = 8
+
+// copier runs the file copies of an Import or Export on CopyWorkers
+// goroutines, beside the walk that finds them, and counts what was done.
+type copier struct {
+	g        *errgroup.Group
+	ctx      context.Context // ends at the first error
+	mu       sync.Mutex
+	st       CopyStats
+	progress func(CopyStats)
+}
+
+func newCopier(ctx context.Context, progress func(CopyStats)) *copier {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(CopyWorkers)
+	return &copier{g: g, ctx: gctx, progress: progress}
+}
+
+// count applies fn to the stats, then reports progress.
+func (c *copier) count(fn func(st *CopyStats)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	fn(&c.st)
+	if c.progress != nil {
+		c.progress(c.st)
+	}
+}
+
+// copied counts a file copied (of size bytes) or left alone.
+func (c *copier) copied(copied bool, size uint64) {
+	c.count(func(st *CopyStats) {
+		if copied {
+			st.Files++
+			st.Bytes += size
+		} else {
+			st.Unchanged++
+		}
+	})
+}
+
+// wait waits for the copies under way and returns the stats and the
+// first error: a copy's (which also stops the walk), else the walk's.
+func (c *copier) wait(walkErr error) (CopyStats, error) {
+	err := c.g.Wait()
+	if err == nil {
+		err = walkErr
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.st, err
+}
+
 // dirAttrs is a directory whose mode and times are set once its entries
 // are copied (adding them changes its mtime).
 type dirAttrs struct {
@@ -53,17 +109,20 @@ type dirAttrs struct {
 // last, so a file copied half-way is copied again. progress, if not nil,
 // is called after each entry.
 func (f *FS) Import(ctx context.Context, src, dst string, progress func(CopyStats)) (CopyStats, error) {
-	var st CopyStats
 	dst, err := fslayout.CleanPath(dst)
 	if err != nil {
-		return st, err
+		return CopyStats{}, err
 	}
 	if err := f.mkdirAll(ctx, dst); err != nil {
-		return st, err
+		return CopyStats{}, err
 	}
+	c := newCopier(ctx, progress)
 	var dirs []dirAttrs
 	err = filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
+			return err
+		}
+		if err := c.ctx.Err(); err != nil {
 			return err
 		}
 		rel, err := filepath.Rel(src, p)
@@ -86,41 +145,43 @@ func (f *FS) Import(ctx context.Context, src, dst string, progress func(CopyStat
 		atime, mtime := sys.Atim.Nano(), sys.Mtim.Nano()
 		switch {
 		case d.IsDir():
+			// Made before anything under it is copied: the walk
+			// visits a directory before its entries.
 			if rel != "." {
-				if _, err := f.Mkdir(ctx, target, o); err != nil && !errors.Is(err, syscall.EEXIST) {
+				if _, err := f.Mkdir(c.ctx, target, o); err != nil && !errors.Is(err, syscall.EEXIST) {
 					return err
 				}
 			}
 			dirs = append(dirs, dirAttrs{target, o.Mode, o.UID, o.GID, atime, mtime})
-			st.Dirs++
+			c.count(func(st *CopyStats) { st.Dirs++ })
 		case info.Mode()&fs.ModeSymlink != 0:
 			link, err := os.Readlink(p)
 			if err != nil {
 				return err
 			}
-			if err := f.importSymlink(ctx, link, target, o, atime, mtime); err != nil {
-				return err
-			}
-			st.Symlinks++
+			c.g.Go(func() error {
+				if err := f.importSymlink(c.ctx, link, target, o, atime, mtime); err != nil {
+					return err
+				}
+				c.count(func(st *CopyStats) { st.Symlinks++ })
+				return nil
+			})
 		case info.Mode().IsRegular():
-			copied, err := f.importFile(ctx, p, target, o, uint64(info.Size()), atime, mtime)
-			if err != nil {
-				return err
-			}
-			if copied {
-				st.Files++
-				st.Bytes += uint64(info.Size())
-			} else {
-				st.Unchanged++
-			}
+			size := uint64(info.Size())
+			c.g.Go(func() error {
+				copied, err := f.importFile(c.ctx, p, target, o, size, atime, mtime)
+				if err != nil {
+					return err
+				}
+				c.copied(copied, size)
+				return nil
+			})
 		default:
-			st.Skipped++
-		}
-		if progress != nil {
-			progress(st)
+			c.count(func(st *CopyStats) { st.Skipped++ })
 		}
 		return nil
 	})
+	st, err := c.wait(err)
 	if err != nil {
 		return st, err
 	}
@@ -187,6 +248,14 @@ func (f *FS) importFile(ctx context.Context, p, target string, o Owner, size uin
 		if _, err := f.Setattr(ctx, target, KindFile, SetAttr{Size: &zero}); err != nil {
 			return false, err
 		}
+	case errors.Is(err, syscall.ENOENT) && size <= WriteFileBytesMax:
+		// One commit: the file, its bytes, owner, mode and times.
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return false, err
+		}
+		_, err = f.createNode(ctx, target, KindFile, o, 0, data, &fileTimes{atime, mtime})
+		return true, err
 	case errors.Is(err, syscall.ENOENT):
 		if _, err := f.Create(ctx, target, o); err != nil {
 			return false, err
@@ -224,15 +293,15 @@ func (f *FS) importFile(ctx context.Context, p, target string, o Owner, size uin
 // and times, and owners when run as root. A local file with the same size
 // and mtime is left alone, so Export resumes as Import does.
 func (f *FS) Export(ctx context.Context, src, dst string, progress func(CopyStats)) (CopyStats, error) {
-	var st CopyStats
 	src, err := fslayout.CleanPath(src)
 	if err != nil {
-		return st, err
+		return CopyStats{}, err
 	}
 	a, err := f.Stat(ctx, src, KindDir)
 	if err != nil {
-		return st, err
+		return CopyStats{}, err
 	}
+	c := newCopier(ctx, progress)
 	var dirs []dirAttrs
 	var walk func(p, local string, a Attr) error
 	walk = func(p, local string, a Attr) error {
@@ -240,49 +309,32 @@ func (f *FS) Export(ctx context.Context, src, dst string, progress func(CopyStat
 			return err
 		}
 		dirs = append(dirs, dirAttrs{local, a.Mode, a.UID, a.GID, a.Atime, a.Mtime})
-		st.Dirs++
-		entries, err := f.Readdir(ctx, p)
+		c.count(func(st *CopyStats) { st.Dirs++ })
+		entries, err := f.Readdir(c.ctx, p)
 		if err != nil {
 			return err
 		}
 		for _, e := range entries {
 			child, lchild := fslayout.Join(p, e.Name), filepath.Join(local, e.Name)
-			ca, err := f.Stat(ctx, child, e.Kind)
-			if err != nil {
-				return err
-			}
-			switch ca.Kind {
-			case KindDir:
+			if e.Kind == KindDir {
+				ca, err := f.Stat(c.ctx, child, e.Kind)
+				if err != nil {
+					return err
+				}
 				if err := walk(child, lchild, ca); err != nil {
 					return err
 				}
 				continue
-			case KindSymlink:
-				if err := f.exportSymlink(ctx, child, lchild, ca); err != nil {
-					return err
-				}
-				st.Symlinks++
-			case KindFifo, KindSocket, KindChar, KindBlock:
-				st.Skipped++
-			default:
-				copied, err := f.exportFile(ctx, child, lchild, ca)
-				if err != nil {
-					return err
-				}
-				if copied {
-					st.Files++
-					st.Bytes += ca.Size
-				} else {
-					st.Unchanged++
-				}
 			}
-			if progress != nil {
-				progress(st)
+			if err := c.ctx.Err(); err != nil {
+				return err
 			}
+			c.g.Go(func() error { return f.exportEntry(c, child, lchild, e.Kind) })
 		}
 		return nil
 	}
-	if err := walk(src, dst, a); err != nil {
+	st, err := c.wait(walk(src, dst, a))
+	if err != nil {
 		return st, err
 	}
 	for i := len(dirs) - 1; i >= 0; i-- {
@@ -292,6 +344,31 @@ func (f *FS) Export(ctx context.Context, src, dst string, progress func(CopyStat
 		}
 	}
 	return st, nil
+}
+
+// exportEntry copies the entry p of kind k, not a directory, to local, and
+// counts it.
+func (f *FS) exportEntry(c *copier, p, local string, k Kind) error {
+	a, err := f.Stat(c.ctx, p, k)
+	if err != nil {
+		return err
+	}
+	switch a.Kind {
+	case KindSymlink:
+		if err := f.exportSymlink(c.ctx, p, local, a); err != nil {
+			return err
+		}
+		c.count(func(st *CopyStats) { st.Symlinks++ })
+	case KindFifo, KindSocket, KindChar, KindBlock:
+		c.count(func(st *CopyStats) { st.Skipped++ })
+	default:
+		copied, err := f.exportFile(c.ctx, p, local, a)
+		if err != nil {
+			return err
+		}
+		c.copied(copied, a.Size)
+	}
+	return nil
 }
 
 // setLocal sets a local entry's owner (as root only), mode (not for a

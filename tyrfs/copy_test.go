@@ -2,11 +2,17 @@ package tyrfs
 
 import (
 	"bytes"
+	"context"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tyrstore/tyr/client"
+	"github.com/tyrstore/tyr/internal/testserver"
 )
 
 // Import then Export give back the tree: names, kinds, permission bits,
@@ -103,5 +109,82 @@ func TestImportExport(t *testing.T) {
 	}
 	if _, data, _ := f.Fetch(ctx, "/pre/fix/a/b/small"); string(data) != "SMALL FILE" {
 		t.Fatalf("after the re-import: %q", data)
+	}
+}
+
+// TestImportExportCluster: on 3 nodes at replication 1, a tree of many
+// small files in several directories, copied by CopyWorkers at once,
+// comes back whole from Export (contents, modes, mtimes), a second Import
+// copies nothing, and a copy's failure stops the copy with its error.
+func TestImportExportCluster(t *testing.T) {
+	lc := testserver.UpCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c := must[*client.Client](t)(client.Dial(lc.Endpoints[0]))
+	t.Cleanup(func() { _ = c.Close() })
+	cfg := client.DefaultKeyspaceConfig()
+	cfg.Replication = 1
+	if _, err := c.CreateKeyspace(ctx, "tfs", cfg); err != nil {
+		t.Fatal(err)
+	}
+	f := must[*FS](t)(New(ctx, c, "tfs"))
+
+	src := t.TempDir()
+	stamp := time.Date(2021, 5, 6, 7, 8, 9, 123456789, time.UTC)
+	want := map[string][]byte{}
+	for d := range 5 {
+		dir := filepath.Join(src, fmt.Sprintf("d%d", d))
+		if err := os.Mkdir(dir, 0o750); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 40 {
+			rel := fmt.Sprintf("d%d/f%d", d, i)
+			data := bytes.Repeat([]byte(rel+";"), i*20)
+			if err := os.WriteFile(filepath.Join(src, rel), data, os.FileMode(0o600+i%8*0o10)); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chtimes(filepath.Join(src, rel), stamp, stamp.Add(time.Duration(i)*time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			want[rel] = data
+		}
+	}
+	want["d0/big"] = bytes.Repeat([]byte("big;"), (5<<20)/4)
+	if err := os.WriteFile(filepath.Join(src, "d0/big"), want["d0/big"], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st, err := f.Import(ctx, src, "/in", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Files != len(want) || st.Dirs != 6 {
+		t.Fatalf("import: %v, want %d files in 6 dirs", st, len(want))
+	}
+	if st, err := f.Import(ctx, src, "/in", nil); err != nil || st.Files != 0 || st.Unchanged != len(want) {
+		t.Fatalf("second import: %v, %v", st, err)
+	}
+	dst := t.TempDir()
+	if st, err := f.Export(ctx, "/in", dst, nil); err != nil || st.Files != len(want) {
+		t.Fatalf("export: %v, %v", st, err)
+	}
+	for rel, data := range want {
+		wi := must[fs.FileInfo](t)(os.Stat(filepath.Join(src, rel)))
+		gi, err := os.Stat(filepath.Join(dst, rel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := must[[]byte](t)(os.ReadFile(filepath.Join(dst, rel)))
+		if !bytes.Equal(got, data) || gi.Mode() != wi.Mode() || !gi.ModTime().Equal(wi.ModTime()) {
+			t.Fatalf("%s: exported %d bytes, %v, %v; want %d, %v, %v", rel, len(got), gi.Mode(), gi.ModTime(), len(data), wi.Mode(), wi.ModTime())
+		}
+	}
+
+	// A name that is a directory in the file system and a file locally
+	// fails the import with EEXIST.
+	must[Attr](t)(f.Mkdir(ctx, "/clash", Owner{Mode: 0o755}))
+	must[Attr](t)(f.Mkdir(ctx, "/clash/d3", Owner{Mode: 0o755}))
+	must[Attr](t)(f.Mkdir(ctx, "/clash/d3/f7", Owner{Mode: 0o755}))
+	if _, err := f.Import(ctx, src, "/clash", nil); Errno(err) != syscall.EEXIST {
+		t.Fatalf("import over a directory: %v, want EEXIST", err)
 	}
 }

@@ -279,11 +279,16 @@ func (f *FS) invalidate(ctx context.Context, p string) error {
 // the header, to its parent, in one commit that checks the name is free
 // (neither a file nor a directory).
 func (f *FS) create(ctx context.Context, p string, k Kind, o Owner, data []byte) (Attr, error) {
-	return f.createNode(ctx, p, k, o, 0, data)
+	return f.createNode(ctx, p, k, o, 0, data, nil)
 }
 
-// createNode is create with a device number for a device node.
-func (f *FS) createNode(ctx context.Context, p string, k Kind, o Owner, rdev uint32, data []byte) (Attr, error) {
+// fileTimes are the access and modification times a node is created with
+// (ns since the epoch), where not now.
+type fileTimes struct{ atime, mtime int64 }
+
+// createNode is create with a device number for a device node, and the
+// times given (nil: now).
+func (f *FS) createNode(ctx context.Context, p string, k Kind, o Owner, rdev uint32, data []byte, times *fileTimes) (Attr, error) {
 	p, err := fslayout.CleanPath(p)
 	if err != nil {
 		return Attr{}, err
@@ -295,6 +300,9 @@ func (f *FS) createNode(ctx context.Context, p string, k Kind, o Owner, rdev uin
 	t := f.now()
 	a := Attr{Kind: k, Mode: o.Mode & 07777, UID: o.UID, GID: o.GID, Atime: t, Mtime: t, Ctime: t, Btime: t,
 		Rdev: rdev, Size: uint64(len(data))}
+	if times != nil {
+		a.Atime, a.Mtime = times.atime, times.mtime
+	}
 	key, other := fslayout.FileKey(p), fslayout.DirKey(p)
 	if k == KindDir {
 		key, other = other, key
@@ -365,7 +373,7 @@ func (f *FS) Mknod(ctx context.Context, p string, k Kind, o Owner, rdev uint32) 
 	if k != KindChar && k != KindBlock {
 		rdev = 0
 	}
-	return f.createNode(ctx, p, k, o, rdev, nil)
+	return f.createNode(ctx, p, k, o, rdev, nil, nil)
 }
 
 // Symlink makes a symbolic link at p to target (mode 0777).
