@@ -106,8 +106,11 @@ type dirAttrs struct {
 // (made if missing), keeping names, kinds, permission bits, owners and
 // times. A file whose copy has the same size and mtime is left alone, so
 // running Import again after an interruption resumes it: the mtime is set
-// last, so a file copied half-way is copied again. progress, if not nil,
-// is called after each entry.
+// last, so a file copied half-way is copied again (a new file of up to
+// WriteFileBytesMax bytes is made whole, times included, in one commit).
+// CopyWorkers files are copied at once, each directory made before what
+// is under it. progress, if not nil, is called after each entry, one call
+// at a time. The error is the first one met; what was copied stays.
 func (f *FS) Import(ctx context.Context, src, dst string, progress func(CopyStats)) (CopyStats, error) {
 	dst, err := fslayout.CleanPath(dst)
 	if err != nil {
@@ -291,7 +294,8 @@ func (f *FS) importFile(ctx context.Context, p, target string, o Owner, size uin
 // Export copies the tree under src in the file system into the local
 // directory dst (made if missing), keeping names, kinds, permission bits
 // and times, and owners when run as root. A local file with the same size
-// and mtime is left alone, so Export resumes as Import does.
+// and mtime is left alone, so Export resumes as Import does; CopyWorkers
+// files are copied at once, and progress is called as Import calls it.
 func (f *FS) Export(ctx context.Context, src, dst string, progress func(CopyStats)) (CopyStats, error) {
 	src, err := fslayout.CleanPath(src)
 	if err != nil {
