@@ -336,25 +336,45 @@ func (c *Client) readPinned(ctx context.Context, ks, key string, offset, length 
 	}
 	out := make([]byte, min(length, first.GetSize()-offset))
 	copy(out, data)
-	rest := out[len(data):]
-	errs := forEachPart(len(rest), func(_, lo, hi int) (bool, error) {
+	// Within the size the version has: a short answer is a corruption.
+	if err := c.readVersion(ctx, ks, key, version, offset+uint64(len(data)), out[len(data):], ErrCorruption); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ReadVersion fills out with the bytes from offset of version version of
+// the blob, read in parts (PayloadBytesMax each, several at once): the
+// bytes a read that found that version (ReadPart's BlobInfo) would have
+// given. The range must lie within the blob at that version:
+// ErrOutOfRange if it does not. ErrConflict if the version is superseded
+// and no longer kept (see KeyspaceConfig's MVCC and the server's
+// --version-linger).
+func (c *Client) ReadVersion(ctx context.Context, ks, key string, version, offset uint64, out []byte) error {
+	return c.readVersion(ctx, ks, key, version, offset, out, ErrOutOfRange)
+}
+
+// readVersion fills out with the bytes from offset of version version of
+// the blob; short is the class of the error when the version holds fewer.
+func (c *Client) readVersion(ctx context.Context, ks, key string, version, offset uint64, out []byte, short error) error {
+	errs := forEachPart(len(out), func(_, lo, hi int) (bool, error) {
 		resp, err := c.readRPC(ctx, &tyrpb.ReadRequest{Keyspace: []byte(ks), Key: []byte(key),
-			Offset: offset + uint64(len(data)+lo), Length: uint64(hi - lo), Version: version})
+			Offset: offset + uint64(lo), Length: uint64(hi - lo), Version: version})
 		if err != nil {
 			return false, fromStatus(err)
 		}
-		if n := copy(rest[lo:hi], resp.GetData()); n != hi-lo {
-			return false, &Error{Class: ErrCorruption, Message: fmt.Sprintf(
-				"blob %q: %d bytes at %d of version %d of size %d, want %d", key, n, offset+uint64(len(data)+lo), version, first.GetSize(), hi-lo)}
+		if n := copy(out[lo:hi], resp.GetData()); n != hi-lo {
+			return false, &Error{Class: short, Message: fmt.Sprintf(
+				"blob %q: %d bytes at %d of version %d of size %d, want %d", key, n, offset+uint64(lo), version, resp.GetSize(), hi-lo)}
 		}
 		return true, nil
 	})
 	for _, err := range errs {
 		if err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // List returns up to limit blobs (0: the server's default, 1000) whose keys

@@ -168,8 +168,8 @@ func (f *FS) lookup(ctx context.Context, p string) (Attr, error) {
 
 // Fetch opens and reads the whole file at p in one request, to the node
 // that serves the file's first chunk, for a file of up to
-// client.PayloadBytesMax-HeaderBytes bytes; a larger one takes a second
-// read. That node checks, for f's credentials (see As), search permission
+// client.PayloadBytesMax-HeaderBytes bytes; the rest of a larger one is
+// read after, at the version the first request found. That node checks, for f's credentials (see As), search permission
 // on every directory above p and read permission on p (EACCES), from its
 // own store or its copies of popular directories' permissions
 // (internal/fsmeta), so a fetch under a busy directory needs no other
@@ -238,11 +238,21 @@ func (f *FS) fetched(ctx context.Context, p string, r client.FSFetchResult) (Att
 	key := fslayout.FileKey(p)
 	b, info := r.Data, r.Info
 	if uint64(len(b)) < info.Size {
-		var err error
-		if b, err = f.c.Read(ctx, f.ks, key, 0, client.BlobBytesMax); err != nil {
+		// The rest, at the version the fetch read; if that version is
+		// gone already, the whole blob again, at one version.
+		whole := make([]byte, info.Size)
+		err := f.c.ReadVersion(ctx, f.ks, key, info.Version, uint64(len(b)), whole[copy(whole, b):])
+		switch {
+		case err == nil:
+			b = whole
+		case errors.Is(err, client.ErrConflict):
+			if b, err = f.c.Read(ctx, f.ks, key, 0, client.BlobBytesMax); err != nil {
+				return Attr{}, nil, err
+			}
+			info.Size = uint64(len(b))
+		default:
 			return Attr{}, nil, err
 		}
-		info.Size = uint64(len(b))
 	}
 	a, err := fslayout.DecodeHeader(key, b, info.Size)
 	if err != nil {

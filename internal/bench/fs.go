@@ -271,7 +271,7 @@ func (t *nativeTarget) Role() string     { return RoleFSNative }
 func (t *nativeTarget) Info() SystemInfo { return t.info }
 func (t *nativeTarget) Note() string {
 	return t.name + ": the tyrfs package over the Go client, a client connection per reader or writer: a read is " +
-		"Fetch (the whole file, permissions checked where it lies: one request up to 4 MiB, else a second read of the whole blob), a write " +
+		"Fetch (the whole file, permissions checked where it lies: one request up to 4 MiB, then the rest at the version it found), a write " +
 		"WriteFile (one transaction), a stat Stat (a read of the 64-byte header), a delete Unlink"
 }
 
