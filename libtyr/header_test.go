@@ -25,6 +25,8 @@ func TestHeaderLimits(t *testing.T) {
 		"TYR_CAS_BYTES_MAX":           client.CASBytesMax,
 		"TYR_OPS_PER_TX_MAX":          client.OpsPerTxMax,
 		"TYR_READ_CHECKS_MAX":         client.ReadChecksMax,
+		"TYR_FS_FETCH_MANY_MAX":       limits.FSFetchManyMax,
+		"TYR_FS_GROUPS_MAX":           limits.FSGroupsMax,
 	}
 	def := regexp.MustCompile(`(?m)^#define (TYR_[A-Z_]+_MAX) \(?(?:UINT64_C\()?(\d+)u?\)?(?: << (\d+)\)?)?`)
 	seen := 0

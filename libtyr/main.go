@@ -72,6 +72,8 @@ func handleKind(v any) string {
 		return "reader"
 	case *writer:
 		return "writer"
+	case *fsys:
+		return "file system"
 	}
 	return "value"
 }

@@ -38,7 +38,7 @@
 extern "C" {
 #endif
 
-#define TYR_API_VERSION 1
+#define TYR_API_VERSION 2
 
 /* Limits the server enforces (internal/limits); README lists them all. */
 #define TYR_PAYLOAD_BYTES_MAX (4u << 20) /* one request's data */
@@ -49,6 +49,8 @@ extern "C" {
 #define TYR_CAS_BYTES_MAX (4u << 10)
 #define TYR_OPS_PER_TX_MAX 1024u
 #define TYR_READ_CHECKS_MAX 1024u
+#define TYR_FS_FETCH_MANY_MAX 256u /* paths of one tyr_fs_fetch_many */
+#define TYR_FS_GROUPS_MAX 64u      /* groups a file system acts for */
 
 /* Error codes: the Go client's error classes, and two of the call. */
 typedef enum tyr_code {
@@ -84,6 +86,7 @@ typedef uint64_t tyr_client;
 typedef uint64_t tyr_tx;
 typedef uint64_t tyr_reader;
 typedef uint64_t tyr_writer;
+typedef uint64_t tyr_fs;
 
 /* Flags of tyr_connect. */
 #define TYR_CONNECT_NO_ROUTING 1u   /* send every request to the endpoint */
@@ -110,6 +113,17 @@ typedef struct tyr_blob_info {
 	uint64_t version;
 	int64_t created_ns, modified_ns;
 } tyr_blob_info;
+
+/* A file read by tyr_fs_fetch_many. */
+typedef struct tyr_fs_file {
+	void *data;       /* its bytes (tyr_free); NULL when empty or failed */
+	size_t len;
+	int err;          /* 0, or the errno of its failure: ENOENT, EACCES,
+	                     ENOTDIR, EISDIR, EINVAL, ENAMETOOLONG, EIO... */
+	uint32_t mode;    /* permission bits (07777) */
+	uint32_t uid, gid;
+	int64_t mtime_ns; /* Unix time in nanoseconds */
+} tyr_fs_file;
 
 typedef struct tyr_op_result {
 	uint64_t offset;  /* where the data landed (write, append) */
@@ -308,6 +322,25 @@ int tyr_writer_write(tyr_writer w, const void *data, size_t len,
 /* Writes the last part, waits for all and releases the handle; returns the
  * stream's first error. */
 int tyr_writer_close(tyr_writer w, tyr_status *st);
+
+/* TýrFS, the file system `tyr mount` serves from a keyspace (README,
+ * TýrFS). tyr_fs_open opens the one of ks (making its root directory if
+ * the keyspace has none), acting for uid and the ngids groups of gids
+ * (root: 0, none); the servers check permissions for them, as NFS's
+ * AUTH_SYS does, without authenticating them. */
+int tyr_fs_open(tyr_client c, const char *ks, uint32_t uid,
+                const uint32_t *gids, size_t ngids, tyr_fs *out,
+                tyr_status *st);
+/* Reads the whole files at the n absolute paths (at most
+ * TYR_FS_FETCH_MANY_MAX) into out[0..n), each as one request to the node
+ * that holds it, which checks search permission on the directories above
+ * it and read permission on it; the requests bound for one node travel
+ * together. A file that cannot be read has its errno in err; the call
+ * fails only as a whole (a bad argument, a closed handle). Free each
+ * out[i].data with tyr_free. */
+int tyr_fs_fetch_many(tyr_fs fs, const char *const *paths, size_t n,
+                      tyr_fs_file *out, tyr_status *st);
+void tyr_fs_close(tyr_fs fs);
 
 /* The cluster as the endpoint sees it, and the endpoint's usage, as JSON
  * objects (tyr_free): the Go client's ClusterStatus and NodeUsage with

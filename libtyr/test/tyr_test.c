@@ -15,6 +15,7 @@
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -1232,6 +1233,37 @@ static void test_json(void)
 	FAILS(TYR_INVALID_ARGUMENT, tyr_cluster_status_json(0, &j, &st));
 }
 
+/* ---- TýrFS ------------------------------------------------------------- */
+
+static void test_fs(void)
+{
+	section = "tyrfs";
+	tyr_fs fs = 0;
+	uint32_t gids[] = {100, 200};
+	OK(tyr_fs_open(c, ks, 1000, gids, 2, &fs, &st));
+	CHECK(fs != 0, "no handle");
+	/* The root exists (tyr_fs_open makes it); the rest is refused, each
+	 * with its errno, and a refusal fails no other path. */
+	const char *paths[] = {"/", "/none", "relative", "/none/deeper"};
+	int want[] = {EISDIR, ENOENT, EINVAL, ENOENT};
+	tyr_fs_file out[4];
+	OK(tyr_fs_fetch_many(fs, paths, 4, out, &st));
+	for (int i = 0; i < 4; i++) {
+		CHECK(out[i].err == want[i] && out[i].data == NULL && out[i].len == 0,
+		      "%s: errno %d, %zu bytes; want errno %d", paths[i], out[i].err, out[i].len, want[i]);
+	}
+	OK(tyr_fs_fetch_many(fs, NULL, 0, NULL, &st));
+	FAILS(TYR_INVALID_ARGUMENT, tyr_fs_fetch_many(fs, paths, TYR_FS_FETCH_MANY_MAX + 1, out, &st));
+	const char *null_path[] = {"/", NULL};
+	FAILS(TYR_INVALID_ARGUMENT, tyr_fs_fetch_many(fs, null_path, 2, out, &st));
+	FAILS(TYR_INVALID_ARGUMENT, tyr_fs_open(c, ks, 0, NULL, 1, &fs, &st));
+	FAILS(TYR_INVALID_ARGUMENT, tyr_fs_open(c, ks, 0, gids, TYR_FS_GROUPS_MAX + 1, &fs, &st));
+	FAILS(TYR_NOT_FOUND, tyr_fs_open(c, "no-such-keyspace", 0, NULL, 0, &(tyr_fs){0}, &st));
+	tyr_fs_close(fs);
+	FAILS(TYR_INVALID_ARGUMENT, tyr_fs_fetch_many(fs, paths, 1, out, &st));
+	tyr_fs_close(fs); /* a closed handle: nothing */
+}
+
 /* ---- deadlines --------------------------------------------------------- */
 
 static void test_timeout(void)
@@ -1429,6 +1461,7 @@ int main(int argc, char **argv)
 		{"run_tx", test_run_tx},         {"streams", test_streams},
 		{"list", test_list},             {"json", test_json},
 		{"timeout", test_timeout},       {"concurrency", test_concurrency},
+		{"tyrfs", test_fs},
 	};
 	for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
 		struct timespec a, b;

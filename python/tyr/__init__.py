@@ -29,7 +29,7 @@ multiprocessing start methods.
 
 from __future__ import annotations
 
-from . import ops
+from . import ops, tyrfs
 from ._lib import (
     BLOB_BYTES_MAX,
     CAS_BYTES_MAX,
@@ -75,6 +75,7 @@ __all__ = [
     "Func",
     "Op",
     "ops",
+    "tyrfs",
     "Error",
     "NotFoundError",
     "ExistsError",

@@ -17,7 +17,7 @@ from cffi import FFI
 
 #: The version of tyr.h these bindings were written against; the loaded
 #: library must implement at least this one (later versions only add).
-API_VERSION = 1
+API_VERSION = 2
 
 # Limits the server enforces (TYR_*_MAX in tyr.h).
 PAYLOAD_BYTES_MAX = 4 << 20
@@ -28,6 +28,8 @@ LIST_LIMIT_MAX = 10000
 CAS_BYTES_MAX = 4 << 10
 OPS_PER_TX_MAX = 1024
 READ_CHECKS_MAX = 1024
+FS_FETCH_MANY_MAX = 256
+FS_GROUPS_MAX = 64
 
 # Codes (enum tyr_code).
 OK = 0
@@ -87,6 +89,16 @@ typedef uint64_t tyr_client;
 typedef uint64_t tyr_tx;
 typedef uint64_t tyr_reader;
 typedef uint64_t tyr_writer;
+typedef uint64_t tyr_fs;
+
+typedef struct tyr_fs_file {
+	void *data;
+	size_t len;
+	int err;
+	uint32_t mode;
+	uint32_t uid, gid;
+	int64_t mtime_ns;
+} tyr_fs_file;
 
 typedef struct tyr_keyspace_config {
 	uint64_t chunk_size;
@@ -210,6 +222,13 @@ int tyr_writer_open(tyr_client c, const char *ks, const char *key,
 int tyr_writer_write(tyr_writer w, const void *data, size_t len,
                      tyr_status *st);
 int tyr_writer_close(tyr_writer w, tyr_status *st);
+
+int tyr_fs_open(tyr_client c, const char *ks, uint32_t uid,
+                const uint32_t *gids, size_t ngids, tyr_fs *out,
+                tyr_status *st);
+int tyr_fs_fetch_many(tyr_fs fs, const char *const *paths, size_t n,
+                      tyr_fs_file *out, tyr_status *st);
+void tyr_fs_close(tyr_fs fs);
 
 int tyr_cluster_status_json(tyr_client c, char **json, tyr_status *st);
 int tyr_node_usage_json(tyr_client c, char **json, tyr_status *st);

@@ -586,6 +586,14 @@ class Client:
 
     # Files.
 
+    def tyrfs(self, ks: str, *, uid: int = 0, gids: Sequence[int] = ()) -> Any:
+        """The TýrFS file system of keyspace ks (the one ``tyr mount`` serves),
+        acting for uid and gids (root by default): a :class:`tyr.tyrfs.FileSystem`
+        whose ``fetch`` and ``fetch_many`` read whole files by path."""
+        from .tyrfs import FileSystem
+
+        return FileSystem(self, ks, uid, gids)
+
     def open(self, ks: str, key: str, mode: str = "rb", *, buffer_size: Optional[int] = None) -> Any:
         """Open a blob as a binary file object.
 
