@@ -51,8 +51,9 @@ const FSFetchManyMax = limits.FSFetchManyMax
 // one per file. A fetch whose node could not be reached over the data
 // path is sent again alone, as FSFetch sends it (over gRPC, through the
 // endpoint, or to another endpoint on failover); fetches change nothing,
-// so sending one again is safe. The error is for the batch as a whole:
-// more than FSFetchManyMax paths.
+// so sending one again is safe. A client without the data path
+// (WithoutDataPath) sends each alone over gRPC. The error is for the batch
+// as a whole: more than FSFetchManyMax paths.
 func (c *Client) FSFetchMany(ctx context.Context, ks string, paths []string, uid uint32, gids []uint32, length uint64) ([]FSFetchResult, error) {
 	if len(paths) > FSFetchManyMax {
 		return nil, fmt.Errorf("%w: a fetch of %d paths, above %d", ErrInvalidArgument, len(paths), FSFetchManyMax)
