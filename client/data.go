@@ -136,55 +136,35 @@ func (d *dataPath) read(ctx context.Context, addr string, req *tyrpb.ReadRequest
 	if req.GetUse() {
 		r.Flags |= frame.FlagUse
 	}
-	return d.send(ctx, addr, r)
+	return lone(d.send(ctx, addr, []frame.Read{r}))
 }
 
 // fetch sends a TýrFS fetch to addr as read does a read; a refusal
 // comes back as the response's errno.
 func (d *dataPath) fetch(ctx context.Context, addr string, req *tyrpb.FsFetchRequest) (*tyrpb.FsFetchResponse, frame.Header, error) {
-	resp, h, err := d.send(ctx, addr, fetchFrame(req))
+	resp, h, err := lone(d.send(ctx, addr, []frame.Read{fetchFrame(req)}))
 	if err != nil {
 		return nil, h, err
 	}
 	return fetchAnswer(resp, h), h, nil
 }
 
+// lone is the answer of a request sent alone.
+func lone(out []answered, err error) (*tyrpb.ReadResponse, frame.Header, error) {
+	if err != nil {
+		return nil, frame.Header{}, err
+	}
+	return out[0].resp, out[0].h, out[0].err
+}
+
 // fetchMany sends the TýrFS fetches reqs to addr on one connection,
-// pipelined, and returns the answers it got, in order, as fetch returns
-// each: a transport failure ends them early and is returned as err, as
-// errNoDataPath is.
+// pipelined, and returns their answers, as send does.
 func (d *dataPath) fetchMany(ctx context.Context, addr string, reqs []*tyrpb.FsFetchRequest) ([]answered, error) {
 	rs := make([]frame.Read, len(reqs))
 	for i, req := range reqs {
 		rs[i] = fetchFrame(req)
-		if err := frame.CheckRead(rs[i]); err != nil {
-			return nil, status.Error(codes.InvalidArgument, err.Error())
-		}
 	}
-	c, reused, err := d.get(ctx, addr)
-	if errors.Is(err, errNoDataPath) {
-		return nil, err
-	}
-	if err != nil {
-		return nil, transportError(ctx, addr, err)
-	}
-	out, err := c.pipeline(ctx, rs)
-	var netErr transportErr
-	switch {
-	case errors.As(err, &netErr):
-		_ = c.Close()
-		if !reused && netErr.answerless && ctx.Err() == nil {
-			d.mu.Lock()
-			d.grpcAt[addr] = time.Now().Add(dataRetryAfter)
-			d.mu.Unlock()
-		}
-		err = transportError(ctx, addr, netErr.err)
-	case c.broken:
-		_ = c.Close()
-	default:
-		d.put(addr, c)
-	}
-	return out, err
+	return d.send(ctx, addr, rs)
 }
 
 // fetchFrame is the data-path request of a TýrFS fetch.
@@ -202,29 +182,34 @@ func fetchAnswer(resp *tyrpb.ReadResponse, h frame.Header) *tyrpb.FsFetchRespons
 	return &tyrpb.FsFetchResponse{Data: resp.GetData(), Size: resp.GetSize(), Version: resp.GetVersion()}
 }
 
-// send sends request r to addr and returns its answer, as read says.
-func (d *dataPath) send(ctx context.Context, addr string, r frame.Read) (*tyrpb.ReadResponse, frame.Header, error) {
-	if err := frame.CheckRead(r); err != nil {
-		return nil, frame.Header{}, status.Error(codes.InvalidArgument, err.Error())
+// send sends the requests rs to addr on one connection and returns their
+// answers, in order (see exchange). A transport failure ends them early
+// and is returned as err, as errNoDataPath is.
+func (d *dataPath) send(ctx context.Context, addr string, rs []frame.Read) ([]answered, error) {
+	for _, r := range rs {
+		if err := frame.CheckRead(r); err != nil {
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		}
 	}
 	for attempt := 0; ; attempt++ {
 		if ctx.Err() != nil {
-			return nil, frame.Header{}, status.FromContextError(ctx.Err()).Err()
+			return nil, status.FromContextError(ctx.Err()).Err()
 		}
 		c, reused, err := d.get(ctx, addr)
 		if errors.Is(err, errNoDataPath) {
-			return nil, frame.Header{}, err
+			return nil, err
 		}
 		if err != nil {
-			return nil, frame.Header{}, transportError(ctx, addr, err)
+			return nil, transportError(ctx, addr, err)
 		}
-		resp, h, err := c.roundTrip(ctx, r)
+		out, err := c.exchange(ctx, rs)
 		var netErr transportErr
 		if errors.As(err, &netErr) {
 			_ = c.Close()
 			// An idle connection may have been closed by its server
-			// meanwhile: a read is safe to send again, once, anew.
-			if reused && attempt == 0 && ctx.Err() == nil {
+			// meanwhile: reads change nothing, so unanswered ones are
+			// sent again, once, anew.
+			if reused && attempt == 0 && len(out) == 0 && ctx.Err() == nil {
 				continue
 			}
 			if !reused && netErr.answerless && ctx.Err() == nil {
@@ -232,14 +217,14 @@ func (d *dataPath) send(ctx context.Context, addr string, r frame.Read) (*tyrpb.
 				d.grpcAt[addr] = time.Now().Add(dataRetryAfter)
 				d.mu.Unlock()
 			}
-			return nil, h, transportError(ctx, addr, netErr.err)
+			return out, transportError(ctx, addr, netErr.err)
 		}
 		if c.broken {
 			_ = c.Close()
 		} else {
 			d.put(addr, c)
 		}
-		return resp, h, err
+		return out, nil
 	}
 }
 
@@ -264,22 +249,6 @@ func transportError(ctx context.Context, addr string, err error) error {
 
 // longAgo is a deadline in the past, which wakes a blocked read or write.
 var longAgo = time.Unix(1, 0)
-
-// roundTrip writes r and reads its answer.
-func (c *dataConn) roundTrip(ctx context.Context, r frame.Read) (*tyrpb.ReadResponse, frame.Header, error) {
-	stop, err := c.watch(ctx)
-	if err != nil {
-		return nil, frame.Header{}, transportErr{err: err}
-	}
-	defer stop()
-	c.out = frame.AppendRead(c.out, r)
-	_, err = c.Write(c.out)
-	c.out = c.out[:0]
-	if err != nil {
-		return nil, frame.Header{}, transportErr{err: err}
-	}
-	return c.answer()
-}
 
 // watch sets c's deadline from ctx and wakes c's blocked reads and writes
 // when ctx ends; the function it returns stops the watch.
@@ -332,25 +301,35 @@ type answered struct {
 	err  error
 }
 
-// pipeline sends every request of rs before it reads their answers, which
-// the server gives in order; a writer of its own sends them, so that
-// neither side blocks on a full socket buffer while the other writes. It
-// returns the answers it read, in order; a transport error ends it, is
-// returned, and leaves the later requests unanswered.
-func (c *dataConn) pipeline(ctx context.Context, rs []frame.Read) ([]answered, error) {
+// exchange writes the requests rs and reads their answers, which the
+// server gives in order. A lone request is written, then answered;
+// several are pipelined: a writer of their own sends them while the
+// answers are read, so that neither side blocks on a full socket buffer.
+// A transport error ends it, is returned, and leaves the later requests
+// unanswered.
+func (c *dataConn) exchange(ctx context.Context, rs []frame.Read) ([]answered, error) {
 	stop, err := c.watch(ctx)
 	if err != nil {
-		return nil, transportErr{err: err, answerless: true}
+		return nil, transportErr{err: err}
 	}
 	defer stop()
 	for _, r := range rs {
 		c.out = frame.AppendRead(c.out, r)
 	}
-	wrote := make(chan error, 1)
-	go func() {
+	var wrote chan error
+	if len(rs) == 1 {
 		_, err := c.Write(c.out)
-		wrote <- err
-	}()
+		c.out = c.out[:0]
+		if err != nil {
+			return nil, transportErr{err: err}
+		}
+	} else {
+		wrote = make(chan error, 1)
+		go func() {
+			_, err := c.Write(c.out)
+			wrote <- err
+		}()
+	}
 	out := make([]answered, 0, len(rs))
 	var broke error
 	for range rs {
@@ -364,9 +343,11 @@ func (c *dataConn) pipeline(ctx context.Context, rs []frame.Read) ([]answered, e
 		}
 		out = append(out, answered{resp, h, err})
 	}
-	if err := <-wrote; err != nil && broke == nil {
-		broke = transportErr{err: err}
+	if wrote != nil {
+		if err := <-wrote; err != nil && broke == nil {
+			broke = transportErr{err: err}
+		}
+		c.out = c.out[:0]
 	}
-	c.out = c.out[:0]
 	return out, broke
 }
