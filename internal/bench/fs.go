@@ -571,8 +571,14 @@ func runFS(ctx context.Context, cfg *Config, emit func(Result) error) (err error
 	for _, set := range []fsFileSet{large, small} {
 		for _, n := range cfg.Clients {
 			for _, t := range targets {
-				if err := r.measureReads(ctx, t, set, n); err != nil {
+				if err := r.measureReads(ctx, t, set, n, false); err != nil {
 					return fmt.Errorf("%s: %w", t.Name(), err)
+				}
+				if t.Role() != RoleFSNative {
+					continue
+				}
+				if err := r.measureReads(ctx, t, set, n, true); err != nil {
+					return fmt.Errorf("%s: %w", BatchSystem(t.Name()), err)
 				}
 			}
 		}
@@ -715,56 +721,36 @@ func (r *fsRun) timedFS(ctx context.Context, t fsTarget, workload string, n int,
 
 // measureReads has n readers read whole files of set: reader i reads
 // files i, i+n, i+2n and so on, wrapping, so that a run reads every file
-// once before it reads any twice.
-func (r *fsRun) measureReads(ctx context.Context, t fsTarget, set fsFileSet, n int) error {
-	wl := FSReadWorkload(set.size)
-	r.cfg.progress("%s: %s with %d readers for %s", t.Name(), wl, n, r.cfg.Duration)
-	files := len(set.paths)
-	res, _, err := r.timedFS(ctx, t, wl, n, set.size, r.cfg.Duration,
-		func(ctx context.Context, c fsClient, i, k int, buf []byte) (int, bool, error) {
-			p := set.paths[(i+k*n)%files]
-			data, err := c.ReadFile(ctx, p, buf)
-			if err != nil {
-				return 0, false, fmt.Errorf("reading %s: %w", p, err)
-			}
-			if err := r.pat.check(p, data, int(set.size)); err != nil {
-				return 0, false, err
-			}
-			return len(data), true, nil
-		})
-	if err != nil {
-		return err
+// once before it reads any twice. batched, each reader reads fsBatchBytes
+// of files at once (batchReader: FetchMany), reported as the system
+// BatchSystem(t.Name()), whose rates count files and latencies batches.
+func (r *fsRun) measureReads(ctx context.Context, t fsTarget, set fsFileSet, n int, batched bool) error {
+	wl, name := FSReadWorkload(set.size), t.Name()
+	files, batch := len(set.paths), 1
+	if batched {
+		name = BatchSystem(name)
+		batch = int(min(max(fsBatchBytes/set.size, 1), int64(tyrfs.FetchManyMax), int64(files)))
 	}
-	if err := r.emit(res); err != nil {
-		return err
-	}
-	if t.Role() != RoleFSNative {
-		return nil
-	}
-	return r.measureBatchReads(ctx, t, set, n)
-}
-
-// measureBatchReads is measureReads with each reader reading
-// fsBatchBytes of files at once (FetchMany), reported as the system
-// BatchSystem(t.Name()): its rates count files, its latencies batches.
-func (r *fsRun) measureBatchReads(ctx context.Context, t fsTarget, set fsFileSet, n int) error {
-	wl := FSReadWorkload(set.size)
-	files := len(set.paths)
-	batch := int(min(max(fsBatchBytes/set.size, 1), int64(tyrfs.FetchManyMax), int64(files)))
-	r.cfg.progress("%s: %s with %d readers for %s, %d files a batch", BatchSystem(t.Name()), wl, n, r.cfg.Duration, batch)
+	r.cfg.progress("%s: %s with %d readers for %s, %d files a read", name, wl, n, r.cfg.Duration, batch)
 	res, _, err := r.timedFS(ctx, t, wl, n, set.size*int64(batch), r.cfg.Duration,
-		func(ctx context.Context, c fsClient, i, k int, _ []byte) (int, bool, error) {
-			b, ok := c.(batchReader)
-			if !ok {
-				return 0, false, fmt.Errorf("%s reads no batches", t.Name())
+		func(ctx context.Context, c fsClient, i, k int, buf []byte) (int, bool, error) {
+			ps := make([]string, batch)
+			for j := range ps {
+				ps[j] = set.paths[(i+(k*batch+j)*n)%files]
 			}
-			ps := make([]string, 0, batch)
-			for j := range batch {
-				ps = append(ps, set.paths[(i+(k*batch+j)*n)%files])
+			var data [][]byte
+			var err error
+			if b, ok := c.(batchReader); batched && ok {
+				data, err = b.ReadFiles(ctx, ps)
+			} else if batched {
+				err = errors.New("the system reads no batches")
+			} else {
+				var d []byte
+				d, err = c.ReadFile(ctx, ps[0], buf)
+				data = [][]byte{d}
 			}
-			data, err := b.ReadFiles(ctx, ps)
 			if err != nil {
-				return 0, false, fmt.Errorf("reading %d files: %w", len(ps), err)
+				return 0, false, fmt.Errorf("reading %s (%d files): %w", ps[0], batch, err)
 			}
 			moved := 0
 			for j, p := range ps {
@@ -778,11 +764,13 @@ func (r *fsRun) measureBatchReads(ctx context.Context, t fsTarget, set fsFileSet
 	if err != nil {
 		return err
 	}
-	res.System, res.OpBytes = BatchSystem(t.Name()), int(set.size)
-	res.Ops *= uint64(batch)
-	res.OpsPerS = round(res.OpsPerS*float64(batch), 1)
-	res.Note = fmt.Sprintf("%s: as %s, but each reader reads %d files at once with FetchMany (fetches pipelined on one "+
-		"connection per node); rates count files, latencies batches", BatchSystem(t.Name()), t.Name(), batch)
+	if batched {
+		res.System, res.OpBytes = name, int(set.size)
+		res.Ops *= uint64(batch)
+		res.OpsPerS = round(res.OpsPerS*float64(batch), 1)
+		res.Note = fmt.Sprintf("%s: as %s, but each reader reads %d files at once with FetchMany (fetches pipelined on one "+
+			"connection per node); rates count files, latencies batches", name, t.Name(), batch)
+	}
 	return r.emit(res)
 }
 
