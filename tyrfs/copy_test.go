@@ -157,6 +157,13 @@ func TestImportExportCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	nodes, place := map[int]bool{}, lc.Placer()
+	for rel := range want {
+		nodes[place.Holders("tfs", "/in/"+rel, 1)[0]] = true
+	}
+	if len(nodes) < 2 {
+		t.Fatalf("the files are on nodes %v: want them spread over 2 or more", nodes)
+	}
 	if st.Files != len(want) || st.Dirs != 6 {
 		t.Fatalf("import: %v, want %d files in 6 dirs", st, len(want))
 	}
