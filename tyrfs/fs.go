@@ -169,8 +169,9 @@ func (f *FS) lookup(ctx context.Context, p string) (Attr, error) {
 // Fetch opens and reads the whole file at p in one request, to the node
 // that serves the file's first chunk, for a file of up to
 // client.PayloadBytesMax-HeaderBytes bytes; the rest of a larger one is
-// read after, at the version the first request found. That node checks, for f's credentials (see As), search permission
-// on every directory above p and read permission on p (EACCES), from its
+// read after, at the version the first request found. That node checks,
+// for f's credentials (see As), search permission on every directory
+// above p and read permission on p (EACCES), from its
 // own store or its copies of popular directories' permissions
 // (internal/fsmeta), so a fetch under a busy directory needs no other
 // request. EISDIR for a directory.
@@ -226,8 +227,8 @@ func (f *FS) FetchMany(ctx context.Context, paths []string) ([]FetchResult, erro
 }
 
 // fetched is what a fetch of the clean path p answered, for the caller:
-// the file's attributes and bytes after a second read of a file longer
-// than the first, or an errno error for a refusal.
+// the file's attributes and bytes (the rest of a file longer than the
+// fetch's read, read at its version), or an errno error for a refusal.
 func (f *FS) fetched(ctx context.Context, p string, r client.FSFetchResult) (Attr, []byte, error) {
 	if r.Err != nil {
 		return Attr{}, nil, r.Err
