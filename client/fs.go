@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"sync"
 	"time"
 
@@ -72,7 +73,7 @@ func (c *Client) FSFetchMany(ctx context.Context, ks string, paths []string, uid
 			groups[addr] = append(groups[addr], i)
 		}
 		var wg sync.WaitGroup
-		for addr, idx := range groups {
+		for addr, idx := range splitBatch(groups) {
 			wg.Go(func() {
 				reqs := make([]*tyrpb.FsFetchRequest, len(idx))
 				for k, i := range idx {
@@ -113,6 +114,28 @@ func (c *Client) FSFetchMany(ctx context.Context, ks string, paths []string, uid
 		out[i] = fetchResult(paths[i], resp)
 	}
 	return out, nil
+}
+
+// Each node's share of a batch of fetches goes on up to
+// fetchManyConnsMax connections at once, at least fetchManyPartMin
+// fetches to each, so that the node reads them in parallel.
+const (
+	fetchManyConnsMax = 4
+	fetchManyPartMin  = 8
+)
+
+// splitBatch cuts each address's fetches into parts of one connection.
+func splitBatch(groups map[string][]int) iter.Seq2[string, []int] {
+	return func(yield func(string, []int) bool) {
+		for addr, idx := range groups {
+			parts := min(fetchManyConnsMax, max(1, len(idx)/fetchManyPartMin))
+			for k := range parts {
+				if !yield(addr, idx[k*len(idx)/parts:(k+1)*len(idx)/parts]) {
+					return
+				}
+			}
+		}
+	}
 }
 
 // fetchResult is a fetch's answer for the caller.
