@@ -11,6 +11,7 @@ import (
 
 	"github.com/tyrstore/tyr/api/tyrpb"
 	"github.com/tyrstore/tyr/internal/errs"
+	"github.com/tyrstore/tyr/internal/frame"
 )
 
 // Op is one operation of an atomic Commit. Build ops with CreateOp, WriteOp,
@@ -183,15 +184,14 @@ func (c *Client) commit(ctx context.Context, ks string, ops []Op, reads []*tyrpb
 // resolution found the commit did not take effect and never will: it
 // may then be sent anew through another node.
 func (c *Client) commitVia(ctx context.Context, target tyrpb.TyrClient, req *tyrpb.CommitRequest, resolve bool) (results []OpResult, unreachable bool, err error) {
-	var trailer metadata.MD
-	resp, err := target.Commit(ctx, req, grpc.Trailer(&trailer))
+	resp, refused, err := c.commitRPC(ctx, target, req)
 	if err == nil {
 		results, err = opResults(len(req.GetOps()), resp.GetResults())
 		return results, false, err
 	}
 	err = fromStatus(err)
 	var e *Error
-	if errors.As(err, &e) && len(trailer.Get(errs.RefusedTrailer)) > 0 {
+	if errors.As(err, &e) && refused {
 		e.refused = true
 	}
 	// A definite refusal changed nothing: only a lost answer is resolved.
@@ -200,6 +200,25 @@ func (c *Client) commitVia(ctx context.Context, target tyrpb.TyrClient, req *tyr
 	}
 	results, rerr := c.resolve(ctx, req, err)
 	return results, rerr != nil && errors.Is(err, ErrUnavailable) && errors.Is(rerr, ErrConflict) && Refused(rerr), rerr
+}
+
+// commitRPC sends commit req through target, and reports whether a
+// failure was a certain refusal. The endpoint's commits go over the data
+// path (data.go) while its server takes them there; others, and those
+// marked "tyr-forwarded", over gRPC.
+func (c *Client) commitRPC(ctx context.Context, target tyrpb.TyrClient, req *tyrpb.CommitRequest) (*tyrpb.CommitResponse, bool, error) {
+	if target == c.api && c.data != nil && !forwardedCall(ctx) {
+		resp, h, sent, err := c.data.commit(ctx, c.dataEndpoint(), req)
+		if h.Flags&frame.FlagRouting != 0 {
+			c.router.observeIDs(h.RingID, h.MembersID)
+		}
+		if sent {
+			return resp, h.Flags&frame.FlagRefused != 0, err
+		}
+	}
+	var trailer metadata.MD
+	resp, err := target.Commit(ctx, req, grpc.Trailer(&trailer))
+	return resp, len(trailer.Get(errs.RefusedTrailer)) > 0, err
 }
 
 func opResults(n int, in []*tyrpb.OpResult) ([]OpResult, error) {

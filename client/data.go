@@ -12,18 +12,19 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/tyrstore/tyr/api/tyrpb"
 	"github.com/tyrstore/tyr/internal/frame"
 )
 
-// The data path: reads travel as binary frames over plain TCP to the
-// server's gRPC port (internal/frame), one request at a time per
-// connection, on connections kept open between reads. The answer's bytes
-// are read straight into the result, never decoded from a message. Every
-// other call, and a read the data path could not deliver (a node that is
-// unreachable, or one without the data path), goes over gRPC, so that
-// the answer is the same either way.
+// The data path: reads and commits travel as binary frames over plain TCP
+// to the server's gRPC port (internal/frame), on connections kept open
+// between requests. A read's bytes are read straight into the result,
+// never decoded from a message; a commit is its gRPC message without
+// HTTP/2. Every other call, and a request the data path could not deliver
+// (a node that is unreachable, or one without the data path), goes over
+// gRPC, so that the answer is the same either way.
 
 // Data-path limits.
 const (
@@ -57,6 +58,8 @@ type dataConn struct {
 	out      []byte
 	deadline time.Time
 	broken   bool // a cancellation may still wake it: not reused
+	// commits: its server answered a hello with frame.FeatureCommits.
+	commits bool
 }
 
 func newDataPath(dial func(ctx context.Context, addr string) (net.Conn, error)) *dataPath {
@@ -203,32 +206,118 @@ func (d *dataPath) send(ctx context.Context, addr string, rs []frame.Read) ([]an
 			return nil, transportError(ctx, addr, err)
 		}
 		out, err := c.exchange(ctx, rs)
-		var netErr transportErr
-		if errors.As(err, &netErr) {
+		// An idle connection may have been closed by its server
+		// meanwhile: reads change nothing, so unanswered ones are sent
+		// again, once, anew.
+		if errors.As(err, new(transportErr)) && reused && attempt == 0 && len(out) == 0 && ctx.Err() == nil {
 			_ = c.Close()
-			// An idle connection may have been closed by its server
-			// meanwhile: reads change nothing, so unanswered ones are
-			// sent again, once, anew.
-			if reused && attempt == 0 && len(out) == 0 && ctx.Err() == nil {
-				continue
-			}
-			if !reused && netErr.answerless && ctx.Err() == nil {
-				d.mu.Lock()
-				d.grpcAt[addr] = time.Now().Add(dataRetryAfter)
-				d.mu.Unlock()
-			}
-			return out, transportError(ctx, addr, netErr.err)
+			continue
 		}
-		if c.broken {
-			_ = c.Close()
-		} else {
-			d.put(addr, c)
+		if err := d.fail(ctx, addr, c, reused, err); err != nil {
+			return out, err
 		}
+		d.keep(addr, c)
 		return out, nil
 	}
 }
 
-// errNoDataPath: reads of the address go over gRPC for now.
+// useGRPC sends addr's requests over gRPC for dataRetryAfter: a new data
+// connection to it broke before its first answer, as a server without the
+// data path breaks it.
+func (d *dataPath) useGRPC(addr string) {
+	d.mu.Lock()
+	d.grpcAt[addr] = time.Now().Add(dataRetryAfter)
+	d.mu.Unlock()
+}
+
+// commit sends the commit req to addr and returns its answer, with the
+// header of the answering node, as read does. sent is false when the
+// commit certainly did not leave: errNoDataPath, no connection to addr
+// could be had, or the commit is larger than a frame; it may then go
+// over gRPC. A commit is never sent again: a connection that breaks after
+// it was written leaves its outcome unknown (UNAVAILABLE), for the caller
+// to resolve. So it is not written on an idle connection that its server
+// already closed (alive), which a server that restarted leaves behind.
+func (d *dataPath) commit(ctx context.Context, addr string, req *tyrpb.CommitRequest) (resp *tyrpb.CommitResponse, h frame.Header, sent bool, err error) {
+	msg, err := proto.Marshal(req)
+	if err != nil || len(msg) >= frame.CommitBytesMax {
+		return nil, h, false, errNoDataPath
+	}
+	var (
+		c      *dataConn
+		reused bool
+	)
+	for {
+		if ctx.Err() != nil {
+			return nil, h, false, status.FromContextError(ctx.Err()).Err()
+		}
+		c, reused, err = d.get(ctx, addr)
+		if errors.Is(err, errNoDataPath) {
+			return nil, h, false, err
+		}
+		if err != nil {
+			return nil, h, false, transportError(ctx, addr, err)
+		}
+		if !reused || c.alive() {
+			break
+		}
+		_ = c.Close()
+	}
+	if !c.commits {
+		// Ask first: a server that does not take commits may close the
+		// connection on one.
+		out, err := c.exchange(ctx, []frame.Read{{Kind: frame.KindHello}})
+		if err := d.fail(ctx, addr, c, reused, err); err != nil {
+			return nil, h, false, err
+		}
+		if out[0].err != nil || out[0].h.Size&frame.FeatureCommits == 0 {
+			d.keep(addr, c)
+			return nil, h, false, errNoDataPath
+		}
+		c.commits = true
+	}
+	out, err := c.exchange(ctx, []frame.Read{{Kind: frame.KindCommit, Message: msg}})
+	if err := d.fail(ctx, addr, c, reused, err); err != nil {
+		return nil, h, true, err
+	}
+	d.keep(addr, c)
+	a := out[0]
+	if a.err != nil {
+		return nil, a.h, true, a.err
+	}
+	resp = &tyrpb.CommitResponse{}
+	if err := proto.Unmarshal(a.resp.GetData(), resp); err != nil {
+		return nil, a.h, true, status.Error(codes.DataLoss, fmt.Sprintf("data path to %s: commit answer does not decode: %v", addr, err))
+	}
+	return resp, a.h, true, nil
+}
+
+// fail closes c, a connection to addr, if err is a failure of the
+// connection itself, and returns the error to give for it (see send); nil
+// otherwise.
+func (d *dataPath) fail(ctx context.Context, addr string, c *dataConn, reused bool, err error) error {
+	var netErr transportErr
+	if !errors.As(err, &netErr) {
+		return nil
+	}
+	_ = c.Close()
+	if !reused && netErr.answerless && ctx.Err() == nil {
+		d.useGRPC(addr)
+	}
+	return transportError(ctx, addr, netErr.err)
+}
+
+// keep keeps c for the next request to addr, or closes it if a
+// cancellation may still wake it.
+func (d *dataPath) keep(addr string, c *dataConn) {
+	if c.broken {
+		_ = c.Close()
+	} else {
+		d.put(addr, c)
+	}
+}
+
+// errNoDataPath: requests to the address go over gRPC for now.
 var errNoDataPath = errors.New("the data path is off for this address")
 
 // transportErr is a failure of the connection itself; answerless when it
@@ -314,7 +403,7 @@ func (c *dataConn) exchange(ctx context.Context, rs []frame.Read) ([]answered, e
 	}
 	defer stop()
 	for _, r := range rs {
-		c.out = frame.AppendRead(c.out, r)
+		c.out = frame.AppendRequest(c.out, r)
 	}
 	var wrote chan error
 	if len(rs) == 1 {

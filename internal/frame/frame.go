@@ -1,8 +1,9 @@
-// Package frame is the encoding of tyr's data path: reads travel as
-// length-prefixed binary frames over plain TCP, beside gRPC, on the same
-// port. The payload is never copied into a message encoding: a response is
-// a fixed header followed by the bytes read, written with one vectored
-// write and read straight into the caller's buffer.
+// Package frame is the encoding of tyr's data path: reads and commits
+// travel as length-prefixed binary frames over plain TCP, beside gRPC, on
+// the same port. A read's payload is never copied into a message encoding:
+// its response is a fixed header followed by the bytes read, written with
+// one vectored write and read straight into the caller's buffer. A commit
+// carries its gRPC message as it is, without HTTP/2's framing and streams.
 //
 // A connection opens with Magic, which tells it from an HTTP/2 (gRPC)
 // connection on the same listener. Then the client sends requests and the
@@ -13,12 +14,22 @@
 //	request:  u32 body length | u8 kind | u8 flags | u64 offset | u64 length
 //	          | u64 version | u8 keyspace length | keyspace | u16 key length | key
 //	          [ | u32 uid | u8 group count | u32 gid... ]   (KindFsFetch only)
+//	          or: u32 body length | u8 kind (KindCommit) | message
+//	          or: u32 body length | u8 kind (KindHello) | 19 zero bytes
 //	response: u32 body length | u8 code | u8 flags | u64 ring ID | u64 members ID
 //	          | u64 size | u64 version | data (code 0) or message (otherwise)
 //
 // A KindRead is a tyrpb.ReadRequest; a KindFsFetch is a
 // tyrpb.FsFetchRequest, its key the path, and its answer with FlagErrno
-// a file-system refusal, the errno in size.
+// a file-system refusal, the errno in size. A KindCommit's message is a
+// tyrpb.CommitRequest in protobuf, and its answer's data a
+// tyrpb.CommitResponse (size and version zero); FlagRefused marks a failed
+// commit the server refused for certain, as the gRPC path's "tyr-refused"
+// trailer does. A client learns that a server takes commits from a
+// KindHello on the connection first: a server that answers nothing to
+// it (one without the data path, or of an earlier version, closes the
+// connection) is never sent a commit, whose loss could not be told from
+// a commit lost after it arrived.
 //
 // Integers are little-endian. code is a gRPC status code, so that errors
 // keep their class; the routing IDs are those the gRPC path puts in its
@@ -29,6 +40,7 @@
 package frame
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -44,6 +56,20 @@ var Magic = [4]byte{'T', 'Y', 'R', 1}
 const (
 	KindRead byte = 1 + iota
 	KindFsFetch
+	KindCommit
+	// KindHello asks what the server takes besides reads and fetches: its
+	// answer's size holds Features bits. Its body is the kind and
+	// helloPadBytes zeros, so that a server of HTTP/2 alone reads a whole
+	// 24-byte preface from it, and refuses it at once.
+	KindHello
+)
+
+const helloPadBytes = 19
+
+// Features, the bits of a KindHello's answer's size.
+const (
+	// FeatureCommits: the server takes KindCommit.
+	FeatureCommits uint64 = 1 << iota
 )
 
 // Read request flags, as in tyrpb.ReadRequest.
@@ -58,6 +84,9 @@ const (
 	FlagRouting byte = 1 << iota
 	// FlagErrno: a TýrFS fetch refused; Size holds the errno.
 	FlagErrno
+	// FlagRefused: a commit that failed was refused for certain: it
+	// changed nothing and never will.
+	FlagRefused
 )
 
 // Sizes.
@@ -68,9 +97,12 @@ const (
 	readFixedBytes = 1 + 1 + 8 + 8 + 8 + 1 + 2
 	// credBytesMax is the largest credentials part of a fetch.
 	credBytesMax = 4 + 1 + 4*limits.FSGroupsMax
-	// RequestBytesMax bounds a request's body: a fetch of the longest
-	// keyspace name and key, with the most groups.
+	// RequestBytesMax bounds a read's or a fetch's body: a fetch of the
+	// longest keyspace name and key, with the most groups.
 	RequestBytesMax = readFixedBytes + limits.KeyspaceNameBytesMax + limits.KeyBytesMax + credBytesMax
+	// CommitBytesMax bounds a commit's body: the kind and the largest
+	// message the gRPC path accepts.
+	CommitBytesMax = 1 + limits.MessageBytesMax
 	// HeaderBytes is the fixed part of a response's body.
 	HeaderBytes = 1 + 1 + 8 + 8 + 8 + 8
 	// MessageBytesMax bounds an error message; a longer one is cut.
@@ -83,7 +115,8 @@ const (
 var ErrMalformed = errors.New("malformed data-path frame")
 
 // Read is a request: a read, or with Kind KindFsFetch a TýrFS fetch of
-// path Key for UID and GIDs (Offset and Version zero).
+// path Key for UID and GIDs (Offset and Version zero), or with Kind
+// KindCommit a commit, its Message alone set.
 type Read struct {
 	Kind     byte // KindRead if zero
 	Keyspace string
@@ -94,6 +127,9 @@ type Read struct {
 	Flags    byte
 	UID      uint32
 	GIDs     []uint32
+	// Message is a commit's encoded tyrpb.CommitRequest. Decoded, it
+	// aliases the body.
+	Message []byte
 }
 
 // AppendRead appends r's frame, length prefix included, to b.
@@ -122,6 +158,28 @@ func AppendRead(b []byte, r Read) []byte {
 	return b
 }
 
+// AppendRequest appends r's frame: AppendCommit's for a commit, a
+// hello's, or AppendRead's.
+func AppendRequest(b []byte, r Read) []byte {
+	switch r.Kind {
+	case KindCommit:
+		return AppendCommit(b, r.Message)
+	case KindHello:
+		b = append(binary.LittleEndian.AppendUint32(b, 1+helloPadBytes), KindHello)
+		return append(b, make([]byte, helloPadBytes)...)
+	}
+	return AppendRead(b, r)
+}
+
+// AppendCommit appends the frame of a commit of message (an encoded
+// tyrpb.CommitRequest, at most CommitBytesMax-1 bytes), length prefix
+// included, to b.
+func AppendCommit(b []byte, message []byte) []byte {
+	b = binary.LittleEndian.AppendUint32(b, uint32(1+len(message)))
+	b = append(b, KindCommit)
+	return append(b, message...)
+}
+
 // CheckRead reports whether r fits a request frame: the names' lengths
 // within their limits (the server checks their contents).
 func CheckRead(r Read) error {
@@ -136,20 +194,29 @@ func CheckRead(r Read) error {
 }
 
 // RequestLen decodes a request's length prefix, checking it against
-// RequestBytesMax.
+// CommitBytesMax, the larger bound (DecodeRequest checks a read's).
 func RequestLen(prefix []byte) (int, error) {
 	n := binary.LittleEndian.Uint32(prefix)
-	if n == 0 || n > RequestBytesMax {
-		return 0, fmt.Errorf("%w: request of %d bytes, limit %d", ErrMalformed, n, RequestBytesMax)
+	if n == 0 || n > CommitBytesMax {
+		return 0, fmt.Errorf("%w: request of %d bytes, limit %d", ErrMalformed, n, CommitBytesMax)
 	}
 	return int(n), nil
 }
 
 // DecodeRequest decodes a request's body (after the length prefix). The
-// strings are copies: body may be reused.
+// strings are copies, but a commit's Message is not: the caller decodes it
+// before it reuses body.
 func DecodeRequest(body []byte) (Read, error) {
 	var r Read
-	if len(body) < readFixedBytes || (body[0] != KindRead && body[0] != KindFsFetch) {
+	if len(body) > 0 && body[0] == KindCommit {
+		r.Kind, r.Message = KindCommit, body[1:]
+		return r, nil
+	}
+	if len(body) == 1+helloPadBytes && body[0] == KindHello && bytes.Count(body, []byte{0}) == helloPadBytes {
+		r.Kind = KindHello
+		return r, nil
+	}
+	if len(body) < readFixedBytes || len(body) > RequestBytesMax || (body[0] != KindRead && body[0] != KindFsFetch) {
 		return r, fmt.Errorf("%w: request of %d bytes", ErrMalformed, len(body))
 	}
 	r.Kind, r.Flags = body[0], body[1]

@@ -49,8 +49,37 @@ func TestReadRoundTrip(t *testing.T) {
 			t.Errorf("a fetch with %s: %v, want ErrMalformed", name, err)
 		}
 	}
-	if _, err := RequestLen(binary.LittleEndian.AppendUint32(nil, RequestBytesMax+1)); !errors.Is(err, ErrMalformed) {
+	if _, err := RequestLen(binary.LittleEndian.AppendUint32(nil, CommitBytesMax+1)); !errors.Is(err, ErrMalformed) {
 		t.Errorf("a request above the limit: %v, want ErrMalformed", err)
+	}
+}
+
+func TestCommitRoundTrip(t *testing.T) {
+	for _, msg := range [][]byte{nil, []byte("\x0a\x02ks"), make([]byte, CommitBytesMax-1)} {
+		b := AppendCommit(nil, msg)
+		n, err := RequestLen(b)
+		if err != nil || n != len(b)-LenBytes {
+			t.Fatalf("a message of %d bytes: length %d, %v; want %d", len(msg), n, err, len(b)-LenBytes)
+		}
+		got, err := DecodeRequest(b[LenBytes:])
+		if err != nil || got.Kind != KindCommit || !bytes.Equal(got.Message, msg) || got.Key != "" || got.Keyspace != "" {
+			t.Fatalf("a message of %d bytes decoded as %+v, %v", len(msg), got.Kind, err)
+		}
+	}
+	hello := AppendRequest(nil, Read{Kind: KindHello})
+	if got, err := DecodeRequest(hello[LenBytes:]); err != nil || got.Kind != KindHello {
+		t.Errorf("hello decoded as kind %d, %v", got.Kind, err)
+	}
+	if len(Magic)+len(hello) < 24 {
+		t.Errorf("magic and hello of %d bytes: an HTTP/2 server waits for a 24-byte preface", len(Magic)+len(hello))
+	}
+	for _, bad := range [][]byte{hello[LenBytes : len(hello)-1], append(bytes.Clone(hello[LenBytes:]), 0), append(bytes.Clone(hello[LenBytes:len(hello)-1]), 1)} {
+		if _, err := DecodeRequest(bad); !errors.Is(err, ErrMalformed) {
+			t.Errorf("hello %x: %v, want ErrMalformed", bad, err)
+		}
+	}
+	if _, err := RequestLen(AppendCommit(nil, make([]byte, CommitBytesMax))); !errors.Is(err, ErrMalformed) {
+		t.Errorf("a commit above the limit: %v, want ErrMalformed", err)
 	}
 }
 
@@ -78,11 +107,13 @@ func TestResponseRoundTrip(t *testing.T) {
 func FuzzDecode(f *testing.F) {
 	f.Add(AppendRead(nil, Read{Keyspace: "ks", Key: "key", Offset: 5, Length: 10, Flags: FlagUse})[LenBytes:])
 	f.Add(AppendRead(nil, Read{Kind: KindFsFetch, Keyspace: "ks", Key: "/a/b", Length: 10, UID: 7, GIDs: []uint32{8, 9}})[LenBytes:])
+	f.Add(AppendCommit(nil, []byte("\x0a\x02ks"))[LenBytes:])
+	f.Add(AppendRequest(nil, Read{Kind: KindHello})[LenBytes:])
 	f.Add(AppendResponse(nil, Header{Code: 2, RingID: 9}, 3))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if r, err := DecodeRequest(b); err == nil {
-			if again := AppendRead(nil, r)[LenBytes:]; !bytes.Equal(again, b) {
+			if again := AppendRequest(nil, r)[LenBytes:]; !bytes.Equal(again, b) {
 				t.Fatalf("request %x decodes to %+v, which encodes to %x", b, r, again)
 			}
 		}

@@ -4,22 +4,28 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/tyrstore/tyr/api/tyrpb"
+	"github.com/tyrstore/tyr/internal/errs"
 	"github.com/tyrstore/tyr/internal/frame"
 )
 
-// The data path: reads in binary frames (internal/frame) over plain TCP,
-// on the gRPC port. Listen splits the port's connections by their first
-// bytes; a data connection is served by serveData, one request at a time,
-// through the same handler, metrics and operation count as gRPC's Read.
+// The data path: reads, fetches and commits in binary frames
+// (internal/frame) over plain TCP, on the gRPC port. Listen splits the
+// port's connections by their first bytes; a data connection is served by
+// serveData, one request at a time, through the same handlers, metrics and
+// operation count as gRPC's Read, FsFetch and Commit.
 
 // sniffTimeout bounds the wait for a new connection's first bytes.
 const sniffTimeout = 10 * time.Second
@@ -157,13 +163,17 @@ func (c *prefixConn) Read(p []byte) (int, error) {
 	return c.Conn.Read(p)
 }
 
-// dataHandler wraps the Read handler in the interceptors every gRPC call
-// passes (metrics, the operation count) but the routing header, which a
-// data-path response carries in its own header.
+// dataHandler wraps the Read, FsFetch and Commit handlers in the
+// interceptors every gRPC call passes (metrics, the operation count) but
+// the routing header, which a data-path response carries in its own
+// header.
 func (s *Service) dataHandler(interceptors ...grpc.UnaryServerInterceptor) grpc.UnaryHandler {
 	h := func(ctx context.Context, req any) (any, error) {
-		if f, ok := req.(*tyrpb.FsFetchRequest); ok {
-			return s.FsFetch(ctx, f)
+		switch req := req.(type) {
+		case *tyrpb.FsFetchRequest:
+			return s.FsFetch(ctx, req)
+		case *tyrpb.CommitRequest:
+			return s.Commit(ctx, req)
 		}
 		return s.Read(ctx, req.(*tyrpb.ReadRequest))
 	}
@@ -171,8 +181,11 @@ func (s *Service) dataHandler(interceptors ...grpc.UnaryServerInterceptor) grpc.
 		ic, next := interceptors[i], h
 		h = func(ctx context.Context, req any) (any, error) {
 			info := readInfo
-			if _, ok := req.(*tyrpb.FsFetchRequest); ok {
+			switch req.(type) {
+			case *tyrpb.FsFetchRequest:
 				info = fetchInfo
+			case *tyrpb.CommitRequest:
+				info = commitInfo
 			}
 			return ic(ctx, req, info, next)
 		}
@@ -182,9 +195,90 @@ func (s *Service) dataHandler(interceptors ...grpc.UnaryServerInterceptor) grpc.
 
 // The methods the data path's requests are counted as.
 var (
-	readInfo  = &grpc.UnaryServerInfo{FullMethod: tyrpb.Tyr_Read_FullMethodName}
-	fetchInfo = &grpc.UnaryServerInfo{FullMethod: tyrpb.Tyr_FsFetch_FullMethodName}
+	readInfo   = &grpc.UnaryServerInfo{FullMethod: tyrpb.Tyr_Read_FullMethodName}
+	fetchInfo  = &grpc.UnaryServerInfo{FullMethod: tyrpb.Tyr_FsFetch_FullMethodName}
+	commitInfo = &grpc.UnaryServerInfo{FullMethod: tyrpb.Tyr_Commit_FullMethodName}
 )
+
+// trailerSink takes the place of a gRPC stream in a data-path commit's
+// context, so that the Commit handler's trailer (the refusal mark, see
+// refusedTrailer) reaches the data-path answer.
+type trailerSink struct{ trailer metadata.MD }
+
+func (t *trailerSink) Method() string               { return tyrpb.Tyr_Commit_FullMethodName }
+func (t *trailerSink) SetHeader(metadata.MD) error  { return nil }
+func (t *trailerSink) SendHeader(metadata.MD) error { return nil }
+func (t *trailerSink) SetTrailer(md metadata.MD) error {
+	t.trailer = metadata.Join(t.trailer, md)
+	return nil
+}
+
+// dataCall decodes a data-path request into its gRPC request, calls its
+// handler, and returns the answer's header (but its routing IDs) and
+// tail: the data, the encoded commit response, or the error message.
+func (s *Service) dataCall(req frame.Read) (frame.Header, []byte) {
+	var (
+		in   any
+		sink *trailerSink
+		ctx  = context.Background()
+	)
+	switch req.Kind {
+	case frame.KindCommit:
+		c := &tyrpb.CommitRequest{}
+		if err := proto.Unmarshal(req.Message, c); err != nil {
+			return errorAnswer(status.Error(codes.InvalidArgument, fmt.Sprintf("commit request does not decode: %v", err)))
+		}
+		in, sink = c, &trailerSink{}
+		ctx = grpc.NewContextWithServerTransportStream(ctx, sink)
+	case frame.KindFsFetch:
+		in = &tyrpb.FsFetchRequest{Keyspace: []byte(req.Keyspace), Path: []byte(req.Key), Length: req.Length,
+			Uid: req.UID, Gids: req.GIDs}
+	default:
+		in = &tyrpb.ReadRequest{
+			Keyspace: []byte(req.Keyspace), Key: []byte(req.Key), Offset: req.Offset, Length: req.Length,
+			Version: req.Version, Consistent: req.Flags&frame.FlagConsistent != 0, Use: req.Flags&frame.FlagUse != 0}
+	}
+	out, err := s.dataRead(ctx, in)
+	if sink != nil {
+		s.metrics.dataCommits.Inc()
+	} else {
+		s.metrics.dataReads.Inc()
+	}
+	if err != nil {
+		h, tail := errorAnswer(err)
+		if sink != nil && len(sink.trailer.Get(errs.RefusedTrailer)) > 0 {
+			h.Flags |= frame.FlagRefused
+		}
+		return h, tail
+	}
+	switch resp := out.(type) {
+	case *tyrpb.CommitResponse:
+		b, err := proto.Marshal(resp)
+		if err != nil {
+			return errorAnswer(status.Error(codes.Internal, err.Error()))
+		}
+		return frame.Header{}, b
+	case *tyrpb.FsFetchResponse:
+		h := frame.Header{Size: resp.GetSize(), Version: resp.GetVersion()}
+		if e := resp.GetErrno(); e != 0 {
+			h.Flags |= frame.FlagErrno
+			h.Size = uint64(e)
+		}
+		return h, resp.GetData()
+	}
+	resp := out.(*tyrpb.ReadResponse)
+	return frame.Header{Size: resp.GetSize(), Version: resp.GetVersion()}, resp.GetData()
+}
+
+// errorAnswer is the header and message of a failed request.
+func errorAnswer(err error) (frame.Header, []byte) {
+	st := status.Convert(err)
+	tail := []byte(st.Message())
+	if len(tail) > frame.MessageBytesMax {
+		tail = tail[:frame.MessageBytesMax]
+	}
+	return frame.Header{Code: uint8(st.Code())}, tail
+}
 
 // serveData answers the requests of one data connection, whose magic was
 // read, until it closes or sends a frame that does not decode.
@@ -207,43 +301,29 @@ func (s *Service) serveData(conn net.Conn) {
 			s.log.Debug("data path: bad request", "remote", conn.RemoteAddr().String(), "err", err)
 			return
 		}
-		if _, err := io.ReadFull(r, body[:n]); err != nil {
+		buf := body
+		if n > len(buf) {
+			buf = make([]byte, n) // a commit; reads fit body
+		}
+		if _, err := io.ReadFull(r, buf[:n]); err != nil {
 			return
 		}
-		req, err := frame.DecodeRequest(body[:n])
+		req, err := frame.DecodeRequest(buf[:n])
 		if err != nil {
 			s.log.Debug("data path: bad request", "remote", conn.RemoteAddr().String(), "err", err)
 			return
 		}
-		var in any = &tyrpb.ReadRequest{
-			Keyspace: []byte(req.Keyspace), Key: []byte(req.Key), Offset: req.Offset, Length: req.Length,
-			Version: req.Version, Consistent: req.Flags&frame.FlagConsistent != 0, Use: req.Flags&frame.FlagUse != 0}
-		if req.Kind == frame.KindFsFetch {
-			in = &tyrpb.FsFetchRequest{Keyspace: []byte(req.Keyspace), Path: []byte(req.Key), Length: req.Length,
-				Uid: req.UID, Gids: req.GIDs}
-		}
-		out, err := s.dataRead(context.Background(), in)
-		s.metrics.dataReads.Inc()
-		h := frame.Header{}
-		if ids := s.currentRouting(); ids != nil {
-			h.Flags, h.RingID, h.MembersID = frame.FlagRouting, ids.ringID, ids.membersID
-		}
-		var tail []byte
-		if err != nil {
-			st := status.Convert(err)
-			h.Code, tail = uint8(st.Code()), []byte(st.Message())
-			if len(tail) > frame.MessageBytesMax {
-				tail = tail[:frame.MessageBytesMax]
-			}
-		} else if resp, ok := out.(*tyrpb.FsFetchResponse); ok {
-			h.Size, h.Version, tail = resp.GetSize(), resp.GetVersion(), resp.GetData()
-			if e := resp.GetErrno(); e != 0 {
-				h.Flags |= frame.FlagErrno
-				h.Size = uint64(e)
-			}
+		var (
+			h    frame.Header
+			tail []byte
+		)
+		if req.Kind == frame.KindHello {
+			h.Size = frame.FeatureCommits
 		} else {
-			resp := out.(*tyrpb.ReadResponse)
-			h.Size, h.Version, tail = resp.GetSize(), resp.GetVersion(), resp.GetData()
+			h, tail = s.dataCall(req)
+		}
+		if ids := s.currentRouting(); ids != nil {
+			h.Flags, h.RingID, h.MembersID = h.Flags|frame.FlagRouting, ids.ringID, ids.membersID
 		}
 		// The answers of pipelined requests go out together: they wait
 		// while more requests are already buffered, up to

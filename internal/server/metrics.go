@@ -25,6 +25,8 @@ type Metrics struct {
 	reads    *prometheus.CounterVec
 	// dataReads counts the reads answered over the data path.
 	dataReads prometheus.Counter
+	// dataCommits counts the commits answered over the data path.
+	dataCommits prometheus.Counter
 	// fsPerms counts TýrFS fetches' permission lookups by source;
 	// fsInvalidated counts the copies of permissions invalidations dropped.
 	fsPerms       *prometheus.CounterVec
@@ -59,6 +61,10 @@ func NewMetrics() *Metrics {
 			Name: "tyr_data_path_reads_total",
 			Help: "Reads answered over the data path; the other reads of tyr_ops_total came over gRPC.",
 		}),
+		dataCommits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tyr_data_path_commits_total",
+			Help: "Commits answered over the data path; the other commits of tyr_ops_total came over gRPC.",
+		}),
 		fsPerms: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tyr_fs_permission_lookups_total",
 			Help: "Directory permissions TýrFS fetches checked, by source: copy (a popular directory's copy), local (a read of this node's store, which holds the directory) or remote (a read of its header from another node).",
@@ -75,7 +81,7 @@ func NewMetrics() *Metrics {
 	// Both paths are exported from the start, at zero.
 	m.reads.WithLabelValues(readLocal)
 	m.reads.WithLabelValues(readForwarded)
-	m.Registry.MustRegister(m.ops, m.latency, m.bytes, m.reads, m.dataReads, m.fsPerms, m.fsInvalidated,
+	m.Registry.MustRegister(m.ops, m.latency, m.bytes, m.reads, m.dataReads, m.dataCommits, m.fsPerms, m.fsInvalidated,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

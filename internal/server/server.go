@@ -49,7 +49,7 @@ type Service struct {
 	ops *opsRate
 	// routing caches the routing IDs of the current view (routing.go).
 	routing atomic.Pointer[routingIDs]
-	// dataRead serves the data path's reads (datapath.go); set by Register.
+	// dataRead serves the data path's requests (datapath.go); set by Register.
 	dataRead grpc.UnaryHandler
 	// fsmeta keeps TýrFS's copies of popular directories' permissions
 	// (fsmeta.go).
