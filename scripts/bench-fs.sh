@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # bench-fs.sh: the file system benchmark, one run. Starts a tyr server on
 # 127.0.0.1 with its data on the project's disk, mounts a keyspace of it
-# with `tyr mount`, and, unless CEPH=0, starts a CephFS cluster with one MDS
+# with `tyr mount` twice (strict, and with directories cached for 1 s:
+# --dir-cache 1s), and, unless CEPH=0, starts a CephFS cluster with one MDS
 # (../shared/peers/ceph/setup.sh --fs, mounted with ceph-fuse by its
 # mount.sh, torn down with teardown.sh --purge at the end). Then `tyr bench
 # fs` reads a data set stored as 32 MiB files and as 32 KiB files with 1
 # and 16 readers, and creates, stats, reads and deletes empty and 4 KiB
 # files, on: a directory on the local disk (the physical reference), the
-# tyr mount, tyrfs-native (the tyrfs package over the Go client) and
+# tyr mounts, tyrfs-native (the tyrfs package over the Go client) and
 # CephFS. Writes bench/results/fs-DATE.md (and its JSON lines).
 #
 #   scripts/bench-fs.sh [SECONDS]          # per measurement, default 5
@@ -23,12 +24,14 @@ cephdir=${CEPH_PEER_DIR:-$(cd .. && pwd)/shared/peers/ceph}
 make -s build
 mkdir -p build
 dir=$(mktemp -d "$PWD/build/bench-fs-XXXXXX") # on the project's disk
-mnt=$dir/mnt cephmnt=$dir/cephfs
-mkdir -p "$dir/local" "$mnt"
+mnt=$dir/mnt dcmnt=$dir/mnt-dircache cephmnt=$dir/cephfs
+mkdir -p "$dir/local" "$mnt" "$dcmnt"
 pids=()
 ceph_started=0
 cleanup() {
-	if mountpoint -q "$mnt"; then fusermount3 -u "$mnt" || true; fi
+	for m in "$mnt" "$dcmnt"; do
+		if mountpoint -q "$m"; then fusermount3 -u "$m" || true; fi
+	done
 	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
 	if [[ $ceph_started == 1 ]]; then
 		"$cephdir/umount.sh" --force "$cephmnt" || true
@@ -43,11 +46,19 @@ port=$(free_port)
 bin/tyr server --data "$dir/tyr" --listen "127.0.0.1:$port" --log-level warn >"$dir/tyr.log" 2>&1 &
 pids+=($!)
 wait_port "$port"
-bin/tyr mount --create --endpoint "127.0.0.1:$port" benchfs "$mnt" >"$dir/mount.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 100); do mountpoint -q "$mnt" && break; sleep 0.1; done
-mountpoint -q "$mnt" || { echo "tyr mount did not come up:" >&2; cat "$dir/mount.log" >&2; exit 1; }
-systems=(--dir "local-ext4=$dir/local" --mount "tyr-mount=$mnt")
+# Each mount in a keyspace of its own, so the two never see each other's
+# files.
+mount_tyr() { # KEYSPACE MOUNTPOINT LOG [FLAGS...]
+	local ks=$1 m=$2 log=$3
+	shift 3
+	bin/tyr mount --create "$@" --endpoint "127.0.0.1:$port" "$ks" "$m" >"$log" 2>&1 &
+	pids+=($!)
+	for _ in $(seq 100); do mountpoint -q "$m" && break; sleep 0.1; done
+	mountpoint -q "$m" || { echo "tyr mount did not come up:" >&2; cat "$log" >&2; exit 1; }
+}
+mount_tyr benchfs "$mnt" "$dir/mount.log"
+mount_tyr benchfs-dircache "$dcmnt" "$dir/mount-dircache.log" --dir-cache 1s
+systems=(--dir "local-ext4=$dir/local" --mount "tyr-mount=$mnt" --mount "tyr-mount-dircache=$dcmnt")
 if [[ $ceph == 1 ]]; then
 	if [[ -e /tmp/cephpeer ]]; then
 		echo "/tmp/cephpeer exists: a Ceph cluster is in use; run with CEPH=0 or tear it down first" >&2
@@ -71,7 +82,9 @@ load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 	echo "$data_set read whole as 32 MiB files and as 32 KiB files, then empty and 4 KiB files created, stat'ed,"
 	echo "read and deleted (each client in a directory of its own, at most 20,000 files per create phase),"
 	echo "${duration} s per measurement; every read checked byte for byte. One tyr server (sync on) with its"
-	echo "data on the local disk, mounted by \`tyr mount\` (no kernel cache); local-ext4 is a directory on the"
+	echo "data on the local disk, mounted by \`tyr mount\` twice: tyr-mount caches nothing in the kernel,"
+	echo "tyr-mount-dircache caches directories' names and attributes for 1 s (\`--dir-cache 1s\`; files as"
+	echo "tyr-mount); local-ext4 is a directory on the"
 	echo "same disk (reads from the page cache); CephFS is one MON, two OSDs (BlueStore on files on the"
 	echo "same disk, pools of 2 replicas) and one MDS on this machine, through ceph-fuse."
 	echo

@@ -28,6 +28,7 @@ func newMountCommand(e *env) *cobra.Command {
 		create      bool
 		replication uint32
 		cache       time.Duration
+		dirCache    time.Duration
 		debug       bool
 		allowOther  bool
 		noFailover  bool
@@ -68,7 +69,7 @@ with the node is resolved with the cluster first.`,
 			if err != nil {
 				return err
 			}
-			srv, err := fusefs.Mount(dir, f, "tyr:"+ks, fusefs.Options{CacheTimeout: cache, Debug: debug, AllowOther: allowOther})
+			srv, err := fusefs.Mount(dir, f, "tyr:"+ks, fusefs.Options{CacheTimeout: cache, DirCacheTimeout: dirCache, Debug: debug, AllowOther: allowOther})
 			if err != nil {
 				return fmt.Errorf("mount %s at %s: %w", ks, dir, err)
 			}
@@ -102,6 +103,10 @@ with the node is resolved with the cluster first.`,
 	cmd.Flags().Uint32Var(&replication, "replication", 0, "replication of the keyspace --create makes (0: the server's default)")
 	cmd.Flags().DurationVar(&cache, "cache", 0,
 		"how long the kernel may cache names and attributes (0: every lookup and stat asks the cluster, so changes through other mounts show at once)")
+	cmd.Flags().DurationVar(&dirCache, "dir-cache", 0,
+		"how long the kernel may cache directories' names and attributes, if longer than --cache: path walks and stats of directories "+
+			"skip the cluster, but a directory removed, renamed or changed through another mount may show here as it was for that long; "+
+			"files' names, attributes and data still follow --cache (close-to-open), and listings are never cached")
 	cmd.Flags().BoolVar(&debug, "debug", false, "log every FUSE request")
 	cmd.Flags().BoolVar(&noFailover, "no-failover", false,
 		"talk only to the first node of --endpoint, failing calls while it is down, instead of moving to another node")

@@ -66,6 +66,12 @@ func TestCluster(t *testing.T) {
 		b := mount(t, clients[1], "two-mounts")
 		twoMounts(t, a, b)
 	})
+	t.Run("two-mounts-dir-cache", func(t *testing.T) {
+		newKeyspace(t, clients[0], "two-mounts-dir-cache", 1, true)
+		waitKeyspace(t, clients[1], "two-mounts-dir-cache")
+		o := Options{DirCacheTimeout: dirCacheWindow}
+		twoMountsDirCache(t, mountWith(t, clients[0], "two-mounts-dir-cache", o), mountWith(t, clients[1], "two-mounts-dir-cache", o))
+	})
 	t.Run("kill-endpoint", func(t *testing.T) {
 		newKeyspace(t, clients[0], "kill-endpoint", 3, true)
 		killEndpoint(t, cl, mount(t, clients[0], "kill-endpoint"))
@@ -246,4 +252,101 @@ func twoMounts(t *testing.T, a, b string) {
 		want = append(want, rec)
 	}
 	read(a, "log", strings.Join(want, ""))
+}
+
+// dirCacheWindow is the directory cache timeout of the two-mounts-dir-cache
+// test.
+const dirCacheWindow = 2 * time.Second
+
+// twoMountsDirCache checks what mounts a and b guarantee each other with
+// directories cached for dirCacheWindow: files keep close-to-open
+// (contents, names, attributes), listings are fresh, and a directory
+// renamed through one mount shows as it was in the other for no longer
+// than the window.
+func twoMountsDirCache(t *testing.T, a, b string) {
+	write := func(root, name, data string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(root, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func(root, name, want string) {
+		t.Helper()
+		got, err := os.ReadFile(filepath.Join(root, name))
+		if err != nil || !bytes.Equal(got, []byte(want)) {
+			t.Fatalf("%s/%s: %q, %v; want %q", root, name, got, err, want)
+		}
+	}
+	exists := func(root, name string) bool {
+		t.Helper()
+		_, err := os.Lstat(filepath.Join(root, name))
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("%s/%s: %v", root, name, err)
+		}
+		return err == nil
+	}
+	names := func(root, dir string) []string {
+		t.Helper()
+		es, err := os.ReadDir(filepath.Join(root, dir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range es {
+			got = append(got, e.Name())
+		}
+		return got
+	}
+	if err := os.MkdirAll(filepath.Join(b, "d", "e"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Files in a directory both mounts cache: close-to-open, as without
+	// the cache.
+	write(a, "d/e/f", "first version")
+	read(b, "d/e/f", "first version")
+	write(a, "d/e/f", "second")
+	read(b, "d/e/f", "second")
+	if err := os.Rename(filepath.Join(b, "d/e/f"), filepath.Join(b, "d/e/g")); err != nil {
+		t.Fatal(err)
+	}
+	if exists(a, "d/e/f") {
+		t.Fatal("a renamed file still shows under its old name on the other mount")
+	}
+	read(a, "d/e/g", "second")
+	if err := os.Chmod(filepath.Join(b, "d/e/g"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(filepath.Join(a, "d/e/g")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("a file's mode after chmod on the other mount: %v, %v", fi, err)
+	}
+
+	// A directory renamed through b: a's listing shows it at once, and
+	// the files under its new name; its old name may still show in a
+	// (a caches it), for no longer than the window.
+	if !exists(a, "d") {
+		t.Fatal("d missing on a")
+	}
+	if err := os.Rename(filepath.Join(b, "d"), filepath.Join(b, "d2")); err != nil {
+		t.Fatal(err)
+	}
+	renamed := time.Now()
+	if got := names(a, ""); !slices.Equal(got, []string{"d2"}) {
+		t.Fatalf("listing on a after the rename: %v, want [d2]", got)
+	}
+	read(a, "d2/e/g", "second")
+	if exists(a, "d/e/g") {
+		t.Fatal("a file shows under its directory's old name on the other mount")
+	}
+	// a looked d up before the rename: the cache answers for it, which is
+	// what the cache is for.
+	if !exists(a, "d") {
+		t.Fatal("the renamed directory's old name was not answered from a's cache right after the rename")
+	}
+	for exists(a, "d") {
+		if time.Since(renamed) > dirCacheWindow+time.Second {
+			t.Fatalf("the renamed directory still shows on a %v after the rename, window %v", time.Since(renamed), dirCacheWindow)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("the old name was answered from the cache for %v", time.Since(renamed).Round(time.Millisecond))
 }

@@ -36,6 +36,14 @@ type Options struct {
 	// cluster, so a change made through another mount is seen at the next
 	// system call; more trades that for fewer round trips.
 	CacheTimeout time.Duration
+	// DirCacheTimeout is how long the kernel may keep the names and
+	// attributes of directories, if longer than CacheTimeout. Files'
+	// names and attributes still follow CacheTimeout, so close-to-open
+	// holds for files whatever this is; a directory removed, renamed or
+	// changed through another mount may still be walked through and
+	// stat'ed here as it was, for up to this long. Listings are never
+	// cached.
+	DirCacheTimeout time.Duration
 	// Debug logs every FUSE request.
 	Debug bool
 	// AllowOther lets users other than the one mounting use the mount
@@ -49,7 +57,7 @@ type Options struct {
 // server.Wait.
 func Mount(dir string, f *tyrfs.FS, name string, o Options) (*fuse.Server, error) {
 	timeout := o.CacheTimeout
-	root := &node{fs: f}
+	root := &node{fs: f, dirCache: max(o.CacheTimeout, o.DirCacheTimeout)}
 	return fs.Mount(dir, root, &fs.Options{
 		MountOptions: fuse.MountOptions{
 			FsName: name,
@@ -70,6 +78,9 @@ func Mount(dir string, f *tyrfs.FS, name string, o Options) (*fuse.Server, error
 type node struct {
 	fs.Inode
 	fs *tyrfs.FS
+	// dirCache is how long the kernel may keep a directory's name and
+	// attributes (Options.DirCacheTimeout).
+	dirCache time.Duration
 }
 
 var (
@@ -182,11 +193,24 @@ func (n *node) newChild(ctx context.Context, name string, a tyrfs.Attr, out *fus
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	fillAttr(a, &out.Attr)
+	if a.Kind == tyrfs.KindDir && n.dirCache > 0 {
+		out.SetEntryTimeout(n.dirCache)
+		out.SetAttrTimeout(n.dirCache)
+	}
 	mode := typeBits(a.Kind)
 	if ch := n.GetChild(name); ch != nil && ch.StableAttr().Mode == mode {
 		return ch
 	}
-	return n.NewInode(ctx, &node{fs: n.fs}, fs.StableAttr{Mode: mode})
+	return n.NewInode(ctx, &node{fs: n.fs, dirCache: n.dirCache}, fs.StableAttr{Mode: mode})
+}
+
+// fillAttrOut fills out with a, and the directory cache timeout for a
+// directory.
+func (n *node) fillAttrOut(a tyrfs.Attr, out *fuse.AttrOut) {
+	fillAttr(a, &out.Attr)
+	if a.Kind == tyrfs.KindDir && n.dirCache > 0 {
+		out.SetTimeout(n.dirCache)
+	}
 }
 
 // opTimeout bounds one request's calls to the cluster.
@@ -255,7 +279,7 @@ func (n *node) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut)
 	if typeBits(a.Kind) != n.StableAttr().Mode {
 		return gone
 	}
-	fillAttr(a, &out.Attr)
+	n.fillAttrOut(a, out)
 	return 0
 }
 
@@ -291,7 +315,7 @@ func (n *node) Setattr(ctx context.Context, _ fs.FileHandle, in *fuse.SetAttrIn,
 	if err != nil {
 		return tyrfs.Errno(err)
 	}
-	fillAttr(a, &out.Attr)
+	n.fillAttrOut(a, out)
 	return 0
 }
 

@@ -42,6 +42,12 @@ func newKeyspace(t *testing.T, c *client.Client, ks string, replication uint32, 
 // The mount is unmounted when the test ends, passed or failed.
 func mount(t *testing.T, c *client.Client, ks string) string {
 	t.Helper()
+	return mountWith(t, c, ks, Options{})
+}
+
+// mountWith is mount with options o.
+func mountWith(t *testing.T, c *client.Client, ks string, o Options) string {
+	t.Helper()
 	needFUSE(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -50,7 +56,7 @@ func mount(t *testing.T, c *client.Client, ks string) string {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	srv, err := Mount(dir, f, "tyr:"+ks, Options{})
+	srv, err := Mount(dir, f, "tyr:"+ks, o)
 	if err != nil {
 		t.Fatalf("mount: %v", err)
 	}
