@@ -158,19 +158,7 @@ func waitKeyspace(t *testing.T, c *client.Client, ks string) {
 // removal is committed when its system call returns) the other sees at its
 // next open, stat or directory read.
 func twoMounts(t *testing.T, a, b string) {
-	write := func(root, name, data string) {
-		t.Helper()
-		if err := os.WriteFile(filepath.Join(root, name), []byte(data), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	read := func(root, name, want string) {
-		t.Helper()
-		got, err := os.ReadFile(filepath.Join(root, name))
-		if err != nil || !bytes.Equal(got, []byte(want)) {
-			t.Fatalf("%s/%s: %q, %v; want %q", root, name, got, err, want)
-		}
-	}
+	write, read := fileHelpers(t)
 	gone := func(root, name string) {
 		t.Helper()
 		if _, err := os.Lstat(filepath.Join(root, name)); !errors.Is(err, fs.ErrNotExist) {
@@ -179,15 +167,7 @@ func twoMounts(t *testing.T, a, b string) {
 	}
 	names := func(root, dir string, want ...string) {
 		t.Helper()
-		es, err := os.ReadDir(filepath.Join(root, dir))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got []string
-		for _, e := range es {
-			got = append(got, e.Name())
-		}
-		if !slices.Equal(got, want) {
+		if got := listNames(t, root, dir); !slices.Equal(got, want) {
 			t.Fatalf("%s/%s holds %v, want %v", root, dir, got, want)
 		}
 	}
@@ -254,6 +234,39 @@ func twoMounts(t *testing.T, a, b string) {
 	read(a, "log", strings.Join(want, ""))
 }
 
+// fileHelpers returns a function that writes a file under a mount and one
+// that reads one and checks what it holds, each failing t.
+func fileHelpers(t *testing.T) (write, read func(root, name, data string)) {
+	write = func(root, name, data string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(root, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read = func(root, name, want string) {
+		t.Helper()
+		got, err := os.ReadFile(filepath.Join(root, name))
+		if err != nil || !bytes.Equal(got, []byte(want)) {
+			t.Fatalf("%s/%s: %q, %v; want %q", root, name, got, err, want)
+		}
+	}
+	return write, read
+}
+
+// listNames returns the names in directory dir under root, in order.
+func listNames(t *testing.T, root, dir string) []string {
+	t.Helper()
+	es, err := os.ReadDir(filepath.Join(root, dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range es {
+		got = append(got, e.Name())
+	}
+	return got
+}
+
 // dirCacheWindow is the directory cache timeout of the two-mounts-dir-cache
 // test.
 const dirCacheWindow = 2 * time.Second
@@ -264,19 +277,7 @@ const dirCacheWindow = 2 * time.Second
 // renamed through one mount shows as it was in the other for no longer
 // than the window.
 func twoMountsDirCache(t *testing.T, a, b string) {
-	write := func(root, name, data string) {
-		t.Helper()
-		if err := os.WriteFile(filepath.Join(root, name), []byte(data), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	read := func(root, name, want string) {
-		t.Helper()
-		got, err := os.ReadFile(filepath.Join(root, name))
-		if err != nil || !bytes.Equal(got, []byte(want)) {
-			t.Fatalf("%s/%s: %q, %v; want %q", root, name, got, err, want)
-		}
-	}
+	write, read := fileHelpers(t)
 	exists := func(root, name string) bool {
 		t.Helper()
 		_, err := os.Lstat(filepath.Join(root, name))
@@ -284,18 +285,6 @@ func twoMountsDirCache(t *testing.T, a, b string) {
 			t.Fatalf("%s/%s: %v", root, name, err)
 		}
 		return err == nil
-	}
-	names := func(root, dir string) []string {
-		t.Helper()
-		es, err := os.ReadDir(filepath.Join(root, dir))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got []string
-		for _, e := range es {
-			got = append(got, e.Name())
-		}
-		return got
 	}
 	if err := os.MkdirAll(filepath.Join(b, "d", "e"), 0o755); err != nil {
 		t.Fatal(err)
@@ -330,7 +319,7 @@ func twoMountsDirCache(t *testing.T, a, b string) {
 		t.Fatal(err)
 	}
 	renamed := time.Now()
-	if got := names(a, ""); !slices.Equal(got, []string{"d2"}) {
+	if got := listNames(t, a, ""); !slices.Equal(got, []string{"d2"}) {
 		t.Fatalf("listing on a after the rename: %v, want [d2]", got)
 	}
 	read(a, "d2/e/g", "second")
