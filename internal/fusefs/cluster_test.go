@@ -38,6 +38,7 @@ func TestCluster(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = c.Close() })
 		clients[i] = c
+		cl.Settled(i + 1)
 	}
 	t.Run("model", func(t *testing.T) {
 		newKeyspace(t, clients[0], "model-cluster", 1, true)

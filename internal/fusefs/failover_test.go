@@ -49,6 +49,7 @@ const (
 func TestClusterFailover(t *testing.T) {
 	needFUSE(t)
 	cl := testserver.UpCluster(t, 3)
+	cl.Settled(1)
 	p := cl.Placer()
 	t.Run("rf1", func(t *testing.T) { failoverRF1(t, cl, p) })
 	t.Run("rf2", func(t *testing.T) { failoverRF2(t, cl, p) })

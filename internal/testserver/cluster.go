@@ -15,6 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/tyrstore/tyr/api/tyrpb"
 	"github.com/tyrstore/tyr/client"
 	"github.com/tyrstore/tyr/internal/proc"
 )
@@ -279,6 +283,38 @@ func MemberState(c *client.Client, id string) string {
 		return "unknown"
 	}
 	return m.State
+}
+
+// Settled waits, up to a minute, until node k sees every node of the
+// cluster alive and none of them catching up: a cluster just started
+// refuses, for a moment, what its catching-up members alone could serve.
+func (c *LocalCluster) Settled(k int) {
+	t := c.t
+	t.Helper()
+	conn, err := grpc.NewClient(c.Endpoint(k), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	api := tyrpb.NewTyrClient(conn)
+	Eventually(t, time.Minute, fmt.Sprintf("node%d sees the cluster settled", k), func() (bool, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		resp, err := api.Ring(ctx, &tyrpb.RingRequest{})
+		if err != nil {
+			return false, err.Error()
+		}
+		alive, catching := 0, []string{}
+		for _, m := range resp.GetMembers() {
+			if m.GetState() == client.StateAlive {
+				alive++
+			}
+			if m.GetCatchingUp() {
+				catching = append(catching, m.GetId())
+			}
+		}
+		return alive == len(c.Endpoints) && len(catching) == 0, fmt.Sprintf("%d alive, catching up: %v", alive, catching)
+	})
 }
 
 // Logs returns every node's log, for failure messages.
