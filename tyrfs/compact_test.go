@@ -43,7 +43,7 @@ func compacts(t *testing.T, ctx context.Context, c *client.Client, f *FS, dir st
 		}
 	}
 	kept := n / 8
-	appended := uint64(HeaderBytes + (2*n-kept)*(fslayout.RecordHeaderBytes+3))
+	appended := uint64(fslayout.DirLogOffset + (2*n-kept)*(fslayout.RecordHeaderBytes+3))
 	want := names(t, ctx, f, dir)
 	if len(want) != kept {
 		t.Fatalf("%d entries, want %d: %v", len(want), kept, want)
@@ -56,7 +56,7 @@ func compacts(t *testing.T, ctx context.Context, c *client.Client, f *FS, dir st
 	if got := names(t, ctx, f, dir); !slices.Equal(got, want) {
 		t.Fatalf("entries changed by compaction: %v, then %v", want, got)
 	}
-	if compacted := uint64(HeaderBytes + kept*(fslayout.RecordHeaderBytes+3)); size < compacted {
+	if compacted := uint64(fslayout.DirLogOffset + kept*(fslayout.RecordHeaderBytes+3)); size < compacted {
 		t.Fatalf("blob of %d bytes, below the %d of its entries alone", size, compacted)
 	}
 	t.Logf("%s: log of %d bytes appended, %d after compaction, %v after the last removal", dir, appended, size, took)

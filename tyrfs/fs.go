@@ -45,7 +45,7 @@ func New(ctx context.Context, c *client.Client, ks string) (*FS, error) {
 	}
 	t := f.now()
 	h := fslayout.EncodeHeader(Attr{Kind: KindDir, Mode: 0o755, Atime: t, Mtime: t, Ctime: t, Btime: t})
-	_, err := c.Commit(ctx, ks, client.CreateOp(fslayout.DirKey("/")), client.WriteOp(fslayout.DirKey("/"), 0, h, false))
+	_, err := c.Commit(ctx, ks, newBlobOps(fslayout.DirKey("/"), h)...)
 	if err != nil && !errors.Is(err, client.ErrExists) {
 		return nil, fmt.Errorf("tyrfs: creating the root directory: %w", err)
 	}
@@ -318,12 +318,11 @@ func (f *FS) createNode(ctx context.Context, p string, k Kind, o Owner, rdev uin
 	if k == KindDir {
 		key, other = other, key
 	}
-	blob := append(fslayout.EncodeHeader(a), data...)
 	// One request: the name's other key (a directory for a file, a file
 	// for a directory) is checked absent as the commit applies.
-	_, err = f.c.CommitIf(ctx, f.ks, []client.Check{{Key: other}}, client.CreateOp(key), client.WriteOp(key, 0, blob, false),
+	_, err = f.c.CommitIf(ctx, f.ks, []client.Check{{Key: other}}, append(newBlobOps(key, append(fslayout.EncodeHeader(a), data...)),
 		client.AppendOp(fslayout.DirKey(parent), fslayout.EncodeRecord(fslayout.RecordAdd, k, name), false),
-		touchParent(parent, t))
+		touchParent(parent, t))...)
 	switch {
 	case errors.Is(err, client.ErrExists), errors.Is(err, client.ErrConflict):
 		return Attr{}, errnof(syscall.EEXIST, "%s", p)
@@ -333,6 +332,16 @@ func (f *FS) createNode(ctx context.Context, p string, k Kind, o Owner, rdev uin
 		return Attr{}, err
 	}
 	return a, nil
+}
+
+// newBlobOps returns the ops creating blob key holding blob (a header and
+// a file's data); a directory's then reaches its log's start, a hole.
+func newBlobOps(key string, blob []byte) []client.Op {
+	ops := []client.Op{client.CreateOp(key), client.WriteOp(key, 0, blob, false)}
+	if strings.HasSuffix(key, "/") {
+		ops = append(ops, client.TruncateOp(key, fslayout.LogStart(blob)))
+	}
+	return ops
 }
 
 // missingDir returns the error for a directory dir found missing: ENOTDIR
@@ -587,10 +596,11 @@ func (f *FS) readDir(ctx context.Context, p string) (fslayout.DirLog, error) {
 	if err != nil {
 		return fslayout.DirLog{}, err
 	}
-	if _, err := fslayout.DecodeHeader(key, b, uint64(len(b))); err != nil {
+	log, err := fslayout.DirLogOf(key, b)
+	if err != nil {
 		return fslayout.DirLog{}, err
 	}
-	return fslayout.ReplayLog(key, b[HeaderBytes:])
+	return fslayout.ReplayLog(key, log)
 }
 
 // Readdir returns the entries of the directory at p in the order they were
@@ -628,6 +638,20 @@ func readAll(ctx context.Context, tx *client.Tx, key string) ([]byte, error) {
 	return out, nil
 }
 
+// replayIn reads the whole blob of directory key in tx and replays its
+// log.
+func replayIn(ctx context.Context, tx *client.Tx, key string) (fslayout.DirLog, error) {
+	b, err := readAll(ctx, tx, key)
+	if err != nil {
+		return fslayout.DirLog{}, err
+	}
+	log, err := fslayout.DirLogOf(key, b)
+	if err != nil {
+		return fslayout.DirLog{}, err
+	}
+	return fslayout.ReplayLog(key, log)
+}
+
 // Rmdir removes the empty directory at p and its parent's entry in one
 // transaction: ENOTEMPTY if it has entries, ENOTDIR if p is a file, EBUSY
 // for the root.
@@ -642,11 +666,7 @@ func (f *FS) Rmdir(ctx context.Context, p string) error {
 	parent, name := fslayout.Split(p)
 	key := fslayout.DirKey(p)
 	err = f.c.RunTx(ctx, f.ks, func(tx *client.Tx) error {
-		b, err := readAll(ctx, tx, key)
-		if err != nil {
-			return err
-		}
-		l, err := fslayout.ReplayLog(key, b[min(len(b), HeaderBytes):])
+		l, err := replayIn(ctx, tx, key)
 		if err != nil {
 			return err
 		}
@@ -728,11 +748,7 @@ func (f *FS) Rename(ctx context.Context, oldPath, newPath string, flags uint32) 
 		}
 		m := mover{tx: tx, blobsLeft: MoveBlobsMax, bytesLeft: MoveBytesMax}
 		if dstKind == KindDir {
-			b, err := readAll(ctx, tx, fslayout.DirKey(newPath))
-			if err != nil {
-				return err
-			}
-			l, err := fslayout.ReplayLog(fslayout.DirKey(newPath), b[min(len(b), HeaderBytes):])
+			l, err := replayIn(ctx, tx, fslayout.DirKey(newPath))
 			if err != nil {
 				return err
 			}
@@ -801,6 +817,10 @@ type mover struct {
 	bytesLeft int
 }
 
+// moveOpsMax bounds the ops of one rename's moves: a commit carries at
+// most client.OpsPerCommitMax, and the rename adds a few to the parents.
+const moveOpsMax = client.OpsPerTxMax - 16
+
 // collect adds the ops moving blob from to to, setting its ctime to t, and
 // then its descendants' if it is a directory.
 func (m *mover) collect(ctx context.Context, from, to string, t int64) error {
@@ -808,9 +828,13 @@ func (m *mover) collect(ctx context.Context, from, to string, t int64) error {
 	if m.blobsLeft < 0 {
 		return errnof(syscall.EXDEV, "rename of more than %d blobs", MoveBlobsMax)
 	}
+	dir := strings.HasSuffix(from, "/")
 	size, err := m.tx.Size(ctx, from)
 	if err != nil {
 		return err
+	}
+	if dir && size >= fslayout.DirLogOffset {
+		size -= fslayout.DirLogOffset - HeaderBytes // its hole, at most
 	}
 	if size > uint64(m.bytesLeft) {
 		return errnof(syscall.EXDEV, "rename of more than %d bytes", MoveBytesMax)
@@ -819,21 +843,41 @@ func (m *mover) collect(ctx context.Context, from, to string, t int64) error {
 	if err != nil {
 		return err
 	}
-	m.bytesLeft -= len(b)
 	if len(b) < HeaderBytes {
 		return fmt.Errorf("%w: %q has no header", ErrCorrupt, from)
+	}
+	// A directory's header and log are copied apart, so that its hole
+	// stays one (fslayout, invariant 4); a file's bytes go as they are.
+	start, body := uint64(0), b
+	if dir {
+		if body, err = fslayout.DirLogOf(from, b); err != nil {
+			return err
+		}
+		start = fslayout.LogStart(b)
+	}
+	if m.bytesLeft -= len(body); dir {
+		m.bytesLeft -= HeaderBytes
+	}
+	if m.bytesLeft < 0 {
+		return errnof(syscall.EXDEV, "rename of more than %d bytes", MoveBytesMax)
 	}
 	if t != 0 {
 		fslayout.PutTime(b[fslayout.OffCtime:], t)
 	}
-	for off := 0; off == 0 || off < len(b); off += client.PayloadBytesMax {
-		m.ops = append(m.ops, client.WriteOp(to, uint64(off), b[off:min(len(b), off+client.PayloadBytesMax)], true))
+	if dir {
+		m.ops = append(m.ops, client.WriteOp(to, 0, b[:HeaderBytes], true), client.TruncateOp(to, start))
+	}
+	for off := 0; off == 0 && !dir || off < len(body); off += client.PayloadBytesMax {
+		m.ops = append(m.ops, client.WriteOp(to, start+uint64(off), body[off:min(len(body), off+client.PayloadBytesMax)], true))
 	}
 	m.ops = append(m.ops, client.DeleteOp(from))
-	if !strings.HasSuffix(from, "/") {
+	if len(m.ops) > moveOpsMax {
+		return errnof(syscall.EXDEV, "rename of more than %d operations", moveOpsMax)
+	}
+	if !dir {
 		return nil
 	}
-	l, err := fslayout.ReplayLog(from, b[HeaderBytes:])
+	l, err := fslayout.ReplayLog(from, body)
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/tyrstore/tyr/client"
 	"github.com/tyrstore/tyr/internal/fslayout"
+	"github.com/tyrstore/tyr/internal/mvcc"
 	"github.com/tyrstore/tyr/internal/testserver"
 )
 
@@ -370,12 +371,42 @@ func TestLogReplay(t *testing.T) {
 		}
 	}
 	h := fslayout.EncodeHeader(Attr{Kind: KindDir, Mode: 0o1777, UID: 1, GID: 2, Atime: 3, Mtime: -4, Ctime: 5, Btime: 6})
-	a, err := fslayout.DecodeHeader("/d/", h, HeaderBytes+10)
+	a, err := fslayout.DecodeHeader("/d/", h, fslayout.DirLogOffset+10)
 	if err != nil || a != (Attr{Kind: KindDir, Mode: 0o1777, UID: 1, GID: 2, Atime: 3, Mtime: -4, Ctime: 5, Btime: 6, Size: 10}) {
 		t.Fatalf("header round trip: %+v %v", a, err)
 	}
-	if _, err := fslayout.DecodeHeader("/d", h, HeaderBytes); !errors.Is(err, ErrCorrupt) {
+	if _, err := fslayout.DecodeHeader("/d", h, fslayout.DirLogOffset); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("a directory header under a file key: %v", err)
+	}
+	if _, err := fslayout.DecodeHeader("/d/", h, fslayout.DirLogOffset-1); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("a directory blob that ends before its log's start: %v", err)
+	}
+	// The log starts after the hole; a byte written in the hole is
+	// corruption (invariant 4).
+	blob := append(append(slices.Clone(h), make([]byte, fslayout.DirLogOffset-HeaderBytes)...), fslayout.EncodeRecord(fslayout.RecordAdd, KindFile, "x")...)
+	if log, err := fslayout.DirLogOf("/d/", blob); err != nil || !bytes.Equal(log, blob[fslayout.DirLogOffset:]) {
+		t.Fatalf("log of a version-2 directory: %q, %v", log, err)
+	}
+	blob[HeaderBytes+100] = 1
+	if _, err := fslayout.DirLogOf("/d/", blob); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("a byte in the hole: %v, want ErrCorrupt", err)
+	}
+	// Version 1: the log right after the header, Size the log's length.
+	h[fslayout.OffVersion] = 1
+	v1 := append(slices.Clone(h), fslayout.EncodeRecord(fslayout.RecordAdd, KindFile, "x")...)
+	if a, err := fslayout.DecodeHeader("/d/", v1, uint64(len(v1))); err != nil || a.Size != uint64(len(v1)-HeaderBytes) {
+		t.Fatalf("a version-1 directory: %+v, %v", a, err)
+	}
+	if log, err := fslayout.DirLogOf("/d/", v1); err != nil || !bytes.Equal(log, v1[HeaderBytes:]) {
+		t.Fatalf("log of a version-1 directory: %q, %v", log, err)
+	}
+	h[fslayout.OffVersion] = 3
+	if _, err := fslayout.DecodeHeader("/d/", h, fslayout.DirLogOffset); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("format version 3: %v, want ErrCorrupt", err)
+	}
+	// The hole gives the header a page of the store to itself.
+	if fslayout.DirLogOffset%mvcc.PageBytes != 0 {
+		t.Fatalf("DirLogOffset %d is not a multiple of the store's page, %d", fslayout.DirLogOffset, mvcc.PageBytes)
 	}
 }
 
@@ -406,5 +437,74 @@ func TestMknod(t *testing.T) {
 	wantErrno(t, f.Unlink(ctx, "/fifo"), 0)
 	_, err = f.Lookup(ctx, "/fifo")
 	wantErrno(t, err, syscall.ENOENT)
+	checkTree(t, ctx, c, f)
+}
+
+// A directory made in format version 1 (its log right after the header)
+// keeps working: entries added and removed, stat'ed, renamed (it stays
+// version 1) and removed. A new directory has the hole: its blob is
+// fslayout.DirLogOffset plus its log, zeros between the header and the
+// log, and its size is its log's.
+func TestFormatVersion1Dirs(t *testing.T) {
+	ctx, c, f := newFS(t)
+	h := fslayout.EncodeHeader(Attr{Kind: KindDir, Mode: 0o755})
+	h[fslayout.OffVersion] = 1
+	if _, err := c.Commit(ctx, f.ks, client.CreateOp("/old/"), client.WriteOp("/old/", 0, h, false),
+		client.AppendOp("/", fslayout.EncodeRecord(fslayout.RecordAdd, KindDir, "old"), false)); err != nil {
+		t.Fatal(err)
+	}
+	o := Owner{Mode: 0o644}
+	must[Attr](t)(f.Create(ctx, "/old/a", o))
+	must[Attr](t)(f.Mkdir(ctx, "/old/sub", Owner{Mode: 0o755}))
+	must[Attr](t)(f.Create(ctx, "/old/b", o))
+	if err := f.Unlink(ctx, "/old/b"); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(t, ctx, f, "/old"); !slices.Equal(got, []string{"a:file", "sub:dir"}) {
+		t.Fatalf("/old holds %v, want [a sub]", got)
+	}
+	blob := func(key string) []byte {
+		t.Helper()
+		b, err := c.Read(ctx, f.ks, key, 0, client.BlobBytesMax)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	logLen := uint64(len(blob("/old/")) - HeaderBytes)
+	if a := must[Attr](t)(f.Stat(ctx, "/old", KindDir)); a.Size != logLen {
+		t.Fatalf("stat of a version-1 directory: size %d, want its log's %d", a.Size, logLen)
+	}
+	if err := f.Rename(ctx, "/old", "/moved", 0); err != nil {
+		t.Fatal(err)
+	}
+	if b := blob("/moved/"); b[fslayout.OffVersion] != 1 || uint64(len(b)-HeaderBytes) != logLen {
+		t.Fatalf("the moved directory: version %d, %d bytes; want version 1, %d", b[fslayout.OffVersion], len(b), HeaderBytes+logLen)
+	}
+	if got := names(t, ctx, f, "/moved"); !slices.Equal(got, []string{"a:file", "sub:dir"}) {
+		t.Fatalf("/moved holds %v, want [a sub]", got)
+	}
+	if err := f.Rmdir(ctx, "/moved/sub"); err != nil {
+		t.Fatal(err)
+	}
+	checkTree(t, ctx, c, f)
+
+	must[Attr](t)(f.Mkdir(ctx, "/new", Owner{Mode: 0o755}))
+	for _, n := range []string{"x", "y", "z"} {
+		must[Attr](t)(f.Create(ctx, "/new/"+n, o))
+	}
+	if err := f.Rename(ctx, "/new", "/new2", 0); err != nil {
+		t.Fatal(err)
+	}
+	b := blob("/new2/")
+	log := 3 * (fslayout.RecordHeaderBytes + 1)
+	if b[fslayout.OffVersion] != fslayout.FormatVersion || len(b) != fslayout.DirLogOffset+log ||
+		slices.ContainsFunc(b[HeaderBytes:fslayout.DirLogOffset], func(c byte) bool { return c != 0 }) {
+		t.Fatalf("a new directory, renamed: version %d, %d bytes; want version %d, %d bytes, zeros up to its log",
+			b[fslayout.OffVersion], len(b), fslayout.FormatVersion, fslayout.DirLogOffset+log)
+	}
+	if a := must[Attr](t)(f.Stat(ctx, "/new2", KindDir)); a.Size != uint64(log) {
+		t.Fatalf("stat of a new directory: size %d, want its log's %d", a.Size, log)
+	}
 	checkTree(t, ctx, c, f)
 }

@@ -4,7 +4,7 @@
 // server's metadata service (internal/fsmeta) both apply these rules, so
 // neither restates them.
 //
-// # Layout (format version 1; append-only: new fields take reserved bytes
+// # Layout (format version 2; append-only: new fields take reserved bytes
 // and a new version, old versions stay readable)
 //
 // The keyspace belongs to the file system: every blob in it is one of the
@@ -19,9 +19,16 @@
 //   - A directory at path P is the blob keyed P+"/" (the root, "/", is the
 //     blob "/"). File keys never end in "/", since names hold no "/", so the
 //     two kinds never collide, and the keys of a directory's descendants
-//     all start with its key. The blob is a header followed by an
-//     append-only log of entry records (recordAdd, recordRemove) that,
-//     replayed in order, give the directory's entries.
+//     all start with its key. The blob is a header, a hole up to
+//     DirLogOffset (never written, so never stored), and an append-only log
+//     of entry records (recordAdd, recordRemove) that, replayed in order,
+//     give the directory's entries. The hole gives the header a page of
+//     the store to itself: every change to a directory appends to its log
+//     and writes its mtime, and the store copies a page on write, so with
+//     the log right after the header (format version 1, whose directories
+//     stay readable and writable, their log at HeaderBytes) the mtime
+//     rewrote the log's first 64 KiB page at every change once the log
+//     outgrew it. LogStart says where a directory's log starts.
 //
 // Invariants, kept by making every change that touches both a child and
 // its parent one atomic commit (a serializable transaction where it reads
@@ -42,9 +49,14 @@
 //     rewrite with a read check of the version it read, so an append that
 //     raced it fails the rewrite (which runs again) rather than vanish.
 //     Clients never compact.
+//  4. A directory's bytes between HeaderBytes and LogStart (its hole) are
+//     never written: they read as zeros (DirLogOf checks it). A rename
+//     copies a directory's header and log apart, and compaction truncates
+//     the log to LogStart, so the hole stays a hole.
 //
 // A worked example: mkdir /d; create /d/x; rename /d/x /d/y; unlink /d/y.
-// Blob "/d/" holds header, add(x,file), remove(x), add(y,file), remove(y);
+// Blob "/d/" holds header, the hole up to DirLogOffset, add(x,file),
+// remove(x), add(y,file), remove(y);
 // blob "/d/x" existed between the second and third commits, "/d/y" between
 // the third and fourth; replay gives no entries.
 package fslayout
@@ -52,6 +64,7 @@ package fslayout
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"strings"
 	"syscall"
 	"unicode/utf8"
@@ -64,8 +77,14 @@ const (
 	// HeaderBytes is the size of the header at the start of every blob.
 	HeaderBytes = 64
 
-	headerMagic   = "TYRF"
-	FormatVersion = 1
+	headerMagic = "TYRF"
+	// FormatVersion is the version new blobs are written in; versions
+	// down to formatVersionMin are read.
+	FormatVersion    = 2
+	formatVersionMin = 1
+	// DirLogOffset is where a version-2 directory's log starts: a page of
+	// the store (mvcc.PageBytes) after the blob's start.
+	DirLogOffset = 64 << 10
 
 	OffMagic   = 0  // 4 bytes "TYRF"
 	OffVersion = 4  // u8
@@ -188,8 +207,8 @@ func DecodeHeader(key string, b []byte, blobSize uint64) (Attr, error) {
 	if len(b) < HeaderBytes || blobSize < HeaderBytes || string(b[OffMagic:OffMagic+4]) != headerMagic {
 		return Attr{}, fmt.Errorf("%w: %q has no header", ErrCorrupt, key)
 	}
-	if b[OffVersion] != FormatVersion {
-		return Attr{}, fmt.Errorf("%w: %q has format version %d, want %d", ErrCorrupt, key, b[OffVersion], FormatVersion)
+	if b[OffVersion] < formatVersionMin || b[OffVersion] > FormatVersion {
+		return Attr{}, fmt.Errorf("%w: %q has format version %d, want %d to %d", ErrCorrupt, key, b[OffVersion], formatVersionMin, FormatVersion)
 	}
 	a := Attr{
 		Kind:  Kind(b[OffKind]),
@@ -201,7 +220,6 @@ func DecodeHeader(key string, b []byte, blobSize uint64) (Attr, error) {
 		Ctime: int64(binary.LittleEndian.Uint64(b[OffCtime:])),
 		Btime: int64(binary.LittleEndian.Uint64(b[OffBtime:])),
 		Rdev:  binary.LittleEndian.Uint32(b[OffRdev:]),
-		Size:  blobSize - HeaderBytes,
 	}
 	if a.Kind < KindFile || a.Kind > KindBlock {
 		return Attr{}, fmt.Errorf("%w: %q has kind %d", ErrCorrupt, key, a.Kind)
@@ -209,7 +227,42 @@ func DecodeHeader(key string, b []byte, blobSize uint64) (Attr, error) {
 	if (a.Kind == KindDir) != strings.HasSuffix(key, "/") {
 		return Attr{}, fmt.Errorf("%w: %q holds a %s", ErrCorrupt, key, a.Kind)
 	}
+	start := uint64(HeaderBytes)
+	if a.Kind == KindDir {
+		start = LogStart(b)
+	}
+	if blobSize < start {
+		return Attr{}, fmt.Errorf("%w: %q is %d bytes, its log starts at %d", ErrCorrupt, key, blobSize, start)
+	}
+	a.Size = blobSize - start
 	return a, nil
+}
+
+// LogStart returns where the log of the directory whose header is h (at
+// least HeaderBytes) starts in its blob: DirLogOffset from format version
+// 2 on, HeaderBytes before.
+func LogStart(h []byte) uint64 {
+	if h[OffVersion] >= 2 {
+		return DirLogOffset
+	}
+	return HeaderBytes
+}
+
+// DirLogOf checks the header of b, the whole blob of directory key, and
+// returns its log.
+func DirLogOf(key string, b []byte) ([]byte, error) {
+	a, err := DecodeHeader(key, b, uint64(len(b)))
+	if err != nil {
+		return nil, err
+	}
+	if a.Kind != KindDir {
+		return nil, fmt.Errorf("%w: %q holds a %s", ErrCorrupt, key, a.Kind)
+	}
+	start := LogStart(b)
+	if slices.ContainsFunc(b[HeaderBytes:start], func(c byte) bool { return c != 0 }) {
+		return nil, fmt.Errorf("%w: %q has bytes written between its header and its log", ErrCorrupt, key)
+	}
+	return b[start:], nil
 }
 
 // Directory log records: op (u8), kind (u8), name length (u16), name.

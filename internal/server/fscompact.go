@@ -215,6 +215,7 @@ func removesEntry(b []byte) bool {
 // need compaction and grew by 1/dirCompactGrowthDiv since it was last
 // noticed or checked.
 func (d *dirCompactor) notice(r dirRef, size uint64) {
+	size = logBytes(size)
 	if size < dirCompactCheckBytesMin {
 		return
 	}
@@ -244,9 +245,21 @@ func (d *dirCompactor) notice(r dirRef, size uint64) {
 	d.seen[r] = size
 }
 
+// logBytes is about the header and log bytes of a directory blob of size
+// bytes, what notice and remember weigh: its hole left out if it may have
+// one (a version-1 log past fslayout.DirLogOffset is counted short, which
+// only delays its next check).
+func logBytes(size uint64) uint64 {
+	if size >= fslayout.DirLogOffset {
+		return size - (fslayout.DirLogOffset - fslayout.HeaderBytes)
+	}
+	return size
+}
+
 // remember records r's size after a check; forget makes its next removal
 // queue it.
 func (d *dirCompactor) remember(r dirRef, size uint64) {
+	size = logBytes(size)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if _, ok := d.seen[r]; ok || len(d.seen) < dirCompactSeenMax {
@@ -359,7 +372,12 @@ func (s *Service) compactDir(ctx context.Context, r dirRef, afterRead func(dirRe
 	if a, err := fslayout.DecodeHeader(r.key, b, uint64(len(b))); err != nil || a.Kind != fslayout.KindDir {
 		return c, nil // not a TýrFS directory: not ours to touch
 	}
-	l, err := fslayout.ReplayLog(r.key, b[fslayout.HeaderBytes:])
+	start := fslayout.LogStart(b)
+	log, err := fslayout.DirLogOf(r.key, b)
+	var l fslayout.DirLog
+	if err == nil {
+		l, err = fslayout.ReplayLog(r.key, log)
+	}
 	if err != nil {
 		s.log.Warn("directory log left uncompacted", "keyspace", r.ks, "key", r.key, "err", err)
 		return c, nil
@@ -381,12 +399,12 @@ func (s *Service) compactDir(ctx context.Context, r dirRef, afterRead func(dirRe
 		afterRead(r)
 	}
 	req := &tyrpb.CommitRequest{Keyspace: []byte(r.ks),
-		Ops:   []*tyrpb.Op{{Key: []byte(r.key), Kind: &tyrpb.Op_Truncate{Truncate: &tyrpb.TruncateOp{Size: fslayout.HeaderBytes}}}},
+		Ops:   []*tyrpb.Op{{Key: []byte(r.key), Kind: &tyrpb.Op_Truncate{Truncate: &tyrpb.TruncateOp{Size: start}}}},
 		Reads: []*tyrpb.ReadCheck{{Key: []byte(r.key), Version: version}}}
 	for off := 0; off < len(compacted); off += limits.PayloadBytesMax {
 		part := compacted[off:min(len(compacted), off+limits.PayloadBytesMax)]
 		req.Ops = append(req.Ops, &tyrpb.Op{Key: []byte(r.key),
-			Kind: &tyrpb.Op_Write{Write: &tyrpb.WriteOp{Offset: uint64(fslayout.HeaderBytes + off), Data: part}}})
+			Kind: &tyrpb.Op_Write{Write: &tyrpb.WriteOp{Offset: start + uint64(off), Data: part}}})
 	}
 	ops, err := DecodeCommit(req)
 	if err != nil {
@@ -409,7 +427,7 @@ func (s *Service) compactDir(ctx context.Context, r dirRef, afterRead func(dirRe
 		c.outcome = dirFailed
 		return c, err
 	}
-	c.outcome, c.size = dirCompacted, uint64(fslayout.HeaderBytes+len(compacted))
+	c.outcome, c.size = dirCompacted, start+uint64(len(compacted))
 	if got := results[len(req.Ops)-1].Size; got != c.size {
 		s.log.Error("compacted directory log has an unexpected size", "keyspace", r.ks, "key", r.key,
 			"size", got, "want", c.size)

@@ -54,11 +54,18 @@ func commitOps(t testing.TB, s *Service, ops ...*tyrpb.Op) *tyrpb.CommitResponse
 	return resp
 }
 
-// mkdirBlob creates the directory blob key, with a header and no entries.
-func mkdirBlob(t *testing.T, s *Service, key string) {
+// mkdirBlob creates the directory blob key, with a header and no entries,
+// in the current format.
+func mkdirBlob(t *testing.T, s *Service, key string) { mkdirBlobIn(t, s, key, fslayout.FormatVersion) }
+
+// mkdirBlobIn is mkdirBlob in format version v: 1 puts the log right after
+// the header, 2 at fslayout.DirLogOffset.
+func mkdirBlobIn(t *testing.T, s *Service, key string, v byte) {
 	t.Helper()
 	h := fslayout.EncodeHeader(fslayout.Attr{Kind: fslayout.KindDir, Mode: 0o755})
-	commitOps(t, s, &tyrpb.Op{Key: []byte(key), Kind: &tyrpb.Op_Write{Write: &tyrpb.WriteOp{Data: h, Create: true}}})
+	h[fslayout.OffVersion] = v
+	commitOps(t, s, &tyrpb.Op{Key: []byte(key), Kind: &tyrpb.Op_Write{Write: &tyrpb.WriteOp{Data: h, Create: true}}},
+		&tyrpb.Op{Key: []byte(key), Kind: &tyrpb.Op_Truncate{Truncate: &tyrpb.TruncateOp{Size: fslayout.LogStart(h)}}})
 }
 
 func record(op byte, name string) []byte { return fslayout.EncodeRecord(op, fslayout.KindFile, name) }
@@ -77,10 +84,11 @@ func readBlob(t testing.TB, s *Service, key string) []byte {
 func entries(t testing.TB, s *Service, key string) ([]string, int) {
 	t.Helper()
 	b := readBlob(t, s, key)
-	if _, err := fslayout.DecodeHeader(key, b, uint64(len(b))); err != nil {
+	log, err := fslayout.DirLogOf(key, b)
+	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := fslayout.ReplayLog(key, b[fslayout.HeaderBytes:])
+	l, err := fslayout.ReplayLog(key, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,21 +127,31 @@ func churn(t *testing.T, s *Service, key, prefix string, n int) []string {
 	return kept
 }
 
+// Compaction keeps a directory's entries and header and cuts its log, in
+// both formats: the log right after the header (1) and after the hole (2,
+// which stays one: entries checks it).
 func TestDirCompaction(t *testing.T) {
+	for _, v := range []byte{1, 2} {
+		t.Run(fmt.Sprintf("format%d", v), func(t *testing.T) { dirCompaction(t, v) })
+	}
+}
+
+func dirCompaction(t *testing.T, v byte) {
 	s := newFSService(t)
 	defer s.StartDirCompaction()()
-	mkdirBlob(t, s, "/d/")
+	mkdirBlobIn(t, s, "/d/", v)
 	header := readBlob(t, s, "/d/")[:fslayout.HeaderBytes]
+	start := int(fslayout.LogStart(header))
 	kept := churn(t, s, "/d/", "", 2*fslayout.CompactRecordsMin)
 	// The bytes appended, which compaction must have cut.
-	full := fslayout.HeaderBytes + (2*fslayout.CompactRecordsMin*2-len(kept))*(fslayout.RecordHeaderBytes+3)
+	full := start + (2*fslayout.CompactRecordsMin*2-len(kept))*(fslayout.RecordHeaderBytes+3)
 	waitCompactor(t, "compaction", func() bool { return s.dirs.Count(dirCompacted) > 0 })
 	got, size := entries(t, s, "/d/")
 	if !slices.Equal(got, kept) {
 		t.Fatalf("entries %v after compaction, want %v", got, kept)
 	}
-	if size >= full {
-		t.Fatalf("directory blob of %d bytes after compaction, want fewer than the %d appended", size, full)
+	if want := start + len(kept)*(fslayout.RecordHeaderBytes+3); size != want {
+		t.Fatalf("directory blob of %d bytes after compaction, want %d (%d appended)", size, want, full)
 	}
 	if b := readBlob(t, s, "/d/"); !bytes.Equal(b[:fslayout.HeaderBytes], header) {
 		t.Fatal("compaction changed the header")
