@@ -817,8 +817,8 @@ type mover struct {
 	bytesLeft int
 }
 
-// moveOpsMax bounds the ops of one rename's moves: a commit carries at
-// most client.OpsPerCommitMax, and the rename adds a few to the parents.
+// moveOpsMax bounds the ops of one rename's moves: its transaction carries
+// at most client.OpsPerTxMax, and the rename adds a few to the parents.
 const moveOpsMax = client.OpsPerTxMax - 16
 
 // collect adds the ops moving blob from to to, setting its ctime to t, and
@@ -855,10 +855,11 @@ func (m *mover) collect(ctx context.Context, from, to string, t int64) error {
 		}
 		start = fslayout.LogStart(b)
 	}
-	if m.bytesLeft -= len(body); dir {
-		m.bytesLeft -= HeaderBytes
+	stored := len(body)
+	if dir {
+		stored += HeaderBytes
 	}
-	if m.bytesLeft < 0 {
+	if m.bytesLeft -= stored; m.bytesLeft < 0 {
 		return errnof(syscall.EXDEV, "rename of more than %d bytes", MoveBytesMax)
 	}
 	if t != 0 {
