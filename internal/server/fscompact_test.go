@@ -150,8 +150,10 @@ func dirCompaction(t *testing.T, v byte) {
 	if !slices.Equal(got, kept) {
 		t.Fatalf("entries %v after compaction, want %v", got, kept)
 	}
-	if want := start + len(kept)*(fslayout.RecordHeaderBytes+3); size != want {
-		t.Fatalf("directory blob of %d bytes after compaction, want %d (%d appended)", size, want, full)
+	// The worker may compact while churn still appends: fewer bytes
+	// than were appended, at least the entries kept.
+	if least := start + len(kept)*(fslayout.RecordHeaderBytes+3); size >= full || size < least {
+		t.Fatalf("directory blob of %d bytes after compaction, want fewer than the %d appended and at least %d", size, full, least)
 	}
 	if b := readBlob(t, s, "/d/"); !bytes.Equal(b[:fslayout.HeaderBytes], header) {
 		t.Fatal("compaction changed the header")
