@@ -596,11 +596,7 @@ func (f *FS) readDir(ctx context.Context, p string) (fslayout.DirLog, error) {
 	if err != nil {
 		return fslayout.DirLog{}, err
 	}
-	log, err := fslayout.DirLogOf(key, b)
-	if err != nil {
-		return fslayout.DirLog{}, err
-	}
-	return fslayout.ReplayLog(key, log)
+	return fslayout.ReplayDir(key, b)
 }
 
 // Readdir returns the entries of the directory at p in the order they were
@@ -645,11 +641,7 @@ func replayIn(ctx context.Context, tx *client.Tx, key string) (fslayout.DirLog, 
 	if err != nil {
 		return fslayout.DirLog{}, err
 	}
-	log, err := fslayout.DirLogOf(key, b)
-	if err != nil {
-		return fslayout.DirLog{}, err
-	}
-	return fslayout.ReplayLog(key, log)
+	return fslayout.ReplayDir(key, b)
 }
 
 // Rmdir removes the empty directory at p and its parent's entry in one

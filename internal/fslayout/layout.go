@@ -295,6 +295,16 @@ type DirLog struct {
 	records int
 }
 
+// ReplayDir replays the log of b, the whole blob of directory key, after
+// checking its header and hole (DirLogOf).
+func ReplayDir(key string, b []byte) (DirLog, error) {
+	log, err := DirLogOf(key, b)
+	if err != nil {
+		return DirLog{}, err
+	}
+	return ReplayLog(key, log)
+}
+
 // ReplayLog replays the log bytes (after the header) of directory key.
 func ReplayLog(key string, b []byte) (DirLog, error) {
 	l := DirLog{entries: map[string]Kind{}}
