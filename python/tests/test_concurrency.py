@@ -72,7 +72,9 @@ def test_processes(endpoint: str, client: tyr.Client, ks: str, method: str) -> N
     client.put(ks, "txcounter", bytes(8))
     client.create(ks, "log")
     ctx = multiprocessing.get_context(method)
-    with ctx.Pool(procs) as pool:
+    # One task per process: a pool hands tasks to whichever worker is
+    # ready, so on a busy machine one process could take them all.
+    with ctx.Pool(procs, maxtasksperchild=1) as pool:
         results = pool.map(mp_workers.work, [(endpoint, ks, w, n) for w in range(procs)], chunksize=1)
     assert len({r["pid"] for r in results}) == procs
     assert os.getpid() not in {r["pid"] for r in results}
