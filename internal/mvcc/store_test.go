@@ -1885,3 +1885,69 @@ func TestBatchSizedUpFront(t *testing.T) {
 		}
 	}
 }
+
+// TestSmallDeletesLeaveNoRangeDeletions: deleting or shrinking a blob of a
+// few pages deletes its keys one by one, leaving no range deletion for
+// later reads to step through; a blob of more pages than pointDeletesMax
+// is dropped with range deletions. Either way no key of it is left.
+func TestSmallDeletesLeaveNoRangeDeletions(t *testing.T) {
+	s := openStore(t, Options{MVCC: true, Retention: time.Hour})
+	rangeDels := func() uint64 {
+		t.Helper()
+		if err := s.db.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		levels, err := s.db.SSTables(pebble.WithProperties())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n uint64
+		for _, level := range levels {
+			for _, table := range level {
+				n += table.Properties.NumRangeDeletions
+			}
+		}
+		return n
+	}
+	keysOf := func(key string) int {
+		t.Helper()
+		n := 0
+		for _, span := range [][2][]byte{{pagePrefix(key), blobPagesEnd(key)}, {chunkPrefix(key), chunksEnd(key)}, {historyPrefix(key), historyEnd(key)}} {
+			it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: span[0], UpperBound: span[1]})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for ok := it.First(); ok; ok = it.Next() {
+				n++
+			}
+			if err := it.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return n
+	}
+	small := bytes.Repeat([]byte("s"), 3*PageBytes)
+	for i := range 20 {
+		key := fmt.Sprintf("small%d", i)
+		mustCommit(t, s, txn.Op{Key: key, Kind: txn.OpWrite, Data: small, Create: true})
+		mustCommit(t, s, txn.Op{Key: key, Kind: txn.OpWrite, Offset: 10, Data: []byte("again")}) // history to delete too
+		if i%2 == 0 {
+			mustCommit(t, s, txn.Op{Key: key, Kind: txn.OpTruncate, Size: PageBytes / 2})
+		}
+		mustCommit(t, s, txn.Op{Key: key, Kind: txn.OpDelete})
+		if n := keysOf(key); n != 0 {
+			t.Fatalf("%s: %d keys left after its delete", key, n)
+		}
+	}
+	if n := rangeDels(); n != 0 {
+		t.Fatalf("small deletes and truncates left %d range deletions, want 0", n)
+	}
+	mustCommit(t, s, txn.Op{Key: "big", Kind: txn.OpWrite, Data: make([]byte, (pointDeletesMax+1)*PageBytes), Create: true})
+	mustCommit(t, s, txn.Op{Key: "big", Kind: txn.OpDelete})
+	if n := keysOf("big"); n != 0 {
+		t.Fatalf("big: %d keys left after its delete", n)
+	}
+	if n := rangeDels(); n == 0 {
+		t.Fatalf("a blob of %d pages was deleted without a range deletion", pointDeletesMax+1)
+	}
+}

@@ -238,6 +238,49 @@ func (w *blobWork) truncate(size uint64) error {
 	return nil
 }
 
+// pointDeletesMax is the most keys deleteSpan deletes one by one.
+const pointDeletesMax = 32
+
+// deleteSpan deletes the keys in [start, end) as snap holds them: key by key
+// (sized deletions) when there are at most pointDeletesMax, else with one
+// range deletion. Deleting a small blob, the common case, thus leaves no
+// range deletion: every iterator over a memtable holding range deletions
+// fragments them, and compactions load statistics for each, so a burst of
+// small deletes would slow the reads and commits after it. Sound because
+// the commit holds the blob's lock from before snap was taken: no key
+// appears in the span meanwhile.
+func deleteSpan(batch *pebble.Batch, snap *pebble.Snapshot, start, end []byte) error {
+	it, err := snap.NewIter(&pebble.IterOptions{LowerBound: start, UpperBound: end})
+	if err != nil {
+		return err
+	}
+	type sized struct {
+		key  []byte
+		size uint32
+	}
+	var keys []sized
+	for ok := it.First(); ok && len(keys) <= pointDeletesMax; ok = it.Next() {
+		lv := it.LazyValue()
+		keys = append(keys, sized{slices.Clone(it.Key()), uint32(lv.Len())})
+	}
+	err = it.Error()
+	if cerr := it.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	if len(keys) > pointDeletesMax {
+		return batch.DeleteRange(start, end, nil)
+	}
+	for _, k := range keys {
+		if err := batch.DeleteSized(k.key, k.size, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // emit adds the blob's changes to batch: dropped page ranges first, then new
 // page versions (later entries of a batch win over its range deletions), then
 // the blob record. With MVCC on, each page version it supersedes is queued
@@ -247,7 +290,7 @@ func (s *Store) emit(batch *pebble.Batch, w *blobWork, now int64, manages bool) 
 		return nil
 	}
 	if !w.exists {
-		if err := batch.DeleteRange(chunkPrefix(w.key), chunksEnd(w.key), nil); err != nil {
+		if err := deleteSpan(batch, w.snap, chunkPrefix(w.key), chunksEnd(w.key)); err != nil {
 			return err
 		}
 	} else {
@@ -256,7 +299,7 @@ func (s *Store) emit(batch *pebble.Batch, w *blobWork, now int64, manages bool) 
 		if w.low < w.start {
 			// A shrinking truncate: the chunks past the cut lose their
 			// versions with their pages.
-			if err := batch.DeleteRange(chunkKey(w.key, (w.low+w.chunkBytes-1)/w.chunkBytes), chunksEnd(w.key), nil); err != nil {
+			if err := deleteSpan(batch, w.snap, chunkKey(w.key, (w.low+w.chunkBytes-1)/w.chunkBytes), chunksEnd(w.key)); err != nil {
 				return err
 			}
 		}
@@ -269,7 +312,7 @@ func (s *Store) emit(batch *pebble.Batch, w *blobWork, now int64, manages bool) 
 		}
 	}
 	if w.cutPage != noCut {
-		if err := batch.DeleteRange(pageKeyVersionless(w.key, w.cutPage), blobPagesEnd(w.key), nil); err != nil {
+		if err := deleteSpan(batch, w.snap, pageKeyVersionless(w.key, w.cutPage), blobPagesEnd(w.key)); err != nil {
 			return err
 		}
 		if cut := w.cutPage * w.pageBytes; cut < w.baseMeta.Size {
@@ -280,7 +323,7 @@ func (s *Store) emit(batch *pebble.Batch, w *blobWork, now int64, manages bool) 
 	}
 	deadline := time.Unix(0, now).Add(s.opts.Retention)
 	if !w.exists {
-		if err := batch.DeleteRange(historyPrefix(w.key), historyEnd(w.key), nil); err != nil {
+		if err := deleteSpan(batch, w.snap, historyPrefix(w.key), historyEnd(w.key)); err != nil {
 			return err
 		}
 		if err := batch.Delete(floorKey(w.key), nil); err != nil {
