@@ -12,6 +12,7 @@ import (
 
 	"github.com/tyrstore/tyr/client"
 	"github.com/tyrstore/tyr/internal/fslayout"
+	"github.com/tyrstore/tyr/internal/limits"
 )
 
 // FS is a file system in keyspace ks. It keeps no state between calls but
@@ -111,12 +112,26 @@ func (f *FS) Stat(ctx context.Context, p string, k Kind) (Attr, error) {
 	return f.stat(ctx, fslayout.KeyOf(p, k))
 }
 
+// stat reads the header of blob key. A data blob (fslayout, invariant 5)
+// is no file: not found; a staple's size is its data blob's.
 func (f *FS) stat(ctx context.Context, key string) (Attr, error) {
-	b, info, err := f.c.ReadPart(ctx, f.ks, key, 0, HeaderBytes)
-	if err != nil {
-		return Attr{}, err
-	}
-	return fslayout.DecodeHeader(key, b, info.Size)
+	return retryRaces(key, func() (Attr, error) {
+		b, info, err := f.c.ReadPart(ctx, f.ks, key, 0, HeaderBytes)
+		if err != nil {
+			return Attr{}, err
+		}
+		a, err := fslayout.DecodeHeader(key, b, info.Size)
+		if err != nil {
+			return Attr{}, err
+		}
+		switch fl := flagsOf(b); {
+		case fl&fslayout.FlagMovedOut != 0:
+			return Attr{}, fmt.Errorf("tyrfs: %q holds a renamed file's data: %w", key, client.ErrNotFound)
+		case fl&fslayout.FlagStapled != 0:
+			return f.stapleAttr(ctx, key, a)
+		}
+		return a, nil
+	})
 }
 
 // Lookup returns the attributes of whatever p is: a file or symbolic link
@@ -240,24 +255,69 @@ func (f *FS) fetched(ctx context.Context, p string, r client.FSFetchResult) (Att
 	b, info := r.Data, r.Info
 	if uint64(len(b)) < info.Size {
 		// The rest, at the version the fetch read; if that version is
-		// gone already, the whole blob again, at one version.
-		whole := make([]byte, info.Size)
-		err := f.c.ReadVersion(ctx, f.ks, key, info.Version, uint64(len(b)), whole[copy(whole, b):])
-		switch {
-		case err == nil:
-			b = whole
-		case errors.Is(err, client.ErrConflict):
-			if b, err = f.c.Read(ctx, f.ks, key, 0, client.BlobBytesMax); err != nil {
-				return Attr{}, nil, err
-			}
-			info.Size = uint64(len(b))
-		default:
+		// gone already, the whole file again.
+		var err error
+		if b, _, err = f.readRest(ctx, key, b, info); errors.Is(err, client.ErrConflict) {
+			return f.readFile(ctx, p)
+		} else if err != nil {
 			return Attr{}, nil, err
 		}
 	}
-	a, err := fslayout.DecodeHeader(key, b, info.Size)
+	a, data, err := f.fileOf(ctx, p, b)
+	if errors.Is(err, errRaced) {
+		return f.readFile(ctx, p)
+	}
+	return a, data, err
+}
+
+// readFile reads the whole file at clean path p, at one version, following
+// a staple.
+func (f *FS) readFile(ctx context.Context, p string) (Attr, []byte, error) {
+	type file struct {
+		a    Attr
+		data []byte
+	}
+	r, err := retryRaces(p, func() (file, error) {
+		b, _, err := f.readWhole(ctx, fslayout.FileKey(p))
+		if errors.Is(err, client.ErrConflict) {
+			return file{}, errRaced
+		}
+		if err != nil {
+			return file{}, err
+		}
+		a, data, err := f.fileOf(ctx, p, b)
+		return file{a, data}, err
+	})
+	return r.a, r.data, err
+}
+
+// fileOf returns the attributes and data of the file at clean path p
+// whose blob is b, whole: a staple's data read through its pointer; ENOENT
+// for a data blob.
+func (f *FS) fileOf(ctx context.Context, p string, b []byte) (Attr, []byte, error) {
+	key := fslayout.FileKey(p)
+	a, err := fslayout.DecodeHeader(key, b, uint64(len(b)))
 	if err != nil {
 		return Attr{}, nil, err
+	}
+	switch fl := flagsOf(b); {
+	case fl&fslayout.FlagMovedOut != 0:
+		return Attr{}, nil, errnof(syscall.ENOENT, "%s", p)
+	case fl&fslayout.FlagStapled != 0:
+		var data []byte
+		err := f.viaPointer(ctx, p, func(d string) error {
+			var err error
+			data, _, err = f.readWhole(ctx, d)
+			if err == nil && len(data) < HeaderBytes {
+				err = fmt.Errorf("%w: %q has no header", ErrCorrupt, d)
+			}
+			return err
+		})
+		if err != nil {
+			return Attr{}, nil, err
+		}
+		a.Size = uint64(len(data) - HeaderBytes)
+		return a, data[HeaderBytes:], nil
 	}
 	return a, b[HeaderBytes:], nil
 }
@@ -318,20 +378,42 @@ func (f *FS) createNode(ctx context.Context, p string, k Kind, o Owner, rdev uin
 	if k == KindDir {
 		key, other = other, key
 	}
-	// One request: the name's other key (a directory for a file, a file
-	// for a directory) is checked absent as the commit applies.
-	_, err = f.c.CommitIf(ctx, f.ks, []client.Check{{Key: other}}, append(newBlobOps(key, append(fslayout.EncodeHeader(a), data...)),
-		client.AppendOp(fslayout.DirKey(parent), fslayout.EncodeRecord(fslayout.RecordAdd, k, name), false),
-		touchParent(parent, t))...)
+	for range racesMax {
+		// One request: the name's other key (a directory for a file, a
+		// file for a directory) is checked absent as the commit applies.
+		_, err = f.c.CommitIf(ctx, f.ks, []client.Check{{Key: other}}, append(newBlobOps(key, append(fslayout.EncodeHeader(a), data...)),
+			client.AppendOp(fslayout.DirKey(parent), fslayout.EncodeRecord(fslayout.RecordAdd, k, name), false),
+			touchParent(parent, t))...)
+		if !errors.Is(err, client.ErrExists) && !errors.Is(err, client.ErrConflict) {
+			break
+		}
+		// The name is held, maybe by a staple's data blob only.
+		if freed, ferr := f.freeIfData(ctx, p); ferr != nil {
+			return Attr{}, ferr
+		} else if !freed {
+			return Attr{}, errnof(syscall.EEXIST, "%s", p)
+		}
+	}
 	switch {
 	case errors.Is(err, client.ErrExists), errors.Is(err, client.ErrConflict):
-		return Attr{}, errnof(syscall.EEXIST, "%s", p)
+		return Attr{}, errnof(syscall.EAGAIN, "%s: its name kept being taken", p)
 	case errors.Is(err, client.ErrNotFound):
 		return Attr{}, f.missingDir(ctx, parent)
 	case err != nil:
 		return Attr{}, err
 	}
 	return a, nil
+}
+
+// freeIfData frees the file key of clean path p if a staple's data blob
+// holds it (freeName), and reports whether it did.
+func (f *FS) freeIfData(ctx context.Context, p string) (bool, error) {
+	key := fslayout.FileKey(p)
+	h, _, err := f.c.ReadPart(ctx, f.ks, key, 0, HeaderBytes)
+	if err != nil || flagsOf(h)&fslayout.FlagMovedOut == 0 {
+		return false, nil
+	}
+	return true, f.freeName(ctx, key)
 }
 
 // newBlobOps returns the ops creating blob key holding blob (a header and
@@ -434,7 +516,73 @@ func (f *FS) ReadAt(ctx context.Context, p string, off, n uint64) ([]byte, error
 	if off > FileBytesMax {
 		return nil, nil
 	}
-	return f.c.Read(ctx, f.ks, fslayout.FileKey(p), HeaderBytes+off, n)
+	return retryRaces(p, func() ([]byte, error) { return f.readAt(ctx, p, off, n) })
+}
+
+// readAt is ReadAt of clean path p. A plain file costs one request: from
+// offset 0 the header comes with the data and shows its flags; further on,
+// only a blob of a header alone (an empty file, or a staple) is looked at
+// again.
+func (f *FS) readAt(ctx context.Context, p string, off, n uint64) ([]byte, error) {
+	key := fslayout.FileKey(p)
+	if n > client.PayloadBytesMax-HeaderBytes {
+		a, err := f.stat(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		if a.Size == 0 {
+			return nil, nil
+		}
+		b, err := f.c.Read(ctx, f.ks, key, HeaderBytes+off, n)
+		if err == nil && uint64(len(b)) < n {
+			// Short: maybe stapled since; a staple reads via its pointer.
+			if h, _, err := f.c.ReadPart(ctx, f.ks, key, 0, HeaderBytes); err == nil && flagsOf(h) != 0 {
+				return f.readStapled(ctx, p, off, n)
+			}
+		}
+		return b, err
+	}
+	var b []byte
+	var info client.BlobInfo
+	var err error
+	if off == 0 {
+		b, info, err = f.c.ReadPart(ctx, f.ks, key, 0, HeaderBytes+n)
+	} else {
+		b, info, err = f.c.ReadPart(ctx, f.ks, key, HeaderBytes+off, n)
+		if err == nil && info.Size == HeaderBytes {
+			b, info, err = f.c.ReadPart(ctx, f.ks, key, 0, HeaderBytes)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if off != 0 && info.Size != HeaderBytes {
+		return b, nil
+	}
+	if _, err := fslayout.DecodeHeader(key, b, info.Size); err != nil {
+		return nil, err
+	}
+	switch fl := flagsOf(b); {
+	case fl&fslayout.FlagMovedOut != 0:
+		return nil, errnof(syscall.ENOENT, "%s", p)
+	case fl&fslayout.FlagStapled != 0:
+		return f.readStapled(ctx, p, off, n)
+	}
+	if off != 0 {
+		return nil, nil // an empty file
+	}
+	return b[HeaderBytes:], nil
+}
+
+// readStapled reads the staple at p's data through its pointer.
+func (f *FS) readStapled(ctx context.Context, p string, off, n uint64) ([]byte, error) {
+	var b []byte
+	err := f.viaPointer(ctx, p, func(data string) error {
+		var err error
+		b, err = f.c.Read(ctx, f.ks, data, HeaderBytes+off, n)
+		return err
+	})
+	return b, err
 }
 
 // WriteAt writes data at off into the file at p and sets its mtime and
@@ -448,12 +596,12 @@ func (f *FS) WriteAt(ctx context.Context, p string, off uint64, data []byte) err
 	if off+uint64(len(data)) > FileBytesMax {
 		return errnof(syscall.EFBIG, "write to %d bytes, above %d", off+uint64(len(data)), uint64(FileBytesMax))
 	}
-	key := fslayout.FileKey(p)
 	for first := true; first || len(data) > 0; first = false {
 		n := min(len(data), client.PayloadBytesMax)
 		t := f.now()
-		if _, err := f.c.Commit(ctx, f.ks, client.WriteOp(key, HeaderBytes+off, data[:n], false),
-			client.WriteOp(key, fslayout.OffMtime, times(t, t), false)); err != nil {
+		if _, err := f.commitFile(ctx, p, func(dk, mk string) []client.Op {
+			return []client.Op{client.WriteOp(dk, HeaderBytes+off, data[:n], false), client.WriteOp(mk, fslayout.OffMtime, times(t, t), false)}
+		}); err != nil {
 			return err
 		}
 		off += uint64(n)
@@ -469,9 +617,10 @@ func (f *FS) Append(ctx context.Context, p string, data []byte) (uint64, error) 
 	if err != nil {
 		return 0, err
 	}
-	key := fslayout.FileKey(p)
 	t := f.now()
-	r, err := f.c.Commit(ctx, f.ks, client.AppendOp(key, data, false), client.WriteOp(key, fslayout.OffMtime, times(t, t), false))
+	r, err := f.commitFile(ctx, p, func(dk, mk string) []client.Op {
+		return []client.Op{client.AppendOp(dk, data, false), client.WriteOp(mk, fslayout.OffMtime, times(t, t), false)}
+	})
 	if err != nil {
 		return 0, err
 	}
@@ -497,16 +646,22 @@ func (f *FS) Setattr(ctx context.Context, p string, k Kind, s SetAttr) (Attr, er
 	}
 	key := fslayout.KeyOf(p, k)
 	t := f.now()
-	var ops []client.Op
+	// The header's fields are collected first; a size goes to the blob
+	// with the data (a staple's data blob).
+	type field struct {
+		off uint64
+		b   []byte
+	}
+	var fields []field
 	u32 := func(off int, v uint32) {
 		b := make([]byte, 4)
 		binary.LittleEndian.PutUint32(b, v)
-		ops = append(ops, client.WriteOp(key, uint64(off), b, false))
+		fields = append(fields, field{uint64(off), b})
 	}
 	i64 := func(off int, v int64) {
 		b := make([]byte, 8)
 		fslayout.PutTime(b, v)
-		ops = append(ops, client.WriteOp(key, uint64(off), b, false))
+		fields = append(fields, field{uint64(off), b})
 	}
 	if s.Size != nil {
 		if k == KindDir {
@@ -515,7 +670,6 @@ func (f *FS) Setattr(ctx context.Context, p string, k Kind, s SetAttr) (Attr, er
 		if *s.Size > FileBytesMax {
 			return Attr{}, errnof(syscall.EFBIG, "size %d, above %d", *s.Size, uint64(FileBytesMax))
 		}
-		ops = append(ops, client.TruncateOp(key, HeaderBytes+*s.Size))
 		if s.Mtime == nil {
 			i64(fslayout.OffMtime, t)
 		}
@@ -536,7 +690,22 @@ func (f *FS) Setattr(ctx context.Context, p string, k Kind, s SetAttr) (Attr, er
 		i64(fslayout.OffMtime, *s.Mtime)
 	}
 	i64(fslayout.OffCtime, t)
-	if _, err := f.c.Commit(ctx, f.ks, ops...); err != nil {
+	change := func(dk, mk string) []client.Op {
+		var ops []client.Op
+		if s.Size != nil {
+			ops = append(ops, client.TruncateOp(dk, HeaderBytes+*s.Size))
+		}
+		for _, fd := range fields {
+			ops = append(ops, client.WriteOp(mk, fd.off, fd.b, false))
+		}
+		return ops
+	}
+	if k == KindDir {
+		_, err = f.c.Commit(ctx, f.ks, change(key, key)...)
+	} else {
+		_, err = f.commitFile(ctx, p, change)
+	}
+	if err != nil {
 		if errors.Is(err, client.ErrNotFound) {
 			return Attr{}, errnof(syscall.ENOENT, "%s", p)
 		}
@@ -568,10 +737,15 @@ func (f *FS) Unlink(ctx context.Context, p string) error {
 	}
 	parent, name := fslayout.Split(p)
 	t := f.now()
-	_, err = f.c.Commit(ctx, f.ks, client.DeleteOp(fslayout.FileKey(p)),
-		client.AppendOp(fslayout.DirKey(parent), fslayout.EncodeRecord(fslayout.RecordRemove, KindFile, name), false),
-		touchParent(parent, t))
-	if errors.Is(err, client.ErrNotFound) {
+	_, err = f.commitFile(ctx, p, func(dk, mk string) []client.Op {
+		ops := []client.Op{client.DeleteOp(mk)}
+		if dk != mk {
+			ops = dropStapleOps(p, dk)
+		}
+		return append(ops, client.AppendOp(fslayout.DirKey(parent), fslayout.EncodeRecord(fslayout.RecordRemove, KindFile, name), false),
+			touchParent(parent, t))
+	})
+	if errors.Is(err, client.ErrNotFound) || errors.Is(err, syscall.ENOENT) {
 		if _, derr := f.stat(ctx, fslayout.DirKey(p)); derr == nil {
 			return errnof(syscall.EISDIR, "%s", p)
 		}
@@ -686,10 +860,12 @@ const (
 
 // Rename moves oldPath to newPath in one transaction, replacing a file at
 // newPath or an empty directory there, as rename(2) does: observers see the
-// old name or the new one, never both nor neither. The blobs are copied:
-// a file of up to MoveBytesMax bytes, a directory whose subtree holds up to
-// MoveBlobsMax blobs of up to MoveBytesMax bytes in all; a larger one fails
-// with EXDEV (mv(1) then copies and deletes, not atomically).
+// old name or the new one, never both nor neither. A file of at least
+// fslayout.StapleBytesMin bytes, or one renamed before (a staple), is
+// stapled: no data moves (fslayout, invariant 5). Other blobs are copied:
+// a directory whose subtree holds up to MoveBlobsMax blobs, with up to
+// MoveBytesMax bytes of headers, logs and small files in all; a larger one
+// fails with EXDEV (mv(1) then copies and deletes, not atomically).
 func (f *FS) Rename(ctx context.Context, oldPath, newPath string, flags uint32) error {
 	oldPath, err := fslayout.CleanPath(oldPath)
 	if err != nil {
@@ -708,67 +884,25 @@ func (f *FS) Rename(ctx context.Context, oldPath, newPath string, flags uint32) 
 	if strings.HasPrefix(newPath, oldPath+"/") {
 		return errnof(syscall.EINVAL, "rename of %s into itself", oldPath)
 	}
-	oldParent, oldName := fslayout.Split(oldPath)
-	newParent, newName := fslayout.Split(newPath)
 	var srcKind Kind
-	err = f.c.RunTx(ctx, f.ks, func(tx *client.Tx) error {
-		var err error
-		srcKind, err = kindIn(ctx, tx, oldPath)
-		if err != nil {
-			return err
+	for range racesMax {
+		var held []string
+		srcKind, held, err = f.rename(ctx, oldPath, newPath, flags)
+		if errors.Is(err, client.ErrNotFound) && len(held) == 0 && f.renameRaced(ctx, oldPath, newPath) {
+			continue
 		}
-		if srcKind == 0 {
-			return errnof(syscall.ENOENT, "%s", oldPath)
+		if len(held) == 0 {
+			break
 		}
-		if oldPath == newPath {
-			return nil
-		}
-		dstKind, err := kindIn(ctx, tx, newPath)
-		if err != nil {
-			return err
-		}
-		if dstKind != 0 {
-			if flags&RenameNoReplace != 0 {
-				return errnof(syscall.EEXIST, "%s", newPath)
-			}
-			if srcKind == KindDir && dstKind != KindDir {
-				return errnof(syscall.ENOTDIR, "%s", newPath)
-			}
-			if srcKind != KindDir && dstKind == KindDir {
-				return errnof(syscall.EISDIR, "%s", newPath)
-			}
-		}
-		m := mover{tx: tx, blobsLeft: MoveBlobsMax, bytesLeft: MoveBytesMax}
-		if dstKind == KindDir {
-			l, err := replayIn(ctx, tx, fslayout.DirKey(newPath))
-			if err != nil {
+		// Names the rename needs are held by staples' data blobs.
+		for _, key := range held {
+			if err := f.freeName(ctx, key); err != nil {
 				return err
 			}
-			if l.Len() > 0 {
-				return errnof(syscall.ENOTEMPTY, "%s", newPath)
-			}
 		}
-		t := f.now()
-		var ops []client.Op
-		if dstKind != 0 {
-			// The same key as the moved blob's new one (kinds match, or
-			// the checks above refused): emptied, then written.
-			ops = append(ops, client.TruncateOp(fslayout.KeyOf(newPath, dstKind), 0))
-		}
-		if err := m.collect(ctx, fslayout.KeyOf(oldPath, srcKind), fslayout.KeyOf(newPath, srcKind), t); err != nil {
-			return err
-		}
-		ops = append(ops, m.ops...)
-		ops = append(ops, client.AppendOp(fslayout.DirKey(oldParent), fslayout.EncodeRecord(fslayout.RecordRemove, srcKind, oldName), false),
-			touchParent(oldParent, t))
-		if dstKind != 0 {
-			ops = append(ops, client.AppendOp(fslayout.DirKey(newParent), fslayout.EncodeRecord(fslayout.RecordRemove, dstKind, newName), false))
-		}
-		ops = append(ops, client.AppendOp(fslayout.DirKey(newParent), fslayout.EncodeRecord(fslayout.RecordAdd, srcKind, newName), false),
-			touchParent(newParent, t))
-		return tx.Do(ops...)
-	}, txOptions)
+	}
 	if errors.Is(err, client.ErrNotFound) {
+		newParent, _ := fslayout.Split(newPath)
 		return f.missingDir(ctx, newParent)
 	}
 	if err != nil || srcKind != KindDir || oldPath == newPath {
@@ -782,22 +916,144 @@ func (f *FS) Rename(ctx context.Context, oldPath, newPath string, flags uint32) 
 	return f.invalidate(ctx, newPath)
 }
 
-// kindIn returns the kind of p as tx sees it; 0 if absent.
-func kindIn(ctx context.Context, tx *client.Tx, p string) (Kind, error) {
-	b, err := tx.Read(ctx, fslayout.FileKey(p), 0, HeaderBytes)
-	if err == nil {
-		a, err := fslayout.DecodeHeader(fslayout.FileKey(p), b, max(uint64(len(b)), HeaderBytes))
-		return a.Kind, err
+// renameRaced reports whether a rename that failed as not found should run
+// again: its source and its destination's parent are there, so a blob its
+// transaction read went before its commit applied (see fileTx).
+func (f *FS) renameRaced(ctx context.Context, oldPath, newPath string) bool {
+	newParent, _ := fslayout.Split(newPath)
+	if _, err := f.Lookup(ctx, oldPath); err != nil {
+		return false
 	}
-	if !errors.Is(err, client.ErrNotFound) {
-		return 0, err
+	_, err := f.stat(ctx, fslayout.DirKey(newParent))
+	return err == nil
+}
+
+// rename is one try of Rename: the source's kind, or the file keys the
+// rename needs that staples' data blobs hold (the caller frees them and
+// tries again).
+func (f *FS) rename(ctx context.Context, oldPath, newPath string, flags uint32) (Kind, []string, error) {
+	oldParent, oldName := fslayout.Split(oldPath)
+	newParent, newName := fslayout.Split(newPath)
+	var src node
+	var held []string
+	err := f.c.RunTx(ctx, f.ks, func(tx *client.Tx) error {
+		var err error
+		held = nil
+		src, err = nodeIn(ctx, tx, oldPath)
+		if err != nil {
+			return err
+		}
+		if src.kind == 0 {
+			return errnof(syscall.ENOENT, "%s", oldPath)
+		}
+		if oldPath == newPath {
+			return nil
+		}
+		dst, err := nodeIn(ctx, tx, newPath)
+		if err != nil {
+			return err
+		}
+		if dst.kind != 0 {
+			if flags&RenameNoReplace != 0 {
+				return errnof(syscall.EEXIST, "%s", newPath)
+			}
+			if src.kind == KindDir && dst.kind != KindDir {
+				return errnof(syscall.ENOTDIR, "%s", newPath)
+			}
+			if src.kind != KindDir && dst.kind == KindDir {
+				return errnof(syscall.EISDIR, "%s", newPath)
+			}
+		}
+		if dst.dataHere && src.data != fslayout.FileKey(newPath) && src.kind != KindDir {
+			held = append(held, fslayout.FileKey(newPath))
+			return nil
+		}
+		m := mover{tx: tx, blobsLeft: MoveBlobsMax, bytesLeft: MoveBytesMax}
+		if dst.kind == KindDir {
+			l, err := replayIn(ctx, tx, fslayout.DirKey(newPath))
+			if err != nil {
+				return err
+			}
+			if l.Len() > 0 {
+				return errnof(syscall.ENOTEMPTY, "%s", newPath)
+			}
+		}
+		t := f.now()
+		var ops []client.Op
+		switch {
+		case dst.data != "":
+			ops = append(ops, dropStapleOps(newPath, dst.data)...)
+		case dst.kind != 0:
+			// The same key as the moved blob's new one (kinds match, or
+			// the checks above refused): emptied, then written.
+			ops = append(ops, client.TruncateOp(fslayout.KeyOf(newPath, dst.kind), 0))
+		}
+		if err := m.collect(ctx, oldPath, newPath, src.kind, t); err != nil {
+			return err
+		}
+		if held = m.held; len(held) > 0 {
+			return nil
+		}
+		ops = append(ops, m.ops...)
+		ops = append(ops, client.AppendOp(fslayout.DirKey(oldParent), fslayout.EncodeRecord(fslayout.RecordRemove, src.kind, oldName), false),
+			touchParent(oldParent, t))
+		if dst.kind != 0 {
+			ops = append(ops, client.AppendOp(fslayout.DirKey(newParent), fslayout.EncodeRecord(fslayout.RecordRemove, dst.kind, newName), false))
+		}
+		ops = append(ops, client.AppendOp(fslayout.DirKey(newParent), fslayout.EncodeRecord(fslayout.RecordAdd, src.kind, newName), false),
+			touchParent(newParent, t))
+		return tx.Do(ops...)
+	}, txOptions)
+	return src.kind, held, err
+}
+
+// node is what a transaction finds at a path.
+type node struct {
+	kind   Kind
+	header []byte // a file's header
+	size   uint64 // a file's data bytes, a staple's 0
+	// data is a staple's data blob ("" for a plain file).
+	data string
+	// dataHere: the path's file key is a staple's data blob, so no file
+	// (the path holds a directory, or nothing).
+	dataHere bool
+}
+
+// nodeIn returns what tx finds at clean path p; kind 0 if nothing.
+func nodeIn(ctx context.Context, tx *client.Tx, p string) (node, error) {
+	key := fslayout.FileKey(p)
+	var n node
+	b, err := tx.Read(ctx, key, 0, HeaderBytes)
+	if err == nil {
+		size, err := tx.Size(ctx, key)
+		if err != nil {
+			return node{}, err
+		}
+		a, err := fslayout.DecodeHeader(key, b, size)
+		if err != nil {
+			return node{}, err
+		}
+		switch fl := flagsOf(b); {
+		case fl&fslayout.FlagMovedOut != 0:
+			n.dataHere = true
+		case fl&fslayout.FlagStapled != 0:
+			d, err := tx.Read(ctx, fslayout.PointerKey(p), 0, limits.KeyBytesMax)
+			if err != nil {
+				return node{}, err
+			}
+			return node{kind: a.Kind, header: b, data: string(d)}, nil
+		default:
+			return node{kind: a.Kind, header: b, size: a.Size}, nil
+		}
+	} else if !errors.Is(err, client.ErrNotFound) {
+		return node{}, err
 	}
 	if _, err := tx.Size(ctx, fslayout.DirKey(p)); err == nil {
-		return KindDir, nil
+		n.kind = KindDir
 	} else if !errors.Is(err, client.ErrNotFound) {
-		return 0, err
+		return node{}, err
 	}
-	return 0, nil
+	return n, nil
 }
 
 // mover gathers the ops that move a blob and, for a directory, every blob
@@ -807,21 +1063,53 @@ type mover struct {
 	ops       []client.Op
 	blobsLeft int
 	bytesLeft int
+	// held lists the file keys under the destination that staples' data
+	// blobs hold: the rename cannot go on until they are freed.
+	held []string
 }
 
 // moveOpsMax bounds the ops of one rename's moves: its transaction carries
 // at most client.OpsPerTxMax, and the rename adds a few to the parents.
 const moveOpsMax = client.OpsPerTxMax - 16
 
-// collect adds the ops moving blob from to to, setting its ctime to t, and
-// then its descendants' if it is a directory.
-func (m *mover) collect(ctx context.Context, from, to string, t int64) error {
+// collect adds the ops moving the node of kind k at clean path from to
+// clean path to, setting its ctime to t, and then its descendants' if it
+// is a directory (their ctimes stay). A file is stapled when large or a
+// staple already; other blobs are copied.
+func (m *mover) collect(ctx context.Context, from, to string, k Kind, t int64) error {
 	m.blobsLeft--
 	if m.blobsLeft < 0 {
 		return errnof(syscall.EXDEV, "rename of more than %d blobs", MoveBlobsMax)
 	}
-	dir := strings.HasSuffix(from, "/")
-	size, err := m.tx.Size(ctx, from)
+	if k != KindDir {
+		n, err := nodeIn(ctx, m.tx, from)
+		if err != nil {
+			return err
+		}
+		if t == 0 {
+			// A descendant: its new key may be a data blob's still; a
+			// staple's own comes home.
+			if h, err := m.tx.Read(ctx, fslayout.FileKey(to), 0, HeaderBytes); err == nil && flagsOf(h)&fslayout.FlagMovedOut != 0 && n.data != fslayout.FileKey(to) {
+				m.held = append(m.held, fslayout.FileKey(to))
+			} else if err != nil && !errors.Is(err, client.ErrNotFound) {
+				return err
+			}
+		}
+		if n.kind == KindFile && (n.data != "" || n.size >= fslayout.StapleBytesMin) {
+			h := append([]byte(nil), n.header...)
+			if t != 0 {
+				fslayout.PutTime(h[fslayout.OffCtime:], t)
+			}
+			data := n.data
+			if data == "" {
+				data = fslayout.FileKey(from)
+			}
+			return m.add(stapleOps(from, to, h, data, n.data != "")...)
+		}
+	}
+	fromKey, toKey := fslayout.KeyOf(from, k), fslayout.KeyOf(to, k)
+	dir := k == KindDir
+	size, err := m.tx.Size(ctx, fromKey)
 	if err != nil {
 		return err
 	}
@@ -831,18 +1119,18 @@ func (m *mover) collect(ctx context.Context, from, to string, t int64) error {
 	if size > uint64(m.bytesLeft) {
 		return errnof(syscall.EXDEV, "rename of more than %d bytes", MoveBytesMax)
 	}
-	b, err := readAll(ctx, m.tx, from)
+	b, err := readAll(ctx, m.tx, fromKey)
 	if err != nil {
 		return err
 	}
 	if len(b) < HeaderBytes {
-		return fmt.Errorf("%w: %q has no header", ErrCorrupt, from)
+		return fmt.Errorf("%w: %q has no header", ErrCorrupt, fromKey)
 	}
 	// A directory's header and log are copied apart, so that its hole
 	// stays one (fslayout, invariant 4); a file's bytes go as they are.
 	start, body := uint64(0), b
 	if dir {
-		if body, err = fslayout.DirLogOf(from, b); err != nil {
+		if body, err = fslayout.DirLogOf(fromKey, b); err != nil {
 			return err
 		}
 		start = fslayout.LogStart(b)
@@ -857,27 +1145,33 @@ func (m *mover) collect(ctx context.Context, from, to string, t int64) error {
 	if t != 0 {
 		fslayout.PutTime(b[fslayout.OffCtime:], t)
 	}
+	var ops []client.Op
 	if dir {
-		m.ops = append(m.ops, client.WriteOp(to, 0, b[:HeaderBytes], true), client.TruncateOp(to, start))
+		ops = append(ops, client.WriteOp(toKey, 0, b[:HeaderBytes], true), client.TruncateOp(toKey, start))
 	}
 	for off := 0; off == 0 && !dir || off < len(body); off += client.PayloadBytesMax {
-		m.ops = append(m.ops, client.WriteOp(to, start+uint64(off), body[off:min(len(body), off+client.PayloadBytesMax)], true))
+		ops = append(ops, client.WriteOp(toKey, start+uint64(off), body[off:min(len(body), off+client.PayloadBytesMax)], true))
 	}
-	m.ops = append(m.ops, client.DeleteOp(from))
-	if len(m.ops) > moveOpsMax {
-		return errnof(syscall.EXDEV, "rename of more than %d operations", moveOpsMax)
+	if err := m.add(append(ops, client.DeleteOp(fromKey))...); err != nil || !dir {
+		return err
 	}
-	if !dir {
-		return nil
-	}
-	l, err := fslayout.ReplayLog(from, body)
+	l, err := fslayout.ReplayLog(fromKey, body)
 	if err != nil {
 		return err
 	}
 	for _, e := range l.List() {
-		if err := m.collect(ctx, fslayout.KeyOf(strings.TrimSuffix(from, "/")+"/"+e.Name, e.Kind), fslayout.KeyOf(strings.TrimSuffix(to, "/")+"/"+e.Name, e.Kind), 0); err != nil {
+		if err := m.collect(ctx, fslayout.Join(from, e.Name), fslayout.Join(to, e.Name), e.Kind, 0); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// add adds ops to the rename's, within moveOpsMax.
+func (m *mover) add(ops ...client.Op) error {
+	m.ops = append(m.ops, ops...)
+	if len(m.ops) > moveOpsMax {
+		return errnof(syscall.EXDEV, "rename of more than %d operations", moveOpsMax)
 	}
 	return nil
 }
@@ -912,13 +1206,13 @@ func (f *FS) Extend(ctx context.Context, p string, size uint64) error {
 	if size > FileBytesMax {
 		return errnof(syscall.EFBIG, "size %d, above %d", size, uint64(FileBytesMax))
 	}
-	key := fslayout.FileKey(p)
-	return f.c.RunTx(ctx, f.ks, func(tx *client.Tx) error {
-		cur, err := tx.Size(ctx, key)
+	_, err = f.fileTx(ctx, p, func(tx *client.Tx, dk, mk string) error {
+		cur, err := tx.Size(ctx, dk)
 		if err != nil || cur >= HeaderBytes+size {
 			return err
 		}
 		t := f.now()
-		return tx.Do(client.TruncateOp(key, HeaderBytes+size), client.WriteOp(key, fslayout.OffMtime, times(t, t), false))
-	}, txOptions)
+		return tx.Do(client.TruncateOp(dk, HeaderBytes+size), client.WriteOp(mk, fslayout.OffMtime, times(t, t), false))
+	})
+	return err
 }

@@ -8,9 +8,11 @@ package tyrfs
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -18,6 +20,7 @@ import (
 
 	"github.com/tyrstore/tyr/client"
 	"github.com/tyrstore/tyr/internal/fslayout"
+	"github.com/tyrstore/tyr/internal/limits"
 	"github.com/tyrstore/tyr/internal/mvcc"
 	"github.com/tyrstore/tyr/internal/testserver"
 )
@@ -91,16 +94,26 @@ func checkTree(t *testing.T, ctx context.Context, c *client.Client, f *FS) {
 		t.Fatal(err)
 	}
 	got := map[string]Kind{}
+	heads := map[string][]byte{}
 	for _, b := range blobs {
-		hb, info, err := c.ReadPart(ctx, "tfs", b.Key, 0, HeaderBytes)
+		hb, info, err := c.ReadPart(ctx, "tfs", b.Key, 0, limits.KeyBytesMax)
 		if err != nil {
 			t.Fatal(err)
+		}
+		heads[b.Key] = hb
+		if !strings.HasPrefix(b.Key, "/") {
+			continue // a staple's blob, checked below
 		}
 		a, err := fslayout.DecodeHeader(b.Key, hb, info.Size)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got[b.Key] = a.Kind
+		if fslayout.Flags(hb) != fslayout.FlagMovedOut {
+			got[b.Key] = a.Kind
+		}
+	}
+	if err := fslayout.CheckStaples(heads); err != nil {
+		t.Fatalf("invariant 5: %v", err)
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("blobs %v, want (from the logs) %v", got, want)
@@ -290,10 +303,14 @@ func TestRename(t *testing.T) {
 	if n := len(names(t, ctx, f, "/big")); n != MoveBlobsMax {
 		t.Fatalf("/big has %d entries after a refused rename, want %d", n, MoveBlobsMax)
 	}
-	// Too many bytes: EXDEV.
-	must[Attr](t)(f.Create(ctx, "/large", o))
-	if err := f.Truncate(ctx, "/large", MoveBytesMax); err != nil {
-		t.Fatal(err)
+	// Too many bytes of files too small to staple: EXDEV.
+	must[Attr](t)(f.Mkdir(ctx, "/large", o))
+	for i := range MoveBytesMax/(fslayout.StapleBytesMin-1) + 1 {
+		p := fmt.Sprintf("/large/%d", i)
+		must[Attr](t)(f.Create(ctx, p, o))
+		if err := f.Truncate(ctx, p, fslayout.StapleBytesMin-1); err != nil {
+			t.Fatal(err)
+		}
 	}
 	wantErrno(t, f.Rename(ctx, "/large", "/large2", 0), syscall.EXDEV)
 	checkTree(t, ctx, c, f)
@@ -400,9 +417,30 @@ func TestLogReplay(t *testing.T) {
 	if log, err := fslayout.DirLogOf("/d/", v1); err != nil || !bytes.Equal(log, v1[HeaderBytes:]) {
 		t.Fatalf("log of a version-1 directory: %q, %v", log, err)
 	}
-	h[fslayout.OffVersion] = 3
-	if _, err := fslayout.DecodeHeader("/d/", h, fslayout.DirLogOffset); !errors.Is(err, ErrCorrupt) {
-		t.Fatalf("format version 3: %v, want ErrCorrupt", err)
+	// Version 3 is for flagged files only (invariant 5); 4 is unknown.
+	for _, c := range []struct {
+		version byte
+		flags   uint16
+	}{{3, 0}, {3, fslayout.FlagStapled}, {4, 0}, {2, fslayout.FlagMovedOut}} {
+		h[fslayout.OffVersion] = c.version
+		binary.LittleEndian.PutUint16(h[fslayout.OffFlags:], c.flags)
+		if _, err := fslayout.DecodeHeader("/d/", h, fslayout.DirLogOffset); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("a directory of format version %d with flags %#x: %v, want ErrCorrupt", c.version, c.flags, err)
+		}
+	}
+	file := fslayout.EncodeHeader(Attr{Kind: KindFile})
+	for _, c := range []struct {
+		flags uint16
+		ok    bool
+	}{{0, true}, {fslayout.FlagStapled, true}, {fslayout.FlagMovedOut, true}, {fslayout.FlagStapled | fslayout.FlagMovedOut, false}, {1 << 5, false}} {
+		fslayout.SetFlags(file, c.flags)
+		if _, err := fslayout.DecodeHeader("/f", file, HeaderBytes); (err == nil) != c.ok {
+			t.Fatalf("a file with flags %#x: %v, want ok %v", c.flags, err, c.ok)
+		}
+		file[fslayout.OffVersion] ^= 1 // 2 with flags, 3 without
+		if _, err := fslayout.DecodeHeader("/f", file, HeaderBytes); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("a file with flags %#x in format version %d: %v, want ErrCorrupt", c.flags, file[fslayout.OffVersion], err)
+		}
 	}
 	// The hole gives the header a page of the store to itself.
 	if fslayout.DirLogOffset%mvcc.PageBytes != 0 {

@@ -8,7 +8,8 @@
 // and a new version, old versions stay readable)
 //
 // The keyspace belongs to the file system: every blob in it is one of the
-// two kinds below.
+// two kinds below, or one of the staple blobs of invariant 5, whose keys
+// start with "~", "^" or "%" and so never with a path's "/".
 //
 //   - A file or symbolic link at absolute path P ("/a/b") is the blob keyed
 //     P. The blob starts with a HeaderBytes-byte header (the inode: kind,
@@ -53,6 +54,27 @@
 //     never written: they read as zeros (DirLogOf checks it). A rename
 //     copies a directory's header and log apart, and compaction truncates
 //     the log to LogStart, so the hole stays a hole.
+//  5. Staples (forwarding records). A rename of a file of at least
+//     StapleBytesMin bytes moves no data: it writes, in its one commit,
+//     a staple at the new path P (the blob P, a header alone, with
+//     FlagStapled; it keeps the file's metadata), the staple's pointer
+//     (the blob PointerKey(P), holding the key D of the blob with the
+//     data), and marks D's header FlagMovedOut, with D's back name (the
+//     blob BackKey(D), holding P). The data blob D keeps its own header
+//     and the data after it, as a file's blob does; only its flags and
+//     its path's meaning change: D's key is no entry (a lookup there
+//     finds nothing), and when a create or rename needs that name, the
+//     data is first copied to a hidden blob (HiddenKey) and the pointer
+//     and back name moved to it in one commit checking D's version. The
+//     servers bring a staple's data home in the background: one commit
+//     writes the data into the staple's blob, clears its flags and
+//     deletes pointer, data blob and back name. So: every staple has one
+//     pointer, to a data blob whose back name is the staple's path; every
+//     blob marked moved-out is the data blob of exactly one staple; a
+//     plain file's blob has flags zero. Every change to a file carries a
+//     compare-and-swap of its flags (zero), so a change meant for a plain
+//     file never lands in a staple or a data blob. Staples and data blobs
+//     are written in format version 3; plain blobs stay at version 2.
 //
 // A worked example: mkdir /d; create /d/x; rename /d/x /d/y; unlink /d/y.
 // Blob "/d/" holds header, the hole up to DirLogOffset, add(x,file),
@@ -79,9 +101,12 @@ const (
 
 	headerMagic = "TYRF"
 	// FormatVersion is the version new blobs are written in; versions
-	// down to formatVersionMin are read.
+	// from formatVersionMin to FlagsVersion are read. Blobs with flags
+	// (invariant 5) are written in FlagsVersion, which older readers
+	// refuse rather than take a staple for an empty file.
 	FormatVersion    = 2
 	formatVersionMin = 1
+	FlagsVersion     = 3
 	// DirLogOffset is where a version-2 directory's log starts: a page of
 	// the store (mvcc.PageBytes) after the blob's start.
 	DirLogOffset = 64 << 10
@@ -89,7 +114,7 @@ const (
 	OffMagic   = 0  // 4 bytes "TYRF"
 	OffVersion = 4  // u8
 	OffKind    = 5  // u8 Kind
-	OffFlags   = 6  // u16, reserved
+	OffFlags   = 6  // u16: FlagStapled, FlagMovedOut (version 3); zero before
 	OffMode    = 8  // u32 permission bits (07777)
 	OffUID     = 12 // u32
 	OffGID     = 16 // u32
@@ -100,6 +125,16 @@ const (
 	OffBtime   = 48 // i64 ns, creation
 	OffRdev    = 56 // u32 device number of a character or block device
 	// 60..63 reserved
+)
+
+// Header flags (invariant 5).
+const (
+	// FlagStapled marks a staple: a file whose data is in another blob,
+	// named by its pointer.
+	FlagStapled = 1 << 0
+	// FlagMovedOut marks a staple's data blob: its key is no entry.
+	FlagMovedOut = 1 << 1
+	flagsKnown   = FlagStapled | FlagMovedOut
 )
 
 // Kind is what a blob holds.
@@ -207,8 +242,12 @@ func DecodeHeader(key string, b []byte, blobSize uint64) (Attr, error) {
 	if len(b) < HeaderBytes || blobSize < HeaderBytes || string(b[OffMagic:OffMagic+4]) != headerMagic {
 		return Attr{}, fmt.Errorf("%w: %q has no header", ErrCorrupt, key)
 	}
-	if b[OffVersion] < formatVersionMin || b[OffVersion] > FormatVersion {
-		return Attr{}, fmt.Errorf("%w: %q has format version %d, want %d to %d", ErrCorrupt, key, b[OffVersion], formatVersionMin, FormatVersion)
+	if b[OffVersion] < formatVersionMin || b[OffVersion] > FlagsVersion {
+		return Attr{}, fmt.Errorf("%w: %q has format version %d, want %d to %d", ErrCorrupt, key, b[OffVersion], formatVersionMin, FlagsVersion)
+	}
+	// Flags, one at a time, on files only, exactly in FlagsVersion.
+	if f := Flags(b); f&^flagsKnown != 0 || f == flagsKnown || (f != 0) != (b[OffVersion] == FlagsVersion) || f != 0 && Kind(b[OffKind]) != KindFile {
+		return Attr{}, fmt.Errorf("%w: %q has flags %#x in a version-%d %s header", ErrCorrupt, key, f, b[OffVersion], Kind(b[OffKind]))
 	}
 	a := Attr{
 		Kind:  Kind(b[OffKind]),
@@ -236,6 +275,110 @@ func DecodeHeader(key string, b []byte, blobSize uint64) (Attr, error) {
 	}
 	a.Size = blobSize - start
 	return a, nil
+}
+
+// Flags returns the flags of header h (at least HeaderBytes).
+func Flags(h []byte) uint16 { return binary.LittleEndian.Uint16(h[OffFlags:]) }
+
+// SetFlags sets the flags of header h, and the format version that holds
+// them: FlagsVersion with flags, FormatVersion without.
+func SetFlags(h []byte, flags uint16) {
+	binary.LittleEndian.PutUint16(h[OffFlags:], flags)
+	h[OffVersion] = FormatVersion
+	if flags != 0 {
+		h[OffVersion] = FlagsVersion
+	}
+}
+
+// StapleBytesMin is the smallest file a rename staples (invariant 5)
+// rather than copies. A variable so that tests can staple every file.
+var StapleBytesMin uint64 = 1 << 20
+
+// HomeBytesLimit is the largest data a server brings home in one commit
+// (invariant 5): a commit's payload, less what else it carries.
+const HomeBytesLimit = 12 << 20
+
+// Keys of invariant 5. None starts with "/", so none is a path.
+const (
+	pointerPrefix = "~"
+	backPrefix    = "^"
+	hiddenPrefix  = "%"
+)
+
+// PointerKey is the blob holding the data blob's key of the staple at
+// clean path p.
+func PointerKey(p string) string { return pointerPrefix + p }
+
+// BackKey is the blob holding the path of the staple whose data is in
+// blob key.
+func BackKey(key string) string { return backPrefix + key }
+
+// HiddenKey is a data blob's key that no path has: id is random.
+func HiddenKey(id uint64) string { return fmt.Sprintf("%s%016x", hiddenPrefix, id) }
+
+// StapleOf returns the staple's path whose pointer is key, if key is a
+// pointer.
+func StapleOf(key string) (string, bool) {
+	p, ok := strings.CutPrefix(key, pointerPrefix)
+	return p, ok && strings.HasPrefix(p, "/")
+}
+
+// CheckStaples checks invariant 5 over all the blobs of a file system:
+// heads maps every key to its first bytes, at least a header for a path or
+// hidden key, the whole content of a pointer or back name.
+func CheckStaples(heads map[string][]byte) error {
+	pointedTo := map[string]string{} // data blob -> staple
+	for key, b := range heads {
+		switch {
+		case strings.HasPrefix(key, pointerPrefix):
+			p, ok := StapleOf(key)
+			if !ok {
+				return fmt.Errorf("pointer %q names no path", key)
+			}
+			if h := heads[p]; len(h) < HeaderBytes || Flags(h) != FlagStapled {
+				return fmt.Errorf("pointer %q: %q is no staple", key, p)
+			}
+			d := string(b)
+			if other, dup := pointedTo[d]; dup {
+				return fmt.Errorf("data blob %q has two staples, %q and %q", d, other, p)
+			}
+			pointedTo[d] = p
+		case strings.HasPrefix(key, backPrefix):
+			d := strings.TrimPrefix(key, backPrefix)
+			if h := heads[d]; len(h) < HeaderBytes || Flags(h) != FlagMovedOut {
+				return fmt.Errorf("back name %q of %q, no data blob", key, d)
+			}
+		case strings.HasPrefix(key, hiddenPrefix), strings.HasPrefix(key, "/"):
+			if len(b) < HeaderBytes {
+				return fmt.Errorf("%q has no header", key)
+			}
+			if strings.HasPrefix(key, hiddenPrefix) && Flags(b) != FlagMovedOut {
+				return fmt.Errorf("hidden blob %q is no data blob", key)
+			}
+		default:
+			return fmt.Errorf("key %q is no path and no blob of a staple", key)
+		}
+	}
+	for key, b := range heads {
+		if strings.HasPrefix(key, pointerPrefix) || strings.HasPrefix(key, backPrefix) {
+			continue
+		}
+		switch Flags(b) {
+		case FlagStapled:
+			if _, ok := heads[PointerKey(key)]; !ok {
+				return fmt.Errorf("staple %q has no pointer", key)
+			}
+		case FlagMovedOut:
+			p, ok := pointedTo[key]
+			if !ok {
+				return fmt.Errorf("data blob %q is no staple's", key)
+			}
+			if back, ok := heads[BackKey(key)]; !ok || string(back) != p {
+				return fmt.Errorf("data blob %q of staple %q has back name %q (present %v)", key, p, back, ok)
+			}
+		}
+	}
+	return nil
 }
 
 // LogStart returns where the log of the directory whose header is h (at
