@@ -1,0 +1,417 @@
+package tyrfs
+
+// Staples (fslayout, invariant 5): a rename of a large file moves no data,
+// and every call follows the staple. TestStapleRename runs on one server,
+// TestStapleCluster on 3 nodes at replication 1 (staple, pointer and data
+// blob on different nodes); checkTree walks the invariants after each step.
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tyrstore/tyr/client"
+	"github.com/tyrstore/tyr/internal/fslayout"
+	"github.com/tyrstore/tyr/internal/testserver"
+)
+
+// pattern returns n bytes that differ from those of another seed.
+func pattern(seed byte, n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = seed + byte(i*7+i/4099)
+	}
+	return b
+}
+
+// writeBig makes a file at p holding data, in parts.
+func writeBig(t *testing.T, ctx context.Context, f *FS, p string, data []byte) {
+	t.Helper()
+	must[Attr](t)(f.WriteFile(ctx, p, Owner{UID: 3, GID: 4, Mode: 0o640}, data))
+}
+
+// sameFile checks the file at p reads as want, through ReadAt at the
+// start, the middle and the end, Fetch and FetchMany, and stats to its
+// size.
+func sameFile(t *testing.T, ctx context.Context, f *FS, p string, want []byte) {
+	t.Helper()
+	if a := must[Attr](t)(f.Stat(ctx, p, KindFile)); a.Size != uint64(len(want)) {
+		t.Fatalf("%s: stat size %d, want %d", p, a.Size, len(want))
+	}
+	if a := must[Attr](t)(f.Lookup(ctx, p)); a.Size != uint64(len(want)) || a.Kind != KindFile {
+		t.Fatalf("%s: lookup %+v, want a file of %d bytes", p, a, len(want))
+	}
+	n := uint64(len(want))
+	for _, at := range []uint64{0, n / 2, n - min(n, 1000), n} {
+		got := must[[]byte](t)(f.ReadAt(ctx, p, at, 128<<10))
+		if w := want[at:min(n, at+128<<10)]; !bytes.Equal(got, w) {
+			t.Fatalf("%s: ReadAt(%d): %d bytes, want %d equal", p, at, len(got), len(w))
+		}
+	}
+	a, got, err := f.Fetch(ctx, p)
+	if err != nil || !bytes.Equal(got, want) || a.Size != n {
+		t.Fatalf("%s: fetch: %d bytes (attr size %d), %v; want %d", p, len(got), a.Size, err, n)
+	}
+	rs := must[[]FetchResult](t)(f.FetchMany(ctx, []string{p}))
+	if rs[0].Err != nil || !bytes.Equal(rs[0].Data, want) {
+		t.Fatalf("%s: FetchMany: %d bytes, %v", p, len(rs[0].Data), rs[0].Err)
+	}
+}
+
+// gone checks no file is at p, for every call.
+func gone(t *testing.T, ctx context.Context, f *FS, p string) {
+	t.Helper()
+	_, err := f.Lookup(ctx, p)
+	wantErrno(t, err, syscall.ENOENT)
+	_, _, err = f.Fetch(ctx, p)
+	wantErrno(t, err, syscall.ENOENT)
+	_, err = f.ReadAt(ctx, p, 0, 10)
+	wantErrno(t, err, syscall.ENOENT)
+	wantErrno(t, f.WriteAt(ctx, p, 0, []byte("x")), syscall.ENOENT)
+	wantErrno(t, f.Unlink(ctx, p), syscall.ENOENT)
+}
+
+// stapleOf returns the data blob the staple at p points to; it fails the
+// test if p is no staple.
+func stapleOf(t *testing.T, ctx context.Context, c *client.Client, p string) string {
+	t.Helper()
+	h := must[[]byte](t)(c.Read(ctx, "tfs", p, 0, HeaderBytes))
+	if fslayout.Flags(h) != fslayout.FlagStapled {
+		t.Fatalf("%s: flags %#x, want a staple", p, fslayout.Flags(h))
+	}
+	return string(must[[]byte](t)(c.Read(ctx, "tfs", fslayout.PointerKey(p), 0, 1024)))
+}
+
+// plain checks p is a plain file's blob.
+func plain(t *testing.T, ctx context.Context, c *client.Client, p string) {
+	t.Helper()
+	if h := must[[]byte](t)(c.Read(ctx, "tfs", p, 0, HeaderBytes)); fslayout.Flags(h) != 0 || h[fslayout.OffVersion] != fslayout.FormatVersion {
+		t.Fatalf("%s: flags %#x in version %d, want a plain file", p, fslayout.Flags(h), h[fslayout.OffVersion])
+	}
+}
+
+func TestStapleRename(t *testing.T) {
+	ctx, c, f := newFS(t)
+	staples(t, ctx, c, f)
+}
+
+func TestStapleCluster(t *testing.T) {
+	lc := testserver.UpCluster(t, 3)
+	c, err := client.Dial(lc.Endpoints[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cfg := client.DefaultKeyspaceConfig()
+	cfg.Replication = 1
+	if _, err := c.CreateKeyspace(ctx, "tfs", cfg); err != nil {
+		t.Fatal(err)
+	}
+	for k := 2; k <= 3; k++ {
+		o, err := client.Dial(lc.Endpoints[k-1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		testserver.Eventually(t, testserver.CatalogSpreadMax, fmt.Sprintf("keyspace on node%d", k), func() (bool, string) {
+			_, err := o.Keyspace(ctx, "tfs")
+			return err == nil, fmt.Sprint(err)
+		})
+		_ = o.Close()
+	}
+	f, err := New(ctx, c, "tfs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The staple, its pointer and its data blob on three nodes, none
+	// the client's endpoint alone.
+	place := lc.Placer()
+	nodes := map[int]bool{}
+	for _, key := range []string{"/a/big", "/b/big", fslayout.PointerKey("/b/big")} {
+		nodes[place.Holders("tfs", key, 1)[0]] = true
+	}
+	t.Logf("the first staple's blobs are on %d nodes", len(nodes))
+	if len(nodes) < 2 {
+		t.Fatalf("the first staple's three blobs are all on one node: the test proves less than it should")
+	}
+	staples(t, ctx, c, f)
+}
+
+// staples renames large files, their directories and staples, and uses
+// them through every call, checking the tree after each step.
+func staples(t *testing.T, ctx context.Context, c *client.Client, f *FS) {
+	o := Owner{Mode: 0o755}
+	for _, d := range []string{"/a", "/b", "/c"} {
+		must[Attr](t)(f.Mkdir(ctx, d, o))
+	}
+	// Above MoveBytesMax, which a copy could not move.
+	big := pattern(1, MoveBytesMax+3<<20)
+	writeBig(t, ctx, f, "/a/big", big)
+	plain(t, ctx, c, "/a/big")
+	if err := f.Rename(ctx, "/a/big", "/b/big", 0); err != nil {
+		t.Fatal(err)
+	}
+	if d := stapleOf(t, ctx, c, "/b/big"); d != "/a/big" {
+		t.Fatalf("staple /b/big points to %q, want /a/big", d)
+	}
+	checkTree(t, ctx, c, f)
+	sameFile(t, ctx, f, "/b/big", big)
+	gone(t, ctx, f, "/a/big")
+	if a := must[Attr](t)(f.Stat(ctx, "/b/big", KindFile)); a.Mode != 0o640 || a.UID != 3 || a.GID != 4 {
+		t.Fatalf("the staple's attributes: %+v", a)
+	}
+
+	// Every change through the staple.
+	if err := f.WriteAt(ctx, "/b/big", 5<<20, []byte("written through")); err != nil {
+		t.Fatal(err)
+	}
+	copy(big[5<<20:], "written through")
+	off := must[uint64](t)(f.Append(ctx, "/b/big", []byte("appended")))
+	if off != uint64(len(big)) {
+		t.Fatalf("append at %d, want %d", off, len(big))
+	}
+	big = append(big, "appended"...)
+	if err := f.Truncate(ctx, "/b/big", uint64(len(big)-100)); err != nil {
+		t.Fatal(err)
+	}
+	big = big[:len(big)-100]
+	if err := f.Extend(ctx, "/b/big", uint64(len(big)+50)); err != nil {
+		t.Fatal(err)
+	}
+	big = append(big, make([]byte, 50)...)
+	mode := uint32(0o600)
+	if a := must[Attr](t)(f.Setattr(ctx, "/b/big", KindFile, SetAttr{Mode: &mode})); a.Mode != mode || a.Size != uint64(len(big)) {
+		t.Fatalf("chmod of a staple: %+v", a)
+	}
+	sameFile(t, ctx, f, "/b/big", big)
+	checkTree(t, ctx, c, f)
+
+	// The old name is reused: the data moves to a hidden blob first.
+	small := pattern(2, 1000)
+	writeBig(t, ctx, f, "/a/big", small)
+	if d := stapleOf(t, ctx, c, "/b/big"); d[0] != '%' {
+		t.Fatalf("after /a/big was reused, the staple points to %q, want a hidden blob", d)
+	}
+	checkTree(t, ctx, c, f)
+	sameFile(t, ctx, f, "/a/big", small)
+	sameFile(t, ctx, f, "/b/big", big)
+
+	// A staple renamed moves as a staple; a plain file renamed over it
+	// takes its data with it.
+	if err := f.Rename(ctx, "/b/big", "/c/big", 0); err != nil {
+		t.Fatal(err)
+	}
+	stapleOf(t, ctx, c, "/c/big")
+	checkTree(t, ctx, c, f)
+	sameFile(t, ctx, f, "/c/big", big)
+	gone(t, ctx, f, "/b/big")
+	if err := f.Rename(ctx, "/a/big", "/c/big", 0); err != nil {
+		t.Fatal(err)
+	}
+	plain(t, ctx, c, "/c/big")
+	checkTree(t, ctx, c, f)
+	sameFile(t, ctx, f, "/c/big", small)
+
+	// A staple renamed back onto its data blob's path comes home.
+	two := pattern(3, 2<<20+5)
+	writeBig(t, ctx, f, "/a/two", two)
+	if err := f.Rename(ctx, "/a/two", "/b/two", 0); err != nil {
+		t.Fatal(err)
+	}
+	stapleOf(t, ctx, c, "/b/two")
+	if err := f.Rename(ctx, "/b/two", "/a/two", 0); err != nil {
+		t.Fatal(err)
+	}
+	plain(t, ctx, c, "/a/two")
+	checkTree(t, ctx, c, f)
+	sameFile(t, ctx, f, "/a/two", two)
+
+	// A staple unlinked takes its data with it; so does a staple renamed
+	// over another.
+	if err := f.Rename(ctx, "/a/two", "/b/two", 0); err != nil {
+		t.Fatal(err)
+	}
+	writeBig(t, ctx, f, "/a/three", pattern(4, 3<<20))
+	if err := f.Rename(ctx, "/a/three", "/b/three", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Rename(ctx, "/b/three", "/b/two", 0); err != nil {
+		t.Fatal(err)
+	}
+	checkTree(t, ctx, c, f)
+	sameFile(t, ctx, f, "/b/two", pattern(4, 3<<20))
+	if err := f.Unlink(ctx, "/b/two"); err != nil {
+		t.Fatal(err)
+	}
+	checkTree(t, ctx, c, f)
+
+	// Directories: large files under them are stapled, small ones copied;
+	// renamed back, the staples come home; a name under the destination
+	// held by a data blob is freed first.
+	must[Attr](t)(f.Mkdir(ctx, "/e", o))
+	writeBig(t, ctx, f, "/e/big", two)
+	writeBig(t, ctx, f, "/e/small", small)
+	if err := f.Rename(ctx, "/e", "/f", 0); err != nil {
+		t.Fatal(err)
+	}
+	stapleOf(t, ctx, c, "/f/big")
+	plain(t, ctx, c, "/f/small")
+	checkTree(t, ctx, c, f)
+	sameFile(t, ctx, f, "/f/big", two)
+	must[Attr](t)(f.Mkdir(ctx, "/e", o)) // its old path, free again
+	if err := f.Rename(ctx, "/f", "/e", 0); err != nil {
+		t.Fatal(err)
+	}
+	plain(t, ctx, c, "/e/big")
+	checkTree(t, ctx, c, f)
+	sameFile(t, ctx, f, "/e/big", two)
+	if err := f.Rename(ctx, "/e/big", "/c/moved", 0); err != nil { // "/e/big" now holds its data
+		t.Fatal(err)
+	}
+	must[Attr](t)(f.Mkdir(ctx, "/g", o))
+	writeBig(t, ctx, f, "/g/big", big)
+	if err := f.Rename(ctx, "/g", "/e", RenameNoReplace); Errno(err) != syscall.EEXIST {
+		t.Fatalf("rename over a directory with RENAME_NOREPLACE: %v", err)
+	}
+	if err := f.Unlink(ctx, "/e/small"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Rename(ctx, "/g", "/e", 0); err != nil {
+		t.Fatal(err)
+	}
+	checkTree(t, ctx, c, f)
+	sameFile(t, ctx, f, "/e/big", big)
+	sameFile(t, ctx, f, "/c/moved", two)
+
+	// Mkdir at a data blob's path frees the name too.
+	if err := f.Rename(ctx, "/c/moved", "/c/again", 0); err != nil {
+		t.Fatal(err)
+	}
+	must[Attr](t)(f.Mkdir(ctx, "/c/moved", o))
+	checkTree(t, ctx, c, f)
+	sameFile(t, ctx, f, "/c/again", two)
+
+	// Everything removed, no blob is left but the directories.
+	for _, p := range []string{"/c/again", "/c/big", "/e/big", "/a/two"} {
+		if err := f.Unlink(ctx, p); err != nil && Errno(err) != syscall.ENOENT {
+			t.Fatal(err)
+		}
+	}
+	checkTree(t, ctx, c, f)
+	blobs, _, err := c.List(ctx, "tfs", "", "", client.ListLimitMax)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range blobs {
+		if b.Key[len(b.Key)-1] != '/' {
+			t.Errorf("blob %q left after every file was removed", b.Key)
+		}
+	}
+}
+
+// TestStapleConcurrent: a staple renamed back and forth (coming home every
+// other time) while one goroutine writes whole versions of it and another
+// reads it: every read sees one version whole, never a mix or another
+// file's bytes, and both make progress.
+func TestStapleConcurrent(t *testing.T) {
+	ctx, c, f := newFS(t)
+	old := fslayout.StapleBytesMin
+	fslayout.StapleBytesMin = 64 << 10
+	t.Cleanup(func() { fslayout.StapleBytesMin = old })
+	must[Attr](t)(f.Mkdir(ctx, "/d", Owner{Mode: 0o755}))
+	const size = 64 << 10
+	version := func(i int) []byte { return bytes.Repeat([]byte{byte(i)}, size) }
+	writeBig(t, ctx, f, "/d/x", version(0))
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	var writes, reads int
+	var failed error
+	var mu sync.Mutex
+	fail := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if failed == nil {
+			failed = err
+		}
+	}
+	wg.Add(2)
+	go func() { // the writer: the file is at /d/x or /d/y
+		defer wg.Done()
+		for i := 1; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for _, p := range []string{"/d/x", "/d/y"} {
+				err := f.WriteAt(ctx, p, 0, version(i))
+				if err == nil {
+					writes++
+					break
+				}
+				if e := Errno(err); e != syscall.ENOENT && e != syscall.EAGAIN {
+					fail(fmt.Errorf("write to %s: %w", p, err))
+					return
+				}
+			}
+		}
+	}()
+	go func() { // the reader
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for _, p := range []string{"/d/x", "/d/y"} {
+				_, b, err := f.Fetch(ctx, p)
+				if e := Errno(err); err != nil && e != syscall.ENOENT && e != syscall.EAGAIN {
+					fail(fmt.Errorf("fetch of %s: %w", p, err))
+					return
+				}
+				if err != nil {
+					continue
+				}
+				if len(b) != size || !bytes.Equal(b, version(int(b[0]))) {
+					fail(fmt.Errorf("fetch of %s: %d bytes, not one version whole", p, len(b)))
+					return
+				}
+				reads++
+				break
+			}
+		}
+	}()
+	renames, busy := 0, 0
+	for renames < 40 && busy < 200 {
+		from, to := "/d/x", "/d/y"
+		if renames%2 == 1 {
+			from, to = to, from
+		}
+		err := f.Rename(ctx, from, to, 0)
+		if e := Errno(err); err != nil && e != syscall.EAGAIN {
+			close(stop)
+			wg.Wait()
+			t.Fatalf("rename %d: %v", renames, err)
+		} else if err != nil {
+			busy++ // the writer kept it busy: the same rename again
+			continue
+		}
+		renames++
+	}
+	close(stop)
+	wg.Wait()
+	if failed != nil {
+		t.Fatal(failed)
+	}
+	t.Logf("%d renames (%d refused as busy), %d writes, %d reads", renames, busy, writes, reads)
+	if renames < 40 || writes == 0 || reads == 0 {
+		t.Fatalf("%d writes and %d reads during %d renames: no progress", writes, reads, renames)
+	}
+	checkTree(t, ctx, c, f)
+}
