@@ -165,6 +165,20 @@ func staples(t *testing.T, ctx context.Context, c *client.Client, f *FS) {
 	if a := must[Attr](t)(f.Stat(ctx, "/b/big", KindFile)); a.Mode != 0o640 || a.UID != 3 || a.GID != 4 {
 		t.Fatalf("the staple's attributes: %+v", a)
 	}
+	// A directory renamed to the data blob's path is a directory there.
+	must[Attr](t)(f.Mkdir(ctx, "/dir", o))
+	if err := f.Rename(ctx, "/dir", "/a/big", 0); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := f.Fetch(ctx, "/a/big")
+	wantErrno(t, err, syscall.EISDIR)
+	if a := must[Attr](t)(f.Lookup(ctx, "/a/big")); a.Kind != KindDir {
+		t.Fatalf("lookup of a directory at a data blob's path: %+v", a)
+	}
+	checkTree(t, ctx, c, f)
+	if err := f.Rmdir(ctx, "/a/big"); err != nil {
+		t.Fatal(err)
+	}
 
 	// Every change through the staple.
 	if err := f.WriteAt(ctx, "/b/big", 5<<20, []byte("written through")); err != nil {

@@ -59,6 +59,12 @@ func TestCluster(t *testing.T) {
 			t.Fatalf("%d nodes keep blobs of the keyspace, want the blobs spread over 2 or more", holding)
 		}
 	})
+	t.Run("model-staples", func(t *testing.T) {
+		stapleAll(t)
+		newKeyspace(t, clients[0], "model-staples", 1, true)
+		runModel(t, modelSeeds[1], modelOps, mount(t, clients[0], "model-staples"), t.TempDir())
+		checkStaples(t, clients[0], "model-staples")
+	})
 	t.Run("two-mounts", func(t *testing.T) {
 		newKeyspace(t, clients[0], "two-mounts", 1, true)
 		// The keyspace reaches the second node's catalog by gossip.

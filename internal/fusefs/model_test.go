@@ -28,6 +28,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tyrstore/tyr/client"
+	"github.com/tyrstore/tyr/internal/fslayout"
 	"github.com/tyrstore/tyr/internal/testserver"
 )
 
@@ -78,6 +80,50 @@ func TestModel(t *testing.T) {
 		newKeyspace(t, c, "model-dir-cache", 1, false)
 		runModel(t, seeds[0], modelOps, mountWith(t, c, "model-dir-cache", Options{DirCacheTimeout: time.Hour}), t.TempDir())
 	})
+	// Every renamed file stapled (fslayout, invariant 5): the calls that
+	// follow staples, and free their data blobs' names, give the same
+	// tree, and the invariant holds after.
+	t.Run("staples", func(t *testing.T) {
+		stapleAll(t)
+		for i, seed := range seeds[:2] {
+			ks := fmt.Sprintf("model-staples-%d", i)
+			newKeyspace(t, c, ks, 1, false)
+			runModel(t, seed, modelOps, mount(t, c, ks), t.TempDir())
+			checkStaples(t, c, ks)
+		}
+	})
+}
+
+// stapleAll makes every rename of a file staple it, until the test ends.
+func stapleAll(t *testing.T) {
+	old := fslayout.StapleBytesMin
+	fslayout.StapleBytesMin = 0
+	t.Cleanup(func() { fslayout.StapleBytesMin = old })
+}
+
+// checkStaples checks invariant 5 over every blob of keyspace ks.
+func checkStaples(t *testing.T, c *client.Client, ks string) {
+	t.Helper()
+	blobs, _, err := c.List(t.Context(), ks, "", "", client.ListLimitMax)
+	if err != nil {
+		t.Fatal(err)
+	}
+	heads := map[string][]byte{}
+	staples := 0
+	for _, b := range blobs {
+		h, err := c.Read(t.Context(), ks, b.Key, 0, 1024)
+		if err != nil {
+			t.Fatal(err)
+		}
+		heads[b.Key] = h
+		if _, ok := fslayout.StapleOf(b.Key); ok {
+			staples++
+		}
+	}
+	if err := fslayout.CheckStaples(heads); err != nil {
+		t.Fatalf("invariant 5: %v", err)
+	}
+	t.Logf("%d blobs, %d staples", len(blobs), staples)
 }
 
 // modelNames are the names operations pick from: few, so that operations

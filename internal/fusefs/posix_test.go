@@ -8,6 +8,7 @@ package fusefs
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/posixtest"
 
+	"github.com/tyrstore/tyr/internal/fslayout"
 	"github.com/tyrstore/tyr/internal/testserver"
 	"github.com/tyrstore/tyr/tyrfs"
 )
@@ -64,8 +66,9 @@ func TestPosix(t *testing.T) {
 			t.Fatalf("statfs: %+v", st)
 		}
 	})
-	// A rename above the bounds of one transaction fails with EXDEV, and
-	// mv(1) then copies and deletes.
+	// A large file is renamed by rename(2), stapled; a directory of more
+	// small files than one transaction copies fails with EXDEV, and mv(1)
+	// then copies and deletes.
 	t.Run("RenameLarge", func(t *testing.T) {
 		if _, err := exec.LookPath("mv"); err != nil {
 			t.Skip("no mv")
@@ -75,16 +78,41 @@ func TestPosix(t *testing.T) {
 		if err := os.WriteFile(from, data, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.Rename(from, to); !errors.Is(err, syscall.EXDEV) {
-			t.Fatalf("rename of %d bytes: %v, want EXDEV", len(data), err)
-		}
-		if out, err := exec.Command("mv", from, to).CombinedOutput(); err != nil {
-			t.Fatalf("mv: %v: %s", err, out)
+		if err := os.Rename(from, to); err != nil {
+			t.Fatalf("rename of %d bytes: %v", len(data), err)
 		}
 		if got, err := os.ReadFile(to); err != nil || !bytes.Equal(got, data) {
-			t.Fatalf("after mv: %d bytes, %v", len(got), err)
+			t.Fatalf("after rename: %d bytes, %v", len(got), err)
 		}
 		if _, err := os.Lstat(from); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("after rename, the old name: %v", err)
+		}
+		if err := os.WriteFile(from, []byte("new"), 0o644); err != nil {
+			t.Fatalf("the old name reused: %v", err)
+		}
+		if got, err := os.ReadFile(to); err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("after the old name was reused: %d bytes, %v", len(got), err)
+		}
+		dir, dirTo := filepath.Join(mnt, "smalls"), filepath.Join(mnt, "smalls-moved")
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		small := data[:fslayout.StapleBytesMin-1]
+		for i := range tyrfs.MoveBytesMax/len(small) + 1 {
+			if err := os.WriteFile(filepath.Join(dir, fmt.Sprint(i)), small, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.Rename(dir, dirTo); !errors.Is(err, syscall.EXDEV) {
+			t.Fatalf("rename of a directory of %d bytes of small files: %v, want EXDEV", tyrfs.MoveBytesMax/len(small)*len(small)+len(small), err)
+		}
+		if out, err := exec.Command("mv", dir, dirTo).CombinedOutput(); err != nil {
+			t.Fatalf("mv: %v: %s", err, out)
+		}
+		if got, err := os.ReadFile(filepath.Join(dirTo, "0")); err != nil || !bytes.Equal(got, small) {
+			t.Fatalf("after mv: %d bytes, %v", len(got), err)
+		}
+		if _, err := os.Lstat(dir); !errors.Is(err, os.ErrNotExist) {
 			t.Fatalf("after mv, the old name: %v", err)
 		}
 	})

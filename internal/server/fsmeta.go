@@ -88,9 +88,14 @@ func (s *Service) FsFetch(ctx context.Context, req *tyrpb.FsFetchRequest) (*tyrp
 	}
 	n := max(req.GetLength(), fslayout.HeaderBytes)
 	resp, err := s.Read(ctx, &tyrpb.ReadRequest{Keyspace: req.GetKeyspace(), Key: []byte(key), Length: n})
-	if isNotFound(err) {
+	// A staple's data blob is no file (fslayout, invariant 5).
+	dataBlob := err == nil && len(resp.GetData()) >= fslayout.HeaderBytes && fslayout.Flags(resp.GetData())&fslayout.FlagMovedOut != 0
+	if isNotFound(err) || dataBlob {
 		// A directory, or nothing.
 		if _, errno, err := s.dirPerm(ctx, ks, fslayout.DirKey(p)); err != nil || errno != 0 {
+			if dataBlob && errno == syscall.ENOTDIR {
+				errno = syscall.ENOENT // the file dirPerm found is the data blob
+			}
 			return errnoResponse(errno), err
 		}
 		return errnoResponse(syscall.EISDIR), nil
