@@ -26,9 +26,9 @@ import (
 )
 
 // newFS starts a server with keyspace ks and returns a file system on it.
-func newFS(t *testing.T) (context.Context, *client.Client, *FS) {
+func newFS(t *testing.T, serverArgs ...string) (context.Context, *client.Client, *FS) {
 	t.Helper()
-	c := testserver.Start(t).Client()
+	c := testserver.Start(t, serverArgs...).Client()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	if _, err := c.CreateKeyspace(ctx, "tfs", client.DefaultKeyspaceConfig()); err != nil {

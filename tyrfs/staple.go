@@ -116,7 +116,7 @@ func (f *FS) fileTx(ctx context.Context, p string, fn func(tx *client.Tx, data, 
 	key := fslayout.FileKey(p)
 	var last *client.Tx
 	_, err := retryRaces(p, func() (struct{}, error) {
-		return struct{}{}, f.c.RunTx(ctx, f.ks, func(tx *client.Tx) error {
+		err := f.c.RunTx(ctx, f.ks, func(tx *client.Tx) error {
 			last = tx
 			h, err := tx.Read(ctx, key, 0, HeaderBytes)
 			if err != nil {
@@ -134,16 +134,18 @@ func (f *FS) fileTx(ctx context.Context, p string, fn func(tx *client.Tx, data, 
 			}
 			return fn(tx, key, key)
 		}, txOptions)
-	})
-	if errors.Is(err, client.ErrNotFound) {
-		// A blob the transaction read went before its commit applied:
-		// the commit can fail an op as not found rather than as a
-		// conflict. The file itself is checked again.
-		if _, serr := f.stat(ctx, key); serr == nil {
-			return last, errnof(syscall.EAGAIN, "%s changed meanwhile", p)
+		if errors.Is(err, client.ErrNotFound) {
+			// A blob the transaction read (a staple's pointer or data
+			// blob) went before its commit applied: the commit can fail
+			// an op as not found rather than as a conflict. If the file
+			// is still there, the call starts again.
+			if _, serr := f.stat(ctx, key); serr == nil {
+				return struct{}{}, errRaced
+			}
+			return struct{}{}, errnof(syscall.ENOENT, "%s", p)
 		}
-		return last, errnof(syscall.ENOENT, "%s", p)
-	}
+		return struct{}{}, err
+	})
 	return last, err
 }
 

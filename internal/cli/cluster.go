@@ -243,6 +243,9 @@ type localNode struct {
 	CapacityPerWeight string `json:"capacity_per_weight,omitempty"`
 	// MinFree is the node's --min-free as given; empty for the default.
 	MinFree string `json:"min_free,omitempty"`
+	// FSHomeBytes is the node's --fs-home-bytes as given; empty for the
+	// default.
+	FSHomeBytes string `json:"fs_home_bytes,omitempty"`
 	// Removed is set once `tyr cluster remove` decommissioned the node.
 	Removed bool `json:"removed,omitempty"`
 }
@@ -375,6 +378,9 @@ func (n *localNode) spawn(join []string) (*exec.Cmd, <-chan struct{}, error) {
 	}
 	if n.MinFree != "" {
 		args = append(args, "--min-free", n.MinFree)
+	}
+	if n.FSHomeBytes != "" {
+		args = append(args, "--fs-home-bytes", n.FSHomeBytes)
 	}
 	cmd := exec.Command(self, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
@@ -560,6 +566,7 @@ func newClusterUp(e *env) *cobra.Command {
 		nodes, basePort int
 		dir, capacity   string
 		weight, minFree string
+		fsHomeBytes     string
 		reweight        string
 		perWeight       string
 		sync, metrics   bool
@@ -597,13 +604,18 @@ func newClusterUp(e *env) *cobra.Command {
 					return err
 				}
 			}
+			if fsHomeBytes != "" {
+				if _, err := parseHomeBytes(fsHomeBytes); err != nil {
+					return err
+				}
+			}
 			abs, err := filepath.Abs(dir)
 			if err != nil {
 				return err
 			}
 			return clusterUp(cmd.Context(), e, abs, upOptions{nodes: nodes, basePort: basePort, sync: sync, metrics: metrics,
 				capacities: capacities, weights: weights, timeout: timeout, reweight: reweight, perWeight: perWeight,
-				minFree: minFree})
+				minFree: minFree, fsHomeBytes: fsHomeBytes})
 		},
 	}
 	cmd.Flags().IntVar(&nodes, "nodes", 3, fmt.Sprintf("number of servers, 1 to %d", clusterNodesMax))
@@ -619,6 +631,8 @@ func newClusterUp(e *env) *cobra.Command {
 		"each node's --weight in the placement ring: one value for every node, or a comma-separated list with one per node; empty: 1")
 	cmd.Flags().StringVar(&reweight, "reweight-interval", "",
 		"passed to every node as --reweight-interval (and to nodes tyr cluster add starts); empty: the server's default")
+	cmd.Flags().StringVar(&fsHomeBytes, "fs-home-bytes", "",
+		"passed to every node as --fs-home-bytes (and to nodes tyr cluster add starts); empty: the server's default")
 	cmd.Flags().StringVar(&minFree, "min-free", "",
 		"passed to every node as --min-free (and to nodes tyr cluster add starts); empty: the server's default")
 	cmd.Flags().StringVar(&perWeight, "capacity-per-weight", "",
@@ -672,6 +686,8 @@ type upOptions struct {
 	reweight, perWeight string
 	// minFree is --min-free as given, empty for the servers' default.
 	minFree string
+	// fsHomeBytes is --fs-home-bytes as given, empty for the default.
+	fsHomeBytes string
 }
 
 func clusterUp(ctx context.Context, e *env, dir string, opts upOptions) error {
@@ -704,6 +720,7 @@ func clusterUp(ctx context.Context, e *env, dir string, opts upOptions) error {
 			n.Weight = opts.weights[k]
 		}
 		n.ReweightInterval, n.CapacityPerWeight, n.MinFree = opts.reweight, opts.perWeight, opts.minFree
+		n.FSHomeBytes = opts.fsHomeBytes
 		if opts.metrics {
 			port, err := freePort("tcp")
 			if err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/tyrstore/tyr/client"
 	"github.com/tyrstore/tyr/internal/balance"
 	"github.com/tyrstore/tyr/internal/errs"
+	"github.com/tyrstore/tyr/internal/fslayout"
 	"github.com/tyrstore/tyr/internal/mvcc"
 	chainnode "github.com/tyrstore/tyr/internal/node"
 	"github.com/tyrstore/tyr/internal/ring"
@@ -42,6 +43,7 @@ type serverFlags struct {
 	lingerSet     bool // --version-linger given
 	minFree       string
 	reclaimRate   string
+	fsHomeBytes   string
 	cluster       clusterFlags
 	s3            s3Flags
 }
@@ -76,9 +78,27 @@ func newServerCommand(e *env) *cobra.Command {
 		"free-space floor: while the file system holding --data has less free, writes are refused with a \"no space\" error (deletes and truncates are not, and free space); 0 turns it off")
 	cmd.Flags().StringVar(&f.reclaimRate, "reclaim-rate", "64MiB",
 		"bytes per second, on average, that compactions reclaiming the space of removed data may rewrite (at least 1MiB)")
+	cmd.Flags().StringVar(&f.fsHomeBytes, "fs-home-bytes", "12MiB",
+		"largest TýrFS file whose data this node moves home to its new path in the background after a rename (one commit each; at most 12MiB); 0 turns it off")
 	addClusterFlags(cmd, &f.cluster)
 	addS3Flags(cmd, &f.s3, "s3-listen", "", "address of an S3 API served beside the client API, once the server is ready (off if empty; see tyr s3)")
 	return cmd
+}
+
+// parseHomeBytes reads --fs-home-bytes: a size up to
+// fslayout.HomeBytesLimit, 0 for off.
+func parseHomeBytes(s string) (uint64, error) {
+	if s == "0" {
+		return 0, nil
+	}
+	n, err := parseSize("--fs-home-bytes", s)
+	if err != nil {
+		return 0, err
+	}
+	if n > fslayout.HomeBytesLimit {
+		return 0, fmt.Errorf("invalid --fs-home-bytes %q: above %d bytes (12MiB), what one commit carries", s, fslayout.HomeBytesLimit)
+	}
+	return n, nil
 }
 
 func parseLevel(s string) (slog.Level, error) {
@@ -116,6 +136,10 @@ func runServer(ctx context.Context, e *env, f serverFlags) error {
 	}
 	if f.reweight < 0 || (f.reweight > 0 && f.reweight < reweightIntervalMin) || f.reweight > reweightIntervalMax {
 		return fmt.Errorf("invalid --reweight-interval %s: must be 0 (off) or in [%s, %s]", f.reweight, reweightIntervalMin, reweightIntervalMax)
+	}
+	homeBytes, err := parseHomeBytes(f.fsHomeBytes)
+	if err != nil {
+		return err
 	}
 	perWeight, err := parseCapacity("--capacity-per-weight", f.perWeight)
 	if err != nil {
@@ -210,7 +234,7 @@ func runServer(ctx context.Context, e *env, f serverFlags) error {
 	grpcServer := svc.Register(metrics)
 	metrics.RegisterSpace(svc)
 	// Stopped before the node and the engine close (defers run in reverse).
-	defer svc.StartDirCompaction()()
+	defer svc.StartDirCompaction(homeBytes)()
 	service.Store(svc)
 	if f.metricsListen != "" {
 		mlis, err := net.Listen("tcp", f.metricsListen)

@@ -122,6 +122,9 @@ type dirRef struct{ ks, key string }
 type dirJob struct {
 	dirRef
 	round int // checks of this log so far that lost every try
+	// home: the job brings the staple at key's data home (fshome.go)
+	// rather than checking a directory log.
+	home bool
 }
 
 // dirCompactor is a node's queue and worker of directory-log checks.
@@ -134,6 +137,11 @@ type dirCompactor struct {
 	seen map[dirRef]uint64 // size at the last check or notice
 
 	counts [5]atomic.Uint64 // by index in dirOutcomes
+	// homeBytesMax is the largest data a homing moves (0: none);
+	// homeCounts counts homings by index in dirOutcomes (homed for
+	// compacted).
+	homeBytesMax uint64
+	homeCounts   [5]atomic.Uint64
 
 	// afterRead, if set before the worker starts, runs between a check's
 	// read and its commit (tests race appends against it).
@@ -150,24 +158,39 @@ func (d *dirCompactor) count(outcome string) {
 	d.counts[slices.Index(dirOutcomes, outcome)].Add(1)
 }
 
+// countJob counts a check of j's kind.
+func (d *dirCompactor) countJob(j dirJob, outcome string) {
+	if j.home {
+		d.homeCounts[slices.Index(dirOutcomes, outcome)].Add(1)
+		return
+	}
+	d.count(outcome)
+}
+
 // Count returns how many checks had outcome.
 func (d *dirCompactor) Count(outcome string) uint64 {
 	return d.counts[slices.Index(dirOutcomes, outcome)].Load()
 }
 
-func (d *dirCompactor) Describe(ch chan<- *prometheus.Desc) { ch <- dirCompactionsDesc }
+func (d *dirCompactor) Describe(ch chan<- *prometheus.Desc) {
+	ch <- dirCompactionsDesc
+	ch <- stapleHomingsDesc
+}
 
 func (d *dirCompactor) Collect(ch chan<- prometheus.Metric) {
-	for _, o := range dirOutcomes {
+	for i, o := range dirOutcomes {
 		ch <- prometheus.MustNewConstMetric(dirCompactionsDesc, prometheus.CounterValue, float64(d.Count(o)), o)
+		ch <- prometheus.MustNewConstMetric(stapleHomingsDesc, prometheus.CounterValue, float64(d.homeCounts[i].Load()), homeOutcome(o))
 	}
 }
 
 // StartDirCompaction starts s's background compaction of TýrFS directory
-// logs and returns the function that stops it, waiting for a check in
-// flight to end (its commit is cancelled).
-func (s *Service) StartDirCompaction() (stop func()) {
+// logs, and the homing of staples' data of up to homeBytesMax bytes (0:
+// none; see fshome.go), and returns the function that stops them, waiting
+// for a check in flight to end (its commit is cancelled).
+func (s *Service) StartDirCompaction(homeBytesMax uint64) (stop func()) {
 	d := s.dirs
+	d.homeBytesMax = min(homeBytesMax, fslayout.HomeBytesLimit)
 	ctx, cancel := context.WithCancel(context.Background())
 	d.done = make(chan struct{})
 	d.running.Store(true)
@@ -189,6 +212,9 @@ func (d *dirCompactor) noticeCommit(ks string, ops []txn.Op, results []txn.Resul
 	for i, op := range ops[:min(len(ops), len(results))] {
 		if op.Kind == txn.OpAppend && strings.HasSuffix(op.Key, "/") && removesEntry(op.Data) {
 			d.notice(dirRef{ks, op.Key}, results[i].Size)
+		}
+		if p, ok := fslayout.StapleOf(op.Key); ok && op.Kind == txn.OpWrite && d.homeBytesMax > 0 {
+			d.enqueue(dirJob{dirRef: dirRef{ks, p}, home: true})
 		}
 	}
 }
@@ -230,10 +256,7 @@ func (d *dirCompactor) notice(r dirRef, size uint64) {
 	if ok && size < last+last/dirCompactGrowthDiv {
 		return
 	}
-	select {
-	case d.queue <- dirJob{dirRef: r}:
-	default:
-		d.count(dirDropped)
+	if !d.enqueue(dirJob{dirRef: r}) {
 		return
 	}
 	if !ok && len(d.seen) >= dirCompactSeenMax {
@@ -243,6 +266,17 @@ func (d *dirCompactor) notice(r dirRef, size uint64) {
 		}
 	}
 	d.seen[r] = size
+}
+
+// enqueue queues j, or counts it dropped if the queue is full.
+func (d *dirCompactor) enqueue(j dirJob) bool {
+	select {
+	case d.queue <- j:
+		return true
+	default:
+		d.countJob(j, dirDropped)
+		return false
+	}
 }
 
 // logBytes is about the header and log bytes of a directory blob of size
@@ -301,12 +335,16 @@ func (d *dirCompactor) check(ctx context.Context, j dirJob) int {
 	var err error
 	n := 0
 	for try, backoff := 0, dirCompactTryBackoff; ; try, backoff = try+1, 2*backoff {
-		c, err = d.s.compactDir(cctx, j.dirRef, d.afterRead)
+		if j.home {
+			c, err = d.s.homeStaple(cctx, j.dirRef, d.homeBytesMax)
+		} else {
+			c, err = d.s.compactDir(cctx, j.dirRef, d.afterRead)
+		}
 		n += c.bytes
 		if ctx.Err() != nil && err != nil {
 			return n // stopping: not counted
 		}
-		d.count(c.outcome)
+		d.countJob(j, c.outcome)
 		if c.outcome != dirConflict || try+1 == dirCompactTriesMax {
 			break
 		}
@@ -314,6 +352,21 @@ func (d *dirCompactor) check(ctx context.Context, j dirJob) int {
 		case <-cctx.Done():
 		case <-time.After(backoff):
 		}
+	}
+	switch {
+	case j.home && c.outcome == dirConflict && j.round+1 < dirCompactRoundsMax:
+		next := dirJob{dirRef: j.dirRef, round: j.round + 1, home: true}
+		time.AfterFunc(dirCompactRetryDelay<<j.round, func() {
+			if d.running.Load() {
+				d.enqueue(next)
+			}
+		})
+		return n
+	case j.home:
+		if c.outcome == dirFailed {
+			d.s.log.Debug("staple homing failed", "keyspace", j.ks, "path", j.key, "err", err)
+		}
+		return n
 	}
 	switch c.outcome {
 	case dirCompacted, dirSkipped:
@@ -326,13 +379,8 @@ func (d *dirCompactor) check(ctx context.Context, j dirJob) int {
 		if j.round+1 < dirCompactRoundsMax {
 			next := dirJob{dirRef: j.dirRef, round: j.round + 1}
 			time.AfterFunc(dirCompactRetryDelay<<j.round, func() {
-				if !d.running.Load() {
-					return
-				}
-				select {
-				case d.queue <- next:
-				default:
-					d.count(dirDropped)
+				if d.running.Load() {
+					d.enqueue(next)
 				}
 			})
 		} else {
@@ -357,7 +405,7 @@ type dirCheck struct {
 // in a commit conditional on the version it read. afterRead, if not nil,
 // runs between the read and the commit.
 func (s *Service) compactDir(ctx context.Context, r dirRef, afterRead func(dirRef)) (dirCheck, error) {
-	b, version, err := s.readWhole(ctx, r)
+	b, version, err := s.readWhole(ctx, r, dirCompactReadBytesMax)
 	c := dirCheck{outcome: dirSkipped, size: uint64(len(b)), read: len(b), bytes: len(b)}
 	switch {
 	case errors.Is(err, errs.ErrNotFound), errors.Is(err, errs.ErrTooLarge):
@@ -406,25 +454,10 @@ func (s *Service) compactDir(ctx context.Context, r dirRef, afterRead func(dirRe
 		req.Ops = append(req.Ops, &tyrpb.Op{Key: []byte(r.key),
 			Kind: &tyrpb.Op_Write{Write: &tyrpb.WriteOp{Offset: start + uint64(off), Data: part}}})
 	}
-	ops, err := DecodeCommit(req)
-	if err != nil {
-		c.outcome = dirFailed
-		return c, err
-	}
-	ks, err := s.engine.Acquire(r.ks)
-	if err != nil {
-		c.outcome = dirFailed
-		return c, err
-	}
-	defer ks.Release()
 	c.bytes += len(compacted)
-	results, err := s.commit(ctx, ks, ops, nil)
-	switch {
-	case errors.Is(err, errs.ErrConflict):
-		c.outcome = dirConflict
-		return c, err
-	case err != nil:
-		c.outcome = dirFailed
+	results, err := s.commitChecked(ctx, req)
+	if err != nil {
+		c.outcome = outcomeOf(err)
 		return c, err
 	}
 	c.outcome, c.size = dirCompacted, start+uint64(len(compacted))
@@ -435,11 +468,35 @@ func (s *Service) compactDir(ctx context.Context, r dirRef, afterRead func(dirRe
 	return c, nil
 }
 
+// commitChecked commits req, a commit with read checks, through the path a
+// client's commit takes.
+func (s *Service) commitChecked(ctx context.Context, req *tyrpb.CommitRequest) ([]txn.Result, error) {
+	ops, err := DecodeCommit(req)
+	if err != nil {
+		return nil, err
+	}
+	ks, err := s.engine.Acquire(string(req.GetKeyspace()))
+	if err != nil {
+		return nil, err
+	}
+	defer ks.Release()
+	return s.commit(ctx, ks, ops, nil)
+}
+
+// outcomeOf is the outcome of a check whose commit failed with err: a
+// conflict (an append or write came first), or a failure.
+func outcomeOf(err error) string {
+	if errors.Is(err, errs.ErrConflict) {
+		return dirConflict
+	}
+	return dirFailed
+}
+
 // readWhole reads the whole blob r as a client's read would, through
 // Service.Read: a consistent first part (so the size and version are the
 // blob's latest), then the rest at that version. ErrTooLarge for a blob
-// above dirCompactReadBytesMax.
-func (s *Service) readWhole(ctx context.Context, r dirRef) ([]byte, uint64, error) {
+// above bytesMax.
+func (s *Service) readWhole(ctx context.Context, r dirRef, bytesMax uint64) ([]byte, uint64, error) {
 	read := func(off, n, version uint64) (*tyrpb.ReadResponse, error) {
 		resp, err := s.Read(ctx, &tyrpb.ReadRequest{Keyspace: []byte(r.ks), Key: []byte(r.key), Offset: off,
 			Length: n, Version: version, Consistent: version == 0})
@@ -458,8 +515,8 @@ func (s *Service) readWhole(ctx context.Context, r dirRef) ([]byte, uint64, erro
 		return nil, 0, err
 	}
 	size, version := first.GetSize(), first.GetVersion()
-	if size > dirCompactReadBytesMax {
-		return nil, 0, fmt.Errorf("%w: directory blob %q of %d bytes", errs.ErrTooLarge, r.key, size)
+	if size > bytesMax {
+		return nil, 0, fmt.Errorf("%w: blob %q of %d bytes", errs.ErrTooLarge, r.key, size)
 	}
 	b := make([]byte, 0, size)
 	b = append(b, first.GetData()...)
@@ -469,7 +526,7 @@ func (s *Service) readWhole(ctx context.Context, r dirRef) ([]byte, uint64, erro
 			return nil, 0, err
 		}
 		if len(resp.GetData()) == 0 {
-			return nil, 0, fmt.Errorf("%w: directory blob %q: no bytes at %d of %d", errs.ErrConflict, r.key, len(b), size)
+			return nil, 0, fmt.Errorf("%w: blob %q: no bytes at %d of %d", errs.ErrConflict, r.key, len(b), size)
 		}
 		b = append(b, resp.GetData()...)
 	}

@@ -138,7 +138,7 @@ func TestDirCompaction(t *testing.T) {
 
 func dirCompaction(t *testing.T, v byte) {
 	s := newFSService(t)
-	defer s.StartDirCompaction()()
+	defer s.StartDirCompaction(0)()
 	mkdirBlobIn(t, s, "/d/", v)
 	header := readBlob(t, s, "/d/")[:fslayout.HeaderBytes]
 	start := int(fslayout.LogStart(header))
@@ -198,7 +198,7 @@ func TestDirCompaction_racingAppends(t *testing.T) {
 			commitOps(t, s, appendOp(r.key, record(fslayout.RecordAdd, fmt.Sprintf("raced%d", raced))))
 		}
 	}
-	defer s.StartDirCompaction()()
+	defer s.StartDirCompaction(0)()
 	mkdirBlob(t, s, "/d/")
 	kept := churn(t, s, "/d/", "", 2*fslayout.CompactRecordsMin)
 	close(churned)

@@ -93,8 +93,10 @@ func (s *Service) FsFetch(ctx context.Context, req *tyrpb.FsFetchRequest) (*tyrp
 	if isNotFound(err) || dataBlob {
 		// A directory, or nothing.
 		if _, errno, err := s.dirPerm(ctx, ks, fslayout.DirKey(p)); err != nil || errno != 0 {
-			if dataBlob && errno == syscall.ENOTDIR {
-				errno = syscall.ENOENT // the file dirPerm found is the data blob
+			if errno == syscall.ENOTDIR {
+				// dirPerm found a file at p after all: the data blob,
+				// or a file renamed there since the read.
+				errno = syscall.ENOENT
 			}
 			return errnoResponse(errno), err
 		}
