@@ -526,52 +526,84 @@ func (f *FS) ReadAt(ctx context.Context, p string, off, n uint64) ([]byte, error
 func (f *FS) readAt(ctx context.Context, p string, off, n uint64) ([]byte, error) {
 	key := fslayout.FileKey(p)
 	if n > client.PayloadBytesMax-HeaderBytes {
-		a, err := f.stat(ctx, key)
+		return f.readLarge(ctx, p, off, n)
+	}
+	if off == 0 {
+		b, info, err := f.c.ReadPart(ctx, f.ks, key, 0, HeaderBytes+n)
 		if err != nil {
 			return nil, err
 		}
-		if a.Size == 0 {
-			return nil, nil
-		}
-		b, err := f.c.Read(ctx, f.ks, key, HeaderBytes+off, n)
-		if err == nil && uint64(len(b)) < n {
-			// Short: maybe stapled since; a staple reads via its pointer.
-			if h, _, err := f.c.ReadPart(ctx, f.ks, key, 0, HeaderBytes); err == nil && flagsOf(h) != 0 {
+		if stapled, err := f.plainOrStaple(p, b, info); err != nil || stapled {
+			if err == nil {
 				return f.readStapled(ctx, p, off, n)
 			}
+			return nil, err
 		}
+		return b[HeaderBytes:], nil
+	}
+	b, info, err := f.c.ReadPart(ctx, f.ks, key, HeaderBytes+off, n)
+	if err != nil || info.Size != HeaderBytes {
 		return b, err
 	}
-	var b []byte
-	var info client.BlobInfo
-	var err error
-	if off == 0 {
-		b, info, err = f.c.ReadPart(ctx, f.ks, key, 0, HeaderBytes+n)
-	} else {
-		b, info, err = f.c.ReadPart(ctx, f.ks, key, HeaderBytes+off, n)
-		if err == nil && info.Size == HeaderBytes {
-			b, info, err = f.c.ReadPart(ctx, f.ks, key, 0, HeaderBytes)
-		}
-	}
+	// A header alone: an empty file, or a staple.
+	h, hinfo, err := f.c.ReadPart(ctx, f.ks, key, 0, HeaderBytes)
 	if err != nil {
 		return nil, err
 	}
-	if off != 0 && info.Size != HeaderBytes {
-		return b, nil
-	}
-	if _, err := fslayout.DecodeHeader(key, b, info.Size); err != nil {
+	if stapled, err := f.plainOrStaple(p, h, hinfo); err != nil || stapled {
+		if err == nil {
+			return f.readStapled(ctx, p, off, n)
+		}
 		return nil, err
+	}
+	if hinfo.Version != info.Version {
+		return nil, errRaced // no longer empty, maybe
+	}
+	return nil, nil
+}
+
+// readLarge is readAt of more than one request's bytes: the header first,
+// then the data, in parts, at one version; a read that comes out short is
+// checked against the header's version, since a plain file turned staple
+// meanwhile reads short.
+func (f *FS) readLarge(ctx context.Context, p string, off, n uint64) ([]byte, error) {
+	key := fslayout.FileKey(p)
+	h, info, err := f.c.ReadPart(ctx, f.ks, key, 0, HeaderBytes)
+	if err != nil {
+		return nil, err
+	}
+	if stapled, err := f.plainOrStaple(p, h, info); err != nil || stapled {
+		if err == nil {
+			return f.readStapled(ctx, p, off, n)
+		}
+		return nil, err
+	}
+	b, err := f.c.Read(ctx, f.ks, key, HeaderBytes+off, n)
+	if err != nil || uint64(len(b)) == n {
+		return b, err
+	}
+	if _, again, err := f.c.ReadPart(ctx, f.ks, key, 0, 0); err != nil {
+		return nil, err
+	} else if again.Version != info.Version {
+		return nil, errRaced
+	}
+	return b, nil
+}
+
+// plainOrStaple checks b, the start of the blob of the file at p (info its
+// size and version), and tells a staple from a plain file; ENOENT for a
+// data blob.
+func (f *FS) plainOrStaple(p string, b []byte, info client.BlobInfo) (bool, error) {
+	if _, err := fslayout.DecodeHeader(fslayout.FileKey(p), b, info.Size); err != nil {
+		return false, err
 	}
 	switch fl := flagsOf(b); {
 	case fl&fslayout.FlagMovedOut != 0:
-		return nil, errnof(syscall.ENOENT, "%s", p)
+		return false, errnof(syscall.ENOENT, "%s", p)
 	case fl&fslayout.FlagStapled != 0:
-		return f.readStapled(ctx, p, off, n)
+		return true, nil
 	}
-	if off != 0 {
-		return nil, nil // an empty file
-	}
-	return b[HeaderBytes:], nil
+	return false, nil
 }
 
 // readStapled reads the staple at p's data through its pointer.

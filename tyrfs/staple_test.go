@@ -157,7 +157,8 @@ func stapleCluster(t *testing.T, upArgs ...string) (context.Context, *client.Cli
 // rename brings the staple's data home in the background: the file is a
 // plain file again, with the attributes it took while stapled and its
 // bytes, and pointer, data blob and back name are gone. A file above
-// --fs-home-bytes, queued first, stays stapled.
+// --fs-home-bytes, queued first, stays stapled, until it is shrunk and
+// fetched.
 func TestStapleHome(t *testing.T) {
 	ctx, c, f, _ := stapleCluster(t)
 	o := Owner{Mode: 0o755}
@@ -196,6 +197,18 @@ func TestStapleHome(t *testing.T) {
 		t.Fatalf("/b/large points to %q", d)
 	}
 	sameFile(t, ctx, f, "/b/large", large)
+	checkTree(t, ctx, c, f)
+	// Shrunk through the staple, no commit queues it again; a fetch
+	// of a staple does.
+	if err := f.Truncate(ctx, "/b/large", 3<<20); err != nil {
+		t.Fatal(err)
+	}
+	sameFile(t, ctx, f, "/b/large", large[:3<<20])
+	testserver.Eventually(t, time.Minute, "the fetched staple's data home", func() (bool, string) {
+		h := must[[]byte](t)(c.Read(ctx, "tfs", "/b/large", 0, HeaderBytes))
+		return fslayout.Flags(h) == 0, fmt.Sprintf("flags %#x", fslayout.Flags(h))
+	})
+	sameFile(t, ctx, f, "/b/large", large[:3<<20])
 	checkTree(t, ctx, c, f)
 }
 
@@ -435,25 +448,34 @@ func TestStapleConcurrent(t *testing.T) {
 			}
 		}
 	}()
-	go func() { // the reader
+	go func() { // the reader: whole files, and halves read at offsets
 		defer wg.Done()
-		for {
+		for i := 0; ; i++ {
 			select {
 			case <-stop:
 				return
 			default:
 			}
 			for _, p := range []string{"/d/x", "/d/y"} {
-				_, b, err := f.Fetch(ctx, p)
+				var b []byte
+				var err error
+				want := size
+				switch i % 3 {
+				case 0:
+					_, b, err = f.Fetch(ctx, p)
+				default:
+					want = size / 2
+					b, err = f.ReadAt(ctx, p, uint64(i%3-1)*size/2, size/2)
+				}
 				if e := Errno(err); err != nil && e != syscall.ENOENT && e != syscall.EAGAIN {
-					fail(fmt.Errorf("fetch of %s: %w", p, err))
+					fail(fmt.Errorf("read %d of %s: %w", i, p, err))
 					return
 				}
 				if err != nil {
 					continue
 				}
-				if len(b) != size || !bytes.Equal(b, version(int(b[0]))) {
-					fail(fmt.Errorf("fetch of %s: %d bytes, not one version whole", p, len(b)))
+				if len(b) != want || !bytes.Equal(b, version(int(b[0]))[:want]) {
+					fail(fmt.Errorf("read %d of %s: %d bytes, want %d of one version", i, p, len(b), want))
 					return
 				}
 				reads++
@@ -487,5 +509,10 @@ func TestStapleConcurrent(t *testing.T) {
 	if renames < 40 || writes == 0 || reads == 0 {
 		t.Fatalf("%d writes and %d reads during %d renames: no progress", writes, reads, renames)
 	}
+	// The last staple comes home; then the tree holds still.
+	testserver.Eventually(t, time.Minute, "the last staple's data home", func() (bool, string) {
+		h := must[[]byte](t)(c.Read(ctx, "tfs", "/d/x", 0, HeaderBytes))
+		return fslayout.Flags(h) == 0, fmt.Sprintf("flags %#x", fslayout.Flags(h))
+	})
 	checkTree(t, ctx, c, f)
 }

@@ -63,6 +63,15 @@ func TestCluster(t *testing.T) {
 		stapleAll(t)
 		newKeyspace(t, clients[0], "model-staples", 1, true)
 		runModel(t, modelSeeds[1], modelOps, mount(t, clients[0], "model-staples"), t.TempDir())
+		// The servers bring every staple home (the model's files are
+		// small); then the blobs hold still, and invariant 5 holds.
+		testserver.Eventually(t, time.Minute, "every staple home", func() (bool, string) {
+			pointers, _, err := clients[0].List(t.Context(), "model-staples", "~", "", client.ListLimitMax)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return len(pointers) == 0, fmt.Sprintf("%d staples", len(pointers))
+		})
 		checkStaples(t, clients[0], "model-staples")
 	})
 	t.Run("two-mounts", func(t *testing.T) {

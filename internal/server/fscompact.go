@@ -135,6 +135,9 @@ type dirCompactor struct {
 
 	mu   sync.Mutex
 	seen map[dirRef]uint64 // size at the last check or notice
+	// homing holds the staples queued for homing, so that one is queued
+	// once however often it is noticed.
+	homing map[dirRef]bool
 
 	counts [5]atomic.Uint64 // by index in dirOutcomes
 	// homeBytesMax is the largest data a homing moves (0: none);
@@ -151,7 +154,7 @@ type dirCompactor struct {
 }
 
 func newDirCompactor(s *Service) *dirCompactor {
-	return &dirCompactor{s: s, queue: make(chan dirJob, dirCompactQueueLen), seen: map[dirRef]uint64{}}
+	return &dirCompactor{s: s, queue: make(chan dirJob, dirCompactQueueLen), seen: map[dirRef]uint64{}, homing: map[dirRef]bool{}}
 }
 
 func (d *dirCompactor) count(outcome string) {
@@ -213,8 +216,8 @@ func (d *dirCompactor) noticeCommit(ks string, ops []txn.Op, results []txn.Resul
 		if op.Kind == txn.OpAppend && strings.HasSuffix(op.Key, "/") && removesEntry(op.Data) {
 			d.notice(dirRef{ks, op.Key}, results[i].Size)
 		}
-		if p, ok := fslayout.StapleOf(op.Key); ok && op.Kind == txn.OpWrite && d.homeBytesMax > 0 {
-			d.enqueue(dirJob{dirRef: dirRef{ks, p}, home: true})
+		if p, ok := fslayout.StapleOf(op.Key); ok && op.Kind == txn.OpWrite {
+			d.queueHome(ks, p)
 		}
 	}
 }
@@ -266,6 +269,23 @@ func (d *dirCompactor) notice(r dirRef, size uint64) {
 		}
 	}
 	d.seen[r] = size
+}
+
+// queueHome queues the homing of the staple at path p of keyspace ks,
+// unless one is queued already or homing is off.
+func (d *dirCompactor) queueHome(ks, p string) {
+	if !d.running.Load() || d.homeBytesMax == 0 {
+		return
+	}
+	r := dirRef{ks, p}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.homing[r] || len(d.homing) >= dirCompactQueueLen {
+		return
+	}
+	if d.enqueue(dirJob{dirRef: r, home: true}) {
+		d.homing[r] = true
+	}
 }
 
 // enqueue queues j, or counts it dropped if the queue is full.
@@ -334,6 +354,11 @@ func (d *dirCompactor) check(ctx context.Context, j dirJob) int {
 	var c dirCheck
 	var err error
 	n := 0
+	if j.home {
+		d.mu.Lock()
+		delete(d.homing, j.dirRef) // noticed again from here on
+		d.mu.Unlock()
+	}
 	for try, backoff := 0, dirCompactTryBackoff; ; try, backoff = try+1, 2*backoff {
 		if j.home {
 			c, err = d.s.homeStaple(cctx, j.dirRef, d.homeBytesMax)
@@ -498,17 +523,7 @@ func outcomeOf(err error) string {
 // above bytesMax.
 func (s *Service) readWhole(ctx context.Context, r dirRef, bytesMax uint64) ([]byte, uint64, error) {
 	read := func(off, n, version uint64) (*tyrpb.ReadResponse, error) {
-		resp, err := s.Read(ctx, &tyrpb.ReadRequest{Keyspace: []byte(r.ks), Key: []byte(r.key), Offset: off,
-			Length: n, Version: version, Consistent: version == 0})
-		if err != nil {
-			if st, ok := status.FromError(err); ok {
-				if class := errs.Class(st.Code()); class != nil {
-					return nil, fmt.Errorf("%w: %s", class, st.Message())
-				}
-			}
-			return nil, err
-		}
-		return resp, nil
+		return s.readPart(ctx, r, off, n, version)
 	}
 	first, err := read(0, limits.PayloadBytesMax, 0)
 	if err != nil {
@@ -531,4 +546,21 @@ func (s *Service) readWhole(ctx context.Context, r dirRef, bytesMax uint64) ([]b
 		b = append(b, resp.GetData()...)
 	}
 	return b, version, nil
+}
+
+// readPart reads n bytes of blob r from off at version (0: the latest,
+// consistent) as a client's read would, through Service.Read, with the
+// error's class.
+func (s *Service) readPart(ctx context.Context, r dirRef, off, n, version uint64) (*tyrpb.ReadResponse, error) {
+	resp, err := s.Read(ctx, &tyrpb.ReadRequest{Keyspace: []byte(r.ks), Key: []byte(r.key), Offset: off,
+		Length: n, Version: version, Consistent: version == 0})
+	if err != nil {
+		if st, ok := status.FromError(err); ok {
+			if class := errs.Class(st.Code()); class != nil {
+				return nil, fmt.Errorf("%w: %s", class, st.Message())
+			}
+		}
+		return nil, err
+	}
+	return resp, nil
 }

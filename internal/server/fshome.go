@@ -69,6 +69,11 @@ func (s *Service) homeStaple(ctx context.Context, r dirRef, bytesMax uint64) (di
 		return c, skipMissing(&c, err)
 	}
 	dataKey := string(ptr)
+	// The data blob's size first: a staple too large to bring home,
+	// noticed at every fetch, costs a small read each time.
+	if resp, err := s.readPart(ctx, dirRef{r.ks, dataKey}, 0, 0, 0); err != nil || resp.GetSize() > fslayout.HeaderBytes+bytesMax {
+		return c, skipMissing(&c, err)
+	}
 	data, dv, err := read(dataKey, fslayout.HeaderBytes+bytesMax)
 	if err != nil {
 		return c, skipMissing(&c, err)

@@ -114,6 +114,11 @@ func (s *Service) FsFetch(ctx context.Context, req *tyrpb.FsFetchRequest) (*tyrp
 	if a.Kind != fslayout.KindSymlink && !fsmeta.Allowed(fsmeta.PermOf(a), cred, fsmeta.MayRead) {
 		return errnoResponse(syscall.EACCES), nil
 	}
+	if fslayout.Flags(resp.GetData()) == fslayout.FlagStapled {
+		// A staple still read through its pointer: its homing may have
+		// been forgotten (a node stopped), so this node queues one.
+		s.dirs.queueHome(ks.Name, p)
+	}
 	return &tyrpb.FsFetchResponse{Data: resp.GetData(), Size: resp.GetSize(), Version: resp.GetVersion()}, nil
 }
 
