@@ -105,18 +105,19 @@ func TestCompactionRacingCreates(t *testing.T) {
 	racingCreates(t, ctx, c, f, "/r")
 }
 
-// TestCompactionCluster runs compacts and racingCreates on 3 nodes at
-// replication 1, on directories whose blobs node1, the client's endpoint,
-// does not hold, and checks node1 counted the compactions.
-func TestCompactionCluster(t *testing.T) {
-	lc := testserver.UpCluster(t, 3, "--metrics")
+// newClusterFS starts 3 nodes (tyr cluster up with upArgs) and returns a
+// file system in keyspace "tfs", at replication 1, through node1, once
+// every node knows the keyspace.
+func newClusterFS(t *testing.T, upArgs ...string) (context.Context, *client.Client, *FS, *testserver.LocalCluster) {
+	t.Helper()
+	lc := testserver.UpCluster(t, 3, upArgs...)
 	c, err := client.Dial(lc.Endpoints[0])
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
+	t.Cleanup(cancel)
 	cfg := client.DefaultKeyspaceConfig()
 	cfg.Replication = 1
 	if _, err := c.CreateKeyspace(ctx, "tfs", cfg); err != nil {
@@ -138,6 +139,14 @@ func TestCompactionCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ctx, c, f, lc
+}
+
+// TestCompactionCluster runs compacts and racingCreates on 3 nodes at
+// replication 1, on directories whose blobs node1, the client's endpoint,
+// does not hold, and checks node1 counted the compactions.
+func TestCompactionCluster(t *testing.T) {
+	ctx, c, f, lc := newClusterFS(t, "--metrics")
 	place := lc.Placer()
 	elsewhere := func(prefix string) string {
 		for i := range 100 {

@@ -533,11 +533,8 @@ func (f *FS) readAt(ctx context.Context, p string, off, n uint64) ([]byte, error
 		if err != nil {
 			return nil, err
 		}
-		if stapled, err := f.plainOrStaple(p, b, info); err != nil || stapled {
-			if err == nil {
-				return f.readStapled(ctx, p, off, n)
-			}
-			return nil, err
+		if r, done, err := f.followStaple(ctx, p, b, info, off, n); done {
+			return r, err
 		}
 		return b[HeaderBytes:], nil
 	}
@@ -550,11 +547,8 @@ func (f *FS) readAt(ctx context.Context, p string, off, n uint64) ([]byte, error
 	if err != nil {
 		return nil, err
 	}
-	if stapled, err := f.plainOrStaple(p, h, hinfo); err != nil || stapled {
-		if err == nil {
-			return f.readStapled(ctx, p, off, n)
-		}
-		return nil, err
+	if r, done, err := f.followStaple(ctx, p, h, hinfo, off, n); done {
+		return r, err
 	}
 	if hinfo.Version != info.Version {
 		return nil, errRaced // no longer empty, maybe
@@ -572,11 +566,8 @@ func (f *FS) readLarge(ctx context.Context, p string, off, n uint64) ([]byte, er
 	if err != nil {
 		return nil, err
 	}
-	if stapled, err := f.plainOrStaple(p, h, info); err != nil || stapled {
-		if err == nil {
-			return f.readStapled(ctx, p, off, n)
-		}
-		return nil, err
+	if r, done, err := f.followStaple(ctx, p, h, info, off, n); done {
+		return r, err
 	}
 	b, err := f.c.Read(ctx, f.ks, key, HeaderBytes+off, n)
 	if err != nil || uint64(len(b)) == n {
@@ -590,20 +581,22 @@ func (f *FS) readLarge(ctx context.Context, p string, off, n uint64) ([]byte, er
 	return b, nil
 }
 
-// plainOrStaple checks b, the start of the blob of the file at p (info its
-// size and version), and tells a staple from a plain file; ENOENT for a
-// data blob.
-func (f *FS) plainOrStaple(p string, b []byte, info client.BlobInfo) (bool, error) {
+// followStaple checks b, the start of the blob of the file at p (info its
+// size and version): for a plain file it is not done; for a staple it
+// reads n bytes from off through the pointer; for a data blob it answers
+// ENOENT.
+func (f *FS) followStaple(ctx context.Context, p string, b []byte, info client.BlobInfo, off, n uint64) ([]byte, bool, error) {
 	if _, err := fslayout.DecodeHeader(fslayout.FileKey(p), b, info.Size); err != nil {
-		return false, err
+		return nil, true, err
 	}
 	switch fl := flagsOf(b); {
 	case fl&fslayout.FlagMovedOut != 0:
-		return false, errnof(syscall.ENOENT, "%s", p)
+		return nil, true, errnof(syscall.ENOENT, "%s", p)
 	case fl&fslayout.FlagStapled != 0:
-		return true, nil
+		r, err := f.readStapled(ctx, p, off, n)
+		return r, true, err
 	}
-	return false, nil
+	return nil, false, nil
 }
 
 // readStapled reads the staple at p's data through its pointer.

@@ -86,6 +86,23 @@ func stapleOf(t *testing.T, ctx context.Context, c *client.Client, p string) str
 	return string(must[[]byte](t)(c.Read(ctx, "tfs", fslayout.PointerKey(p), 0, 1024)))
 }
 
+// mustRename renames from to to, or fails the test.
+func mustRename(t *testing.T, ctx context.Context, f *FS, from, to string) {
+	t.Helper()
+	if err := f.Rename(ctx, from, to, 0); err != nil {
+		t.Fatalf("rename %s %s: %v", from, to, err)
+	}
+}
+
+// waitHome waits until the server brought the staple at p home.
+func waitHome(t *testing.T, ctx context.Context, c *client.Client, p string) {
+	t.Helper()
+	testserver.Eventually(t, time.Minute, p+"'s data home", func() (bool, string) {
+		h := must[[]byte](t)(c.Read(ctx, "tfs", p, 0, HeaderBytes))
+		return fslayout.Flags(h) == 0, fmt.Sprintf("flags %#x", fslayout.Flags(h))
+	})
+}
+
 // plain checks p is a plain file's blob.
 func plain(t *testing.T, ctx context.Context, c *client.Client, p string) {
 	t.Helper()
@@ -108,37 +125,10 @@ func TestStapleCluster(t *testing.T) {
 	staples(t, ctx, c, f)
 }
 
-// stapleCluster starts 3 nodes, with upArgs, and a file system at
-// replication 1 through node1.
+// stapleCluster is newClusterFS where the first staple's blobs are not
+// all on one node.
 func stapleCluster(t *testing.T, upArgs ...string) (context.Context, *client.Client, *FS, *testserver.LocalCluster) {
-	lc := testserver.UpCluster(t, 3, upArgs...)
-	c, err := client.Dial(lc.Endpoints[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	t.Cleanup(cancel)
-	cfg := client.DefaultKeyspaceConfig()
-	cfg.Replication = 1
-	if _, err := c.CreateKeyspace(ctx, "tfs", cfg); err != nil {
-		t.Fatal(err)
-	}
-	for k := 2; k <= 3; k++ {
-		o, err := client.Dial(lc.Endpoints[k-1])
-		if err != nil {
-			t.Fatal(err)
-		}
-		testserver.Eventually(t, testserver.CatalogSpreadMax, fmt.Sprintf("keyspace on node%d", k), func() (bool, string) {
-			_, err := o.Keyspace(ctx, "tfs")
-			return err == nil, fmt.Sprint(err)
-		})
-		_ = o.Close()
-	}
-	f, err := New(ctx, c, "tfs")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, c, f, lc := newClusterFS(t, upArgs...)
 	// The first staple, its pointer and its data blob are not all on
 	// one node.
 	place := lc.Placer()
@@ -170,18 +160,13 @@ func TestStapleHome(t *testing.T) {
 	small := pattern(6, 2<<20+3)
 	writeBig(t, ctx, f, "/a/big", small)
 	for _, name := range []string{"large", "big"} {
-		if err := f.Rename(ctx, "/a/"+name, "/b/"+name, 0); err != nil {
-			t.Fatal(err)
-		}
+		mustRename(t, ctx, f, "/a/"+name, "/b/"+name)
 	}
 	mode := uint32(0o604)
 	if _, err := f.Setattr(ctx, "/b/big", KindFile, SetAttr{Mode: &mode}); err != nil {
 		t.Fatal(err)
 	}
-	testserver.Eventually(t, time.Minute, "the staple's data home", func() (bool, string) {
-		h := must[[]byte](t)(c.Read(ctx, "tfs", "/b/big", 0, HeaderBytes))
-		return fslayout.Flags(h) == 0, fmt.Sprintf("flags %#x", fslayout.Flags(h))
-	})
+	waitHome(t, ctx, c, "/b/big")
 	plain(t, ctx, c, "/b/big")
 	sameFile(t, ctx, f, "/b/big", small)
 	if a := must[Attr](t)(f.Stat(ctx, "/b/big", KindFile)); a.Mode != mode || a.UID != 3 {
@@ -204,10 +189,7 @@ func TestStapleHome(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameFile(t, ctx, f, "/b/large", large[:3<<20])
-	testserver.Eventually(t, time.Minute, "the fetched staple's data home", func() (bool, string) {
-		h := must[[]byte](t)(c.Read(ctx, "tfs", "/b/large", 0, HeaderBytes))
-		return fslayout.Flags(h) == 0, fmt.Sprintf("flags %#x", fslayout.Flags(h))
-	})
+	waitHome(t, ctx, c, "/b/large")
 	sameFile(t, ctx, f, "/b/large", large[:3<<20])
 	checkTree(t, ctx, c, f)
 }
@@ -223,9 +205,7 @@ func staples(t *testing.T, ctx context.Context, c *client.Client, f *FS) {
 	big := pattern(1, MoveBytesMax+3<<20)
 	writeBig(t, ctx, f, "/a/big", big)
 	plain(t, ctx, c, "/a/big")
-	if err := f.Rename(ctx, "/a/big", "/b/big", 0); err != nil {
-		t.Fatal(err)
-	}
+	mustRename(t, ctx, f, "/a/big", "/b/big")
 	if d := stapleOf(t, ctx, c, "/b/big"); d != "/a/big" {
 		t.Fatalf("staple /b/big points to %q, want /a/big", d)
 	}
@@ -237,9 +217,7 @@ func staples(t *testing.T, ctx context.Context, c *client.Client, f *FS) {
 	}
 	// A directory renamed to the data blob's path is a directory there.
 	must[Attr](t)(f.Mkdir(ctx, "/dir", o))
-	if err := f.Rename(ctx, "/dir", "/a/big", 0); err != nil {
-		t.Fatal(err)
-	}
+	mustRename(t, ctx, f, "/dir", "/a/big")
 	_, _, err := f.Fetch(ctx, "/a/big")
 	wantErrno(t, err, syscall.EISDIR)
 	if a := must[Attr](t)(f.Lookup(ctx, "/a/big")); a.Kind != KindDir {
@@ -287,16 +265,12 @@ func staples(t *testing.T, ctx context.Context, c *client.Client, f *FS) {
 
 	// A staple renamed moves as a staple; a plain file renamed over it
 	// takes its data with it.
-	if err := f.Rename(ctx, "/b/big", "/c/big", 0); err != nil {
-		t.Fatal(err)
-	}
+	mustRename(t, ctx, f, "/b/big", "/c/big")
 	stapleOf(t, ctx, c, "/c/big")
 	checkTree(t, ctx, c, f)
 	sameFile(t, ctx, f, "/c/big", big)
 	gone(t, ctx, f, "/b/big")
-	if err := f.Rename(ctx, "/a/big", "/c/big", 0); err != nil {
-		t.Fatal(err)
-	}
+	mustRename(t, ctx, f, "/a/big", "/c/big")
 	plain(t, ctx, c, "/c/big")
 	checkTree(t, ctx, c, f)
 	sameFile(t, ctx, f, "/c/big", small)
@@ -304,29 +278,19 @@ func staples(t *testing.T, ctx context.Context, c *client.Client, f *FS) {
 	// A staple renamed back onto its data blob's path comes home.
 	two := pattern(3, 2<<20+5)
 	writeBig(t, ctx, f, "/a/two", two)
-	if err := f.Rename(ctx, "/a/two", "/b/two", 0); err != nil {
-		t.Fatal(err)
-	}
+	mustRename(t, ctx, f, "/a/two", "/b/two")
 	stapleOf(t, ctx, c, "/b/two")
-	if err := f.Rename(ctx, "/b/two", "/a/two", 0); err != nil {
-		t.Fatal(err)
-	}
+	mustRename(t, ctx, f, "/b/two", "/a/two")
 	plain(t, ctx, c, "/a/two")
 	checkTree(t, ctx, c, f)
 	sameFile(t, ctx, f, "/a/two", two)
 
 	// A staple unlinked takes its data with it; so does a staple renamed
 	// over another.
-	if err := f.Rename(ctx, "/a/two", "/b/two", 0); err != nil {
-		t.Fatal(err)
-	}
+	mustRename(t, ctx, f, "/a/two", "/b/two")
 	writeBig(t, ctx, f, "/a/three", pattern(4, 3<<20))
-	if err := f.Rename(ctx, "/a/three", "/b/three", 0); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Rename(ctx, "/b/three", "/b/two", 0); err != nil {
-		t.Fatal(err)
-	}
+	mustRename(t, ctx, f, "/a/three", "/b/three")
+	mustRename(t, ctx, f, "/b/three", "/b/two")
 	checkTree(t, ctx, c, f)
 	sameFile(t, ctx, f, "/b/two", pattern(4, 3<<20))
 	if err := f.Unlink(ctx, "/b/two"); err != nil {
@@ -340,23 +304,17 @@ func staples(t *testing.T, ctx context.Context, c *client.Client, f *FS) {
 	must[Attr](t)(f.Mkdir(ctx, "/e", o))
 	writeBig(t, ctx, f, "/e/big", two)
 	writeBig(t, ctx, f, "/e/small", small)
-	if err := f.Rename(ctx, "/e", "/f", 0); err != nil {
-		t.Fatal(err)
-	}
+	mustRename(t, ctx, f, "/e", "/f")
 	stapleOf(t, ctx, c, "/f/big")
 	plain(t, ctx, c, "/f/small")
 	checkTree(t, ctx, c, f)
 	sameFile(t, ctx, f, "/f/big", two)
 	must[Attr](t)(f.Mkdir(ctx, "/e", o)) // its old path, free again
-	if err := f.Rename(ctx, "/f", "/e", 0); err != nil {
-		t.Fatal(err)
-	}
+	mustRename(t, ctx, f, "/f", "/e")
 	plain(t, ctx, c, "/e/big")
 	checkTree(t, ctx, c, f)
 	sameFile(t, ctx, f, "/e/big", two)
-	if err := f.Rename(ctx, "/e/big", "/c/moved", 0); err != nil { // "/e/big" now holds its data
-		t.Fatal(err)
-	}
+	mustRename(t, ctx, f, "/e/big", "/c/moved") // "/e/big" now holds its data
 	must[Attr](t)(f.Mkdir(ctx, "/g", o))
 	writeBig(t, ctx, f, "/g/big", big)
 	if err := f.Rename(ctx, "/g", "/e", RenameNoReplace); Errno(err) != syscall.EEXIST {
@@ -365,17 +323,13 @@ func staples(t *testing.T, ctx context.Context, c *client.Client, f *FS) {
 	if err := f.Unlink(ctx, "/e/small"); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.Rename(ctx, "/g", "/e", 0); err != nil {
-		t.Fatal(err)
-	}
+	mustRename(t, ctx, f, "/g", "/e")
 	checkTree(t, ctx, c, f)
 	sameFile(t, ctx, f, "/e/big", big)
 	sameFile(t, ctx, f, "/c/moved", two)
 
 	// Mkdir at a data blob's path frees the name too.
-	if err := f.Rename(ctx, "/c/moved", "/c/again", 0); err != nil {
-		t.Fatal(err)
-	}
+	mustRename(t, ctx, f, "/c/moved", "/c/again")
 	must[Attr](t)(f.Mkdir(ctx, "/c/moved", o))
 	checkTree(t, ctx, c, f)
 	sameFile(t, ctx, f, "/c/again", two)
@@ -510,9 +464,6 @@ func TestStapleConcurrent(t *testing.T) {
 		t.Fatalf("%d writes and %d reads during %d renames: no progress", writes, reads, renames)
 	}
 	// The last staple comes home; then the tree holds still.
-	testserver.Eventually(t, time.Minute, "the last staple's data home", func() (bool, string) {
-		h := must[[]byte](t)(c.Read(ctx, "tfs", "/d/x", 0, HeaderBytes))
-		return fslayout.Flags(h) == 0, fmt.Sprintf("flags %#x", fslayout.Flags(h))
-	})
+	waitHome(t, ctx, c, "/d/x")
 	checkTree(t, ctx, c, f)
 }
