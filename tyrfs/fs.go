@@ -910,8 +910,8 @@ func (f *FS) Rename(ctx context.Context, oldPath, newPath string, flags uint32) 
 		return errnof(syscall.EINVAL, "rename of %s into itself", oldPath)
 	}
 	var srcKind Kind
+	var held []string
 	for range racesMax {
-		var held []string
 		srcKind, held, err = f.rename(ctx, oldPath, newPath, flags)
 		if errors.Is(err, client.ErrNotFound) && len(held) == 0 && f.renameRaced(ctx, oldPath, newPath) {
 			continue
@@ -925,6 +925,9 @@ func (f *FS) Rename(ctx context.Context, oldPath, newPath string, flags uint32) 
 				return err
 			}
 		}
+	}
+	if err == nil && len(held) > 0 {
+		return errnof(syscall.EAGAIN, "rename to %s: names under it kept being taken", newPath)
 	}
 	if errors.Is(err, client.ErrNotFound) {
 		newParent, _ := fslayout.Split(newPath)
