@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"sync"
 	"syscall"
 	"testing"
@@ -466,4 +467,41 @@ func TestStapleConcurrent(t *testing.T) {
 	// The last staple comes home; then the tree holds still.
 	waitHome(t, ctx, c, "/d/x")
 	checkTree(t, ctx, c, f)
+}
+
+// TestStapleReadRequests counts the reads the server serves: a plain
+// file's read is one request, from offset 0 or further on, a stapled
+// file's four (its blob, the pointer, the data, the pointer again).
+func TestStapleReadRequests(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics := l.Addr().String()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, _, f := newFS(t, noHoming, "--metrics-listen", metrics)
+	must[Attr](t)(f.Mkdir(ctx, "/d", Owner{Mode: 0o755}))
+	data := pattern(7, 2<<20)
+	writeBig(t, ctx, f, "/d/plain", data)
+	writeBig(t, ctx, f, "/d/moved", data)
+	mustRename(t, ctx, f, "/d/moved", "/d/staple")
+	reads := func() float64 { return testserver.Metric(t, metrics, "tyr_reads_total")["local"] }
+	// From offset 1 MiB, a staple's blob is found to be a header alone
+	// first, then read again from its start.
+	for _, r := range []struct {
+		p    string
+		off  uint64
+		want float64
+	}{{"/d/plain", 0, 1}, {"/d/plain", 1 << 20, 1}, {"/d/staple", 0, 4}, {"/d/staple", 1 << 20, 5}} {
+		before := reads()
+		got := must[[]byte](t)(f.ReadAt(ctx, r.p, r.off, 128<<10))
+		if !bytes.Equal(got, data[r.off:r.off+128<<10]) {
+			t.Fatalf("%s at %d: wrong bytes", r.p, r.off)
+		}
+		if n := reads() - before; n != r.want {
+			t.Errorf("a read of %s at %d took %v reads, want %v", r.p, r.off, n, r.want)
+		}
+	}
 }
