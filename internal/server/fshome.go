@@ -5,8 +5,9 @@ package server
 // the new path; reading a staple costs four requests where a plain file
 // costs one. So the data is brought home after the rename: when a commit
 // this node coordinated writes a staple's pointer (the blob
-// fslayout.PointerKey(P)), the staple at P is queued for the worker that
-// compacts directory logs (fscompact.go), on the same queue and pacing.
+// fslayout.PointerKey(P)), or serves a fetch of a staple, the staple at P
+// is queued, once, for the worker that compacts directory logs
+// (fscompact.go), on the same queue and pacing.
 //
 // A homing reads the staple, its pointer, its data blob and the data
 // blob's back name, each through the read path a client's read takes (so
@@ -22,7 +23,7 @@ package server
 // One commit carries the whole file, so only data of up to
 // --fs-home-bytes (at most fslayout.HomeBytesLimit) comes home; a larger
 // file stays stapled. A queued homing lives in memory: a node that stops
-// forgets it, and the staple stays one until it is renamed again.
+// forgets it, until a fetch of the staple queues it again.
 
 import (
 	"context"
