@@ -330,9 +330,13 @@ func (s *Store) checkCopy(key string, cp Copy) error {
 	return nil
 }
 
-// keepOnly deletes in b every version of page p of blob key but version.
+// keepOnly deletes in b every version of page p of blob key but version's
+// whole page, which the copy wrote: a delta at version would lose its base.
 func (s *Store) keepOnly(b *pebble.Batch, key string, p, version uint64) error {
 	err := b.DeleteRange(pageKeyVersionless(key, p), pageKey(key, p, version), nil)
+	if err == nil {
+		err = b.Delete(deltaKey(key, p, version), nil)
+	}
 	if err == nil && version > 0 {
 		err = b.DeleteRange(pageKey(key, p, version-1), pageKeyVersionless(key, p+1), nil)
 	}

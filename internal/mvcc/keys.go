@@ -15,6 +15,8 @@ import (
 //
 //	'm' key                          -> blob record (size, version, times)
 //	'p' key 0x00 page(8) ^version(8) -> page bytes (at most PageBytes)
+//	'p' key 0x00 page(8) ^version(8) 'd' -> delta: offset(4) bytes, the page as of its next older
+//	                                    stored version cut (or zero-filled) to offset, then bytes
 //	'g' deadline(8) pagekey          -> "" (versions of the page older than pagekey's: collect after deadline)
 //	'h' key 0x00 ^version(8)         -> history record: the blob record as of version, which a later
 //	                                    commit superseded, plus that commit's cut page (MVCC on only)
@@ -50,6 +52,27 @@ import (
 //	p a\0 page0 ^7       -> "abcd"   (kept until the 'g' deadline below)
 //	p a\0 page1 ^7       -> "ef"
 //	g <t9+retention> p a\0 page0 ^9   (page0's versions older than 9 go then)
+//
+// Deltas. An append rewrites the last page of a blob, a whole page for a few
+// bytes: each create in a TýrFS directory rewrote its log's last page, up
+// to 64 KiB through the write-ahead log, the memtable and compactions. So a
+// commit (MVCC on) that only adds bytes past a stored page's end stores the
+// added bytes alone, as a delta of the page's next older version, when that
+// page holds more bytes than the delta adds and its chain of deltas is
+// shorter than DeltaDepthMax. A read of a page walks the versions from the
+// one it finds to the first whole page, which sort right after it.
+//
+// Invariants:
+//
+//  1. A delta's base, the page's next older stored version, is the version
+//     the writing commit read: commits of a blob are serialized, and no
+//     page version sorts between them.
+//  2. Only a whole page queues its superseded versions ('g'), and the
+//     collector takes, with the newest older version, every version down
+//     to the first whole page: a delta and its bases go together, never a
+//     base before the deltas that need it.
+//  3. Every range deletion of page versions (cut, trim, catch-up, delete)
+//     takes whole pages or a version with its delta, never a base alone.
 const (
 	prefixMeta    = 'm'
 	prefixPage    = 'p'
@@ -109,15 +132,60 @@ func olderPageVersions(newer []byte) (start, end []byte) {
 	return slices.Concat(newer, []byte{0}), prefixUpperBound(newer[:len(newer)-8])
 }
 
+// deltaMark ends a page key whose value is a delta.
+const deltaMark = 'd'
+
+// DeltaDepthMax is the most deltas a page version stacks on its last whole
+// version; the next change of the page writes it whole.
+const DeltaDepthMax = 16
+
+// deltaKey is the key of one version of one page stored as a delta; it
+// sorts right after that version's whole-page key, before older versions.
+func deltaKey(key string, page, version uint64) []byte {
+	return append(pageKey(key, page, version), deltaMark)
+}
+
 // decodePageKey returns page and version of a page key whose blob prefix has
-// length prefixLen.
-func decodePageKey(k []byte, prefixLen int) (page, version uint64, ok bool) {
-	if len(k) != prefixLen+16 {
-		return 0, 0, false
+// length prefixLen, and whether its value is a delta.
+func decodePageKey(k []byte, prefixLen int) (page, version uint64, delta, ok bool) {
+	switch {
+	case len(k) == prefixLen+16:
+	case len(k) == prefixLen+17 && k[len(k)-1] == deltaMark:
+		delta = true
+	default:
+		return 0, 0, false, false
 	}
 	page = binary.BigEndian.Uint64(k[prefixLen:])
 	version = ^binary.BigEndian.Uint64(k[prefixLen+8:])
-	return page, version, true
+	return page, version, delta, true
+}
+
+// encodeDelta is a delta's value: the page cut to offset, then data.
+func encodeDelta(offset uint64, data []byte) []byte {
+	return append(binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(data)), uint32(offset)), data...)
+}
+
+// applyDeltas returns page base with deltas applied, oldest last in
+// deltas (newest first).
+func applyDeltas(base []byte, deltas [][]byte) ([]byte, error) {
+	page := slices.Clone(base)
+	for i := len(deltas) - 1; i >= 0; i-- {
+		d := deltas[i]
+		if len(d) < 4 {
+			return nil, fmt.Errorf("%w: page delta of %d bytes", errs.ErrCorruption, len(d))
+		}
+		off := uint64(binary.BigEndian.Uint32(d))
+		if off+uint64(len(d)-4) > PageBytes {
+			return nil, fmt.Errorf("%w: page delta of %d bytes at %d", errs.ErrCorruption, len(d)-4, off)
+		}
+		if uint64(len(page)) >= off {
+			page = page[:off]
+		} else {
+			page = append(page, make([]byte, off-uint64(len(page)))...)
+		}
+		page = append(page, d[4:]...)
+	}
+	return page, nil
 }
 
 func garbageKey(deadline time.Time, page []byte) []byte {
@@ -142,7 +210,7 @@ func garbageLatest(v []byte, due int64) int64 {
 	return int64(binary.BigEndian.Uint64(v))
 }
 
-// pageBlob returns the blob key of a page key.
+// pageBlob returns the blob key of a whole page's key.
 func pageBlob(page []byte) string { return string(page[1 : len(page)-17]) }
 
 // blobMeta is a blob's record. Version is the version of the last commit

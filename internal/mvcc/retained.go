@@ -17,6 +17,10 @@ type Retained struct {
 	// Pages lists, for each stored page, the versions of it stored,
 	// newest first. With MVCC off, a page's one version is 0.
 	Pages map[uint64][]uint64
+	// Deltas lists, for each stored page, the versions of it stored as
+	// deltas (keys.go), newest first: each needs the versions after it in
+	// Pages down to the first whole one.
+	Deltas map[uint64][]uint64
 }
 
 // Retained returns what the store keeps of blob key's versions, from one
@@ -25,7 +29,7 @@ type Retained struct {
 func (s *Store) Retained(key string) (Retained, error) {
 	snap := s.db.NewSnapshot()
 	defer snap.Close()
-	out := Retained{Pages: map[uint64][]uint64{}}
+	out := Retained{Pages: map[uint64][]uint64{}, Deltas: map[uint64][]uint64{}}
 	prefixLen := len(pagePrefix(key))
 	pages, err := newPageIter(snap, key)
 	if err != nil {
@@ -33,11 +37,14 @@ func (s *Store) Retained(key string) (Retained, error) {
 	}
 	defer pages.Close()
 	for ok := pages.First(); ok; ok = pages.Next() {
-		page, version, ok := decodePageKey(pages.Key(), prefixLen)
+		page, version, delta, ok := decodePageKey(pages.Key(), prefixLen)
 		if !ok {
 			return Retained{}, fmt.Errorf("%w: page key %x", errs.ErrCorruption, pages.Key())
 		}
 		out.Pages[page] = append(out.Pages[page], version)
+		if delta {
+			out.Deltas[page] = append(out.Deltas[page], version)
+		}
 	}
 	if err := pages.Error(); err != nil {
 		return Retained{}, err

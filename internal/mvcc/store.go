@@ -743,7 +743,7 @@ func newPageIter(r pebble.Reader, key string) (*pebble.Iterator, error) {
 func readRange(it *pebble.Iterator, key string, version, offset, pageBytes uint64, buf []byte) error {
 	end := offset + uint64(len(buf))
 	for page := offset / pageBytes; page*pageBytes < end; page++ {
-		data, _, ok, err := readPage(it, key, page, version)
+		data, _, _, ok, err := readPage(it, key, page, version)
 		if err != nil {
 			return err
 		}
@@ -760,25 +760,48 @@ func readRange(it *pebble.Iterator, key string, version, offset, pageBytes uint6
 	return nil
 }
 
-// readPage returns the newest version of a page not newer than version. The
-// returned bytes are only valid until the iterator moves.
-func readPage(it *pebble.Iterator, key string, page, version uint64) ([]byte, uint64, bool, error) {
+// readPage returns the newest version of a page not newer than version,
+// applying its deltas to the whole page they stack on, and the number of
+// deltas (keys.go). The returned bytes are only valid until the iterator
+// moves.
+func readPage(it *pebble.Iterator, key string, page, version uint64) ([]byte, uint64, int, bool, error) {
 	prefix := pageKeyVersionless(key, page)
 	if !it.SeekGE(pageKey(key, page, version)) || !bytes.HasPrefix(it.Key(), prefix) {
-		return nil, 0, false, it.Error()
+		return nil, 0, 0, false, it.Error()
 	}
-	_, v, ok := decodePageKey(it.Key(), len(prefix)-8)
-	if !ok {
-		return nil, 0, false, fmt.Errorf("%w: page key %x", errs.ErrCorruption, it.Key())
+	var newest uint64
+	var deltas [][]byte
+	for {
+		_, v, delta, ok := decodePageKey(it.Key(), len(prefix)-8)
+		if !ok {
+			return nil, 0, 0, false, fmt.Errorf("%w: page key %x", errs.ErrCorruption, it.Key())
+		}
+		if deltas == nil {
+			newest = v
+		}
+		value, err := it.ValueAndErr()
+		if err != nil {
+			return nil, 0, 0, false, err
+		}
+		if len(value) > PageBytes+4 || !delta && len(value) > PageBytes {
+			return nil, 0, 0, false, fmt.Errorf("%w: page of %d bytes", errs.ErrCorruption, len(value))
+		}
+		if !delta {
+			if len(deltas) == 0 {
+				return value, newest, 0, true, nil
+			}
+			data, err := applyDeltas(value, deltas)
+			return data, newest, len(deltas), err == nil, err
+		}
+		deltas = append(deltas, slices.Clone(value))
+		if !it.Next() || !bytes.HasPrefix(it.Key(), prefix) {
+			if err := it.Error(); err != nil {
+				return nil, 0, 0, false, err
+			}
+			return nil, 0, 0, false, fmt.Errorf("%w: page %d of blob %q: delta at version %d without a whole page under it",
+				errs.ErrCorruption, page, key, newest)
+		}
 	}
-	value, err := it.ValueAndErr()
-	if err != nil {
-		return nil, 0, false, err
-	}
-	if len(value) > PageBytes {
-		return nil, 0, false, fmt.Errorf("%w: page of %d bytes", errs.ErrCorruption, len(value))
-	}
-	return value, v, true, nil
 }
 
 func getMeta(r pebble.Reader, key string) (blobMeta, bool, error) {
@@ -1035,13 +1058,30 @@ func (s *Store) collectBatch(now time.Time) (records, collected int, err error) 
 		if !found {
 			continue
 		}
-		older := slices.Clone(pages.Key())
-		deleted[string(older)] = true
-		olderVersion := ^binary.BigEndian.Uint64(older[len(older)-8:])
-		// Each page version is written once: a sized delete tells the LSM
-		// how much space compacting it away reclaims.
-		lv := pages.LazyValue()
-		if err := batch.DeleteSized(older, uint32(lv.Len()), nil); err != nil {
+		// That version goes with the deltas it is the newest of, down to
+		// the whole page they stack on (keys.go, invariant 2).
+		prefixLen := len(newer) - 16
+		var olderVersion uint64
+		for found {
+			older := slices.Clone(pages.Key())
+			_, v, delta, ok := decodePageKey(older, prefixLen)
+			if !ok {
+				return records, collected, fmt.Errorf("%w: page key %x", errs.ErrCorruption, older)
+			}
+			deleted[string(older)] = true
+			olderVersion = v
+			// Each page version is written once: a sized delete tells the
+			// LSM how much space compacting it away reclaims.
+			lv := pages.LazyValue()
+			if err := batch.DeleteSized(older, uint32(lv.Len()), nil); err != nil {
+				return records, collected, err
+			}
+			if !delta {
+				break
+			}
+			found = pages.Next()
+		}
+		if err := pages.Error(); err != nil {
 			return records, collected, err
 		}
 		// No read at a blob version that would find the deleted page may

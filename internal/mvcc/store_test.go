@@ -922,6 +922,7 @@ func checkLayout(t *testing.T, ctx string, sub *subject, blobs map[string][]byte
 	defer it.Close()
 	metas := map[string]blobMeta{}
 	pages := map[pageID][]uint64{}     // versions, newest first
+	deltas := map[pageID]int{}         // how many of the newest versions are deltas
 	newestLen := map[pageID]int{}      // bytes in the newest version
 	garbage := map[string]bool{}       // page keys named by collector records
 	queuedBelow := map[pageID]uint64{} // versions below this are queued
@@ -938,18 +939,36 @@ func checkLayout(t *testing.T, ctx string, sub *subject, blobs map[string][]byte
 			}
 			metas[string(k[1:])] = m
 		case prefixPage:
-			if len(k) < 18 || k[len(k)-17] != 0 {
+			// A delta's key has one byte more; blob keys hold no NUL.
+			prefixLen := len(k) - 16
+			if len(k) >= 19 && k[len(k)-18] == 0 {
+				prefixLen--
+			}
+			if len(k) < 18 || k[prefixLen-1] != 0 {
 				t.Fatalf("%s: %s: malformed page key %x", ctx, sub.name, k)
 			}
-			key := string(k[1 : len(k)-17])
-			page, version, _ := decodePageKey(k, len(k)-16)
+			key := string(k[1 : prefixLen-1])
+			page, version, delta, ok := decodePageKey(k, prefixLen)
+			if !ok {
+				t.Fatalf("%s: %s: malformed page key %x", ctx, sub.name, k)
+			}
 			id := pageID{key, page}
+			n := len(it.Value())
+			if delta {
+				if n < 4 {
+					t.Fatalf("%s: %s: delta %x of %d bytes", ctx, sub.name, k, n)
+				}
+				n += int(binary.BigEndian.Uint32(it.Value())) - 4
+				if len(pages[id]) == deltas[id] {
+					deltas[id]++
+				}
+			}
 			if len(pages[id]) == 0 {
-				newestLen[id] = len(it.Value())
+				newestLen[id] = n
 			}
 			pages[id] = append(pages[id], version)
-			if len(it.Value()) > PageBytes {
-				t.Fatalf("%s: %s: page %d of %q holds %d bytes", ctx, sub.name, page, key, len(it.Value()))
+			if n > PageBytes {
+				t.Fatalf("%s: %s: page %d of %q holds %d bytes", ctx, sub.name, page, key, n)
 			}
 		case prefixGarbage:
 			garbage[string(k[9:])] = true
@@ -957,7 +976,7 @@ func checkLayout(t *testing.T, ctx string, sub *subject, blobs map[string][]byte
 			if len(named) < 18 || named[len(named)-17] != 0 {
 				t.Fatalf("%s: %s: malformed garbage key %x", ctx, sub.name, k)
 			}
-			page, version, _ := decodePageKey(named, len(named)-16)
+			page, version, _, _ := decodePageKey(named, len(named)-16)
 			id := pageID{string(named[1 : len(named)-17]), page}
 			queuedBelow[id] = max(queuedBelow[id], version)
 		case prefixHistory:
@@ -1022,8 +1041,14 @@ func checkLayout(t *testing.T, ctx string, sub *subject, blobs map[string][]byte
 		if !sub.s.opts.MVCC && (len(versions) != 1 || versions[0] != 0) {
 			t.Fatalf("%s: %s: page %d of %q has versions %v with MVCC off", ctx, sub.name, id.page, id.key, versions)
 		}
-		if collected && len(versions) != 1 {
-			t.Fatalf("%s: %s: page %d of %q has versions %v after collection", ctx, sub.name, id.page, id.key, versions)
+		// The newest versions down to the first whole page are the page's
+		// current content (keys.go, deltas).
+		live := deltas[id] + 1
+		if live > len(versions) || live > DeltaDepthMax+1 {
+			t.Fatalf("%s: %s: page %d of %q has versions %v, the newest %d of them deltas", ctx, sub.name, id.page, id.key, versions, deltas[id])
+		}
+		if collected && len(versions) != live {
+			t.Fatalf("%s: %s: page %d of %q has versions %v after collection, %d of them current", ctx, sub.name, id.page, id.key, versions, live)
 		}
 		if versions[0] > m.Version {
 			t.Fatalf("%s: %s: page %d of %q at version %d, newer than the blob's %d", ctx, sub.name, id.page, id.key, versions[0], m.Version)
@@ -1031,7 +1056,7 @@ func checkLayout(t *testing.T, ctx string, sub *subject, blobs map[string][]byte
 		if queuedBelow[id] > versions[0] {
 			t.Fatalf("%s: %s: current version %d of page %d of %q is older than a queued %d", ctx, sub.name, versions[0], id.page, id.key, queuedBelow[id])
 		}
-		for _, v := range versions[1:] {
+		for _, v := range versions[live:] {
 			if queuedBelow[id] <= v {
 				t.Fatalf("%s: %s: superseded version %d of page %d of %q is never collected", ctx, sub.name, v, id.page, id.key)
 			}
@@ -1662,7 +1687,7 @@ func TestReadPage(t *testing.T) {
 		{^uint64(0), ^uint64(0), false, 0, 0, 0},
 	}
 	for _, tt := range tests {
-		data, v, ok, err := readPage(it, "a", tt.page, tt.at)
+		data, v, _, ok, err := readPage(it, "a", tt.page, tt.at)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1949,5 +1974,90 @@ func TestSmallDeletesLeaveNoRangeDeletions(t *testing.T) {
 	}
 	if n := rangeDels(); n == 0 {
 		t.Fatalf("a blob of %d pages was deleted without a range deletion", pointDeletesMax+1)
+	}
+}
+
+// TestAppendsWriteDeltas checks that an append to a stored page stores the
+// added bytes alone (keys.go, deltas), that a chain of deltas ends at
+// DeltaDepthMax, that every version reads back whole, and that the
+// collector takes a chain with the whole page that superseded it.
+func TestAppendsWriteDeltas(t *testing.T) {
+	const retention = time.Hour
+	clock := newFakeClock()
+	s := openStore(t, Options{MVCC: true, Retention: retention, Linger: retention, Now: clock.Now})
+	type snap struct {
+		version uint64
+		data    []byte
+	}
+	cur := bytes.Repeat([]byte("head"), 256)
+	snaps := []snap{{mustCommit(t, s, txn.Op{Key: "log", Kind: txn.OpWrite, Data: cur, Create: true})[0].Version, slices.Clone(cur)}}
+	wantDeltas := []uint64{}
+	appendRecord := func(rec []byte) uint64 {
+		t.Helper()
+		clock.Advance(time.Second)
+		v := mustCommit(t, s, txn.Op{Key: "log", Kind: txn.OpAppend, Data: rec})[0].Version
+		cur = append(cur, rec...)
+		snaps = append(snaps, snap{v, slices.Clone(cur)})
+		return v
+	}
+	const appends = 2*DeltaDepthMax + 3
+	for i := 1; i <= appends; i++ {
+		v := appendRecord(fmt.Appendf(nil, "entry %03d;", i))
+		if i%(DeltaDepthMax+1) != 0 {
+			wantDeltas = append(wantDeltas, v)
+		}
+	}
+	// A shrinking truncate writes the page whole; the append after it is a
+	// delta again, and one adding more than the page holds is whole.
+	clock.Advance(time.Second)
+	cur = cur[:len(cur)-100]
+	snaps = append(snaps, snap{mustCommit(t, s, txn.Op{Key: "log", Kind: txn.OpTruncate, Size: uint64(len(cur))})[0].Version, slices.Clone(cur)})
+	wantDeltas = append(wantDeltas, appendRecord([]byte("after the cut;")))
+	appendRecord(bytes.Repeat([]byte("x"), len(cur)+1))
+	slices.Reverse(wantDeltas)
+
+	r, err := s.Retained("log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Pages[0]) != len(snaps) || !slices.Equal(r.Deltas[0], wantDeltas) {
+		t.Fatalf("page 0: versions %v, deltas %v; want %d versions, deltas %v", r.Pages[0], r.Deltas[0], len(snaps), wantDeltas)
+	}
+	// A delta stores the offset and the added bytes, nothing else.
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: pagePrefix("log"), UpperBound: blobPagesEnd("log")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		if _, v, delta, _ := decodePageKey(it.Key(), len(pagePrefix("log"))); delta && len(it.Value()) != 4+len("entry 000;") && len(it.Value()) != 4+len("after the cut;") {
+			t.Errorf("delta at version %d holds %d bytes", v, len(it.Value()))
+		}
+	}
+	if err := it.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, sn := range snaps {
+		if got := readAt(t, s, "log", sn.version, 0, len(sn.data)); !bytes.Equal(got, sn.data) {
+			t.Fatalf("at version %d: %s", sn.version, diff(got, sn.data))
+		}
+	}
+	if got := mustRead(t, s, "log", 0, uint64(len(cur))); !bytes.Equal(got, cur) {
+		t.Fatalf("current: %s", diff(got, cur))
+	}
+
+	// Past retention the collector leaves the current version alone, and
+	// an old version reads as gone, never as other bytes.
+	clock.Advance(2 * retention)
+	if _, err := s.CollectGarbage(); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := s.Retained("log"); err != nil || len(r.Pages[0]) != 1 || len(r.Deltas[0]) != 0 {
+		t.Fatalf("after collection: page 0 versions %v, deltas %v (%v); want the last whole version alone", r.Pages[0], r.Deltas[0], err)
+	}
+	if got := mustRead(t, s, "log", 0, uint64(len(cur))); !bytes.Equal(got, cur) {
+		t.Fatalf("current after collection: %s", diff(got, cur))
+	}
+	if _, _, err := s.ReadAt("log", 0, 10, snaps[1].version); !errors.Is(err, errs.ErrConflict) {
+		t.Fatalf("read at collected version %d: %v, want a conflict", snaps[1].version, err)
 	}
 }

@@ -119,7 +119,7 @@ func (s *Store) trimPages(b *pebble.Batch, key string, pl Placement, n, size uin
 	defer it.Close()
 	prefix := len(pagePrefix(key))
 	for valid := it.First(); valid; {
-		page, _, ok := decodePageKey(it.Key(), prefix)
+		page, _, _, ok := decodePageKey(it.Key(), prefix)
 		if !ok {
 			return fmt.Errorf("%w: page key of blob %q", errs.ErrCorruption, key)
 		}

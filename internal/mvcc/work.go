@@ -39,6 +39,12 @@ type blobWork struct {
 	// (shrinking truncate, delete).
 	cutPage uint64
 	dirty   map[uint64][]byte
+	// stored describes the stored pages the commit read, by index; from is
+	// where in each dirty page the commit's first changed byte is. A
+	// dirty page changed only past its stored bytes is written as a delta
+	// (keys.go).
+	stored map[uint64]storedPage
+	from   map[uint64]uint64
 	// pageBytes is the store's page size; chunkBytes its chunk size.
 	pageBytes, chunkBytes uint64
 	// holds reports whether this store keeps chunk c of the blob (see
@@ -65,7 +71,7 @@ func (s *Store) loadBlob(snap *pebble.Snapshot, key string) (*blobWork, error) {
 		return nil, err
 	}
 	return &blobWork{key: key, snap: snap, baseMeta: m, baseExists: ok, exists: ok, meta: m,
-		cutPage: noCut, dirty: map[uint64][]byte{}, pageBytes: s.pageBytes, chunkBytes: s.chunkBytes,
+		cutPage: noCut, dirty: map[uint64][]byte{}, stored: map[uint64]storedPage{}, from: map[uint64]uint64{}, pageBytes: s.pageBytes, chunkBytes: s.chunkBytes,
 		holds: func(uint64) bool { return true }}, nil
 }
 
@@ -154,11 +160,40 @@ func (w *blobWork) page(idx uint64) ([]byte, error) {
 		}
 		w.it = it
 	}
-	data, _, ok, err := readPage(w.it, w.key, idx, w.baseMeta.Version)
+	data, _, depth, ok, err := readPage(w.it, w.key, idx, w.baseMeta.Version)
 	if err != nil || !ok {
 		return nil, err
 	}
+	w.stored[idx] = storedPage{bytes: uint64(len(data)), depth: depth}
 	return slices.Clone(data), nil
+}
+
+// storedPage is what a commit read of a stored page: its bytes, and how
+// many deltas its version stacks on a whole page.
+type storedPage struct {
+	bytes uint64
+	depth int
+}
+
+// changedFrom notes that the commit changes dirty page idx from byte lo on.
+func (w *blobWork) changedFrom(idx, lo uint64) {
+	if f, ok := w.from[idx]; !ok || lo < f {
+		w.from[idx] = lo
+	}
+}
+
+// delta returns dirty page idx as a delta of the stored version the commit
+// read, if it may be written as one: the commit changed only bytes past
+// the stored ones, adding fewer than those, the page is not dropped, and
+// its chain of deltas is shorter than DeltaDepthMax.
+func (w *blobWork) delta(idx uint64) ([]byte, bool) {
+	st, ok := w.stored[idx]
+	page := w.dirty[idx]
+	if !ok || idx >= w.cutPage || st.depth+1 > DeltaDepthMax || w.from[idx] < st.bytes ||
+		uint64(len(page)) <= st.bytes || uint64(len(page))-st.bytes >= st.bytes {
+		return nil, false
+	}
+	return encodeDelta(st.bytes, page[st.bytes:]), true
 }
 
 // readAt fills buf with the blob's current bytes (as of the ops applied so
@@ -206,6 +241,7 @@ func (w *blobWork) writeAt(offset uint64, data []byte) error {
 		}
 		copy(buf[lo:hi], data[pageStart+lo-offset:pageStart+hi-offset])
 		w.dirty[idx] = buf
+		w.changedFrom(idx, lo)
 	}
 	w.meta.Size = max(w.meta.Size, end)
 	return nil
@@ -231,6 +267,7 @@ func (w *blobWork) truncate(size uint64) error {
 		}
 		if uint64(len(buf)) > tail {
 			w.dirty[idx] = buf[:tail]
+			w.changedFrom(idx, tail)
 		}
 	}
 	w.cutPage = min(w.cutPage, cut)
@@ -353,6 +390,12 @@ func (s *Store) emit(batch *pebble.Batch, w *blobWork, now int64, manages bool) 
 		version := uint64(0)
 		if s.opts.MVCC {
 			version = w.meta.Version
+			if d, ok := w.delta(idx); ok {
+				if err := batch.Set(deltaKey(w.key, idx, version), d, nil); err != nil {
+					return err
+				}
+				continue
+			}
 			if err := s.queueSuperseded(batch, w, idx, deadline); err != nil {
 				return err
 			}

@@ -205,19 +205,46 @@ func (w *world) checkRetained(s *mvccNode, k string) {
 	}
 	for _, page := range slices.Sorted(maps.Keys(r.Pages)) {
 		vs := r.Pages[page]
-		if len(vs) > 1+recent {
-			finding("tick %d: %s keeps %d versions of page %d of %s, above 1 + the %d commits of the last %d ticks",
-				w.now, s.node, len(vs), page, k, recent, w.gc.retentionTicks)
+		// The newest versions down to the first whole page are the page's
+		// content: a delta needs the versions under it (mvcc/keys.go).
+		delta := func(j int) bool { return slices.Contains(r.Deltas[page], vs[j]) }
+		live := 1
+		for live < len(vs) && delta(live-1) {
+			live++
+		}
+		if delta(live - 1) {
+			finding("tick %d: %s keeps page %d of %s as deltas %v without a whole page under them", w.now, s.node, page, k, vs)
+			continue
+		}
+		// Each superseded whole version ends a chain of versions that one
+		// commit superseded.
+		chains, depth := 0, 0
+		for j := range vs {
+			if depth++; depth > 1+mvcc.DeltaDepthMax {
+				finding("tick %d: %s keeps page %d of %s as more than %d deltas: %v", w.now, s.node, page, k, mvcc.DeltaDepthMax, vs)
+			}
+			if !delta(j) {
+				chains, depth = chains+1, 0
+			}
+		}
+		if chains-1 > recent {
+			finding("tick %d: %s keeps %d versions of page %d of %s, %d current, above the %d commits of the last %d ticks",
+				w.now, s.node, len(vs), page, k, live, recent, w.gc.retentionTicks)
 		}
 		// A page version is superseded by the next commit that wrote the
-		// page: the next newer version kept, or one before it.
+		// page whole: the nearest newer whole version kept, or one before
+		// it.
 		what := fmt.Sprintf("page %d of", page)
-		for j := 1; j < len(vs); j++ {
+		for j := live; j < len(vs); j++ {
 			if _, ok := find(what, vs[j]); !ok {
 				continue
 			}
-			if i := index(vs[j-1]); i < 0 {
-				finding("tick %d: %s keeps %s version %d of %s, never committed here (log %v)", w.now, s.node, what, vs[j-1], k, log)
+			newer := j - 1
+			for delta(newer) {
+				newer--
+			}
+			if i := index(vs[newer]); i < 0 {
+				finding("tick %d: %s keeps %s version %d of %s, never committed here (log %v)", w.now, s.node, what, vs[newer], k, log)
 			} else if s.commitTicks[log[i]] < oldest {
 				expired(what, vs[j], s.commitTicks[log[i]])
 			}
