@@ -9,7 +9,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"sync"
 	"syscall"
 	"testing"
@@ -473,14 +472,7 @@ func TestStapleConcurrent(t *testing.T) {
 // file's read is one request, from offset 0 or further on, a stapled
 // file's four (its blob, the pointer, the data, the pointer again).
 func TestStapleReadRequests(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	metrics := l.Addr().String()
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
+	metrics := testserver.FreeLoopbackAddr(t)
 	ctx, _, f := newFS(t, noHoming, "--metrics-listen", metrics)
 	must[Attr](t)(f.Mkdir(ctx, "/d", Owner{Mode: 0o755}))
 	data := pattern(7, 2<<20)

@@ -95,6 +95,21 @@ func (c *LocalCluster) Holders(ks, key string, rf int) []int {
 	return c.Placer().Holders(ks, key, rf)
 }
 
+// FreeLoopbackAddr returns a loopback address with a port that was free a
+// moment ago, for a server flag that takes an address (--metrics-listen).
+func FreeLoopbackAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
+
 // Metric returns the values of counter name in the Prometheus text that
 // the metrics address addr serves, by the value of its one label; it
 // fails the test if there are none.

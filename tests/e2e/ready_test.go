@@ -67,7 +67,7 @@ func readAllBlobs(t *testing.T, c *client.Client, ks string, want map[string][]b
 // it does not start a second catch-up round once it notes its read lease.
 func TestReadyAfterKillSingleServer(t *testing.T) {
 	rounds := intFromEnv(t, "TYR_READY_ROUNDS", 20)
-	metricsAddr := freeLoopbackAddr(t)
+	metricsAddr := testserver.FreeLoopbackAddr(t)
 	srv := testserver.Start(t, "--metrics-listen", metricsAddr)
 	c := srv.Client()
 	const ks = "ready"

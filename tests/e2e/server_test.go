@@ -9,7 +9,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -19,21 +18,8 @@ import (
 	"github.com/tyrstore/tyr/internal/testserver"
 )
 
-func freeLoopbackAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return addr
-}
-
 func TestMetrics(t *testing.T) {
-	metricsAddr := freeLoopbackAddr(t)
+	metricsAddr := testserver.FreeLoopbackAddr(t)
 	srv := testserver.Start(t, "--metrics-listen", metricsAddr)
 	c := srv.Client()
 	ctx := context.Background()
