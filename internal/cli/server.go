@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/http/pprof"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -44,6 +46,8 @@ type serverFlags struct {
 	minFree       string
 	reclaimRate   string
 	fsHomeBytes   string
+	gcPercent     int
+	memoryLimit   string
 	cluster       clusterFlags
 	s3            s3Flags
 }
@@ -80,6 +84,10 @@ func newServerCommand(e *env) *cobra.Command {
 		"bytes per second, on average, that compactions reclaiming the space of removed data may rewrite (at least 1MiB)")
 	cmd.Flags().StringVar(&f.fsHomeBytes, "fs-home-bytes", "12MiB",
 		"largest TýrFS file whose data this node moves home to its new path in the background after a rename (one commit each; at most 12MiB); 0 turns it off")
+	cmd.Flags().IntVar(&f.gcPercent, "gc-percent", gcPercentDefault,
+		"the Go garbage collector's goal (GOGC): heap growth over live data, in percent, before a collection; higher trades memory for less collection work, within --memory-limit (the GOGC environment variable, if set, wins)")
+	cmd.Flags().StringVar(&f.memoryLimit, "memory-limit", "512MiB",
+		"soft limit on the Go runtime's memory (GOMEMLIMIT): the collector works harder as the heap nears it, so --gc-percent costs memory only while live data is small; 0 turns it off; Pebble's block cache and memtables are outside it (the GOMEMLIMIT environment variable, if set, wins)")
 	addClusterFlags(cmd, &f.cluster)
 	addS3Flags(cmd, &f.s3, "s3-listen", "", "address of an S3 API served beside the client API, once the server is ready (off if empty; see tyr s3)")
 	return cmd
@@ -99,6 +107,35 @@ func parseHomeBytes(s string) (uint64, error) {
 		return 0, fmt.Errorf("invalid --fs-home-bytes %q: above %d bytes (12MiB), what one commit carries", s, fslayout.HomeBytesLimit)
 	}
 	return n, nil
+}
+
+// gcPercentDefault is --gc-percent's default. A server's live heap is
+// small and its allocations are per request, so the Go default of 100
+// collected often: servers at 400 read 32 KiB files 40-55 % and created
+// TýrFS files 18-25 % faster (tyr bench fs, 1 client, one server).
+const gcPercentDefault = 400
+
+// parseMemoryLimit reads --memory-limit: a size, 0 for none.
+func parseMemoryLimit(s string) (int64, error) {
+	limit, err := parseSize("--memory-limit", s)
+	if err != nil {
+		return 0, err
+	}
+	if limit > math.MaxInt64 {
+		return 0, fmt.Errorf("invalid --memory-limit %q: too large", s)
+	}
+	return int64(limit), nil
+}
+
+// tuneGC applies --gc-percent and --memory-limit, each unless its
+// environment variable is set.
+func tuneGC(gcPercent int, memoryLimit int64) {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(gcPercent)
+	}
+	if os.Getenv("GOMEMLIMIT") == "" && memoryLimit > 0 {
+		debug.SetMemoryLimit(memoryLimit)
+	}
 }
 
 func parseLevel(s string) (slog.Level, error) {
@@ -137,6 +174,13 @@ func runServer(ctx context.Context, e *env, f serverFlags) error {
 	if f.reweight < 0 || (f.reweight > 0 && f.reweight < reweightIntervalMin) || f.reweight > reweightIntervalMax {
 		return fmt.Errorf("invalid --reweight-interval %s: must be 0 (off) or in [%s, %s]", f.reweight, reweightIntervalMin, reweightIntervalMax)
 	}
+	if f.gcPercent < 1 {
+		return fmt.Errorf("invalid --gc-percent %d: must be at least 1", f.gcPercent)
+	}
+	memoryLimit, err := parseMemoryLimit(f.memoryLimit)
+	if err != nil {
+		return err
+	}
 	homeBytes, err := parseHomeBytes(f.fsHomeBytes)
 	if err != nil {
 		return err
@@ -167,6 +211,7 @@ func runServer(ctx context.Context, e *env, f serverFlags) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	tuneMalloc()
+	tuneGC(f.gcPercent, memoryLimit)
 
 	// Listen and join before touching the data directory, so that a
 	// refused join leaves the disk as it was.

@@ -7,9 +7,12 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -80,6 +83,45 @@ func TestGracefulShutdown(t *testing.T) {
 		got, err := c2.Read(ctx, "graceful", fmt.Sprintf("k%02d", i), 0, 3000)
 		if err != nil || !bytes.Equal(got, bytes.Repeat([]byte{byte(i)}, 3000)) {
 			t.Fatalf("blob k%02d after restart: %d bytes, err %v", i, len(got), err)
+		}
+	}
+}
+
+// TestGCFlags checks that --gc-percent and --memory-limit reach the Go
+// runtime (as its metrics report them), and that bad values are refused
+// with one error line before anything is created.
+func TestGCFlags(t *testing.T) {
+	t.Parallel()
+	metricsAddr := testserver.FreeLoopbackAddr(t)
+	testserver.Start(t, "--metrics-listen", metricsAddr, "--gc-percent", "250", "--memory-limit", "300MiB")
+	resp, err := http.Get("http://" + metricsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"\ngo_gc_gogc_percent 250\n", fmt.Sprintf("\ngo_gc_gomemlimit_bytes %g\n", float64(300<<20))} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("metrics lack %q", strings.TrimSpace(want))
+		}
+	}
+	for _, tt := range []struct{ args []string }{
+		{[]string{"--gc-percent", "0"}},
+		{[]string{"--gc-percent", "-5"}},
+		{[]string{"--memory-limit", "12x"}},
+		{[]string{"--memory-limit", "-1MiB"}},
+	} {
+		data := filepath.Join(t.TempDir(), "data")
+		r := testserver.Run(t, append([]string{"server", "--data", data, "--listen", "127.0.0.1:0"}, tt.args...)...)
+		lines := r.ErrorLines()
+		if r.Exit == 0 || len(lines) != 1 || !strings.Contains(lines[0], "invalid "+tt.args[0]) {
+			t.Errorf("%v: exit %d, error lines %q", tt.args, r.Exit, lines)
+		}
+		if _, err := os.Stat(data); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%v: a refused start created %s (%v)", tt.args, data, err)
 		}
 	}
 }
