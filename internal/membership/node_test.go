@@ -36,6 +36,7 @@ import (
 	"time"
 
 	"github.com/tyrstore/tyr/internal/ring"
+	"github.com/tyrstore/tyr/internal/testserver"
 )
 
 // Bounds the tests hold the default configuration to; the package comment
@@ -455,7 +456,7 @@ func TestStart_duplicateID(t *testing.T) {
 // behind. It is not parallel, so that no other test's memberlist
 // goroutines are running when it counts them.
 func TestStart_joinUnreachable(t *testing.T) {
-	refused := closedPort(t)
+	refused := testserver.FreeLoopbackAddr(t) // nothing listens there
 	silent := silentListener(t)
 	const tcpTimeout = 300 * time.Millisecond
 	cases := map[string][]string{
@@ -482,20 +483,6 @@ func TestStart_joinUnreachable(t *testing.T) {
 		t.Logf("%s: failed after %v: %v", name, took, err)
 	}
 	waitNoMemberlistGoroutines(t)
-}
-
-// closedPort returns a local address nothing listens on.
-func closedPort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return addr
 }
 
 // silentListener returns the address of a listener that accepts
