@@ -111,8 +111,8 @@ func parseHomeBytes(s string) (uint64, error) {
 
 // gcPercentDefault is --gc-percent's default. A server's live heap is
 // small and its allocations are per request, so the Go default of 100
-// collected often: servers at 400 read 32 KiB files 40-55 % and created
-// TýrFS files 18-25 % faster (tyr bench fs, 1 client, one server).
+// collected often: servers at 400 read 32 KiB files 42-54 % and created
+// TýrFS files 19-25 % faster (tyr bench fs, 1 client, one server).
 const gcPercentDefault = 400
 
 // parseMemoryLimit reads --memory-limit: a size, 0 for none.

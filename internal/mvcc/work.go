@@ -39,12 +39,10 @@ type blobWork struct {
 	// (shrinking truncate, delete).
 	cutPage uint64
 	dirty   map[uint64][]byte
-	// stored describes the stored pages the commit read, by index; from is
-	// where in each dirty page the commit's first changed byte is. A
-	// dirty page changed only past its stored bytes is written as a delta
-	// (keys.go).
+	// stored describes the stored pages the commit read, by index (nil
+	// until it reads one). A dirty page changed only past its stored bytes
+	// is written as a delta (keys.go).
 	stored map[uint64]storedPage
-	from   map[uint64]uint64
 	// pageBytes is the store's page size; chunkBytes its chunk size.
 	pageBytes, chunkBytes uint64
 	// holds reports whether this store keeps chunk c of the blob (see
@@ -71,7 +69,7 @@ func (s *Store) loadBlob(snap *pebble.Snapshot, key string) (*blobWork, error) {
 		return nil, err
 	}
 	return &blobWork{key: key, snap: snap, baseMeta: m, baseExists: ok, exists: ok, meta: m,
-		cutPage: noCut, dirty: map[uint64][]byte{}, stored: map[uint64]storedPage{}, from: map[uint64]uint64{}, pageBytes: s.pageBytes, chunkBytes: s.chunkBytes,
+		cutPage: noCut, dirty: map[uint64][]byte{}, pageBytes: s.pageBytes, chunkBytes: s.chunkBytes,
 		holds: func(uint64) bool { return true }}, nil
 }
 
@@ -164,21 +162,28 @@ func (w *blobWork) page(idx uint64) ([]byte, error) {
 	if err != nil || !ok {
 		return nil, err
 	}
-	w.stored[idx] = storedPage{bytes: uint64(len(data)), depth: depth}
+	if w.stored == nil {
+		w.stored = map[uint64]storedPage{}
+	}
+	n := uint64(len(data))
+	w.stored[idx] = storedPage{bytes: n, depth: depth, from: n}
 	return slices.Clone(data), nil
 }
 
-// storedPage is what a commit read of a stored page: its bytes, and how
-// many deltas its version stacks on a whole page.
+// storedPage is what a commit read of a stored page: its bytes, how many
+// deltas its version stacks on a whole page, and where the commit's first
+// change to it is (bytes while it changed nothing there).
 type storedPage struct {
-	bytes uint64
-	depth int
+	bytes, from uint64
+	depth       int
 }
 
-// changedFrom notes that the commit changes dirty page idx from byte lo on.
+// changedFrom notes that the commit changes page idx from byte lo on; only
+// a stored page it read can become a delta, so only those keep it.
 func (w *blobWork) changedFrom(idx, lo uint64) {
-	if f, ok := w.from[idx]; !ok || lo < f {
-		w.from[idx] = lo
+	if st, ok := w.stored[idx]; ok && lo < st.from {
+		st.from = lo
+		w.stored[idx] = st
 	}
 }
 
@@ -189,7 +194,7 @@ func (w *blobWork) changedFrom(idx, lo uint64) {
 func (w *blobWork) delta(idx uint64) ([]byte, bool) {
 	st, ok := w.stored[idx]
 	page := w.dirty[idx]
-	if !ok || idx >= w.cutPage || st.depth+1 > DeltaDepthMax || w.from[idx] < st.bytes ||
+	if !ok || idx >= w.cutPage || st.depth >= DeltaDepthMax || st.from < st.bytes ||
 		uint64(len(page)) <= st.bytes || uint64(len(page))-st.bytes >= st.bytes {
 		return nil, false
 	}

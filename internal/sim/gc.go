@@ -207,7 +207,11 @@ func (w *world) checkRetained(s *mvccNode, k string) {
 		vs := r.Pages[page]
 		// The newest versions down to the first whole page are the page's
 		// content: a delta needs the versions under it (mvcc/keys.go).
-		delta := func(j int) bool { return slices.Contains(r.Deltas[page], vs[j]) }
+		deltas := map[uint64]bool{}
+		for _, v := range r.Deltas[page] {
+			deltas[v] = true
+		}
+		delta := func(j int) bool { return deltas[vs[j]] }
 		live := 1
 		for live < len(vs) && delta(live-1) {
 			live++
