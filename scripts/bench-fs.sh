@@ -2,14 +2,18 @@
 # bench-fs.sh: the file system benchmark, one run. Starts a tyr server on
 # 127.0.0.1 with its data on the project's disk, mounts a keyspace of it
 # with `tyr mount` twice (strict, and with directories cached for 1 s:
-# --dir-cache 1s), and, unless CEPH=0, starts a CephFS cluster with one MDS
-# (../shared/peers/ceph/setup.sh --fs, mounted with ceph-fuse by its
-# mount.sh, torn down with teardown.sh --purge at the end). Then `tyr bench
-# fs` reads a data set stored as 32 MiB files and as 32 KiB files with 1
-# and 16 readers, and creates, stats, reads and deletes empty and 4 KiB
-# files, on: a directory on the local disk (the physical reference), the
-# tyr mounts, tyrfs-native (the tyrfs package over the Go client) and
-# CephFS. Writes bench/results/fs-DATE.md (and its JSON lines).
+# --dir-cache 1s). `tyr bench fs` reads a data set stored as 32 MiB files
+# and as 32 KiB files with 1 and 16 readers, and creates, stats, reads and
+# deletes empty and 4 KiB files, on: a directory on the local disk (the
+# physical reference), the tyr mounts and tyrfs-native (the tyrfs package
+# over the Go client). Then, unless CEPH=0, it starts a CephFS cluster with
+# one MDS (../shared/peers/ceph/setup.sh --fs, mounted with ceph-fuse by
+# its mount.sh, torn down with teardown.sh --purge at the end) and runs the
+# same workloads on it. Ceph starts only once tyr's measurements are done:
+# after its own create and delete phases CephFS keeps working in the
+# background (its MDS purges deleted files' objects, flushes its journal),
+# which would land on the next system's measurement. Writes
+# bench/results/fs-DATE.md (and its JSON lines).
 #
 #   scripts/bench-fs.sh [SECONDS]          # per measurement, default 5
 #   DATA_SET=1GiB CLIENTS=1,16 CEPH=0 scripts/bench-fs.sh 10
@@ -58,22 +62,24 @@ mount_tyr() { # KEYSPACE MOUNTPOINT LOG [FLAGS...]
 }
 mount_tyr benchfs "$mnt" "$dir/mount.log"
 mount_tyr benchfs-dircache "$dcmnt" "$dir/mount-dircache.log" --dir-cache 1s
-systems=(--dir "local-ext4=$dir/local" --mount "tyr-mount=$mnt" --mount "tyr-mount-dircache=$dcmnt")
-if [[ $ceph == 1 ]]; then
-	if [[ -e /tmp/cephpeer ]]; then
-		echo "/tmp/cephpeer exists: a Ceph cluster is in use; run with CEPH=0 or tear it down first" >&2
-		exit 1
-	fi
-	ceph_started=1
-	"$cephdir/setup.sh" --fs >"$dir/ceph-setup.log" 2>&1 || { tail -20 "$dir/ceph-setup.log" >&2; exit 1; }
-	"$cephdir/mount.sh" "$cephmnt"
-	systems+=(--distributed "cephfs=$cephmnt")
+if [[ $ceph == 1 && -e /tmp/cephpeer ]]; then
+	echo "/tmp/cephpeer exists: a Ceph cluster is in use; run with CEPH=0 or tear it down first" >&2
+	exit 1
 fi
 out=bench/results/fs-$(date +%F)
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 start=$(date +%s)
-bin/tyr bench fs --endpoint "127.0.0.1:$port" --data-set "$data_set" --clients "$clients" \
-	--duration "${duration}s" --op-timeout 5m "${systems[@]}" --json >"$out.jsonl"
+bench() { # SYSTEM FLAGS...
+	bin/tyr bench fs --endpoint "127.0.0.1:$port" --data-set "$data_set" --clients "$clients" \
+		--duration "${duration}s" --op-timeout 5m "$@" --json
+}
+bench --dir "local-ext4=$dir/local" --mount "tyr-mount=$mnt" --mount "tyr-mount-dircache=$dcmnt" >"$out.jsonl"
+if [[ $ceph == 1 ]]; then
+	ceph_started=1
+	"$cephdir/setup.sh" --fs >"$dir/ceph-setup.log" 2>&1 || { tail -20 "$dir/ceph-setup.log" >&2; exit 1; }
+	"$cephdir/mount.sh" "$cephmnt"
+	bench --native "" --distributed "cephfs=$cephmnt" >>"$out.jsonl"
+fi
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 {
 	echo "# TýrFS against the local disk and CephFS, $(date +%F)"
@@ -86,7 +92,9 @@ load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 	echo "tyr-mount-dircache caches directories' names and attributes for 1 s (\`--dir-cache 1s\`; files as"
 	echo "tyr-mount); local-ext4 is a directory on the"
 	echo "same disk (reads from the page cache); CephFS is one MON, two OSDs (BlueStore on files on the"
-	echo "same disk, pools of 2 replicas) and one MDS on this machine, through ceph-fuse."
+	echo "same disk, pools of 2 replicas) and one MDS on this machine, through ceph-fuse, started once"
+	echo "tyr's systems and the local disk were measured and measured alone. The tyr command, the client"
+	echo "of tyrfs-native, runs its Go collector at GOGC=400 (as the server does by default)."
 	echo
 	echo "Machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) of memory,"
 	echo "shared with other work: load average (1, 5, 15 min) $load_before before the run and"
