@@ -93,8 +93,7 @@ load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 	echo "tyr-mount); local-ext4 is a directory on the"
 	echo "same disk (reads from the page cache); CephFS is one MON, two OSDs (BlueStore on files on the"
 	echo "same disk, pools of 2 replicas) and one MDS on this machine, through ceph-fuse, started once"
-	echo "tyr's systems and the local disk were measured and measured alone. The tyr command, the client"
-	echo "of tyrfs-native, runs its Go collector at GOGC=400 (as the server does by default)."
+	echo "tyr's systems and the local disk were measured, and measured alone."
 	echo
 	echo "Machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) of memory,"
 	echo "shared with other work: load average (1, 5, 15 min) $load_before before the run and"

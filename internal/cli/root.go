@@ -39,9 +39,6 @@ func (e *env) withClient(fn func(c *client.Client) error) error {
 // Main runs the command line with args and returns the exit code.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	e := &env{stdin: stdin, stdout: stdout, stderr: stderr}
-	// Every command is a client too, whose garbage is the data it moves;
-	// the server sets its own (--gc-percent, --memory-limit).
-	tuneGC(gcPercentDefault, 0)
 	root := newRoot(e)
 	root.SetArgs(args)
 	root.SetIn(stdin)

@@ -109,13 +109,13 @@ func parseHomeBytes(s string) (uint64, error) {
 	return n, nil
 }
 
-// gcPercentDefault is --gc-percent's default, and every other command's
-// setting (unless GOGC is set). A server's or a client's live heap is
+// gcPercentDefault is --gc-percent's default. A server's live heap is
 // small and its allocations are per request, so the Go default of 100
 // collected often: servers at 400 read 32 KiB files 42-54 % and created
-// TýrFS files 19-25 % faster (tyr bench fs, 1 client, one server); the
-// bench's client, reading with FetchMany, read 32 KiB files 6-21 % and
-// 8 MiB files 17-35 % faster at 400 (two runs each).
+// TýrFS files 19-25 % faster (tyr bench fs, 1 client, one server). The
+// other commands, clients, keep Go's default: a bench client at 400 read
+// small files no faster, and 32 MiB files with 16 readers 21-27 % slower,
+// its larger heap spread over memory faulted in anew.
 const gcPercentDefault = 400
 
 // parseMemoryLimit reads --memory-limit: a size, 0 for none.

@@ -65,11 +65,17 @@ func (n *Node) syncer() {
 		case req = <-n.syncReqs:
 		}
 		errs := make([]error, len(req.keyspaces))
-		var wg sync.WaitGroup
-		for i, name := range req.keyspaces {
-			wg.Go(func() { errs[i] = n.syncKeyspace(name) })
+		if len(req.keyspaces) == 1 {
+			// One keyspace, the common case: no hand-off to another
+			// goroutine on a commit's path.
+			errs[0] = n.syncKeyspace(req.keyspaces[0])
+		} else {
+			var wg sync.WaitGroup
+			for i, name := range req.keyspaces {
+				wg.Go(func() { errs[i] = n.syncKeyspace(name) })
+			}
+			wg.Wait()
 		}
-		wg.Wait()
 		r := syncResult{upTo: req.upTo}
 		for _, err := range errs {
 			if err != nil {
