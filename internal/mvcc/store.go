@@ -36,6 +36,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
+	"github.com/tyrstore/tyr/internal/bufpool"
 	"github.com/tyrstore/tyr/internal/errs"
 	"github.com/tyrstore/tyr/internal/limits"
 	"github.com/tyrstore/tyr/internal/txn"
@@ -673,8 +674,10 @@ func (s *Store) readLatest(key string, offset, length uint64) ([]byte, BlobInfo,
 
 // readBlob reads [offset, offset+length) of the blob m describes, cut at
 // its end, through it.
+// The result is drawn from bufpool: whoever writes it out and holds the
+// only reference to it may give it back.
 func readBlob(it *pebble.Iterator, key string, m blobMeta, offset, length, pageBytes uint64) ([]byte, BlobInfo, error) {
-	buf := make([]byte, min(m.Size, offset+length)-offset)
+	buf := bufpool.Get(int(min(m.Size, offset+length) - offset))
 	if err := readRange(it, key, m.Version, offset, pageBytes, buf); err != nil {
 		return nil, BlobInfo{}, err
 	}
@@ -739,9 +742,11 @@ func newPageIter(r pebble.Reader, key string) (*pebble.Iterator, error) {
 }
 
 // readRange fills buf with the blob's bytes at [offset, offset+len(buf)) as
-// of version. buf must be zeroed; pages not found leave zeros.
+// of version: zeros where no page, or no byte of a short page, was stored
+// (a sparse blob's holes). buf's earlier bytes do not matter.
 func readRange(it *pebble.Iterator, key string, version, offset, pageBytes uint64, buf []byte) error {
 	end := offset + uint64(len(buf))
+	filled := offset // buf holds the blob's bytes up to here
 	for page := offset / pageBytes; page*pageBytes < end; page++ {
 		data, _, _, ok, err := readPage(it, key, page, version)
 		if err != nil {
@@ -754,9 +759,12 @@ func readRange(it *pebble.Iterator, key string, version, offset, pageBytes uint6
 		lo := max(offset, pageStart)
 		hi := min(end, pageStart+uint64(len(data)))
 		if lo < hi {
+			clear(buf[filled-offset : lo-offset])
 			copy(buf[lo-offset:hi-offset], data[lo-pageStart:hi-pageStart])
+			filled = hi
 		}
 	}
+	clear(buf[filled-offset:])
 	return nil
 }
 

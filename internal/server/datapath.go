@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tyrstore/tyr/api/tyrpb"
+	"github.com/tyrstore/tyr/internal/bufpool"
 	"github.com/tyrstore/tyr/internal/errs"
 	"github.com/tyrstore/tyr/internal/frame"
 )
@@ -291,6 +292,7 @@ func (s *Service) serveData(conn net.Conn) {
 		heads        []byte // the held answers' headers, back to back
 		pending      [][]byte
 		pendingBytes int
+		reads        [][]byte // the held answers' read results, given back to bufpool once written
 	)
 	for {
 		if _, err := io.ReadFull(r, prefix[:]); err != nil {
@@ -321,6 +323,9 @@ func (s *Service) serveData(conn net.Conn) {
 			h.Size = frame.FeatureCommits
 		} else {
 			h, tail = s.dataCall(req)
+			if req.Kind != frame.KindCommit && h.Code == uint8(codes.OK) {
+				reads = append(reads, tail)
+			}
 		}
 		if ids := s.currentRouting(); ids != nil {
 			h.Flags, h.RingID, h.MembersID = h.Flags|frame.FlagRouting, ids.ringID, ids.membersID
@@ -338,8 +343,14 @@ func (s *Service) serveData(conn net.Conn) {
 		}
 		bufs := net.Buffers(pending)
 		_, err = bufs.WriteTo(conn)
+		// A read's result is this answer's alone (it was read for it,
+		// into a buffer no one else holds), and has left.
+		for _, b := range reads {
+			bufpool.Put(b)
+		}
 		clear(pending)
-		pending, heads, pendingBytes = pending[:0], heads[:0], 0
+		clear(reads)
+		pending, heads, pendingBytes, reads = pending[:0], heads[:0], 0, reads[:0]
 		if err != nil {
 			return
 		}

@@ -253,6 +253,50 @@ func TestDataPathPipelined(t *testing.T) {
 	}
 }
 
+// A data-path read's result comes from bufpool and goes back once the
+// answer is written, so later reads get buffers holding earlier answers'
+// bytes: each answer still holds exactly its blob's bytes, and a sparse
+// blob's hole reads as zeros, not as what the buffer held before.
+func TestDataPathReusedBuffers(t *testing.T) {
+	_, metrics, c, ctx := dataServer(t)
+	if _, err := c.CreateKeyspace(ctx, "data", client.DefaultKeyspaceConfig()); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]byte{}
+	var keys []string
+	for i := range 6 {
+		key := fmt.Sprintf("dense%d", i)
+		// Of bufpool's class of the sparse blob's length.
+		want[key] = bytes.Repeat([]byte{byte(0xa0 + i)}, 100<<10+4+i*1000)
+		keys = append(keys, key, "sparse")
+	}
+	for key, data := range want {
+		if _, err := c.WriteCreate(ctx, "data", key, 0, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 100 KiB of hole, then 4 bytes.
+	want["sparse"] = append(make([]byte, 100<<10), "tail"...)
+	if _, err := c.WriteCreate(ctx, "data", "sparse", 100<<10, []byte("tail")); err != nil {
+		t.Fatal(err)
+	}
+	before := dataReads(t, metrics)
+	for round := range 4 {
+		for _, key := range keys {
+			got, err := c.Read(ctx, "data", key, 0, 1<<20)
+			if err != nil {
+				t.Fatalf("round %d: read %s: %v", round, key, err)
+			}
+			if !bytes.Equal(got, want[key]) {
+				t.Fatalf("round %d: read %s: %d bytes, not the %d written", round, key, len(got), len(want[key]))
+			}
+		}
+	}
+	if n := dataReads(t, metrics) - before; n < float64(4*len(keys)) {
+		t.Fatalf("%v reads went over the data path, want %d", n, 4*len(keys))
+	}
+}
+
 // Commits travel over the data path and answer as over gRPC: results, the
 // errors by class, a certain refusal marked as one, a transaction's read
 // checks; a commit message that does not decode is answered with an
