@@ -48,6 +48,7 @@ type serverFlags struct {
 	fsHomeBytes   string
 	gcPercent     int
 	memoryLimit   string
+	blockCache    string
 	cluster       clusterFlags
 	s3            s3Flags
 }
@@ -86,6 +87,8 @@ func newServerCommand(e *env) *cobra.Command {
 		"largest TýrFS file whose data this node moves home to its new path in the background after a rename (one commit each; at most 12MiB); 0 turns it off")
 	cmd.Flags().IntVar(&f.gcPercent, "gc-percent", gcPercentDefault,
 		"the Go garbage collector's goal (GOGC): heap growth over live data, in percent, before a collection; higher trades memory for less collection work, within --memory-limit (the GOGC environment variable, if set, wins)")
+	cmd.Flags().StringVar(&f.blockCache, "block-cache", "128MiB",
+		"bytes of the block cache all keyspaces share (Pebble's, outside the Go heap and --memory-limit): recently read data and index blocks, uncompressed; reads it misses go to the operating system's page cache or the disk (at least 8MiB)")
 	cmd.Flags().StringVar(&f.memoryLimit, "memory-limit", "512MiB",
 		"soft limit on the Go runtime's memory (GOMEMLIMIT): the collector works harder as the heap nears it, so --gc-percent costs memory only while live data is small; 0 turns it off; Pebble's block cache and memtables are outside it (the GOMEMLIMIT environment variable, if set, wins)")
 	addClusterFlags(cmd, &f.cluster)
@@ -117,6 +120,9 @@ func parseHomeBytes(s string) (uint64, error) {
 // small files no faster, and 32 MiB files with 16 readers 21-27 % slower,
 // its larger heap spread over memory faulted in anew.
 const gcPercentDefault = 400
+
+// blockCacheMin is --block-cache's least value.
+const blockCacheMin = 8 << 20
 
 // parseMemoryLimit reads --memory-limit: a size, 0 for none.
 func parseMemoryLimit(s string) (int64, error) {
@@ -184,6 +190,13 @@ func runServer(ctx context.Context, e *env, f serverFlags) error {
 	if err != nil {
 		return err
 	}
+	blockCache, err := parseSize("--block-cache", f.blockCache)
+	if err != nil {
+		return err
+	}
+	if blockCache < blockCacheMin || blockCache > math.MaxInt64 {
+		return fmt.Errorf("invalid --block-cache %q: must be at least 8MiB", f.blockCache)
+	}
 	homeBytes, err := parseHomeBytes(f.fsHomeBytes)
 	if err != nil {
 		return err
@@ -229,7 +242,7 @@ func runServer(ctx context.Context, e *env, f serverFlags) error {
 	}
 	defer shutdownMembership(node, log)
 	engine, err := storage.Open(storage.Options{Dir: f.data, Retention: f.retention, Linger: f.linger, Logger: log,
-		MinFreeBytes: minFree, ReclaimRate: int64(reclaimRate)})
+		MinFreeBytes: minFree, ReclaimRate: int64(reclaimRate), CacheBytes: int64(blockCache)})
 	if err != nil {
 		_ = lis.Close()
 		return fmt.Errorf("open data directory %s: %w", f.data, err)

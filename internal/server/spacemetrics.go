@@ -11,7 +11,9 @@ import (
 // bytes of the chunks this node holds), tyr_keyspace_disk_bytes and
 // tyr_keyspace_reclaim_bytes (removed, not yet reclaimed); and
 // tyr_free_bytes and tyr_min_free_bytes (the floor below which writes are
-// refused). The logical figures read every blob record: a scrape costs
+// refused); the shared block cache's tyr_block_cache_bytes (capacity),
+// tyr_block_cache_used_bytes, tyr_block_cache_hits_total and
+// tyr_block_cache_misses_total. The logical figures read every blob record: a scrape costs
 // time in proportion to the number of blobs.
 func (m *Metrics) RegisterSpace(s *Service) {
 	m.Registry.MustRegister(spaceCollector{s: s})
@@ -30,13 +32,21 @@ var (
 		"Bytes free on the file system holding the data directory.", nil, nil)
 	minFreeBytesDesc = prometheus.NewDesc("tyr_min_free_bytes",
 		"The free-space floor (--min-free): below it, writes are refused with a no-space error.", nil, nil)
+	blockCacheDesc = prometheus.NewDesc("tyr_block_cache_bytes",
+		"Capacity of the block cache the keyspaces share (--block-cache).", nil, nil)
+	blockCacheUsedDesc = prometheus.NewDesc("tyr_block_cache_used_bytes",
+		"Bytes the shared block cache holds.", nil, nil)
+	blockCacheHitsDesc = prometheus.NewDesc("tyr_block_cache_hits_total",
+		"Block reads the shared block cache answered.", nil, nil)
+	blockCacheMissesDesc = prometheus.NewDesc("tyr_block_cache_misses_total",
+		"Block reads the shared block cache missed, read from files.", nil, nil)
 )
 
 type spaceCollector struct{ s *Service }
 
 func (spaceCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{keyspaceBlobsDesc, keyspaceLogicalDesc, keyspaceDiskDesc, keyspaceReclaimDesc,
-		freeBytesDesc, minFreeBytesDesc} {
+		freeBytesDesc, minFreeBytesDesc, blockCacheDesc, blockCacheUsedDesc, blockCacheHitsDesc, blockCacheMissesDesc} {
 		ch <- d
 	}
 }
@@ -57,4 +67,9 @@ func (c spaceCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(freeBytesDesc, free)
 	}
 	gauge(minFreeBytesDesc, c.s.engine.MinFreeBytes())
+	bc := c.s.engine.BlockCache()
+	gauge(blockCacheDesc, uint64(bc.CapacityBytes))
+	gauge(blockCacheUsedDesc, uint64(bc.UsedBytes))
+	ch <- prometheus.MustNewConstMetric(blockCacheHitsDesc, prometheus.CounterValue, float64(bc.Hits))
+	ch <- prometheus.MustNewConstMetric(blockCacheMissesDesc, prometheus.CounterValue, float64(bc.Misses))
 }

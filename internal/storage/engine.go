@@ -43,7 +43,8 @@ const CompactionsMax = 2
 type Options struct {
 	// Dir is the data directory; it is created if missing.
 	Dir string
-	// CacheBytes is the block cache shared by all keyspaces. Default 128 MiB.
+	// CacheBytes is the block cache shared by all keyspaces. Default 128 MiB
+	// (tyr server --block-cache).
 	CacheBytes int64
 	// MemTableBytes is each keyspace database's memtable size. Default 16 MiB.
 	MemTableBytes uint64
@@ -91,7 +92,7 @@ type record struct {
 type Engine struct {
 	opts    Options
 	catalog *pebble.DB
-	cache   interface{ Unref() }
+	cache   *pebble.Cache
 	newDB   func(dir string, memTable uint64) (*pebble.DB, error)
 	stop    chan struct{}
 	done    sync.WaitGroup
@@ -162,6 +163,19 @@ func Open(opts Options) (*Engine, error) {
 	go e.collectLoop()
 	go e.reclaimLoop()
 	return e, nil
+}
+
+// BlockCache describes the block cache all keyspaces share: its capacity
+// and the bytes it holds, and its hits and misses so far.
+type BlockCache struct {
+	CapacityBytes, UsedBytes int64
+	Hits, Misses             int64
+}
+
+// BlockCache returns the shared block cache's figures.
+func (e *Engine) BlockCache() BlockCache {
+	m := e.cache.Metrics()
+	return BlockCache{CapacityBytes: e.cache.MaxSize(), UsedBytes: m.Size, Hits: m.Hits, Misses: m.Misses}
 }
 
 func (e *Engine) loadKeyspaces() error {

@@ -87,13 +87,14 @@ func TestGracefulShutdown(t *testing.T) {
 	}
 }
 
-// TestGCFlags checks that --gc-percent and --memory-limit reach the Go
-// runtime (as its metrics report them), and that bad values are refused
-// with one error line before anything is created.
-func TestGCFlags(t *testing.T) {
+// TestMemoryFlags checks that --gc-percent and --memory-limit reach the Go
+// runtime and --block-cache the store (as their metrics report them), and
+// that bad values are refused with one error line before anything is
+// created.
+func TestMemoryFlags(t *testing.T) {
 	t.Parallel()
 	metricsAddr := testserver.FreeLoopbackAddr(t)
-	testserver.Start(t, "--metrics-listen", metricsAddr, "--gc-percent", "250", "--memory-limit", "300MiB")
+	testserver.Start(t, "--metrics-listen", metricsAddr, "--gc-percent", "250", "--memory-limit", "300MiB", "--block-cache", "40MiB")
 	resp, err := http.Get("http://" + metricsAddr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -103,7 +104,8 @@ func TestGCFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"\ngo_gc_gogc_percent 250\n", fmt.Sprintf("\ngo_gc_gomemlimit_bytes %g\n", float64(300<<20))} {
+	for _, want := range []string{"\ngo_gc_gogc_percent 250\n", fmt.Sprintf("\ngo_gc_gomemlimit_bytes %g\n", float64(300<<20)),
+		fmt.Sprintf("\ntyr_block_cache_bytes %g\n", float64(40<<20))} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("metrics lack %q", strings.TrimSpace(want))
 		}
@@ -113,6 +115,8 @@ func TestGCFlags(t *testing.T) {
 		{[]string{"--gc-percent", "-5"}},
 		{[]string{"--memory-limit", "12x"}},
 		{[]string{"--memory-limit", "-1MiB"}},
+		{[]string{"--block-cache", "1MiB"}},
+		{[]string{"--block-cache", "lots"}},
 	} {
 		data := filepath.Join(t.TempDir(), "data")
 		r := testserver.Run(t, append([]string{"server", "--data", data, "--listen", "127.0.0.1:0"}, tt.args...)...)
