@@ -54,7 +54,7 @@ func Get(n int) []byte {
 
 // Put gives b back for a later Get. No one may use b afterwards: the
 // caller holds the only reference to it. A slice whose capacity is no
-// class's size (one Get did not return) is left to the collector.
+// class's size, so not one from Get, is left to the collector.
 func Put(b []byte) {
 	c, size := class(cap(b))
 	if c < 0 || size != cap(b) {

@@ -195,7 +195,7 @@ func runServer(ctx context.Context, e *env, f serverFlags) error {
 		return err
 	}
 	if blockCache < blockCacheMin || blockCache > math.MaxInt64 {
-		return fmt.Errorf("invalid --block-cache %q: must be at least 8MiB", f.blockCache)
+		return fmt.Errorf("invalid --block-cache %q: must be at least 8MiB, and at most %d bytes", f.blockCache, int64(math.MaxInt64))
 	}
 	homeBytes, err := parseHomeBytes(f.fsHomeBytes)
 	if err != nil {
