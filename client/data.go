@@ -139,13 +139,13 @@ func (d *dataPath) read(ctx context.Context, addr string, req *tyrpb.ReadRequest
 	if req.GetUse() {
 		r.Flags |= frame.FlagUse
 	}
-	return lone(d.send(ctx, addr, []frame.Read{r}))
+	return lone(d.send(ctx, addr, []frame.Read{r}, nil))
 }
 
 // fetch sends a TýrFS fetch to addr as read does a read; a refusal
 // comes back as the response's errno.
-func (d *dataPath) fetch(ctx context.Context, addr string, req *tyrpb.FsFetchRequest) (*tyrpb.FsFetchResponse, frame.Header, error) {
-	resp, h, err := lone(d.send(ctx, addr, []frame.Read{fetchFrame(req)}))
+func (d *dataPath) fetch(ctx context.Context, addr string, req *tyrpb.FsFetchRequest, into []byte) (*tyrpb.FsFetchResponse, frame.Header, error) {
+	resp, h, err := lone(d.send(ctx, addr, []frame.Read{fetchFrame(req)}, [][]byte{into}))
 	if err != nil {
 		return nil, h, err
 	}
@@ -161,13 +161,14 @@ func lone(out []answered, err error) (*tyrpb.ReadResponse, frame.Header, error) 
 }
 
 // fetchMany sends the TýrFS fetches reqs to addr on one connection,
-// pipelined, and returns their answers, as send does.
-func (d *dataPath) fetchMany(ctx context.Context, addr string, reqs []*tyrpb.FsFetchRequest) ([]answered, error) {
+// pipelined, and returns their answers, as send does, each read into
+// into[i] when it fits (into may be nil).
+func (d *dataPath) fetchMany(ctx context.Context, addr string, reqs []*tyrpb.FsFetchRequest, into [][]byte) ([]answered, error) {
 	rs := make([]frame.Read, len(reqs))
 	for i, req := range reqs {
 		rs[i] = fetchFrame(req)
 	}
-	return d.send(ctx, addr, rs)
+	return d.send(ctx, addr, rs, into)
 }
 
 // fetchFrame is the data-path request of a TýrFS fetch.
@@ -186,9 +187,10 @@ func fetchAnswer(resp *tyrpb.ReadResponse, h frame.Header) *tyrpb.FsFetchRespons
 }
 
 // send sends the requests rs to addr on one connection and returns their
-// answers, in order (see exchange). A transport failure ends them early
-// and is returned as err, as errNoDataPath is.
-func (d *dataPath) send(ctx context.Context, addr string, rs []frame.Read) ([]answered, error) {
+// answers, in order (see exchange), the answer to rs[i] read into into[i]
+// when it fits (into may be nil or shorter than rs). A transport failure
+// ends them early and is returned as err, as errNoDataPath is.
+func (d *dataPath) send(ctx context.Context, addr string, rs []frame.Read, into [][]byte) ([]answered, error) {
 	for _, r := range rs {
 		if err := frame.CheckRead(r); err != nil {
 			return nil, status.Error(codes.InvalidArgument, err.Error())
@@ -205,7 +207,7 @@ func (d *dataPath) send(ctx context.Context, addr string, rs []frame.Read) ([]an
 		if err != nil {
 			return nil, transportError(ctx, addr, err)
 		}
-		out, err := c.exchange(ctx, rs)
+		out, err := c.exchange(ctx, rs, into)
 		// An idle connection may have been closed by its server
 		// meanwhile: reads change nothing, so unanswered ones are sent
 		// again, once, anew.
@@ -266,7 +268,7 @@ func (d *dataPath) commit(ctx context.Context, addr string, req *tyrpb.CommitReq
 	if !c.commits {
 		// Ask first: a server that does not take commits may close the
 		// connection on one.
-		out, err := c.exchange(ctx, []frame.Read{{Kind: frame.KindHello}})
+		out, err := c.exchange(ctx, []frame.Read{{Kind: frame.KindHello}}, nil)
 		if err := d.fail(ctx, addr, c, reused, err); err != nil {
 			return nil, h, false, err
 		}
@@ -276,7 +278,7 @@ func (d *dataPath) commit(ctx context.Context, addr string, req *tyrpb.CommitReq
 		}
 		c.commits = true
 	}
-	out, err := c.exchange(ctx, []frame.Read{{Kind: frame.KindCommit, Message: msg}})
+	out, err := c.exchange(ctx, []frame.Read{{Kind: frame.KindCommit, Message: msg}}, nil)
 	if err := d.fail(ctx, addr, c, reused, err); err != nil {
 		return nil, h, true, err
 	}
@@ -362,8 +364,9 @@ func (c *dataConn) watch(ctx context.Context) (func(), error) {
 	}, nil
 }
 
-// answer reads one answer from c.
-func (c *dataConn) answer() (*tyrpb.ReadResponse, frame.Header, error) {
+// answer reads one answer from c, its bytes into buf's memory when they
+// fit there.
+func (c *dataConn) answer(buf []byte) (*tyrpb.ReadResponse, frame.Header, error) {
 	var head [frame.LenBytes + frame.HeaderBytes]byte
 	if n, err := io.ReadFull(c.r, head[:]); err != nil {
 		return nil, frame.Header{}, transportErr{err: err, answerless: n == 0}
@@ -372,7 +375,12 @@ func (c *dataConn) answer() (*tyrpb.ReadResponse, frame.Header, error) {
 	if err != nil {
 		return nil, frame.Header{}, transportErr{err: err}
 	}
-	tail := make([]byte, n)
+	tail := buf[:0]
+	if cap(tail) >= n {
+		tail = tail[:n]
+	} else {
+		tail = make([]byte, n)
+	}
 	if _, err := io.ReadFull(c.r, tail); err != nil {
 		return nil, frame.Header{}, transportErr{err: err}
 	}
@@ -395,8 +403,8 @@ type answered struct {
 // several are pipelined: a writer of their own sends them while the
 // answers are read, so that neither side blocks on a full socket buffer.
 // A transport error ends it, is returned, and leaves the later requests
-// unanswered.
-func (c *dataConn) exchange(ctx context.Context, rs []frame.Read) ([]answered, error) {
+// unanswered. The answer to rs[i] is read into into[i] when it fits.
+func (c *dataConn) exchange(ctx context.Context, rs []frame.Read, into [][]byte) ([]answered, error) {
 	stop, err := c.watch(ctx)
 	if err != nil {
 		return nil, transportErr{err: err}
@@ -421,8 +429,12 @@ func (c *dataConn) exchange(ctx context.Context, rs []frame.Read) ([]answered, e
 	}
 	out := make([]answered, 0, len(rs))
 	var broke error
-	for range rs {
-		resp, h, err := c.answer()
+	for i := range rs {
+		var buf []byte
+		if i < len(into) {
+			buf = into[i]
+		}
+		resp, h, err := c.answer(buf)
 		var netErr transportErr
 		if errors.As(err, &netErr) {
 			netErr.answerless = netErr.answerless && len(out) == 0

@@ -22,8 +22,16 @@ import (
 // err is for everything else. The request goes straight to the node
 // serving the file's first chunk.
 func (c *Client) FSFetch(ctx context.Context, ks, path string, uid uint32, gids []uint32, length uint64) (data []byte, info BlobInfo, errno uint32, err error) {
+	return c.FSFetchInto(ctx, ks, path, uid, gids, length, nil)
+}
+
+// FSFetchInto is FSFetch reading the answer into buf's memory when it
+// fits in buf's capacity, so that a caller reading many files reuses one
+// buffer: data then shares buf's memory (an answer that does not fit, or
+// that came over gRPC, is allocated anew). buf may be nil.
+func (c *Client) FSFetchInto(ctx context.Context, ks, path string, uid uint32, gids []uint32, length uint64, buf []byte) (data []byte, info BlobInfo, errno uint32, err error) {
 	req := &tyrpb.FsFetchRequest{Keyspace: []byte(ks), Path: []byte(path), Uid: uid, Gids: gids, Length: length}
-	resp, err := c.fsFetchRPC(ctx, req)
+	resp, err := c.fsFetchRPC(ctx, req, buf)
 	if err != nil {
 		return nil, BlobInfo{}, 0, fromStatus(err)
 	}
@@ -55,8 +63,19 @@ const FSFetchManyMax = limits.FSFetchManyMax
 // (WithoutDataPath) sends each alone over gRPC. The error is for the batch
 // as a whole: more than FSFetchManyMax paths.
 func (c *Client) FSFetchMany(ctx context.Context, ks string, paths []string, uid uint32, gids []uint32, length uint64) ([]FSFetchResult, error) {
+	return c.FSFetchManyInto(ctx, ks, paths, uid, gids, length, nil)
+}
+
+// FSFetchManyInto is FSFetchMany reading the answer for paths[i] into
+// bufs[i]'s memory when it fits there, as FSFetchInto does; bufs is nil
+// or holds a buffer for every path, no two sharing memory (more or fewer
+// is ErrInvalidArgument). Every read into bufs has ended when it returns.
+func (c *Client) FSFetchManyInto(ctx context.Context, ks string, paths []string, uid uint32, gids []uint32, length uint64, bufs [][]byte) ([]FSFetchResult, error) {
 	if len(paths) > FSFetchManyMax {
 		return nil, fmt.Errorf("%w: a fetch of %d paths, above %d", ErrInvalidArgument, len(paths), FSFetchManyMax)
+	}
+	if bufs != nil && len(bufs) != len(paths) {
+		return nil, fmt.Errorf("%w: %d buffers for %d paths", ErrInvalidArgument, len(bufs), len(paths))
 	}
 	out := make([]FSFetchResult, len(paths))
 	done := make([]bool, len(paths))
@@ -76,10 +95,17 @@ func (c *Client) FSFetchMany(ctx context.Context, ks string, paths []string, uid
 		for addr, idx := range splitBatch(groups) {
 			wg.Go(func() {
 				reqs := make([]*tyrpb.FsFetchRequest, len(idx))
+				var into [][]byte
+				if bufs != nil {
+					into = make([][]byte, len(idx))
+				}
 				for k, i := range idx {
 					reqs[k] = req(i)
+					if bufs != nil {
+						into[k] = bufs[i]
+					}
 				}
-				answers, err := c.data.fetchMany(ctx, addr, reqs)
+				answers, err := c.data.fetchMany(ctx, addr, reqs, into)
 				for k, a := range answers {
 					if a.h.Flags&frame.FlagRouting != 0 && k == len(answers)-1 {
 						c.router.observeIDs(a.h.RingID, a.h.MembersID)
@@ -106,7 +132,11 @@ func (c *Client) FSFetchMany(ctx context.Context, ks string, paths []string, uid
 		if done[i] {
 			continue
 		}
-		resp, err := c.fsFetchRPC(ctx, req(i))
+		var buf []byte
+		if bufs != nil {
+			buf = bufs[i]
+		}
+		resp, err := c.fsFetchRPC(ctx, req(i), buf)
 		if err != nil {
 			out[i].Err = fromStatus(err)
 			continue

@@ -457,10 +457,14 @@ func (c *Client) readRPC(ctx context.Context, req *tyrpb.ReadRequest) (*tyrpb.Re
 	return dataFirst(ctx, c, string(req.GetKeyspace()), string(req.GetKey()), rd, req, (*dataPath).read, tyrpb.TyrClient.Read)
 }
 
-// fsFetchRPC sends a TýrFS fetch as readRPC sends a read.
-func (c *Client) fsFetchRPC(ctx context.Context, req *tyrpb.FsFetchRequest) (*tyrpb.FsFetchResponse, error) {
+// fsFetchRPC sends a TýrFS fetch as readRPC sends a read, its answer read
+// into buf when it fits there and comes over the data path.
+func (c *Client) fsFetchRPC(ctx context.Context, req *tyrpb.FsFetchRequest, buf []byte) (*tyrpb.FsFetchResponse, error) {
 	rd := readShape{direct: true, n: req.GetLength()}
-	return dataFirst(ctx, c, string(req.GetKeyspace()), string(req.GetPath()), rd, req, (*dataPath).fetch, tyrpb.TyrClient.FsFetch)
+	fetch := func(d *dataPath, ctx context.Context, addr string, req *tyrpb.FsFetchRequest) (*tyrpb.FsFetchResponse, frame.Header, error) {
+		return d.fetch(ctx, addr, req, buf)
+	}
+	return dataFirst(ctx, c, string(req.GetKeyspace()), string(req.GetPath()), rd, req, fetch, tyrpb.TyrClient.FsFetch)
 }
 
 // dataFirst sends req over the data path (data.go) to the node that

@@ -414,3 +414,92 @@ func TestFetchMany(t *testing.T) {
 		}
 	}
 }
+
+// TestFetchInto: on 3 nodes at replication 1, FetchManyInto and FetchInto
+// give what Fetch gives, each file read into its own buffer when it fits
+// there with its header (a file past the first read's bound too) and into
+// new memory when it does not; buffers reused for other files, shorter
+// ones among them, show nothing of what they held; a batch with a buffer too many or too
+// few is refused whole.
+func TestFetchInto(t *testing.T) {
+	lc := testserver.UpCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := must[*client.Client](t)(client.Dial(lc.Endpoints[0]))
+	t.Cleanup(func() { _ = c.Close() })
+	cfg := client.DefaultKeyspaceConfig()
+	cfg.Replication = 1
+	if _, err := c.CreateKeyspace(ctx, "tfs", cfg); err != nil {
+		t.Fatal(err)
+	}
+	f := must[*FS](t)(New(ctx, c, "tfs"))
+	place := lc.Placer()
+	nodes := map[int]bool{}
+	var paths []string
+	want := map[string][]byte{}
+	for i := range 24 {
+		p := fmt.Sprintf("/f%02d", i)
+		data := bytes.Repeat([]byte{byte('a' + i)}, 1000+i*997)
+		if i == 0 {
+			data = nil
+		}
+		if i == 1 {
+			data = bytes.Repeat([]byte("big."), (client.PayloadBytesMax+5000)/4)
+		}
+		must[Attr](t)(f.WriteFile(ctx, p, Owner{Mode: 0o644}, data))
+		paths, want[p] = append(paths, p), data
+		nodes[place.Holders("tfs", p, 1)[0]] = true
+	}
+	if len(nodes) < 2 {
+		t.Fatalf("files on nodes %v: want 2 or more", nodes)
+	}
+	// inBuf reports whether data lies in buf, after the header.
+	inBuf := func(data, buf []byte) bool {
+		return len(data) > 0 && cap(buf) > HeaderBytes && &buf[:HeaderBytes+1][HeaderBytes] == &data[0]
+	}
+	bufs := make([][]byte, len(paths))
+	for i, p := range paths {
+		n := HeaderBytes + len(want[p])
+		if i == 5 {
+			n-- // one byte short: read into new memory
+		}
+		bufs[i] = bytes.Repeat([]byte{0xa5}, n)
+	}
+	check := func(round string, batch []string) {
+		t.Helper()
+		got, err := f.FetchManyInto(ctx, batch, bufs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, p := range batch {
+			r := got[i]
+			if r.Err != nil || !bytes.Equal(r.Data, want[p]) || r.Attr.Size != uint64(len(want[p])) {
+				t.Fatalf("%s: %s into buffer %d: %d bytes, %+v, %v; want %d bytes", round, p, i, len(r.Data), r.Attr, r.Err, len(want[p]))
+			}
+			fits := cap(bufs[i]) >= HeaderBytes+len(want[p])
+			if len(want[p]) > 0 && inBuf(r.Data, bufs[i]) != fits {
+				t.Fatalf("%s: %s in buffer %d of %d bytes: %v, want %v", round, p, i, cap(bufs[i]), inBuf(r.Data, bufs[i]), fits)
+			}
+		}
+	}
+	check("own buffers", paths)
+	// The buffers again, each for another file: the small files in
+	// reverse, so the later buffers hold shorter files than before and
+	// the earlier ones are too short.
+	others := slices.Clone(paths)
+	slices.Reverse(others[2:])
+	check("other files", others)
+	if _, err := f.FetchManyInto(ctx, paths, bufs[1:]); Errno(err) != syscall.EINVAL {
+		t.Fatalf("%d paths into %d buffers: %v, want EINVAL", len(paths), len(bufs)-1, err)
+	}
+	for _, p := range []string{"/f01", "/f07"} {
+		buf := make([]byte, HeaderBytes+len(want[p]))
+		a, data, err := f.FetchInto(ctx, p, buf)
+		if err != nil || !bytes.Equal(data, want[p]) || a.Size != uint64(len(want[p])) || !inBuf(data, buf) {
+			t.Fatalf("FetchInto %s: %d bytes, %+v, %v, in the buffer %v", p, len(data), a, err, inBuf(data, buf))
+		}
+	}
+	if _, _, err := f.FetchInto(ctx, "/none", make([]byte, 100)); Errno(err) != syscall.ENOENT {
+		t.Fatalf("FetchInto /none: %v, want ENOENT", err)
+	}
+}

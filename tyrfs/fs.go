@@ -191,12 +191,21 @@ func (f *FS) lookup(ctx context.Context, p string) (Attr, error) {
 // (internal/fsmeta), so a fetch under a busy directory needs no other
 // request. EISDIR for a directory.
 func (f *FS) Fetch(ctx context.Context, p string) (Attr, []byte, error) {
+	return f.FetchInto(ctx, p, nil)
+}
+
+// FetchInto is Fetch reading the file into buf's memory when the file and
+// its header fit in buf's capacity (HeaderBytes more than the file's
+// size), so that a program reading many files reuses one buffer. The
+// data returned then lies in buf, after the header; a file that does not
+// fit is read into new memory. buf may be nil.
+func (f *FS) FetchInto(ctx context.Context, p string, buf []byte) (Attr, []byte, error) {
 	p, err := fslayout.CleanPath(p)
 	if err != nil {
 		return Attr{}, nil, err
 	}
-	b, info, errno, err := f.c.FSFetch(ctx, f.ks, p, f.cred.UID, f.cred.GIDs, client.PayloadBytesMax)
-	return f.fetched(ctx, p, client.FSFetchResult{Data: b, Info: info, Errno: errno, Err: err})
+	b, info, errno, err := f.c.FSFetchInto(ctx, f.ks, p, f.cred.UID, f.cred.GIDs, client.PayloadBytesMax, buf)
+	return f.fetched(ctx, p, client.FSFetchResult{Data: b, Info: info, Errno: errno, Err: err}, buf)
 }
 
 // FetchResult is one path's answer in FetchMany, as Fetch gives it.
@@ -216,12 +225,24 @@ const FetchManyMax = client.FSFetchManyMax
 // files costs about a round trip per node instead of one per file. The
 // error is for the batch: more than FetchManyMax paths (EINVAL).
 func (f *FS) FetchMany(ctx context.Context, paths []string) ([]FetchResult, error) {
+	return f.FetchManyInto(ctx, paths, nil)
+}
+
+// FetchManyInto is FetchMany reading the file at paths[i] into bufs[i] as
+// FetchInto reads into its buffer. bufs is nil or holds a buffer for
+// every path (EINVAL otherwise), no two sharing memory. Nothing is
+// written into bufs once it returns.
+func (f *FS) FetchManyInto(ctx context.Context, paths []string, bufs [][]byte) ([]FetchResult, error) {
 	if len(paths) > FetchManyMax {
 		return nil, errnof(syscall.EINVAL, "a fetch of %d paths, above %d", len(paths), FetchManyMax)
+	}
+	if bufs != nil && len(bufs) != len(paths) {
+		return nil, errnof(syscall.EINVAL, "a fetch of %d paths into %d buffers", len(paths), len(bufs))
 	}
 	out := make([]FetchResult, len(paths))
 	var clean []string
 	var at []int
+	var into [][]byte
 	for i, p := range paths {
 		cp, err := fslayout.CleanPath(p)
 		if err != nil {
@@ -229,13 +250,20 @@ func (f *FS) FetchMany(ctx context.Context, paths []string) ([]FetchResult, erro
 			continue
 		}
 		clean, at = append(clean, cp), append(at, i)
+		if bufs != nil {
+			into = append(into, bufs[i])
+		}
 	}
-	rs, err := f.c.FSFetchMany(ctx, f.ks, clean, f.cred.UID, f.cred.GIDs, client.PayloadBytesMax)
+	rs, err := f.c.FSFetchManyInto(ctx, f.ks, clean, f.cred.UID, f.cred.GIDs, client.PayloadBytesMax, into)
 	if err != nil {
 		return nil, err
 	}
 	for k, r := range rs {
-		a, data, err := f.fetched(ctx, clean[k], r)
+		var buf []byte
+		if into != nil {
+			buf = into[k]
+		}
+		a, data, err := f.fetched(ctx, clean[k], r, buf)
 		out[at[k]] = FetchResult{Attr: a, Data: data, Err: err}
 	}
 	return out, nil
@@ -243,8 +271,9 @@ func (f *FS) FetchMany(ctx context.Context, paths []string) ([]FetchResult, erro
 
 // fetched is what a fetch of the clean path p answered, for the caller:
 // the file's attributes and bytes (the rest of a file longer than the
-// fetch's read, read at its version), or an errno error for a refusal.
-func (f *FS) fetched(ctx context.Context, p string, r client.FSFetchResult) (Attr, []byte, error) {
+// fetch's read, read at its version, into buf when it fits there), or an
+// errno error for a refusal.
+func (f *FS) fetched(ctx context.Context, p string, r client.FSFetchResult, buf []byte) (Attr, []byte, error) {
 	if r.Err != nil {
 		return Attr{}, nil, r.Err
 	}
@@ -257,7 +286,7 @@ func (f *FS) fetched(ctx context.Context, p string, r client.FSFetchResult) (Att
 		// The rest, at the version the fetch read; if that version is
 		// gone already, the whole file again.
 		var err error
-		if b, _, err = f.readRest(ctx, key, b, info); errors.Is(err, client.ErrConflict) {
+		if b, _, err = f.readRest(ctx, key, b, info, buf); errors.Is(err, client.ErrConflict) {
 			return f.readFile(ctx, p)
 		} else if err != nil {
 			return Attr{}, nil, err

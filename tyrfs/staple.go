@@ -97,14 +97,23 @@ func (f *FS) readWhole(ctx context.Context, key string) ([]byte, client.BlobInfo
 	if err != nil || uint64(len(b)) >= info.Size {
 		return b, info, err
 	}
-	return f.readRest(ctx, key, b, info)
+	return f.readRest(ctx, key, b, info, nil)
 }
 
 // readRest completes b, the first bytes of blob key as read at info's
-// version, with the rest at that version.
-func (f *FS) readRest(ctx context.Context, key string, b []byte, info client.BlobInfo) ([]byte, client.BlobInfo, error) {
-	whole := make([]byte, info.Size)
-	err := f.c.ReadVersion(ctx, f.ks, key, info.Version, uint64(len(b)), whole[copy(whole, b):])
+// version, with the rest at that version: in buf when the blob fits in
+// its capacity (b may lie at its start already), else in new memory.
+func (f *FS) readRest(ctx context.Context, key string, b []byte, info client.BlobInfo, buf []byte) ([]byte, client.BlobInfo, error) {
+	var whole []byte
+	if uint64(cap(buf)) >= info.Size {
+		whole = buf[:info.Size]
+	} else {
+		whole = make([]byte, info.Size)
+	}
+	if len(b) > 0 && &whole[0] != &b[0] {
+		copy(whole, b)
+	}
+	err := f.c.ReadVersion(ctx, f.ks, key, info.Version, uint64(len(b)), whole[len(b):])
 	return whole, info, err
 }
 

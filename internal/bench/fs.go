@@ -325,42 +325,50 @@ func (t *nativeTarget) Client(ctx context.Context) (fsClient, error) {
 		_ = c.Close()
 		return nil, err
 	}
-	return nativeClient{c: c, fs: fs}, nil
+	return &nativeClient{c: c, fs: fs}, nil
 }
 
+// nativeClient reads into buffers of its own, reused from read to read as
+// a program reading many files would (tyrfs.FetchInto): bufs[i] for the
+// i-th file of a batch, each grown to hold the largest file it was asked
+// for.
 type nativeClient struct {
-	c  *client.Client
-	fs *tyrfs.FS
+	c    *client.Client
+	fs   *tyrfs.FS
+	bufs [][]byte
 }
 
 func nativePath(p string) string { return path.Join(nativeRoot, p) }
 
-func (c nativeClient) Mkdir(ctx context.Context, p string) error {
+func (c *nativeClient) Mkdir(ctx context.Context, p string) error {
 	_, err := c.fs.Mkdir(ctx, nativePath(p), fsOwner(0o755))
 	return err
 }
 
-func (c nativeClient) Create(ctx context.Context, p string) error {
+func (c *nativeClient) Create(ctx context.Context, p string) error {
 	_, err := c.fs.Create(ctx, nativePath(p), fsOwner(0o644))
 	return err
 }
 
-func (c nativeClient) WriteFile(ctx context.Context, p string, data []byte) error {
+func (c *nativeClient) WriteFile(ctx context.Context, p string, data []byte) error {
 	_, err := c.fs.WriteFile(ctx, nativePath(p), fsOwner(0o644), data)
 	return err
 }
 
-func (c nativeClient) ReadFile(ctx context.Context, p string, _ []byte) ([]byte, error) {
-	_, data, err := c.fs.Fetch(ctx, nativePath(p))
+func (c *nativeClient) ReadFile(ctx context.Context, p string, _ []byte) ([]byte, error) {
+	c.grow(1)
+	_, data, err := c.fs.FetchInto(ctx, nativePath(p), c.bufs[0])
+	c.keep(0, data)
 	return data, err
 }
 
-func (c nativeClient) ReadFiles(ctx context.Context, paths []string) ([][]byte, error) {
+func (c *nativeClient) ReadFiles(ctx context.Context, paths []string) ([][]byte, error) {
 	ps := make([]string, len(paths))
 	for i, p := range paths {
 		ps[i] = nativePath(p)
 	}
-	rs, err := c.fs.FetchMany(ctx, ps)
+	c.grow(len(ps))
+	rs, err := c.fs.FetchManyInto(ctx, ps, c.bufs[:len(ps)])
 	if err != nil {
 		return nil, err
 	}
@@ -370,20 +378,36 @@ func (c nativeClient) ReadFiles(ctx context.Context, paths []string) ([][]byte, 
 			return nil, fmt.Errorf("%s: %w", ps[i], r.Err)
 		}
 		out[i] = r.Data
+		c.keep(i, r.Data)
 	}
 	return out, nil
 }
 
-func (c nativeClient) Stat(ctx context.Context, p string) (int64, error) {
+// grow makes room for n buffers.
+func (c *nativeClient) grow(n int) {
+	if len(c.bufs) < n {
+		c.bufs = append(c.bufs, make([][]byte, n-len(c.bufs))...)
+	}
+}
+
+// keep makes buffer i large enough for the next file like data, which was
+// read into new memory if it did not fit.
+func (c *nativeClient) keep(i int, data []byte) {
+	if need := len(data) + tyrfs.HeaderBytes; cap(c.bufs[i]) < need {
+		c.bufs[i] = make([]byte, need)
+	}
+}
+
+func (c *nativeClient) Stat(ctx context.Context, p string) (int64, error) {
 	a, err := c.fs.Stat(ctx, nativePath(p), tyrfs.KindFile)
 	return int64(a.Size), err
 }
 
-func (c nativeClient) Remove(ctx context.Context, p string) error {
+func (c *nativeClient) Remove(ctx context.Context, p string) error {
 	return c.fs.Unlink(ctx, nativePath(p))
 }
 
-func (c nativeClient) Close() error { return c.c.Close() }
+func (c *nativeClient) Close() error { return c.c.Close() }
 
 // fsPattern is the content of every file: block j of the file at p is a
 // stamp of p's hash and j, then bytes of a random base at an offset that
