@@ -120,14 +120,7 @@ func TestImportExportCluster(t *testing.T) {
 	lc := testserver.UpCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c := must[*client.Client](t)(client.Dial(lc.Endpoints[0]))
-	t.Cleanup(func() { _ = c.Close() })
-	cfg := client.DefaultKeyspaceConfig()
-	cfg.Replication = 1
-	if _, err := c.CreateKeyspace(ctx, "tfs", cfg); err != nil {
-		t.Fatal(err)
-	}
-	f := must[*FS](t)(New(ctx, c, "tfs"))
+	f := clusterFS(ctx, t, lc)
 
 	src := t.TempDir()
 	stamp := time.Date(2021, 5, 6, 7, 8, 9, 123456789, time.UTC)
@@ -194,4 +187,18 @@ func TestImportExportCluster(t *testing.T) {
 	if _, err := f.Import(ctx, src, "/clash", nil); Errno(err) != syscall.EEXIST {
 		t.Fatalf("import over a directory: %v, want EEXIST", err)
 	}
+}
+
+// clusterFS is a file system in a new keyspace "tfs" at replication 1 on
+// the cluster lc, through a client of its first node.
+func clusterFS(ctx context.Context, t *testing.T, lc *testserver.LocalCluster) *FS {
+	t.Helper()
+	c := must[*client.Client](t)(client.Dial(lc.Endpoints[0]))
+	t.Cleanup(func() { _ = c.Close() })
+	cfg := client.DefaultKeyspaceConfig()
+	cfg.Replication = 1
+	if _, err := c.CreateKeyspace(ctx, "tfs", cfg); err != nil {
+		t.Fatal(err)
+	}
+	return must[*FS](t)(New(ctx, c, "tfs"))
 }

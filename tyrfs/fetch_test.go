@@ -419,20 +419,13 @@ func TestFetchMany(t *testing.T) {
 // give what Fetch gives, each file read into its own buffer when it fits
 // there with its header (a file past the first read's bound too) and into
 // new memory when it does not; buffers reused for other files, shorter
-// ones among them, show nothing of what they held; a batch with a buffer too many or too
-// few is refused whole.
+// ones among them, show nothing of what they held; a batch with a buffer
+// too many or too few is refused whole.
 func TestFetchInto(t *testing.T) {
 	lc := testserver.UpCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c := must[*client.Client](t)(client.Dial(lc.Endpoints[0]))
-	t.Cleanup(func() { _ = c.Close() })
-	cfg := client.DefaultKeyspaceConfig()
-	cfg.Replication = 1
-	if _, err := c.CreateKeyspace(ctx, "tfs", cfg); err != nil {
-		t.Fatal(err)
-	}
-	f := must[*FS](t)(New(ctx, c, "tfs"))
+	f := clusterFS(ctx, t, lc)
 	place := lc.Placer()
 	nodes := map[int]bool{}
 	var paths []string
