@@ -198,7 +198,8 @@ func (f *FS) Fetch(ctx context.Context, p string) (Attr, []byte, error) {
 // its header fit in buf's capacity (HeaderBytes more than the file's
 // size), so that a program reading many files reuses one buffer. The
 // data returned then lies in buf, after the header; a file that does not
-// fit is read into new memory. buf may be nil.
+// fit, one read over gRPC, or a renamed file's data read through its
+// forwarding record (a staple) is read into new memory. buf may be nil.
 func (f *FS) FetchInto(ctx context.Context, p string, buf []byte) (Attr, []byte, error) {
 	p, err := fslayout.CleanPath(p)
 	if err != nil {
