@@ -9,6 +9,7 @@ package tyrfs
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"syscall"
@@ -96,7 +97,17 @@ func TestFetchCluster(t *testing.T) {
 	}
 	fss := make([]*FS, 3)
 	for i, c := range clients {
-		fss[i] = must[*FS](t)(New(ctx, c, "tfs"))
+		// The other nodes learn of the keyspace from the catalog's
+		// replication, shortly after it is created.
+		var err error
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			if fss[i], err = New(ctx, c, "tfs"); !errors.Is(err, client.ErrNotFound) || time.Now().After(deadline) {
+				break
+			}
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 	const files = 60
 	must[Attr](t)(fss[0].Mkdir(ctx, "/data", Owner{Mode: 0o755}))
