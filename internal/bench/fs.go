@@ -118,6 +118,13 @@ type fsTarget interface {
 	Client(ctx context.Context) (fsClient, error)
 }
 
+// reserver is an fsClient that reads into buffers of its own: Reserve
+// readies them for batches of n files of size bytes before a measurement
+// starts, as the others' read buffer is.
+type reserver interface {
+	Reserve(n int, size int64)
+}
+
 // batchReader is an fsClient that also reads many whole files in one
 // call: TýrFS's FetchMany.
 type batchReader interface {
@@ -330,8 +337,8 @@ func (t *nativeTarget) Client(ctx context.Context) (fsClient, error) {
 
 // nativeClient reads into buffers of its own, reused from read to read as
 // a program reading many files would (tyrfs.FetchInto): bufs[i] for the
-// i-th file of a batch, each grown to hold the largest file it was asked
-// for.
+// i-th file of a batch, made ready before a measurement (Reserve) and
+// grown if a larger file comes.
 type nativeClient struct {
 	c    *client.Client
 	fs   *tyrfs.FS
@@ -358,7 +365,7 @@ func (c *nativeClient) WriteFile(ctx context.Context, p string, data []byte) err
 func (c *nativeClient) ReadFile(ctx context.Context, p string, _ []byte) ([]byte, error) {
 	c.grow(1)
 	_, data, err := c.fs.FetchInto(ctx, nativePath(p), c.bufs[0])
-	c.keep(0, data)
+	c.fit(0, len(data))
 	return data, err
 }
 
@@ -378,9 +385,18 @@ func (c *nativeClient) ReadFiles(ctx context.Context, paths []string) ([][]byte,
 			return nil, fmt.Errorf("%s: %w", ps[i], r.Err)
 		}
 		out[i] = r.Data
-		c.keep(i, r.Data)
+		c.fit(i, len(r.Data))
 	}
 	return out, nil
+}
+
+// Reserve readies buffers for batches of n files of size bytes, so that a
+// measurement's first reads allocate nothing.
+func (c *nativeClient) Reserve(n int, size int64) {
+	c.grow(n)
+	for i := range n {
+		c.fit(i, int(size))
+	}
 }
 
 // grow makes room for n buffers.
@@ -390,10 +406,10 @@ func (c *nativeClient) grow(n int) {
 	}
 }
 
-// keep makes buffer i large enough for the next file like data, which was
-// read into new memory if it did not fit.
-func (c *nativeClient) keep(i int, data []byte) {
-	if need := len(data) + tyrfs.HeaderBytes; cap(c.bufs[i]) < need {
+// fit makes buffer i large enough for a file of size bytes: after a file
+// that did not fit and was read into new memory, for the next like it.
+func (c *nativeClient) fit(i, size int) {
+	if need := size + tyrfs.HeaderBytes; cap(c.bufs[i]) < need {
 		c.bufs[i] = make([]byte, need)
 	}
 }
@@ -671,9 +687,10 @@ type fsStep func(ctx context.Context, c fsClient, i, k int, buf []byte) (int, bo
 // timedFS runs step in n clients, each on a client of its own, until
 // bound (0: until every client is done) and summarizes the run. The first
 // error of any client ends the measurement and is returned. done[i] is
-// what client i completed.
+// what client i completed. reserve, unless nil, is called on each client
+// before the clock starts.
 func (r *fsRun) timedFS(ctx context.Context, t fsTarget, workload string, n int, opBytes int64, bound time.Duration,
-	step fsStep) (Result, []int, error) {
+	reserve func(fsClient), step fsStep) (Result, []int, error) {
 	clients := make([]fsClient, n)
 	defer func() {
 		for _, c := range clients {
@@ -688,6 +705,9 @@ func (r *fsRun) timedFS(ctx context.Context, t fsTarget, workload string, n int,
 			return Result{}, nil, err
 		}
 		clients[i] = c
+		if reserve != nil {
+			reserve(c)
+		}
 	}
 	var (
 		moved    atomic.Uint64
@@ -756,7 +776,7 @@ func (r *fsRun) measureReads(ctx context.Context, t fsTarget, set fsFileSet, n i
 		batch = int(min(max(fsBatchBytes/set.size, 1), int64(tyrfs.FetchManyMax), int64(files)))
 	}
 	r.cfg.progress("%s: %s with %d readers for %s, %d files a read", name, wl, n, r.cfg.Duration, batch)
-	res, _, err := r.timedFS(ctx, t, wl, n, set.size*int64(batch), r.cfg.Duration,
+	res, _, err := r.timedFS(ctx, t, wl, n, set.size*int64(batch), r.cfg.Duration, reserveFor(batch, set.size),
 		func(ctx context.Context, c fsClient, i, k int, buf []byte) (int, bool, error) {
 			ps := make([]string, batch)
 			for j := range ps {
@@ -831,7 +851,7 @@ func (r *fsRun) measureMeta(ctx context.Context, t fsTarget, size int64, n int) 
 	}
 	wl := fsMetaWorkload("create", size)
 	r.cfg.progress("%s: %s with %d clients for %s", t.Name(), wl, n, r.cfg.Duration)
-	res, created, err := r.timedFS(ctx, t, wl, n, size, r.cfg.Duration,
+	res, created, err := r.timedFS(ctx, t, wl, n, size, r.cfg.Duration, nil,
 		func(ctx context.Context, c fsClient, i, k int, buf []byte) (int, bool, error) {
 			if k >= perClient {
 				return 0, false, nil
@@ -888,7 +908,7 @@ func (r *fsRun) measureMeta(ctx context.Context, t fsTarget, size int64, n int) 
 	}
 	wl = fsMetaWorkload("delete", size)
 	r.cfg.progress("%s: %s with %d clients, %d files", t.Name(), wl, n, sum(created))
-	res, _, err = r.timedFS(ctx, t, wl, n, 0, 0, func(ctx context.Context, c fsClient, i, k int, _ []byte) (int, bool, error) {
+	res, _, err = r.timedFS(ctx, t, wl, n, 0, 0, nil, func(ctx context.Context, c fsClient, i, k int, _ []byte) (int, bool, error) {
 		if k >= created[i] {
 			return 0, false, nil
 		}
@@ -897,10 +917,21 @@ func (r *fsRun) measureMeta(ctx context.Context, t fsTarget, size int64, n int) 
 	return emit(res, err)
 }
 
-// timed0 is timedFS for the duration, without the per-client counts.
+// timed0 is timedFS for the duration, each operation on one file of up
+// to opBytes bytes, without the per-client counts.
 func (r *fsRun) timed0(ctx context.Context, t fsTarget, wl string, n int, opBytes int64, step fsStep) (Result, error) {
-	res, _, err := r.timedFS(ctx, t, wl, n, opBytes, r.cfg.Duration, step)
+	res, _, err := r.timedFS(ctx, t, wl, n, opBytes, r.cfg.Duration, reserveFor(1, opBytes), step)
 	return res, err
+}
+
+// reserveFor is timedFS's reserve for reads of n files of size bytes at
+// once.
+func reserveFor(n int, size int64) func(fsClient) {
+	return func(c fsClient) {
+		if b, ok := c.(reserver); ok {
+			b.Reserve(n, size)
+		}
+	}
 }
 
 func sum(xs []int) int {
