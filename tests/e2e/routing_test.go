@@ -31,13 +31,20 @@ const (
 // scrape returns the sample values of nodek's metrics, by series.
 func scrape(t *testing.T, lc *testserver.LocalCluster, k int) map[string]float64 {
 	t.Helper()
-	resp, err := http.Get("http://" + lc.MetricsAddr(k) + "/metrics")
+	return scrapeAddr(t, lc.MetricsAddr(k))
+}
+
+// scrapeAddr returns the sample values of the metrics served at addr, by
+// series.
+func scrapeAddr(t *testing.T, addr string) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("node%d metrics: %s", k, resp.Status)
+		t.Fatalf("%s metrics: %s", addr, resp.Status)
 	}
 	out := map[string]float64{}
 	sc := bufio.NewScanner(resp.Body)
@@ -49,7 +56,7 @@ func scrape(t *testing.T, lc *testserver.LocalCluster, k int) map[string]float64
 		i := strings.LastIndexByte(line, ' ')
 		v, err := strconv.ParseFloat(line[i+1:], 64)
 		if err != nil {
-			t.Fatalf("node%d metrics line %q: %v", k, line, err)
+			t.Fatalf("%s metrics line %q: %v", addr, line, err)
 		}
 		out[line[:i]] = v
 	}

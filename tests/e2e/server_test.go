@@ -88,13 +88,14 @@ func TestGracefulShutdown(t *testing.T) {
 }
 
 // TestMemoryFlags checks that --gc-percent and --memory-limit reach the Go
-// runtime and --block-cache the store (as their metrics report them), and
+// runtime and --block-cache the store (as their metrics report them), that
+// the block cache's metrics count what reads from sstables do to it, and
 // that bad values are refused with one error line before anything is
 // created.
 func TestMemoryFlags(t *testing.T) {
 	t.Parallel()
 	metricsAddr := testserver.FreeLoopbackAddr(t)
-	testserver.Start(t, "--metrics-listen", metricsAddr, "--gc-percent", "250", "--memory-limit", "300MiB", "--block-cache", "40MiB")
+	srv := testserver.Start(t, "--metrics-listen", metricsAddr, "--gc-percent", "250", "--memory-limit", "300MiB", "--block-cache", "40MiB")
 	resp, err := http.Get("http://" + metricsAddr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -110,6 +111,7 @@ func TestMemoryFlags(t *testing.T) {
 			t.Errorf("metrics lack %q", strings.TrimSpace(want))
 		}
 	}
+	checkBlockCache(t, srv.Client(), metricsAddr, 40<<20)
 	for _, tt := range []struct{ args []string }{
 		{[]string{"--gc-percent", "0"}},
 		{[]string{"--gc-percent", "-5"}},
@@ -127,5 +129,54 @@ func TestMemoryFlags(t *testing.T) {
 		if _, err := os.Stat(data); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%v: a refused start created %s (%v)", tt.args, data, err)
 		}
+	}
+}
+
+// checkBlockCache writes more than a memtable holds, so that the first
+// blobs reach sstables, then reads them twice over: the block cache's
+// metrics show misses, then hits, and bytes in use within its capacity.
+func checkBlockCache(t *testing.T, c *client.Client, metricsAddr string, capacity float64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := c.CreateKeyspace(ctx, "cache", client.KeyspaceConfig{Sync: false}); err != nil {
+		t.Fatal(err)
+	}
+	const blobs, size = 24, 1 << 20 // past the 16 MiB memtable
+	for i := range blobs {
+		if _, err := c.WriteCreate(ctx, "cache", fmt.Sprint(i), 0, bytes.Repeat([]byte{byte(i)}, size)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const (
+		used   = "tyr_block_cache_used_bytes"
+		hits   = "tyr_block_cache_hits_total"
+		misses = "tyr_block_cache_misses_total"
+	)
+	before := scrapeAddr(t, metricsAddr)
+	var m map[string]float64
+	for {
+		// The flush runs in the background: until it is done the first
+		// blobs are read from the memtable, which the cache does not see.
+		for range 2 {
+			for i := range 4 {
+				b, err := c.Read(ctx, "cache", fmt.Sprint(i), 0, size)
+				if err != nil || !bytes.Equal(b, bytes.Repeat([]byte{byte(i)}, size)) {
+					t.Fatalf("read of blob %d: %d bytes, %v", i, len(b), err)
+				}
+			}
+		}
+		m = scrapeAddr(t, metricsAddr)
+		if m[misses] > before[misses] && m[hits] > before[hits] || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if m[misses] <= before[misses] || m[hits] <= before[hits] {
+		t.Fatalf("block cache: misses %g→%g, hits %g→%g; want both to grow once blobs are read from sstables",
+			before[misses], m[misses], before[hits], m[hits])
+	}
+	if m[used] <= 0 || m[used] > capacity {
+		t.Fatalf("block cache holds %g bytes, want some and at most its capacity %g", m[used], capacity)
 	}
 }
