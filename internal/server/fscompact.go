@@ -149,6 +149,9 @@ type dirCompactor struct {
 	// afterRead, if set before the worker starts, runs between a check's
 	// read and its commit (tests race appends against it).
 	afterRead func(dirRef)
+	// afterCheck, if set before the worker starts, runs after each check
+	// of a directory log with what it did (tests wait on it).
+	afterCheck func(dirRef, dirCheck)
 
 	done chan struct{} // closed when the worker ends
 }
@@ -392,6 +395,9 @@ func (d *dirCompactor) check(ctx context.Context, j dirJob) int {
 			d.s.log.Debug("staple homing failed", "keyspace", j.ks, "path", j.key, "err", err)
 		}
 		return n
+	}
+	if d.afterCheck != nil {
+		d.afterCheck(j.dirRef, c)
 	}
 	switch c.outcome {
 	case dirCompacted, dirSkipped:

@@ -138,6 +138,17 @@ func TestDirCompaction(t *testing.T) {
 
 func dirCompaction(t *testing.T, v byte) {
 	s := newFSService(t)
+	var (
+		mu        sync.Mutex
+		rawChecks []string // the outcomes of the checks of /raw/
+	)
+	s.dirs.afterCheck = func(r dirRef, c dirCheck) {
+		if r.key == "/raw/" {
+			mu.Lock()
+			rawChecks = append(rawChecks, c.outcome)
+			mu.Unlock()
+		}
+	}
 	defer s.StartDirCompaction(0)()
 	mkdirBlobIn(t, s, "/d/", v)
 	header := readBlob(t, s, "/d/")[:fslayout.HeaderBytes]
@@ -172,11 +183,22 @@ func dirCompaction(t *testing.T, v byte) {
 		commitOps(t, s, &tyrpb.Op{Key: []byte("/raw/"), Kind: &tyrpb.Op_Append{Append: &tyrpb.AppendOp{
 			Data: raw[len(raw)-2*(fslayout.RecordHeaderBytes+3):], Create: true}}})
 	}
-	skipped := s.dirs.Count(dirSkipped)
-	waitCompactor(t, "a check of /raw/", func() bool { return s.dirs.Count(dirSkipped) > skipped })
+	// The check may come while the appends go on, or after them.
+	waitCompactor(t, "a check of /raw/", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(rawChecks) > 0
+	})
 	if b := readBlob(t, s, "/raw/"); !bytes.Equal(b, raw) {
 		t.Fatalf("/raw/ holds %d bytes, want the %d appended", len(b), len(raw))
 	}
+	mu.Lock()
+	for _, o := range rawChecks {
+		if o != dirSkipped {
+			t.Errorf("a check of /raw/ ended %s, want %s", o, dirSkipped)
+		}
+	}
+	mu.Unlock()
 	t.Logf("checks: %d compacted, %d skipped, %d conflicts, %d dropped, %d failed", s.dirs.Count(dirCompacted),
 		s.dirs.Count(dirSkipped), s.dirs.Count(dirConflict), s.dirs.Count(dirDropped), s.dirs.Count(dirFailed))
 	if n := s.dirs.Count(dirFailed); n != 0 {
