@@ -129,10 +129,7 @@ func newClusterFS(t *testing.T, upArgs ...string) (context.Context, *client.Clie
 		if err != nil {
 			t.Fatal(err)
 		}
-		testserver.Eventually(t, testserver.CatalogSpreadMax, fmt.Sprintf("keyspace on node%d", k), func() (bool, string) {
-			_, err := o.Keyspace(ctx, "tfs")
-			return err == nil, fmt.Sprint(err)
-		})
+		testserver.WaitKeyspace(t, "tfs", o)
 		_ = o.Close()
 	}
 	f, err := New(ctx, c, "tfs")

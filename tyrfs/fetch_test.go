@@ -9,7 +9,6 @@ package tyrfs
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"syscall"
@@ -95,19 +94,10 @@ func TestFetchCluster(t *testing.T) {
 	if _, err := clients[0].CreateKeyspace(ctx, "tfs", cfg); err != nil {
 		t.Fatal(err)
 	}
+	testserver.WaitKeyspace(t, "tfs", clients...)
 	fss := make([]*FS, 3)
 	for i, c := range clients {
-		// The other nodes learn of the keyspace from the catalog's
-		// replication, shortly after it is created.
-		var err error
-		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-			if fss[i], err = New(ctx, c, "tfs"); !errors.Is(err, client.ErrNotFound) || time.Now().After(deadline) {
-				break
-			}
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		fss[i] = must[*FS](t)(New(ctx, c, "tfs"))
 	}
 	const files = 60
 	must[Attr](t)(fss[0].Mkdir(ctx, "/data", Owner{Mode: 0o755}))

@@ -77,14 +77,14 @@ func TestCluster(t *testing.T) {
 	t.Run("two-mounts", func(t *testing.T) {
 		newKeyspace(t, clients[0], "two-mounts", 1, true)
 		// The keyspace reaches the second node's catalog by gossip.
-		waitKeyspace(t, clients[1], "two-mounts")
+		testserver.WaitKeyspace(t, "two-mounts", clients[1])
 		a := mount(t, clients[0], "two-mounts")
 		b := mount(t, clients[1], "two-mounts")
 		twoMounts(t, a, b)
 	})
 	t.Run("two-mounts-dir-cache", func(t *testing.T) {
 		newKeyspace(t, clients[0], "two-mounts-dir-cache", 1, true)
-		waitKeyspace(t, clients[1], "two-mounts-dir-cache")
+		testserver.WaitKeyspace(t, "two-mounts-dir-cache", clients[1])
 		o := Options{DirCacheTimeout: dirCacheWindow}
 		twoMountsDirCache(t, mountWith(t, clients[0], "two-mounts-dir-cache", o), mountWith(t, clients[1], "two-mounts-dir-cache", o))
 	})
@@ -150,22 +150,6 @@ func killEndpoint(t *testing.T, cl *testserver.LocalCluster, mnt string) {
 			t.Fatalf("2 minutes after node 1 restarted: %d files unreadable, write: %v", failed, err)
 		}
 		time.Sleep(time.Second)
-	}
-}
-
-// waitKeyspace waits until c's node knows keyspace ks.
-func waitKeyspace(t *testing.T, c *client.Client, ks string) {
-	t.Helper()
-	ctx := t.Context()
-	for {
-		if _, err := c.Keyspace(ctx, ks); err == nil {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("keyspace %s never reached the node", ks)
-		case <-time.After(100 * time.Millisecond):
-		}
 	}
 }
 

@@ -348,6 +348,21 @@ func (c *LocalCluster) LogLines(substr string, n int) string {
 	}
 }
 
+// WaitKeyspace waits, up to CatalogSpreadMax each, until the node of every
+// client of clients knows keyspace ks: a keyspace created through one
+// node reaches the others' catalogs by gossip.
+func WaitKeyspace(t testing.TB, ks string, clients ...*client.Client) {
+	t.Helper()
+	for i, c := range clients {
+		Eventually(t, CatalogSpreadMax, fmt.Sprintf("keyspace %s on client %d's node", ks, i+1), func() (bool, string) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_, err := c.Keyspace(ctx, ks)
+			return err == nil, fmt.Sprint(err)
+		})
+	}
+}
+
 // Eventually polls cond every 20ms until it returns true or timeout
 // passes, and returns how long it took. On timeout it fails the test with
 // cond's last explanation.

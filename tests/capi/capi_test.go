@@ -217,13 +217,11 @@ func execute(t *testing.T, env []string, name string, args ...string) string {
 // member alive.
 func waitKeyspace(t *testing.T, clients []*client.Client, ks string) {
 	t.Helper()
+	testserver.WaitKeyspace(t, ks, clients...)
 	for i, c := range clients {
-		testserver.Eventually(t, testserver.CatalogSpreadMax, fmt.Sprintf("keyspace %s on node%d", ks, i+1), func() (bool, string) {
+		testserver.Eventually(t, testserver.CatalogSpreadMax, fmt.Sprintf("every member alive for node%d", i+1), func() (bool, string) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			if _, err := c.Keyspace(ctx, ks); err != nil {
-				return false, err.Error()
-			}
 			st, err := c.ClusterStatus(ctx)
 			if err != nil {
 				return false, err.Error()

@@ -131,12 +131,7 @@ func clusterTorture(t *testing.T, seed uint64, duration time.Duration, faults []
 			client.KeyspaceConfig{ChunkSize: ks.chunk, Replication: replicas, MVCC: true, Sync: true}); err != nil {
 			t.Fatalf("create keyspace: %v", err)
 		}
-		for i, c := range admins {
-			testserver.Eventually(t, testserver.CatalogSpreadMax, fmt.Sprintf("keyspace %s on node%d", ks.name, i+1), func() (bool, string) {
-				_, err := c.Keyspace(ctx, ks.name)
-				return err == nil, fmt.Sprint(err)
-			})
-		}
+		testserver.WaitKeyspace(t, ks.name, admins...)
 	}
 	// List-append transactions run beside the registers, through every
 	// node, for the same time; their history is checked for
