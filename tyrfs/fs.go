@@ -124,6 +124,7 @@ func (f *FS) stat(ctx context.Context, key string) (Attr, error) {
 		if err != nil {
 			return Attr{}, err
 		}
+		a.Version = info.Version
 		switch fl := flagsOf(b); {
 		case fl&fslayout.FlagMovedOut != 0:
 			return Attr{}, fmt.Errorf("tyrfs: %q holds a renamed file's data: %w", key, client.ErrNotFound)
@@ -408,10 +409,11 @@ func (f *FS) createNode(ctx context.Context, p string, k Kind, o Owner, rdev uin
 	if k == KindDir {
 		key, other = other, key
 	}
+	var r []client.OpResult
 	for range racesMax {
 		// One request: the name's other key (a directory for a file, a
 		// file for a directory) is checked absent as the commit applies.
-		_, err = f.c.CommitIf(ctx, f.ks, []client.Check{{Key: other}}, append(newBlobOps(key, append(fslayout.EncodeHeader(a), data...)),
+		r, err = f.c.CommitIf(ctx, f.ks, []client.Check{{Key: other}}, append(newBlobOps(key, append(fslayout.EncodeHeader(a), data...)),
 			client.AppendOp(fslayout.DirKey(parent), fslayout.EncodeRecord(fslayout.RecordAdd, k, name), false),
 			touchParent(parent, t))...)
 		if !errors.Is(err, client.ErrExists) && !errors.Is(err, client.ErrConflict) {
@@ -432,6 +434,7 @@ func (f *FS) createNode(ctx context.Context, p string, k Kind, o Owner, rdev uin
 	case err != nil:
 		return Attr{}, err
 	}
+	a.Version = r[0].Version // the results' first is the new blob's
 	return a, nil
 }
 

@@ -210,6 +210,49 @@ func TestFileLifecycle(t *testing.T) {
 	checkTree(t, ctx, c, f)
 }
 
+// TestVersions checks the attribute a mount revalidates opens with: a
+// file's version is the same at each stat while the file is unchanged,
+// and above the last after each change to its data or its metadata, also
+// when it is removed and made again.
+func TestVersions(t *testing.T) {
+	ctx, _, f := newFS(t)
+	o := Owner{UID: 1, GID: 1, Mode: 0o644}
+	last := must[Attr](t)(f.Create(ctx, "/v", o)).Version
+	if got := must[Attr](t)(f.Stat(ctx, "/v", KindFile)).Version; got != last || last == 0 {
+		t.Fatalf("version %d after the create, %d at a stat; want equal and above 0", last, got)
+	}
+	mode, size := uint32(0o600), uint64(2)
+	for _, change := range []struct {
+		name string
+		do   func() error
+	}{
+		{"write", func() error { return f.WriteAt(ctx, "/v", 0, []byte("data")) }},
+		{"same bytes again", func() error { return f.WriteAt(ctx, "/v", 0, []byte("data")) }},
+		{"append", func() error { _, err := f.Append(ctx, "/v", []byte("more")); return err }},
+		{"truncate", func() error { return f.Truncate(ctx, "/v", size) }},
+		{"chmod", func() error { _, err := f.Setattr(ctx, "/v", KindFile, SetAttr{Mode: &mode}); return err }},
+		{"remove and create", func() error {
+			if err := f.Unlink(ctx, "/v"); err != nil {
+				return err
+			}
+			_, err := f.Create(ctx, "/v", o)
+			return err
+		}},
+	} {
+		if err := change.do(); err != nil {
+			t.Fatalf("%s: %v", change.name, err)
+		}
+		a := must[Attr](t)(f.Stat(ctx, "/v", KindFile))
+		if again := must[Attr](t)(f.Lookup(ctx, "/v")); again.Version != a.Version {
+			t.Fatalf("after %s: version %d at a stat, %d at a lookup of the unchanged file", change.name, a.Version, again.Version)
+		}
+		if a.Version <= last {
+			t.Fatalf("after %s: version %d, want above %d", change.name, a.Version, last)
+		}
+		last = a.Version
+	}
+}
+
 func TestLimits(t *testing.T) {
 	ctx, _, f := newFS(t)
 	long := string(bytes.Repeat([]byte("n"), NameBytesMax+1))

@@ -212,6 +212,13 @@ type Attr struct {
 	// Size is the file's size (data bytes after the header), the target's
 	// length for a symbolic link, and the log's length for a directory.
 	Size uint64
+	// Version is not stored in the header: it is the version of the blob
+	// holding the header, as of the read that returned these attributes
+	// (0 if none did). Every commit that changes a file, its data or its
+	// metadata, writes that blob at a new version above the one before
+	// (unix nanoseconds, rising also across delete and re-create), so an
+	// equal version means the file did not change in between.
+	Version uint64
 }
 
 // EncodeHeader returns the header of a.

@@ -14,11 +14,13 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -87,6 +89,12 @@ func TestCluster(t *testing.T) {
 		testserver.WaitKeyspace(t, "two-mounts-dir-cache", clients[1])
 		o := Options{DirCacheTimeout: dirCacheWindow}
 		twoMountsDirCache(t, mountWith(t, clients[0], "two-mounts-dir-cache", o), mountWith(t, clients[1], "two-mounts-dir-cache", o))
+	})
+	t.Run("two-mounts-cache", func(t *testing.T) {
+		newKeyspace(t, clients[0], "two-mounts-cache", 1, true)
+		testserver.WaitKeyspace(t, "two-mounts-cache", clients[1])
+		o := Options{CacheTimeout: time.Hour}
+		twoMountsCache(t, mountWith(t, clients[0], "two-mounts-cache", o), mountWith(t, clients[1], "two-mounts-cache", o))
 	})
 	t.Run("kill-endpoint", func(t *testing.T) {
 		newKeyspace(t, clients[0], "kill-endpoint", 3, true)
@@ -265,6 +273,78 @@ func listNames(t *testing.T, root, dir string) []string {
 		got = append(got, e.Name())
 	}
 	return got
+}
+
+// twoMountsCache checks close-to-open between mounts a and b whose kernels
+// keep names, attributes and pages for longer than the test runs: an open
+// sees every change the other mount committed before it, whatever the
+// kernel kept, and a file unchanged since the last open is read from the
+// kernel's pages, without a read in the cluster.
+func twoMountsCache(t *testing.T, a, b string) {
+	write, read := fileHelpers(t)
+	var reads atomic.Int64
+	readHook = func(string) { reads.Add(1) }
+	t.Cleanup(func() { readHook = nil })
+	readsOf := func(f func()) int64 {
+		t.Helper()
+		before := reads.Load()
+		f()
+		return reads.Load() - before
+	}
+
+	write(a, "f", "first version")
+	if n := readsOf(func() { read(b, "f", "first version") }); n == 0 {
+		t.Fatalf("the first read of f through b made no read in the cluster")
+	}
+	if n := readsOf(func() { read(b, "f", "first version") }); n != 0 {
+		t.Fatalf("reading unchanged f again through b made %d reads in the cluster, want none", n)
+	}
+	// Same size, longer, shorter: each time the pages and the attributes
+	// b's kernel kept are dropped at the open, so a program that reads as
+	// many bytes as fstat reports reads them all.
+	readSized := func(root, name, want string) {
+		t.Helper()
+		f, err := os.Open(filepath.Join(root, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		fi, err := f.Stat()
+		if err != nil || fi.Size() != int64(len(want)) {
+			t.Fatalf("%s/%s: fstat after the open: %v, %v; want size %d", root, name, fi, err, len(want))
+		}
+		got := make([]byte, fi.Size())
+		if _, err := io.ReadFull(f, got); err != nil || string(got) != want {
+			t.Fatalf("%s/%s: %q, %v; want %q", root, name, got, err, want)
+		}
+	}
+	for _, data := range []string{"other version", "a longer third version of f", "4th"} {
+		write(a, "f", data)
+		readSized(b, "f", data)
+		readSized(b, "f", data)
+	}
+	// A name looked up as absent is not cached so.
+	if _, err := os.Lstat(filepath.Join(b, "new")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("b/new before a creates it: %v", err)
+	}
+	write(a, "new", "made by a")
+	read(b, "new", "made by a")
+	// Replaced by a rename, then removed, through a: b's kernel still
+	// has the name f, but an open of it finds what the cluster holds.
+	if err := os.Rename(filepath.Join(a, "new"), filepath.Join(a, "f")); err != nil {
+		t.Fatal(err)
+	}
+	read(b, "f", "made by a")
+	if err := os.Remove(filepath.Join(a, "f")); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(filepath.Join(b, "f")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("b/f after a removed it: %q, %v; want ENOENT", got, err)
+	}
+	// b's own writes: read back through b, and through a.
+	write(b, "g", "from b")
+	read(b, "g", "from b")
+	read(a, "g", "from b")
 }
 
 // dirCacheWindow is the directory cache timeout of the two-mounts-dir-cache

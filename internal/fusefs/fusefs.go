@@ -4,6 +4,13 @@
 // committed on the keyspace's replicas (and on their disks if the keyspace
 // syncs) when write(2) returns, so fsync has nothing left to do.
 //
+// With Options.CacheTimeout, the kernel keeps names, attributes and pages,
+// and an open asks the cluster whether the file changed since the last
+// open: one read of its header, whose version changes with every commit
+// to the file (fslayout.Attr.Version). An unchanged file keeps its pages
+// (FOPEN_KEEP_CACHE), so reading it again costs no round trip; a changed
+// one has its pages and attributes dropped before the open returns.
+//
 // Nodes keep no path: a node's path is computed from its place in go-fuse's
 // tree at each request, so a rename through this mount moves the open
 // files under it too. A node whose name was removed (unlinked, or replaced
@@ -20,6 +27,7 @@ package fusefs
 
 import (
 	"context"
+	"sync"
 	"syscall"
 	"time"
 
@@ -34,7 +42,15 @@ type Options struct {
 	// CacheTimeout is how long the kernel may keep names and attributes
 	// without asking again. Default 0: every lookup and stat goes to the
 	// cluster, so a change made through another mount is seen at the next
-	// system call; more trades that for fewer round trips.
+	// system call, and the kernel keeps no pages past a close. Above 0, a
+	// stat or path walk may show a file, directory or name removed as it
+	// was for up to this long, but close-to-open holds for files: each
+	// open asks the cluster whether the file changed (one read) and drops
+	// the kernel's pages and attributes of it if it did, so an open sees
+	// every change committed before it; pages of an unchanged file are
+	// kept and read again without a round trip. Names are never cached as
+	// absent, so a file created through another mount can be opened at
+	// once.
 	CacheTimeout time.Duration
 	// DirCacheTimeout is how long the kernel may keep the names and
 	// attributes of directories, if longer than CacheTimeout. Files'
@@ -56,8 +72,8 @@ type Options struct {
 // the returned server, fusermount3 -u, or umount). The caller waits with
 // server.Wait.
 func Mount(dir string, f *tyrfs.FS, name string, o Options) (*fuse.Server, error) {
-	timeout := o.CacheTimeout
-	root := &node{fs: f, dirCache: max(o.CacheTimeout, o.DirCacheTimeout)}
+	timeout, none := o.CacheTimeout, time.Duration(0)
+	root := &node{fs: f, dirCache: max(o.CacheTimeout, o.DirCacheTimeout), revalidate: timeout > 0}
 	return fs.Mount(dir, root, &fs.Options{
 		MountOptions: fuse.MountOptions{
 			FsName: name,
@@ -70,7 +86,7 @@ func Mount(dir string, f *tyrfs.FS, name string, o Options) (*fuse.Server, error
 		},
 		EntryTimeout:    &timeout,
 		AttrTimeout:     &timeout,
-		NegativeTimeout: &timeout,
+		NegativeTimeout: &none,
 	})
 }
 
@@ -81,6 +97,17 @@ type node struct {
 	// dirCache is how long the kernel may keep a directory's name and
 	// attributes (Options.DirCacheTimeout).
 	dirCache time.Duration
+	// revalidate is set when the kernel keeps files' attributes and
+	// pages (Options.CacheTimeout above 0): an open then checks the file's
+	// version against pages.
+	revalidate bool
+
+	mu sync.Mutex
+	// pages is the version of the file the last open found (0: none).
+	// The kernel's pages and attributes of the file are of that version
+	// or newer ones written through this mount, whose writes leave a
+	// newer version in the cluster. Guarded by mu.
+	pages uint64
 }
 
 var (
@@ -201,7 +228,7 @@ func (n *node) newChild(ctx context.Context, name string, a tyrfs.Attr, out *fus
 	if ch := n.GetChild(name); ch != nil && ch.StableAttr().Mode == mode {
 		return ch
 	}
-	return n.NewInode(ctx, &node{fs: n.fs, dirCache: n.dirCache}, fs.StableAttr{Mode: mode})
+	return n.NewInode(ctx, &node{fs: n.fs, dirCache: n.dirCache, revalidate: n.revalidate}, fs.StableAttr{Mode: mode})
 }
 
 // fillAttrOut fills out with a, and the directory cache timeout for a
@@ -382,14 +409,46 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	return n.newChild(ctx, name, a, out), &handle{append: flags&syscall.O_APPEND != 0}, 0, 0
 }
 
-func (n *node) Open(_ context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
-	if _, ok := n.path(); !ok {
+func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	p, ok := n.path()
+	if !ok {
 		return nil, 0, syscall.ENOENT
 	}
-	// No FOPEN_KEEP_CACHE: the kernel drops its cached pages at each open,
-	// so an open sees what was committed before it (close-to-open).
-	return &handle{append: flags&syscall.O_APPEND != 0}, 0, 0
+	h := &handle{append: flags&syscall.O_APPEND != 0}
+	if !n.revalidate {
+		// No FOPEN_KEEP_CACHE: the kernel drops its cached pages at each
+		// open, and asks for attributes at each use, so an open sees what
+		// was committed before it (close-to-open).
+		return h, 0, 0
+	}
+	ctx, cancel := detach(ctx)
+	defer cancel()
+	a, err := n.fs.Stat(ctx, p, tyrfs.KindFile)
+	if err != nil {
+		return nil, 0, tyrfs.Errno(err)
+	}
+	if typeBits(a.Kind) != n.StableAttr().Mode {
+		return nil, 0, syscall.ENOENT // the name holds another kind now
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if a.Version == n.pages {
+		return h, fuse.FOPEN_KEEP_CACHE, 0
+	}
+	// Changed since the last open, or not opened before: the kernel drops
+	// its attributes of the file (a GETATTR started before this is
+	// discarded) and its pages, before the open returns.
+	if errno := n.NotifyContent(0, 0); errno != 0 && errno != syscall.ENOENT {
+		n.pages = 0
+		return nil, 0, syscall.EIO
+	}
+	n.pages = a.Version
+	return h, 0, 0
 }
+
+// readHook, unless nil, is called with the path of every read that goes
+// to the cluster. Tests set it before they mount.
+var readHook func(p string)
 
 func (n *node) Read(ctx context.Context, _ fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	ctx, cancel := detach(ctx)
@@ -397,6 +456,9 @@ func (n *node) Read(ctx context.Context, _ fs.FileHandle, dest []byte, off int64
 	p, ok := n.path()
 	if !ok {
 		return nil, syscall.ENOENT
+	}
+	if readHook != nil {
+		readHook(p)
 	}
 	b, err := n.fs.ReadAt(ctx, p, uint64(off), uint64(len(dest)))
 	if err != nil {
