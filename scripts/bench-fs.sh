@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # bench-fs.sh: the file system benchmark, one run. Starts a tyr server on
 # 127.0.0.1 with its data on the project's disk, mounts a keyspace of it
-# with `tyr mount` twice (strict, and with directories cached for 1 s:
-# --dir-cache 1s). `tyr bench fs` reads a data set stored as 32 MiB files
+# with `tyr mount` three times (strict; directories cached for 1 s:
+# --dir-cache 1s; names, attributes and pages cached for 1 s, each open
+# checking the file's version: --cache 1s). `tyr bench fs` reads a data set stored as 32 MiB files
 # and as 32 KiB files with 1 and 16 readers, and creates, stats, reads and
 # deletes empty and 4 KiB files, on: a directory on the local disk (the
 # physical reference), the tyr mounts and tyrfs-native (the tyrfs package
@@ -28,12 +29,12 @@ cephdir=${CEPH_PEER_DIR:-$(cd .. && pwd)/shared/peers/ceph}
 make -s build
 mkdir -p build
 dir=$(mktemp -d "$PWD/build/bench-fs-XXXXXX") # on the project's disk
-mnt=$dir/mnt dcmnt=$dir/mnt-dircache cephmnt=$dir/cephfs
-mkdir -p "$dir/local" "$mnt" "$dcmnt"
+mnt=$dir/mnt dcmnt=$dir/mnt-dircache cmnt=$dir/mnt-cache cephmnt=$dir/cephfs
+mkdir -p "$dir/local" "$mnt" "$dcmnt" "$cmnt"
 pids=()
 ceph_started=0
 cleanup() {
-	for m in "$mnt" "$dcmnt"; do
+	for m in "$mnt" "$dcmnt" "$cmnt"; do
 		if mountpoint -q "$m"; then fusermount3 -u "$m" || true; fi
 	done
 	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
@@ -62,6 +63,7 @@ mount_tyr() { # KEYSPACE MOUNTPOINT LOG [FLAGS...]
 }
 mount_tyr benchfs "$mnt" "$dir/mount.log"
 mount_tyr benchfs-dircache "$dcmnt" "$dir/mount-dircache.log" --dir-cache 1s
+mount_tyr benchfs-cache "$cmnt" "$dir/mount-cache.log" --cache 1s
 if [[ $ceph == 1 && -e /tmp/cephpeer ]]; then
 	echo "/tmp/cephpeer exists: a Ceph cluster is in use; run with CEPH=0 or tear it down first" >&2
 	exit 1
@@ -73,7 +75,8 @@ bench() { # SYSTEM FLAGS...
 	bin/tyr bench fs --endpoint "127.0.0.1:$port" --data-set "$data_set" --clients "$clients" \
 		--duration "${duration}s" --op-timeout 5m "$@" --json
 }
-bench --dir "local-ext4=$dir/local" --mount "tyr-mount=$mnt" --mount "tyr-mount-dircache=$dcmnt" >"$out.jsonl"
+bench --dir "local-ext4=$dir/local" --mount "tyr-mount=$mnt" --mount "tyr-mount-dircache=$dcmnt" \
+	--mount "tyr-mount-cache=$cmnt" >"$out.jsonl"
 if [[ $ceph == 1 ]]; then
 	ceph_started=1
 	"$cephdir/setup.sh" --fs >"$dir/ceph-setup.log" 2>&1 || { tail -20 "$dir/ceph-setup.log" >&2; exit 1; }
@@ -88,9 +91,10 @@ load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 	echo "$data_set read whole as 32 MiB files and as 32 KiB files, then empty and 4 KiB files created, stat'ed,"
 	echo "read and deleted (each client in a directory of its own, at most 20,000 files per create phase),"
 	echo "${duration} s per measurement; every read checked byte for byte. One tyr server (sync on) with its"
-	echo "data on the local disk, mounted by \`tyr mount\` twice: tyr-mount caches nothing in the kernel,"
+	echo "data on the local disk, mounted by \`tyr mount\` three times: tyr-mount caches nothing in the kernel,"
 	echo "tyr-mount-dircache caches directories' names and attributes for 1 s (\`--dir-cache 1s\`; files as"
-	echo "tyr-mount); local-ext4 is a directory on the"
+	echo "tyr-mount), tyr-mount-cache caches names, attributes and pages for 1 s, each open asking the"
+	echo "cluster whether the file changed (\`--cache 1s\`, close-to-open); local-ext4 is a directory on the"
 	echo "same disk (reads from the page cache); CephFS is one MON, two OSDs (BlueStore on files on the"
 	echo "same disk, pools of 2 replicas) and one MDS on this machine, through ceph-fuse, started once"
 	echo "tyr's systems and the local disk were measured, and measured alone."

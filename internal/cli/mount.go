@@ -102,7 +102,9 @@ with the node is resolved with the cluster first.`,
 	cmd.Flags().BoolVar(&create, "create", false, "create the keyspace if it does not exist")
 	cmd.Flags().Uint32Var(&replication, "replication", 0, "replication of the keyspace --create makes (0: the server's default)")
 	cmd.Flags().DurationVar(&cache, "cache", 0,
-		"how long the kernel may cache names and attributes (0: every lookup and stat asks the cluster, so changes through other mounts show at once)")
+		"how long the kernel may cache names, attributes and pages (0: every lookup and stat asks the cluster, so changes through other mounts show at once); "+
+			"above 0, a stat or path walk may show what another mount changed as it was for that long, but each open asks the cluster "+
+			"whether the file changed (close-to-open) and reads an unchanged file from the kernel's pages")
 	cmd.Flags().DurationVar(&dirCache, "dir-cache", 0,
 		"how long the kernel may cache directories' names and attributes, if longer than --cache: path walks and stats of directories "+
 			"skip the cluster, but a directory removed, renamed or changed through another mount may show here as it was for that long; "+
