@@ -210,6 +210,38 @@ func (f *FS) FetchInto(ctx context.Context, p string, buf []byte) (Attr, []byte,
 	return f.fetched(ctx, p, client.FSFetchResult{Data: b, Info: info, Errno: errno, Err: err}, buf)
 }
 
+// FetchHead reads the attributes of the file at p and at most n of its
+// first bytes, as Fetch does, in one request unless the file is stapled
+// (then its attributes alone, with no bytes, in two). It is what a mount
+// needs to open a file and answer the first read from the bytes given
+// to the kernel. n is capped at client.PayloadBytesMax-HeaderBytes.
+func (f *FS) FetchHead(ctx context.Context, p string, n uint64) (Attr, []byte, error) {
+	p, err := fslayout.CleanPath(p)
+	if err != nil {
+		return Attr{}, nil, err
+	}
+	n = min(n, client.PayloadBytesMax-HeaderBytes)
+	b, info, errno, err := f.c.FSFetch(ctx, f.ks, p, f.cred.UID, f.cred.GIDs, HeaderBytes+n)
+	if err != nil {
+		return Attr{}, nil, err
+	}
+	if errno != 0 {
+		return Attr{}, nil, errnof(syscall.Errno(errno), "%s", p)
+	}
+	key := fslayout.FileKey(p)
+	a, err := fslayout.DecodeHeader(key, b, info.Size)
+	if err != nil {
+		return Attr{}, nil, err
+	}
+	if flagsOf(b) != 0 {
+		// Stapled, or moved out by a rename under way: stat follows it.
+		a, err := f.stat(ctx, key)
+		return a, nil, err
+	}
+	a.Version = info.Version
+	return a, b[HeaderBytes:], nil
+}
+
 // FetchResult is one path's answer in FetchMany, as Fetch gives it.
 type FetchResult struct {
 	Attr Attr
@@ -298,6 +330,7 @@ func (f *FS) fetched(ctx context.Context, p string, r client.FSFetchResult, buf 
 	if errors.Is(err, errRaced) {
 		return f.readFile(ctx, p)
 	}
+	a.Version = info.Version
 	return a, data, err
 }
 
@@ -309,7 +342,7 @@ func (f *FS) readFile(ctx context.Context, p string) (Attr, []byte, error) {
 		data []byte
 	}
 	r, err := retryRaces(p, func() (file, error) {
-		b, _, err := f.readWhole(ctx, fslayout.FileKey(p))
+		b, info, err := f.readWhole(ctx, fslayout.FileKey(p))
 		if errors.Is(err, client.ErrConflict) {
 			return file{}, errRaced
 		}
@@ -317,6 +350,7 @@ func (f *FS) readFile(ctx context.Context, p string) (Attr, []byte, error) {
 			return file{}, err
 		}
 		a, data, err := f.fileOf(ctx, p, b)
+		a.Version = info.Version
 		return file{a, data}, err
 	})
 	return r.a, r.data, err

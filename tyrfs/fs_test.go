@@ -221,6 +221,24 @@ func TestVersions(t *testing.T) {
 	if got := must[Attr](t)(f.Stat(ctx, "/v", KindFile)).Version; got != last || last == 0 {
 		t.Fatalf("version %d after the create, %d at a stat; want equal and above 0", last, got)
 	}
+	// FetchHead: the attributes, at the same version, and the first bytes
+	// asked for.
+	if err := f.WriteAt(ctx, "/v", 0, []byte("0123456789")); err != nil {
+		t.Fatal(err)
+	}
+	st := must[Attr](t)(f.Stat(ctx, "/v", KindFile))
+	for _, n := range []uint64{0, 4, 10, 100} {
+		a, data, err := f.FetchHead(ctx, "/v", n)
+		if want := "0123456789"[:min(n, 10)]; err != nil || a != st || string(data) != want {
+			t.Fatalf("FetchHead(/v, %d): %+v, %q, %v; want %+v, %q", n, a, data, err, st, want)
+		}
+	}
+	_, _, err := f.FetchHead(ctx, "/", 10)
+	wantErrno(t, err, syscall.EISDIR)
+	_, _, err = f.FetchHead(ctx, "/none", 10)
+	wantErrno(t, err, syscall.ENOENT)
+	last = st.Version
+
 	mode, size := uint32(0o600), uint64(2)
 	for _, change := range []struct {
 		name string

@@ -228,9 +228,27 @@ func staples(t *testing.T, ctx context.Context, c *client.Client, f *FS) {
 		t.Fatal(err)
 	}
 
+	// FetchHead of a staple: its attributes without bytes; its version
+	// moves with a write through the staple.
+	head := func() Attr {
+		t.Helper()
+		a, data, err := f.FetchHead(ctx, "/b/big", 1<<10)
+		if err != nil || len(data) != 0 || a.Size != uint64(len(big)) || a.Kind != KindFile {
+			t.Fatalf("FetchHead of the staple: %+v, %d bytes, %v; want %d bytes' attributes, no bytes", a, len(data), err, len(big))
+		}
+		if st := must[Attr](t)(f.Stat(ctx, "/b/big", KindFile)); st.Version != a.Version {
+			t.Fatalf("FetchHead of the staple: version %d, stat %d", a.Version, st.Version)
+		}
+		return a
+	}
+	before := head()
+
 	// Every change through the staple.
 	if err := f.WriteAt(ctx, "/b/big", 5<<20, []byte("written through")); err != nil {
 		t.Fatal(err)
+	}
+	if after := head(); after.Version <= before.Version {
+		t.Fatalf("a write through the staple left its version at %d (was %d)", after.Version, before.Version)
 	}
 	copy(big[5<<20:], "written through")
 	off := must[uint64](t)(f.Append(ctx, "/b/big", []byte("appended")))

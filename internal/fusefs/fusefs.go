@@ -423,9 +423,17 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	}
 	ctx, cancel := detach(ctx)
 	defer cancel()
-	a, err := n.fs.Stat(ctx, p, tyrfs.KindFile)
-	if err != nil {
-		return nil, 0, tyrfs.Errno(err)
+	// The file's attributes and, unless it is opened to write only, its
+	// first bytes, in one request.
+	var head uint64
+	if flags&syscall.O_ACCMODE != syscall.O_WRONLY {
+		head = openReadBytes
+	}
+	a, data, err := n.fs.FetchHead(ctx, p, head)
+	if errno := tyrfs.Errno(err); errno == syscall.EISDIR {
+		return nil, 0, syscall.ENOENT // the name holds a directory now
+	} else if err != nil {
+		return nil, 0, errno
 	}
 	if typeBits(a.Kind) != n.StableAttr().Mode {
 		return nil, 0, syscall.ENOENT // the name holds another kind now
@@ -437,14 +445,28 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	}
 	// Changed since the last open, or not opened before: the kernel drops
 	// its attributes of the file (a GETATTR started before this is
-	// discarded) and its pages, before the open returns.
+	// discarded) and its pages, before the open returns. Then it is given
+	// the bytes read, which are of the version found, and keeps them.
+	n.pages = 0
 	if errno := n.NotifyContent(0, 0); errno != 0 && errno != syscall.ENOENT {
-		n.pages = 0
 		return nil, 0, syscall.EIO
 	}
+	if len(data) == 0 {
+		n.pages = a.Version
+		return h, 0, 0
+	}
+	if errno := n.WriteCache(0, data); errno != 0 {
+		// The kernel may hold some of them: drop them again.
+		n.NotifyContent(0, 0)
+		return h, 0, 0
+	}
 	n.pages = a.Version
-	return h, 0, 0
+	return h, fuse.FOPEN_KEEP_CACHE, 0
 }
+
+// openReadBytes is how much of a file an open reads and gives the kernel
+// with --cache: one FUSE read of the kernel's default largest size.
+const openReadBytes = 128 << 10
 
 // readHook, unless nil, is called with the path of every read that goes
 // to the cluster. Tests set it before they mount.
