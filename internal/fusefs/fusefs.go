@@ -6,10 +6,11 @@
 //
 // With Options.CacheTimeout, the kernel keeps names, attributes and pages,
 // and an open asks the cluster whether the file changed since the last
-// open: one read of its header, whose version changes with every commit
-// to the file (fslayout.Attr.Version). An unchanged file keeps its pages
-// (FOPEN_KEEP_CACHE), so reading it again costs no round trip; a changed
-// one has its pages and attributes dropped before the open returns.
+// open: one request reads its header, whose version changes with every
+// commit to the file (fslayout.Attr.Version), and its first bytes. An
+// unchanged file keeps its pages (FOPEN_KEEP_CACHE), so reading it again
+// costs no round trip; a changed one has its pages and attributes dropped
+// before the open returns, and the bytes read given to the kernel.
 //
 // Nodes keep no path: a node's path is computed from its place in go-fuse's
 // tree at each request, so a rename through this mount moves the open
@@ -423,10 +424,15 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	}
 	ctx, cancel := detach(ctx)
 	defer cancel()
-	// The file's attributes and, unless it is opened to write only, its
-	// first bytes, in one request.
+	// The file's attributes and, the first time this node is opened
+	// unless to write only, its first bytes, in one request. Once an open
+	// found a version, the attributes alone: the file most likely did not
+	// change, and its pages are kept.
+	n.mu.Lock()
+	opened := n.pages != 0
+	n.mu.Unlock()
 	var head uint64
-	if flags&syscall.O_ACCMODE != syscall.O_WRONLY {
+	if !opened && flags&syscall.O_ACCMODE != syscall.O_WRONLY {
 		head = openReadBytes
 	}
 	a, data, err := n.fs.FetchHead(ctx, p, head)
