@@ -283,8 +283,9 @@ func listNames(t *testing.T, root, dir string) []string {
 func twoMountsCache(t *testing.T, a, b string) {
 	write, read := fileHelpers(t)
 	var reads atomic.Int64
-	readHook = func(string) { reads.Add(1) }
-	t.Cleanup(func() { readHook = nil })
+	count := func(string) { reads.Add(1) }
+	readHook.Store(&count)
+	t.Cleanup(func() { readHook.Store(nil) })
 	readsOf := func(f func()) int64 {
 		t.Helper()
 		before := reads.Load()

@@ -29,6 +29,7 @@ package fusefs
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -475,8 +476,8 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 const openReadBytes = 128 << 10
 
 // readHook, unless nil, is called with the path of every read that goes
-// to the cluster. Tests set it before they mount.
-var readHook func(p string)
+// to the cluster (tests).
+var readHook atomic.Pointer[func(p string)]
 
 func (n *node) Read(ctx context.Context, _ fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	ctx, cancel := detach(ctx)
@@ -485,8 +486,8 @@ func (n *node) Read(ctx context.Context, _ fs.FileHandle, dest []byte, off int64
 	if !ok {
 		return nil, syscall.ENOENT
 	}
-	if readHook != nil {
-		readHook(p)
+	if hook := readHook.Load(); hook != nil {
+		(*hook)(p)
 	}
 	b, err := n.fs.ReadAt(ctx, p, uint64(off), uint64(len(dest)))
 	if err != nil {
