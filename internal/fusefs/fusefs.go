@@ -110,6 +110,20 @@ type node struct {
 	// or newer ones written through this mount, whose writes leave a
 	// newer version in the cluster. Guarded by mu.
 	pages uint64
+	// fresh is the version of the attributes the lookup that made this
+	// node gave the kernel, while they are the only ones it gave of it
+	// (0 otherwise). The kernel asks nothing else of a node before it
+	// knows it, so an open that finds this version need not drop them.
+	// Guarded by mu.
+	fresh uint64
+}
+
+// sentAttr records that a reply other than the lookup that made n gives
+// the kernel attributes of n: the kernel's may now be of any version.
+func (n *node) sentAttr() {
+	n.mu.Lock()
+	n.fresh = 0
+	n.mu.Unlock()
 }
 
 var (
@@ -228,9 +242,12 @@ func (n *node) newChild(ctx context.Context, name string, a tyrfs.Attr, out *fus
 	}
 	mode := typeBits(a.Kind)
 	if ch := n.GetChild(name); ch != nil && ch.StableAttr().Mode == mode {
+		if c, ok := ch.Operations().(*node); ok {
+			c.sentAttr()
+		}
 		return ch
 	}
-	return n.NewInode(ctx, &node{fs: n.fs, dirCache: n.dirCache, revalidate: n.revalidate}, fs.StableAttr{Mode: mode})
+	return n.NewInode(ctx, &node{fs: n.fs, dirCache: n.dirCache, revalidate: n.revalidate, fresh: a.Version}, fs.StableAttr{Mode: mode})
 }
 
 // fillAttrOut fills out with a, and the directory cache timeout for a
@@ -299,6 +316,9 @@ func (n *node) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut)
 	if !ok {
 		return gone
 	}
+	if hook := opHook.Load(); hook != nil {
+		(*hook)("getattr", p)
+	}
 	a, err := n.fs.Stat(ctx, p, n.kind())
 	if errno := tyrfs.Errno(err); errno == syscall.ENOENT {
 		return gone
@@ -308,6 +328,7 @@ func (n *node) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut)
 	if typeBits(a.Kind) != n.StableAttr().Mode {
 		return gone
 	}
+	n.sentAttr()
 	n.fillAttrOut(a, out)
 	return 0
 }
@@ -344,6 +365,7 @@ func (n *node) Setattr(ctx context.Context, _ fs.FileHandle, in *fuse.SetAttrIn,
 	if err != nil {
 		return tyrfs.Errno(err)
 	}
+	n.sentAttr()
 	n.fillAttrOut(a, out)
 	return 0
 }
@@ -452,11 +474,16 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	}
 	// Changed since the last open, or not opened before: the kernel drops
 	// its attributes of the file (a GETATTR started before this is
-	// discarded) and its pages, before the open returns. Then it is given
-	// the bytes read, which are of the version found, and keeps them.
-	n.pages = 0
-	if errno := n.NotifyContent(0, 0); errno != 0 && errno != syscall.ENOENT {
-		return nil, 0, syscall.EIO
+	// discarded) and its pages, before the open returns, unless it never
+	// held any but the lookup's, of the version found, and no pages. Then
+	// it is given the bytes read, which are of that version, and keeps
+	// them.
+	current := n.pages == 0 && n.fresh != 0 && n.fresh == a.Version
+	n.pages, n.fresh = 0, 0
+	if !current {
+		if errno := n.NotifyContent(0, 0); errno != 0 && errno != syscall.ENOENT {
+			return nil, 0, syscall.EIO
+		}
 	}
 	if len(data) == 0 {
 		n.pages = a.Version
@@ -475,9 +502,9 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 // with --cache: one FUSE read of the kernel's default largest size.
 const openReadBytes = 128 << 10
 
-// readHook, unless nil, is called with the path of every read that goes
-// to the cluster (tests).
-var readHook atomic.Pointer[func(p string)]
+// opHook, unless nil, is called with "read" or "getattr" and the path of
+// every read or stat that goes to the cluster (tests).
+var opHook atomic.Pointer[func(op, p string)]
 
 func (n *node) Read(ctx context.Context, _ fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	ctx, cancel := detach(ctx)
@@ -486,8 +513,8 @@ func (n *node) Read(ctx context.Context, _ fs.FileHandle, dest []byte, off int64
 	if !ok {
 		return nil, syscall.ENOENT
 	}
-	if hook := readHook.Load(); hook != nil {
-		(*hook)(p)
+	if hook := opHook.Load(); hook != nil {
+		(*hook)("read", p)
 	}
 	b, err := n.fs.ReadAt(ctx, p, uint64(off), uint64(len(dest)))
 	if err != nil {
