@@ -329,9 +329,11 @@ func (f *FS) fetched(ctx context.Context, p string, r client.FSFetchResult, buf 
 	a, data, err := f.fileOf(ctx, p, b)
 	if errors.Is(err, errRaced) {
 		return f.readFile(ctx, p)
+	} else if err != nil {
+		return Attr{}, nil, err
 	}
 	a.Version = info.Version
-	return a, data, err
+	return a, data, nil
 }
 
 // readFile reads the whole file at clean path p, at one version, following
@@ -350,8 +352,11 @@ func (f *FS) readFile(ctx context.Context, p string) (Attr, []byte, error) {
 			return file{}, err
 		}
 		a, data, err := f.fileOf(ctx, p, b)
+		if err != nil {
+			return file{}, err
+		}
 		a.Version = info.Version
-		return file{a, data}, err
+		return file{a, data}, nil
 	})
 	return r.a, r.data, err
 }
