@@ -478,7 +478,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	// held any but the lookup's, of the version found, and no pages. Then
 	// it is given the bytes read, which are of that version, and keeps
 	// them.
-	current := n.pages == 0 && n.fresh != 0 && n.fresh == a.Version
+	current := n.fresh != 0 && n.fresh == a.Version // fresh is 0 once opened
 	n.pages, n.fresh = 0, 0
 	if !current {
 		if errno := n.NotifyContent(0, 0); errno != 0 && errno != syscall.ENOENT {
