@@ -6,8 +6,9 @@ package node
 // A node may have missed commits when it starts (it may have been down
 // while the others committed without it) and when its loop finds it was
 // stopped for more than PauseMax (the others may have declared it dead
-// meanwhile). From then until it has caught up it is catching up: it
-// advertises so (membership.Meta.CatchingUp), every node orders it after
+// meanwhile). From then until it has caught up and holds its read lease
+// again (lease.go) it is catching up: it advertises so
+// (membership.Meta.CatchingUp), every node orders it after
 // the other version managers or holders in the chains it belongs to (see
 // Node.Chain) and sends it no reads, and it refuses to head a chain.
 //
@@ -307,16 +308,24 @@ func (n *Node) catchUpLoop() {
 			case <-time.After(catchUpRetry/2 + rand.N(catchUpRetry)):
 			}
 		}
+		if !n.leaseWasHeld.Load() || n.catch.active.Load() {
+			// Not ready to serve without a lease: getting one starts
+			// another round (see checkLease), whose end counts; so does
+			// the end of a round asked for meanwhile. Until then the node
+			// still advertises that it is catching up: the others would
+			// otherwise make it the head of chains, which it refuses
+			// (CatchingUp), and send it reads, which it refuses too, for
+			// as long as the lease takes (up to lease.RevokeHold after it
+			// was taken for dead).
+			if !n.catch.active.Load() {
+				n.cfg.Log.Info("catch-up round done; waiting for the read lease", "took", time.Since(began).Round(time.Millisecond))
+			}
+			continue
+		}
 		if err := n.cfg.Cluster.SetCatchingUp(false); err != nil {
 			n.cfg.Log.Warn("advertising the end of catch-up", "err", err)
 		}
 		n.cfg.Log.Info("caught up", "took", time.Since(began).Round(time.Millisecond))
-		if !n.leaseWasHeld.Load() || n.catch.active.Load() {
-			// Not ready to serve without a lease: getting one starts
-			// another round (see checkLease), whose end counts; so does
-			// the end of a round asked for meanwhile.
-			continue
-		}
 		select {
 		case <-n.catch.first:
 		default:

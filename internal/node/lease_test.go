@@ -39,6 +39,12 @@ func TestLeaseIsolation(t *testing.T) {
 	if got, _ := tc.read(t, 2, "k"); got != "a" {
 		t.Fatalf("n3 holds %q while cut off, want %q", got, "a")
 	}
+	for !advertised(tc, "n3") {
+		if time.Since(cutAt) > 10*time.Second {
+			t.Fatal("n3 does not advertise that it is catching up 10s after it was cut off")
+		}
+		time.Sleep(time.Millisecond)
+	}
 	// A node that sees no majority commits nothing.
 	tc.dead.Store(ring.NodeID("n2"), true)
 	short, stop := context.WithTimeout(ctx, time.Second)
@@ -53,8 +59,28 @@ func TestLeaseIsolation(t *testing.T) {
 	tc.net.cut["addr-n3"], tc.net.isolated["addr-n3"] = false, false
 	tc.net.mu.Unlock()
 	tc.dead.Delete(ring.NodeID("n3"))
+	// n3 advertises that it is in step only once it serves: the others
+	// make it the head of chains and send it reads from then on. Its
+	// lease comes back only lease.RevokeHold after the others last
+	// revoked it, later than its catch-up round ends.
+	backAt := time.Now()
+	for advertised(tc, "n3") {
+		if time.Since(backAt) > 10*time.Second {
+			t.Fatal("n3 still advertises that it is catching up 10s after it is back")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if tc.nodes[2].CatchingUp() {
+		t.Fatalf("n3 advertised that it is in step %v after it was back, while it still refuses reads and heading chains", time.Since(backAt))
+	}
 	tc.waitCaughtUp(t, 10*time.Second)
 	if got, _ := tc.read(t, 2, "k"); got != "ab" {
 		t.Fatalf("n3 holds %q after catching up, want %q", got, "ab")
 	}
+}
+
+// advertised reports whether node id advertises that it is catching up.
+func advertised(tc *testCluster, id ring.NodeID) bool {
+	_, on := tc.catchingUp.Load(id)
+	return on
 }
