@@ -686,25 +686,37 @@ func (f *FS) readStapled(ctx context.Context, p string, off, n uint64) ([]byte, 
 // ctime: one atomic commit for up to client.PayloadBytesMax bytes, one
 // commit per such part beyond.
 func (f *FS) WriteAt(ctx context.Context, p string, off uint64, data []byte) error {
+	_, err := f.WriteAtFrom(ctx, p, off, data, 0)
+	return err
+}
+
+// WriteAtFrom is WriteAt for a caller that knows a version of the file,
+// base (Attr.Version; 0: none). It returns the file's version after the
+// write when the file was at base before it, so that the write alone made
+// the difference (as NFS's weak cache consistency tells a client whether
+// its cached pages are still the file's), in the same requests. It
+// returns 0 when base is 0, when the file had changed, and for a file
+// whose data is behind a staple.
+func (f *FS) WriteAtFrom(ctx context.Context, p string, off uint64, data []byte, base uint64) (uint64, error) {
 	p, err := fslayout.CleanPath(p)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if off+uint64(len(data)) > FileBytesMax {
-		return errnof(syscall.EFBIG, "write to %d bytes, above %d", off+uint64(len(data)), uint64(FileBytesMax))
+		return 0, errnof(syscall.EFBIG, "write to %d bytes, above %d", off+uint64(len(data)), uint64(FileBytesMax))
 	}
 	for first := true; first || len(data) > 0; first = false {
 		n := min(len(data), client.PayloadBytesMax)
 		t := f.now()
-		if _, err := f.commitFile(ctx, p, func(dk, mk string) []client.Op {
+		if _, base, err = f.commitFileFrom(ctx, p, base, func(dk, mk string) []client.Op {
 			return []client.Op{client.WriteOp(dk, HeaderBytes+off, data[:n], false), client.WriteOp(mk, fslayout.OffMtime, times(t, t), false)}
 		}); err != nil {
-			return err
+			return 0, err
 		}
 		off += uint64(n)
 		data = data[n:]
 	}
-	return nil
+	return base, nil
 }
 
 // Append writes data at the end of the file at p, atomically, and returns

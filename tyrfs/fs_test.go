@@ -271,6 +271,40 @@ func TestVersions(t *testing.T) {
 	}
 }
 
+// WriteAtFrom returns the file's version after the write when the file
+// was at the version given before it, 0 when it was not (the write still
+// lands) or none was given.
+func TestWriteAtFrom(t *testing.T) {
+	ctx, _, f := newFS(t)
+	base := must[Attr](t)(f.Create(ctx, "/w", Owner{UID: 1, GID: 1, Mode: 0o644})).Version
+	stat := func() Attr {
+		t.Helper()
+		return must[Attr](t)(f.Stat(ctx, "/w", KindFile))
+	}
+	// In step, in one commit and in several (a write above a commit's
+	// payload).
+	for _, n := range []int{10, client.PayloadBytesMax + 10} {
+		v, err := f.WriteAtFrom(ctx, "/w", 0, bytes.Repeat([]byte{'x'}, n), base)
+		if a := stat(); err != nil || v == 0 || v != a.Version {
+			t.Fatalf("WriteAtFrom of %d bytes from the file's version: version %d, %v; the file is at %d", n, v, err, a.Version)
+		}
+		base = v
+	}
+	// Behind: another write came first.
+	if err := f.WriteAt(ctx, "/w", 0, []byte("other")); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := f.WriteAtFrom(ctx, "/w", 5, []byte("mine"), base); err != nil || v != 0 {
+		t.Fatalf("WriteAtFrom from an older version: version %d, %v; want 0, nil", v, err)
+	}
+	if v, err := f.WriteAtFrom(ctx, "/w", 9, []byte("!"), 0); err != nil || v != 0 {
+		t.Fatalf("WriteAtFrom from no version: version %d, %v; want 0, nil", v, err)
+	}
+	if got := must[[]byte](t)(f.ReadAt(ctx, "/w", 0, 12)); string(got) != "othermine!xx" {
+		t.Fatalf("the file starts %q, want %q", got, "othermine!xx")
+	}
+}
+
 func TestLimits(t *testing.T) {
 	ctx, _, f := newFS(t)
 	long := string(bytes.Repeat([]byte("n"), NameBytesMax+1))

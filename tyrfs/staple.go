@@ -165,21 +165,41 @@ func (f *FS) fileTx(ctx context.Context, p string, fn func(tx *client.Tx, data, 
 // staple or a data blob; that failing, in a transaction that follows the
 // staple. The results are change's ops'.
 func (f *FS) commitFile(ctx context.Context, p string, change func(data, meta string) []client.Op) ([]client.OpResult, error) {
+	r, _, err := f.commitFileFrom(ctx, p, 0, change)
+	return r, err
+}
+
+// commitFileFrom is commitFile for a caller that knows a version of the
+// file, base (0: none): the one request then also checks that the file is
+// still at base, and the version returned is the file's after the commit,
+// which changed it from base by change's ops alone. It is 0 when base is,
+// when the file was no longer at base (the transaction then commits
+// without the check), and for a staple.
+func (f *FS) commitFileFrom(ctx context.Context, p string, base uint64, change func(data, meta string) []client.Op) ([]client.OpResult, uint64, error) {
 	key := fslayout.FileKey(p)
-	r, err := f.c.Commit(ctx, f.ks, append([]client.Op{client.CASOp(key, fslayout.OffFlags, zeroFlags, zeroFlags)}, change(key, key)...)...)
+	ops := append([]client.Op{client.CASOp(key, fslayout.OffFlags, zeroFlags, zeroFlags)}, change(key, key)...)
+	var checks []client.Check
+	if base != 0 {
+		checks = []client.Check{{Key: key, Version: base}}
+	}
+	r, err := f.c.CommitIf(ctx, f.ks, checks, ops...)
 	if err == nil {
-		return r[1:], nil
+		var version uint64
+		if base != 0 {
+			version = r[0].Version
+		}
+		return r[1:], version, nil
 	}
 	if !errors.Is(err, client.ErrConflict) {
-		return nil, err
+		return nil, 0, err
 	}
 	tx, err := f.fileTx(ctx, p, func(tx *client.Tx, data, meta string) error {
 		return tx.Do(change(data, meta)...)
 	})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return tx.Results(), nil
+	return tx.Results(), 0, nil
 }
 
 // stapleAttr completes a, the attributes in the header of the staple at p,

@@ -243,9 +243,10 @@ func staples(t *testing.T, ctx context.Context, c *client.Client, f *FS) {
 	}
 	before := head()
 
-	// Every change through the staple.
-	if err := f.WriteAt(ctx, "/b/big", 5<<20, []byte("written through")); err != nil {
-		t.Fatal(err)
+	// Every change through the staple. WriteAtFrom cannot tell whether
+	// its write alone changed a staple: the version it returns is 0.
+	if v, err := f.WriteAtFrom(ctx, "/b/big", 5<<20, []byte("written through"), before.Version); err != nil || v != 0 {
+		t.Fatalf("WriteAtFrom through the staple: version %d, %v; want 0, nil", v, err)
 	}
 	if after := head(); after.Version <= before.Version {
 		t.Fatalf("a write through the staple left its version at %d (was %d)", after.Version, before.Version)

@@ -361,10 +361,43 @@ func twoMountsCache(t *testing.T, a, b string) {
 	if got, err := os.ReadFile(filepath.Join(b, "f")); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("b/f after a removed it: %q, %v; want ENOENT", got, err)
 	}
-	// b's own writes: read back through b, and through a.
-	write(b, "g", "from b")
-	read(b, "g", "from b")
-	read(a, "g", "from b")
+	// b's own writes: read back through b, and through a. b's kernel
+	// keeps the bytes written through it (whole pages), of the version
+	// the writes made, so b reads them back without a read in the
+	// cluster.
+	page := strings.Repeat("b", 4096)
+	write(b, "g", page)
+	if r, _ := callsOf(func() { read(b, "g", page) }); r != 0 {
+		t.Fatalf("reading back what b wrote made %d reads in the cluster, want none", r)
+	}
+	read(a, "g", page)
+	// A write through b after one through a: b's pages are no longer of
+	// the file's version before b's write, so b's next open drops them and
+	// reads a's bytes too.
+	fb, err := os.OpenFile(filepath.Join(b, "g"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fb.Close()
+	fa, err := os.OpenFile(filepath.Join(a, "g"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fa.WriteAt([]byte("A"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := fa.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fb.WriteAt([]byte("B"), 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := fb.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(filepath.Join(b, "g")); err != nil || string(got) != "AB"+page[2:] {
+		t.Fatalf("b/g after writes through a then b: %.8q... (%d bytes), %v; want \"ABbbbbbb\"... (%d bytes)", got, len(got), err, len(page))
+	}
 }
 
 // dirCacheWindow is the directory cache timeout of the two-mounts-dir-cache

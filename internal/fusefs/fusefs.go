@@ -85,6 +85,12 @@ func Mount(dir string, f *tyrfs.FS, name string, o Options) (*fuse.Server, error
 			Options:    []string{"default_permissions"},
 			Debug:      o.Debug,
 			AllowOther: o.AllowOther,
+			// With the cache, the opens drop the kernel's pages of a file
+			// that changed (node.Open); the kernel's own dropping them
+			// whenever new attributes show another mtime would drop the
+			// bytes an open just gave it, or wrote through it, at the
+			// first stat.
+			ExplicitDataCacheControl: timeout > 0,
 		},
 		EntryTimeout:    &timeout,
 		AttrTimeout:     &timeout,
@@ -105,10 +111,14 @@ type node struct {
 	revalidate bool
 
 	mu sync.Mutex
-	// pages is the version of the file the last open found (0: none).
-	// The kernel's pages and attributes of the file are of that version
-	// or newer ones written through this mount, whose writes leave a
-	// newer version in the cluster. Guarded by mu.
+	// pages is the version of the file the kernel's pages are of (0:
+	// none known): the one the last open found, or the one a create or a
+	// write through this node made when the file was at pages before it
+	// (tyrfs.WriteAtFrom), since the kernel keeps the bytes written
+	// through it in its pages. Otherwise the kernel's pages and
+	// attributes of the file are of that version or newer ones written
+	// through this mount, whose writes leave a newer version in the
+	// cluster. Guarded by mu.
 	pages uint64
 	// fresh is the version of the attributes the lookup that made this
 	// node gave the kernel, while they are the only ones it gave of it
@@ -232,7 +242,11 @@ func fillAttr(a tyrfs.Attr, out *fuse.Attr) {
 // newChild returns the inode for child name of kind a.Kind, reusing the
 // one go-fuse knows under that name if it is of that kind, so open files
 // keep their node across lookups.
-func (n *node) newChild(ctx context.Context, name string, a tyrfs.Attr, out *fuse.EntryOut) *fs.Inode {
+//
+// A node a create makes (created) notes a's version as its pages': the
+// kernel holds no pages of a node new to it, and keeps those written
+// through it from then on.
+func (n *node) newChild(ctx context.Context, name string, a tyrfs.Attr, out *fuse.EntryOut, created bool) *fs.Inode {
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	fillAttr(a, &out.Attr)
@@ -247,7 +261,11 @@ func (n *node) newChild(ctx context.Context, name string, a tyrfs.Attr, out *fus
 		}
 		return ch
 	}
-	return n.NewInode(ctx, &node{fs: n.fs, dirCache: n.dirCache, revalidate: n.revalidate, fresh: a.Version}, fs.StableAttr{Mode: mode})
+	ch := &node{fs: n.fs, dirCache: n.dirCache, revalidate: n.revalidate, fresh: a.Version}
+	if created && n.revalidate {
+		ch.pages = a.Version
+	}
+	return n.NewInode(ctx, ch, fs.StableAttr{Mode: mode})
 }
 
 // fillAttrOut fills out with a, and the directory cache timeout for a
@@ -298,7 +316,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	if err != nil {
 		return nil, tyrfs.Errno(err)
 	}
-	return n.newChild(ctx, name, a, out), 0
+	return n.newChild(ctx, name, a, out, false), 0
 }
 
 func (n *node) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
@@ -381,7 +399,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	if err != nil {
 		return nil, tyrfs.Errno(err)
 	}
-	return n.newChild(ctx, name, a, out), 0
+	return n.newChild(ctx, name, a, out, false), 0
 }
 
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
@@ -430,7 +448,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if err != nil {
 		return nil, nil, 0, tyrfs.Errno(err)
 	}
-	return n.newChild(ctx, name, a, out), &handle{append: flags&syscall.O_APPEND != 0}, 0, 0
+	return n.newChild(ctx, name, a, out, true), &handle{append: flags&syscall.O_APPEND != 0}, 0, 0
 }
 
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
@@ -533,6 +551,22 @@ func (n *node) Write(ctx context.Context, fh fs.FileHandle, data []byte, off int
 	var err error
 	if h, _ := fh.(*handle); h != nil && h.append {
 		_, err = n.fs.Append(ctx, p, data)
+	} else if n.revalidate {
+		// The kernel keeps the bytes in its pages: if the file was at
+		// the pages' version before the write, it is at the write's
+		// after it.
+		n.mu.Lock()
+		base := n.pages
+		n.mu.Unlock()
+		var v uint64
+		v, err = n.fs.WriteAtFrom(ctx, p, uint64(off), data, base)
+		n.mu.Lock()
+		if n.pages == base {
+			n.pages = v
+		} else {
+			n.pages = 0 // an open or another write meanwhile
+		}
+		n.mu.Unlock()
 	} else {
 		err = n.fs.WriteAt(ctx, p, uint64(off), data)
 	}
@@ -559,7 +593,7 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 	if err != nil {
 		return nil, tyrfs.Errno(err)
 	}
-	return n.newChild(ctx, name, a, out), 0
+	return n.newChild(ctx, name, a, out, false), 0
 }
 
 func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
@@ -685,7 +719,7 @@ func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *f
 		if err != nil {
 			return nil, tyrfs.Errno(err)
 		}
-		return n.newChild(ctx, name, a, out), 0
+		return n.newChild(ctx, name, a, out, false), 0
 	default:
 		return nil, syscall.EINVAL
 	}
@@ -693,5 +727,5 @@ func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *f
 	if err != nil {
 		return nil, tyrfs.Errno(err)
 	}
-	return n.newChild(ctx, name, a, out), 0
+	return n.newChild(ctx, name, a, out, false), 0
 }
