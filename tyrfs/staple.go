@@ -173,7 +173,7 @@ func (f *FS) commitFile(ctx context.Context, p string, change func(data, meta st
 // file, base (0: none): the one request then also checks that the file is
 // still at base, and the version returned is the file's after the commit,
 // which changed it from base by change's ops alone. It is 0 when base is,
-// when the file was no longer at base (the transaction then commits
+// when the file was no longer at base (the request is then sent again
 // without the check), and for a staple.
 func (f *FS) commitFileFrom(ctx context.Context, p string, base uint64, change func(data, meta string) []client.Op) ([]client.OpResult, uint64, error) {
 	key := fslayout.FileKey(p)
@@ -183,6 +183,11 @@ func (f *FS) commitFileFrom(ctx context.Context, p string, base uint64, change f
 		checks = []client.Check{{Key: key, Version: base}}
 	}
 	r, err := f.c.CommitIf(ctx, f.ks, checks, ops...)
+	if err != nil && base != 0 && errors.Is(err, client.ErrConflict) {
+		// No longer at base, or a staple: the request without the check.
+		base = 0
+		r, err = f.c.Commit(ctx, f.ks, ops...)
+	}
 	if err == nil {
 		var version uint64
 		if base != 0 {

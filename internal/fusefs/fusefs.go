@@ -128,6 +128,14 @@ type node struct {
 	fresh uint64
 }
 
+// forgetPages records that the file changed through n other than by a
+// write that checks the version of the kernel's pages (see pages).
+func (n *node) forgetPages() {
+	n.mu.Lock()
+	n.pages = 0
+	n.mu.Unlock()
+}
+
 // sentAttr records that a reply other than the lookup that made n gives
 // the kernel attributes of n: the kernel's may now be of any version.
 func (n *node) sentAttr() {
@@ -380,6 +388,7 @@ func (n *node) Setattr(ctx context.Context, _ fs.FileHandle, in *fuse.SetAttrIn,
 		s.Mtime = &ns
 	}
 	a, err := n.fs.Setattr(ctx, p, n.kind(), s)
+	n.forgetPages() // a write through n then need not check the version
 	if err != nil {
 		return tyrfs.Errno(err)
 	}
@@ -551,6 +560,7 @@ func (n *node) Write(ctx context.Context, fh fs.FileHandle, data []byte, off int
 	var err error
 	if h, _ := fh.(*handle); h != nil && h.append {
 		_, err = n.fs.Append(ctx, p, data)
+		n.forgetPages()
 	} else if n.revalidate {
 		// The kernel keeps the bytes in its pages: if the file was at
 		// the pages' version before the write, it is at the write's
