@@ -136,7 +136,9 @@ func (f *FS) stat(ctx context.Context, key string) (Attr, error) {
 }
 
 // Lookup returns the attributes of whatever p is: a file or symbolic link
-// (one read), else a directory (a second read). ENOENT if neither.
+// (one request), else a directory (a second one). ENOENT if neither (as
+// root, one request: a fetch of no bytes, whose node checks the directory
+// key itself).
 func (f *FS) Lookup(ctx context.Context, p string) (Attr, error) {
 	p, err := fslayout.CleanPath(p)
 	if err != nil {
@@ -169,7 +171,15 @@ func (f *FS) LookupGuess(ctx context.Context, p string, guess Kind) (Attr, error
 }
 
 func (f *FS) lookup(ctx context.Context, p string) (Attr, error) {
-	if p != "/" {
+	if p != "/" && f.cred.UID == 0 {
+		// One request for a file and for no file: a fetch of no bytes
+		// (root's are refused nothing), whose node reads the directory
+		// key when it finds no file (EISDIR, ENOENT).
+		a, _, err := f.FetchHead(ctx, p, 0)
+		if !errors.Is(err, syscall.EISDIR) {
+			return a, err
+		}
+	} else if p != "/" {
 		a, err := f.stat(ctx, fslayout.FileKey(p))
 		if !errors.Is(err, client.ErrNotFound) {
 			return a, err

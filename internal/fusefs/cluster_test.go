@@ -94,7 +94,9 @@ func TestCluster(t *testing.T) {
 		newKeyspace(t, clients[0], "two-mounts-cache", 1, true)
 		testserver.WaitKeyspace(t, "two-mounts-cache", clients[1])
 		o := Options{CacheTimeout: time.Hour}
-		twoMountsCache(t, mountWith(t, clients[0], "two-mounts-cache", o), mountWith(t, clients[1], "two-mounts-cache", o))
+		a, b := mountWith(t, clients[0], "two-mounts-cache", o), mountWith(t, clients[1], "two-mounts-cache", o)
+		twoMountsCache(t, a, b)
+		deferredCreates(t, a, b)
 	})
 	t.Run("kill-endpoint", func(t *testing.T) {
 		newKeyspace(t, clients[0], "kill-endpoint", 3, true)
@@ -398,6 +400,107 @@ func twoMountsCache(t *testing.T, a, b string) {
 	if got, err := os.ReadFile(filepath.Join(b, "g")); err != nil || string(got) != "AB"+page[2:] {
 		t.Fatalf("b/g after writes through a then b: %.8q... (%d bytes), %v; want \"ABbbbbbb\"... (%d bytes)", got, len(got), err, len(page))
 	}
+}
+
+// deferredCreates checks the invariants of deferred creates (deferred.go)
+// between mounts a and b, both with the cache: a file created and written
+// through a is committed at its close, or at once when a is asked
+// anything else about it.
+func deferredCreates(t *testing.T, a, b string) {
+	write, read := fileHelpers(t)
+	absent := func(root, name string) {
+		t.Helper()
+		if _, err := os.Lstat(filepath.Join(root, name)); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("%s/%s: %v, want ENOENT", root, name, err)
+		}
+	}
+	create := func(root, name, data string) *os.File {
+		t.Helper()
+		f, err := os.Create(filepath.Join(root, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Closed before the mounts stop if the test fails first: a
+		// close after would wait for them forever.
+		t.Cleanup(func() { _ = f.Close() })
+		if _, err := f.WriteString(data); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	closed := func(f *os.File) {
+		t.Helper()
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mkdir := func(root, name string) {
+		t.Helper()
+		if err := os.Mkdir(filepath.Join(root, name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Not in the cluster before the close; all of it after.
+	f := create(a, "new1", "deferred")
+	absent(b, "new1")
+	closed(f)
+	read(b, "new1", "deferred")
+
+	// Through a, the file shows at once: a stat of it, or a listing of
+	// its directory, commits it, so b sees it before the close too.
+	f = create(a, "new2", "stat")
+	if fi, err := os.Stat(filepath.Join(a, "new2")); err != nil || fi.Size() != 4 {
+		t.Fatalf("a/new2 before its close: %v, %v; want 4 bytes", fi, err)
+	}
+	read(b, "new2", "stat")
+	closed(f)
+	f = create(a, "new3", "listed")
+	if names := listNames(t, a, "."); !slices.Contains(names, "new3") {
+		t.Fatalf("a's listing before new3's close: %q, want new3 in it", names)
+	}
+	read(b, "new3", "listed")
+	closed(f)
+
+	// Removed, and moved with its directory, through a before the close.
+	f = create(a, "new4", "removed")
+	if err := os.Remove(filepath.Join(a, "new4")); err != nil {
+		t.Fatal(err)
+	}
+	closed(f)
+	absent(a, "new4")
+	absent(b, "new4")
+	mkdir(a, "dir1")
+	f = create(a, "dir1/f", "moved")
+	if err := os.Rename(filepath.Join(a, "dir1"), filepath.Join(a, "dir2")); err != nil {
+		t.Fatal(err)
+	}
+	closed(f)
+	read(b, "dir2/f", "moved")
+	absent(b, "dir1")
+
+	// Made meanwhile through b: a's close opens b's file as open(2)
+	// with O_TRUNC would, and writes a's bytes.
+	f = create(a, "new5", "from a")
+	write(b, "new5", "from b, longer")
+	closed(f)
+	read(b, "new5", "from a")
+
+	// Its directory removed through b before the close (it is empty in
+	// the cluster): the close fails, and no file is left.
+	mkdir(a, "dir3")
+	f = create(a, "dir3/f", "lost")
+	if err := os.Remove(filepath.Join(b, "dir3")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); !errors.Is(err, syscall.ENOENT) {
+		t.Fatalf("close of a file whose directory was removed before its create was committed: %v, want ENOENT", err)
+	}
+	absent(b, "dir3")
+	testserver.Eventually(t, 10*time.Second, "a forgets dir3/f", func() (bool, string) {
+		_, err := os.Lstat(filepath.Join(a, "dir3/f"))
+		return errors.Is(err, fs.ErrNotExist), fmt.Sprint(err)
+	})
 }
 
 // dirCacheWindow is the directory cache timeout of the two-mounts-dir-cache

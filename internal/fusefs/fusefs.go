@@ -2,7 +2,9 @@
 // go-fuse's node API. Each FUSE request becomes one tyrfs call, which reads
 // or commits in the cluster before the request is answered: a write is
 // committed on the keyspace's replicas (and on their disks if the keyspace
-// syncs) when write(2) returns, so fsync has nothing left to do.
+// syncs) when write(2) returns, so fsync has nothing left to do; but with
+// Options.CacheTimeout, a new file's create and first bytes are committed
+// together at its close (deferred.go).
 //
 // With Options.CacheTimeout, the kernel keeps names, attributes and pages,
 // and an open asks the cluster whether the file changed since the last
@@ -52,7 +54,8 @@ type Options struct {
 	// every change committed before it; pages of an unchanged file are
 	// kept and read again without a round trip. Names are never cached as
 	// absent, so a file created through another mount can be opened at
-	// once.
+	// once. A file created without O_EXCL or O_APPEND is committed at
+	// its first close (deferred.go).
 	CacheTimeout time.Duration
 	// DirCacheTimeout is how long the kernel may keep the names and
 	// attributes of directories, if longer than CacheTimeout. Files'
@@ -75,7 +78,8 @@ type Options struct {
 // server.Wait.
 func Mount(dir string, f *tyrfs.FS, name string, o Options) (*fuse.Server, error) {
 	timeout, none := o.CacheTimeout, time.Duration(0)
-	root := &node{fs: f, dirCache: max(o.CacheTimeout, o.DirCacheTimeout), revalidate: timeout > 0}
+	root := &node{fs: f, dirCache: max(o.CacheTimeout, o.DirCacheTimeout), revalidate: timeout > 0,
+		pending: &pending{nodes: map[*node]struct{}{}}}
 	return fs.Mount(dir, root, &fs.Options{
 		MountOptions: fuse.MountOptions{
 			FsName: name,
@@ -109,6 +113,16 @@ type node struct {
 	// pages (Options.CacheTimeout above 0): an open then checks the file's
 	// version against pages.
 	revalidate bool
+	// pending is the mount's deferred creates (deferred.go).
+	pending *pending
+
+	// createMu serializes the commit of a deferred create with the
+	// requests on the node.
+	createMu sync.Mutex
+	// deferred is the node's create while deferred (nil otherwise), and
+	// createErr the error its commit failed with. Guarded by createMu.
+	deferred  *deferredCreate
+	createErr syscall.Errno
 
 	mu sync.Mutex
 	// pages is the version of the file the kernel's pages are of (0:
@@ -269,7 +283,7 @@ func (n *node) newChild(ctx context.Context, name string, a tyrfs.Attr, out *fus
 		}
 		return ch
 	}
-	ch := &node{fs: n.fs, dirCache: n.dirCache, revalidate: n.revalidate, fresh: a.Version}
+	ch := &node{fs: n.fs, dirCache: n.dirCache, revalidate: n.revalidate, pending: n.pending, fresh: a.Version}
 	if created && n.revalidate {
 		ch.pages = a.Version
 	}
@@ -312,6 +326,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	if errno != 0 {
 		return nil, errno
 	}
+	n.settleChildren(ctx, name)
 	// A name looked up before is most likely what it was: a directory
 	// costs one read, not a miss on the file key first.
 	guess := tyrfs.KindFile
@@ -338,6 +353,7 @@ func (n *node) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut)
 	if fh != nil {
 		gone = syscall.EIO
 	}
+	n.settle(ctx) // a failed create leaves no file
 	p, ok := n.path()
 	if !ok {
 		return gone
@@ -362,6 +378,7 @@ func (n *node) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut)
 func (n *node) Setattr(ctx context.Context, _ fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	ctx, cancel := detach(ctx)
 	defer cancel()
+	n.settle(ctx) // a failed create leaves no file
 	p, ok := n.path()
 	if !ok {
 		return syscall.ENOENT
@@ -404,6 +421,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	if errno != 0 {
 		return nil, errno
 	}
+	n.settleChildren(ctx, name)
 	a, err := n.fs.Mkdir(ctx, p, owner(ctx, mode))
 	if err != nil {
 		return nil, tyrfs.Errno(err)
@@ -418,6 +436,7 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	if errno != 0 {
 		return errno
 	}
+	n.settleMount(ctx)
 	return tyrfs.Errno(n.fs.Rmdir(ctx, p))
 }
 
@@ -428,6 +447,7 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	if errno != 0 {
 		return errno
 	}
+	n.settleChildren(ctx, name)
 	return tyrfs.Errno(n.fs.Unlink(ctx, p))
 }
 
@@ -443,16 +463,24 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if errno != 0 {
 		return nil, nil, 0, errno
 	}
-	a, err := n.fs.Create(ctx, p, owner(ctx, mode))
+	n.settleChildren(ctx, name)
+	o := owner(ctx, mode)
+	if n.revalidate && flags&(syscall.O_EXCL|syscall.O_APPEND) == 0 {
+		// Deferred to the first close (deferred.go).
+		t := time.Now().UnixNano()
+		a := tyrfs.Attr{Kind: tyrfs.KindFile, Mode: o.Mode, UID: o.UID, GID: o.GID, Atime: t, Mtime: t, Ctime: t, Btime: t}
+		ch := n.newChild(ctx, name, a, out, true)
+		c := ch.Operations().(*node)
+		c.createMu.Lock()
+		c.deferred, c.createErr = &deferredCreate{owner: o, trunc: flags&syscall.O_TRUNC != 0}, 0
+		c.createMu.Unlock()
+		n.pending.add(c)
+		return ch, &handle{}, 0, 0
+	}
+	a, err := n.fs.Create(ctx, p, o)
 	if tyrfs.Errno(err) == syscall.EEXIST && flags&syscall.O_EXCL == 0 {
 		// Created meanwhile by another mount: open it, as open(2) would.
-		if a, err = n.fs.Lookup(ctx, p); err == nil && a.Kind == tyrfs.KindDir {
-			return nil, nil, 0, syscall.EISDIR
-		}
-		if err == nil && flags&syscall.O_TRUNC != 0 {
-			var zero uint64
-			a, err = n.fs.Setattr(ctx, p, tyrfs.KindFile, tyrfs.SetAttr{Size: &zero})
-		}
+		a, err = openExisting(ctx, n.fs, p, flags&syscall.O_TRUNC != 0)
 	}
 	if err != nil {
 		return nil, nil, 0, tyrfs.Errno(err)
@@ -474,6 +502,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	}
 	ctx, cancel := detach(ctx)
 	defer cancel()
+	n.settle(ctx) // a failed create leaves no file
 	// The file's attributes and, the first time this node is opened
 	// unless to write only, its first bytes, in one request. Once an open
 	// found a version, the attributes alone: the file most likely did not
@@ -536,6 +565,7 @@ var opHook atomic.Pointer[func(op, p string)]
 func (n *node) Read(ctx context.Context, _ fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	ctx, cancel := detach(ctx)
 	defer cancel()
+	n.settle(ctx) // a failed create leaves no file
 	p, ok := n.path()
 	if !ok {
 		return nil, syscall.ENOENT
@@ -553,6 +583,19 @@ func (n *node) Read(ctx context.Context, _ fs.FileHandle, dest []byte, off int64
 func (n *node) Write(ctx context.Context, fh fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
 	ctx, cancel := detach(ctx)
 	defer cancel()
+	if n.revalidate {
+		n.createMu.Lock()
+		if d := n.deferred; d != nil && uint64(off) == uint64(len(d.data)) && len(d.data)+len(data) <= deferBytesMax {
+			d.data = append(d.data, data...)
+			n.createMu.Unlock()
+			return uint32(len(data)), 0
+		}
+		errno := n.settleLocked(ctx)
+		n.createMu.Unlock()
+		if errno != 0 {
+			return 0, errno
+		}
+	}
 	p, ok := n.path()
 	if !ok {
 		return 0, syscall.ENOENT
@@ -586,11 +629,18 @@ func (n *node) Write(ctx context.Context, fh fs.FileHandle, data []byte, off int
 	return uint32(len(data)), 0
 }
 
-// Fsync has nothing to do: every write was committed when it returned.
-func (n *node) Fsync(context.Context, fs.FileHandle, uint32) syscall.Errno { return 0 }
+// Fsync commits a deferred create; every write was committed when it
+// returned.
+func (n *node) Fsync(ctx context.Context, _ fs.FileHandle, _ uint32) syscall.Errno {
+	ctx, cancel := detach(ctx)
+	defer cancel()
+	return n.settle(ctx)
+}
 
-// Flush has nothing to do, as Fsync.
-func (n *node) Flush(context.Context, fs.FileHandle) syscall.Errno { return 0 }
+// Flush, at each close, commits a deferred create, as Fsync.
+func (n *node) Flush(ctx context.Context, fh fs.FileHandle) syscall.Errno {
+	return n.Fsync(ctx, fh, 0)
+}
 
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	ctx, cancel := detach(ctx)
@@ -599,6 +649,7 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 	if errno != 0 {
 		return nil, errno
 	}
+	n.settleChildren(ctx, name)
 	a, err := n.fs.Symlink(ctx, target, p, owner(ctx, 0o777))
 	if err != nil {
 		return nil, tyrfs.Errno(err)
@@ -635,6 +686,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	if errno != 0 {
 		return errno
 	}
+	n.settleMount(ctx)
 	return tyrfs.Errno(n.fs.Rename(ctx, from, to, flags))
 }
 
@@ -645,6 +697,7 @@ func (n *node) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
 	if !ok {
 		return nil, syscall.ENOENT
 	}
+	n.settleChildren(ctx, "")
 	es, err := n.fs.Readdir(ctx, p)
 	if err != nil {
 		return nil, tyrfs.Errno(err)
@@ -692,6 +745,7 @@ const fallocKeepSize = 1
 func (n *node) Allocate(ctx context.Context, _ fs.FileHandle, off uint64, size uint64, mode uint32) syscall.Errno {
 	ctx, cancel := detach(ctx)
 	defer cancel()
+	n.settle(ctx) // a failed create leaves no file
 	p, ok := n.path()
 	if !ok {
 		return syscall.ENOENT
@@ -714,6 +768,7 @@ func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *f
 	if errno != 0 {
 		return nil, errno
 	}
+	n.settleChildren(ctx, name)
 	var k tyrfs.Kind
 	switch mode & syscall.S_IFMT {
 	case syscall.S_IFIFO:

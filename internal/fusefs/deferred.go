@@ -1,0 +1,171 @@
+package fusefs
+
+// Deferred creates (Options.CacheTimeout above 0). A file created without
+// O_EXCL or O_APPEND is not committed at its create: the mount keeps the
+// bytes written to it from its start, up to deferBytesMax, and commits the
+// file with them in one commit (tyrfs.WriteFile) when it is first closed,
+// synced or used otherwise. Writing a small file (open, write, close) is
+// then one commit, not one for the create and one for each write.
+//
+// Close-to-open holds: other mounts see the file once the close that
+// committed it returned, and this mount sees it at once, since any other
+// request on the file, or naming it in its directory, commits it first:
+//
+//  1. A node's deferred create is committed before any request on the node
+//     but a write it can take (contiguous from the file's start, within
+//     deferBytesMax) is answered.
+//  2. A lookup, create, mkdir, mknod, symlink or unlink of a name commits
+//     the deferred create of that name in that directory first; a listing
+//     commits those of its directory; a rename or rmdir commits every
+//     deferred create of the mount, since it may move or empty their
+//     directories.
+//  3. A deferred create whose commit failed leaves no file, and its error
+//     answers every later write, fsync and close of the file: close(2) of
+//     a file whose create failed fails. Other requests on it find no file,
+//     and the kernel is told to forget its name.
+//
+// What the caller sees differently: errors of the create (the parent
+// removed meanwhile through another mount, no space) come at a write or
+// at close, not at open; a file created meanwhile under the same name
+// through another mount is opened as open(2) without O_EXCL opens an
+// existing file (truncated if O_TRUNC was given), as when the create
+// commits first. A mount that stops (killed, or unmounted with the file
+// open) before the close loses the file.
+
+import (
+	"context"
+	"sync"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+
+	"github.com/tyrstore/tyr/tyrfs"
+)
+
+// deferBytesMax is the most bytes a deferred create holds; a write past it
+// commits the file first.
+const deferBytesMax = 1 << 20
+
+// pending is the mount's deferred creates.
+type pending struct {
+	mu    sync.Mutex
+	nodes map[*node]struct{}
+}
+
+func (p *pending) add(n *node) {
+	p.mu.Lock()
+	p.nodes[n] = struct{}{}
+	p.mu.Unlock()
+}
+
+func (p *pending) remove(n *node) {
+	p.mu.Lock()
+	delete(p.nodes, n)
+	p.mu.Unlock()
+}
+
+// matching returns the nodes pending whose parent is dir and whose name is
+// name ("": any), or all of them for a nil dir.
+func (p *pending) matching(dir *fs.Inode, name string) []*node {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []*node
+	for c := range p.nodes {
+		if dir == nil {
+			out = append(out, c)
+			continue
+		}
+		if nm, parent := c.Parent(); parent == dir && (name == "" || nm == name) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// deferredCreate is a create not committed yet: the owner and flags it was
+// made with, and the bytes written from the file's start.
+type deferredCreate struct {
+	owner tyrfs.Owner
+	trunc bool
+	data  []byte
+}
+
+// settle commits n's deferred create, if any (invariant 1), and returns
+// its error, or that of the failed commit of an earlier one (invariant 3).
+func (n *node) settle(ctx context.Context) syscall.Errno {
+	n.createMu.Lock()
+	defer n.createMu.Unlock()
+	return n.settleLocked(ctx)
+}
+
+// settleLocked is settle with n.createMu held.
+func (n *node) settleLocked(ctx context.Context) syscall.Errno {
+	d := n.deferred
+	if d == nil {
+		return n.createErr
+	}
+	n.deferred = nil
+	defer n.pending.remove(n)
+	p, ok := n.path()
+	if !ok {
+		n.createErr = syscall.ENOENT
+		return n.createErr
+	}
+	a, err := n.fs.WriteFile(ctx, p, d.owner, d.data)
+	exists := tyrfs.Errno(err) == syscall.EEXIST
+	if exists {
+		// Made meanwhile through another mount: opened as it is, then
+		// written.
+		if _, err = openExisting(ctx, n.fs, p, d.trunc); err == nil && len(d.data) > 0 {
+			err = n.fs.WriteAt(ctx, p, 0, d.data)
+		}
+	}
+	if err != nil {
+		n.createErr = tyrfs.Errno(err)
+		// The kernel drops the name it was given at the create. Not
+		// before this returns: the caller may be a request on the
+		// directory, which the kernel's invalidation would wait for.
+		if name, parent := n.Parent(); parent != nil {
+			go parent.NotifyEntry(name)
+		}
+		return n.createErr
+	}
+	if !exists {
+		// The kernel holds the bytes written, which are the file's at
+		// the version made.
+		n.mu.Lock()
+		n.pages = a.Version
+		n.mu.Unlock()
+	}
+	return 0
+}
+
+// settleChildren commits the deferred creates of n's child name, or of
+// all its children for an empty name (invariant 2). A failed one's error
+// is its file's (invariant 3), not the caller's.
+func (n *node) settleChildren(ctx context.Context, name string) {
+	for _, c := range n.pending.matching(n.EmbeddedInode(), name) {
+		c.settle(ctx)
+	}
+}
+
+// settleMount commits every deferred create of the mount (invariant 2).
+func (n *node) settleMount(ctx context.Context) {
+	for _, c := range n.pending.matching(nil, "") {
+		c.settle(ctx)
+	}
+}
+
+// openExisting opens file p, which exists, for a create without O_EXCL:
+// EISDIR for a directory, truncated for trunc.
+func openExisting(ctx context.Context, f *tyrfs.FS, p string, trunc bool) (tyrfs.Attr, error) {
+	a, err := f.Lookup(ctx, p)
+	if err == nil && a.Kind == tyrfs.KindDir {
+		return tyrfs.Attr{}, syscall.EISDIR
+	}
+	if err == nil && trunc {
+		var zero uint64
+		a, err = f.Setattr(ctx, p, tyrfs.KindFile, tyrfs.SetAttr{Size: &zero})
+	}
+	return a, err
+}
