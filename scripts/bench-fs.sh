@@ -18,12 +18,19 @@
 #
 #   scripts/bench-fs.sh [SECONDS]          # per measurement, default 5
 #   DATA_SET=1GiB CLIENTS=1,16 CEPH=0 scripts/bench-fs.sh 10
+#   CREATE=trunc scripts/bench-fs.sh   # creates open O_CREAT|O_TRUNC, as fopen "w"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 duration=${1:-5}
 data_set=${DATA_SET:-256MiB}
 clients=${CLIENTS:-1,16}
 ceph=${CEPH:-1}
+create=${CREATE:-excl}
+case $create in
+excl) create_flags=() create_open="O_CREAT|O_EXCL" suffix="" ;;
+trunc) create_flags=(--create-trunc) create_open="O_CREAT|O_TRUNC" suffix=-trunc ;;
+*) echo "CREATE=$create: want excl or trunc" >&2; exit 2 ;;
+esac
 cephdir=${CEPH_PEER_DIR:-$(cd .. && pwd)/shared/peers/ceph}
 [[ -d $cephdir ]] || cephdir=/work/shared/peers/ceph
 make -s build
@@ -68,12 +75,12 @@ if [[ $ceph == 1 && -e /tmp/cephpeer ]]; then
 	echo "/tmp/cephpeer exists: a Ceph cluster is in use; run with CEPH=0 or tear it down first" >&2
 	exit 1
 fi
-out=bench/results/fs-$(date +%F)
+out=bench/results/fs-$(date +%F)$suffix
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 start=$(date +%s)
 bench() { # SYSTEM FLAGS...
 	bin/tyr bench fs --endpoint "127.0.0.1:$port" --data-set "$data_set" --clients "$clients" \
-		--duration "${duration}s" --op-timeout 5m "$@" --json
+		--duration "${duration}s" --op-timeout 5m "${create_flags[@]}" "$@" --json
 }
 bench --dir "local-ext4=$dir/local" --mount "tyr-mount=$mnt" --mount "tyr-mount-dircache=$dcmnt" \
 	--mount "tyr-mount-cache=$cmnt" >"$out.jsonl"
@@ -89,7 +96,8 @@ load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 	echo
 	echo "\`scripts/bench-fs.sh $duration\` (DATA_SET=$data_set, CLIENTS=$clients): \`tyr bench fs\`, a data set of"
 	echo "$data_set read whole as 32 MiB files and as 32 KiB files, then empty and 4 KiB files created, stat'ed,"
-	echo "read and deleted (each client in a directory of its own, at most 20,000 files per create phase),"
+	echo "read and deleted (each client in a directory of its own, at most 20,000 files per create phase;"
+	echo "a create through a directory is open($create_open), write, close),"
 	echo "${duration} s per measurement; every read checked byte for byte. One tyr server (sync on) with its"
 	echo "data on the local disk, mounted by \`tyr mount\` three times: tyr-mount caches nothing in the kernel,"
 	echo "tyr-mount-dircache caches directories' names and attributes for 1 s (\`--dir-cache 1s\`; files as"

@@ -143,7 +143,8 @@ type fsClient interface {
 	Mkdir(ctx context.Context, p string) error
 	// Create makes an empty file, failing if p exists.
 	Create(ctx context.Context, p string) error
-	// WriteFile makes a file holding data, failing if p exists.
+	// WriteFile makes a file holding data, failing if p exists (but for
+	// a directory whose creates truncate, Config.FSCreateTrunc).
 	WriteFile(ctx context.Context, p string, data []byte) error
 	// ReadFile reads the whole file at p into buf, which has room for
 	// more than the file should hold, and returns what it read.
@@ -155,17 +156,22 @@ type fsClient interface {
 
 // dirTarget is a mounted directory driven with os calls.
 type dirTarget struct {
-	d    FSDir
-	root string
-	info SystemInfo
+	d     FSDir
+	trunc bool // creates open with O_CREAT|O_TRUNC (Config.FSCreateTrunc)
+	root  string
+	info  SystemInfo
 }
 
 func (t *dirTarget) Name() string     { return t.d.Name }
 func (t *dirTarget) Role() string     { return t.d.Role }
 func (t *dirTarget) Info() SystemInfo { return t.info }
 func (t *dirTarget) Note() string {
+	open := "O_CREAT|O_EXCL"
+	if t.trunc {
+		open = "O_CREAT|O_TRUNC"
+	}
 	return t.d.Name + ": a directory (" + t.info.Settings + ") driven with os calls: a read is open, read to EOF, close; " +
-		"a write open(O_CREAT|O_EXCL), write, close, without fsync"
+		"a write open(" + open + "), write, close, without fsync"
 }
 
 func (t *dirTarget) Open(context.Context) error {
@@ -213,9 +219,14 @@ func (t *dirTarget) Close(context.Context) error {
 	return os.RemoveAll(t.root)
 }
 
-func (t *dirTarget) Client(context.Context) (fsClient, error) { return dirClient{t.root}, nil }
+func (t *dirTarget) Client(context.Context) (fsClient, error) {
+	return dirClient{root: t.root, trunc: t.trunc}, nil
+}
 
-type dirClient struct{ root string }
+type dirClient struct {
+	root  string
+	trunc bool
+}
 
 func (c dirClient) path(p string) string { return filepath.Join(c.root, filepath.FromSlash(p)) }
 
@@ -224,7 +235,13 @@ func (c dirClient) Mkdir(_ context.Context, p string) error { return os.Mkdir(c.
 func (c dirClient) Create(ctx context.Context, p string) error { return c.WriteFile(ctx, p, nil) }
 
 func (c dirClient) WriteFile(_ context.Context, p string, data []byte) error {
-	f, err := os.OpenFile(c.path(p), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	flags := os.O_WRONLY | os.O_CREATE | os.O_EXCL
+	if c.trunc {
+		// The bench's paths are new: the open makes the file all the
+		// same.
+		flags = os.O_WRONLY | os.O_CREATE | os.O_TRUNC
+	}
+	f, err := os.OpenFile(c.path(p), flags, 0o644)
 	if err != nil {
 		return err
 	}
@@ -522,7 +539,7 @@ func (c *Config) fsTargets() []fsTarget {
 			keyspace: fmt.Sprintf("bench-fs-%08x", rand.Uint32())})
 	}
 	for _, d := range c.FSDirs {
-		ts = append(ts, &dirTarget{d: d})
+		ts = append(ts, &dirTarget{d: d, trunc: c.FSCreateTrunc})
 	}
 	return ts
 }

@@ -130,6 +130,10 @@ type Config struct {
 	FSLargeFile int64
 	FSSmallFile int64
 	FSMetaFiles int
+	// FSCreateTrunc has directories' creates open files with
+	// O_CREAT|O_TRUNC, as fopen(path, "w") does, instead of
+	// O_CREAT|O_EXCL.
+	FSCreateTrunc bool
 	// fsAfterFill, when set, is called after each system stored each of
 	// the fs data sets, with the paths of its files.
 	fsAfterFill func(t fsTarget, paths []string) error

@@ -315,6 +315,8 @@ func newBenchWorkloadCommand(e *env, workload string) *cobra.Command {
 		f.Var(sizeFlag{&cfg.FSLargeFile}, "large-file", "size of the data set's large files")
 		f.Var(sizeFlag{&cfg.FSSmallFile}, "small-file", "size of the data set's small files")
 		f.IntVar(&cfg.FSMetaFiles, "meta-files", cfg.FSMetaFiles, "most files one create phase makes, over all its clients")
+		f.BoolVar(&cfg.FSCreateTrunc, "create-trunc", cfg.FSCreateTrunc,
+			`directories' creates open the new file with O_CREAT|O_TRUNC, as fopen(path, "w") does, instead of O_CREAT|O_EXCL`)
 	case "limits":
 		f.StringVar(&cfg.Dir, "dir", cfg.Dir, "directory to measure the fsync rate in: one on the disk the servers use")
 	}
@@ -400,9 +402,13 @@ func writeBenchSummary(w io.Writer, cfg bench.Config, results []bench.Result) {
 		fmt.Fprintf(w, "bank: %d accounts, %d per blob on tyr, %s per measurement, seed %d, tyr at %s\n\n",
 			cfg.Accounts, cfg.AccountsPerBlob, cfg.Duration, cfg.Seed, cfg.Endpoint)
 	case bench.FSWorkload:
-		fmt.Fprintf(w, "fs: a data set of %s as %s and as %s files, %s per measurement, at most %d files per create phase, seed %d\n\n",
+		open := "O_CREAT|O_EXCL"
+		if cfg.FSCreateTrunc {
+			open = "O_CREAT|O_TRUNC"
+		}
+		fmt.Fprintf(w, "fs: a data set of %s as %s and as %s files, %s per measurement, at most %d files per create phase (%s), seed %d\n\n",
 			bench.FormatSize(cfg.FSDataSet), bench.FormatSize(cfg.FSLargeFile), bench.FormatSize(cfg.FSSmallFile),
-			cfg.Duration, cfg.FSMetaFiles, cfg.Seed)
+			cfg.Duration, cfg.FSMetaFiles, open, cfg.Seed)
 		_ = bench.WriteFSReport(w, results)
 		return
 	case "limits":
