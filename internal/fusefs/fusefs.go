@@ -21,8 +21,10 @@
 // descriptor, as a stale handle: its data is gone with its blob.
 //
 // Not supported, each refused with the errno in parentheses: hard links
-// (EPERM), extended attributes (ENOTSUP, go-fuse's answer when the node
-// implements none), RENAME_EXCHANGE (EINVAL). FIFOs, sockets and device
+// (EPERM), extended attributes (ENOTSUP: the mount answers the first
+// xattr request ENOSYS, after which the kernel answers them all ENOTSUP
+// itself, and no longer asks for security.capability before each write),
+// RENAME_EXCHANGE (EINVAL). FIFOs, sockets and device
 // nodes are names with attributes; the kernel of the machine that opens
 // one gives it meaning. Advisory locks (flock, fcntl) are not sent to the file system:
 // the kernel keeps them, so they hold between processes of one mount only.
@@ -95,6 +97,8 @@ func Mount(dir string, f *tyrfs.FS, name string, o Options) (*fuse.Server, error
 			// bytes an open just gave it, or wrote through it, at the
 			// first stat.
 			ExplicitDataCacheControl: timeout > 0,
+			// Extended attributes are not stored (see the package doc).
+			DisableXAttrs: true,
 		},
 		EntryTimeout:    &timeout,
 		AttrTimeout:     &timeout,

@@ -116,6 +116,29 @@ func TestPosix(t *testing.T) {
 			t.Fatalf("after mv, the old name: %v", err)
 		}
 	})
+	// Extended attributes are refused with ENOTSUP, whatever the call,
+	// and a refused set stores nothing.
+	t.Run("XAttrRefused", func(t *testing.T) {
+		p := filepath.Join(mnt, "xattr")
+		if err := os.WriteFile(p, []byte("data"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Setxattr(p, "user.a", []byte("1"), 0); !errors.Is(err, syscall.ENOTSUP) {
+			t.Fatalf("setxattr: %v, want ENOTSUP", err)
+		}
+		if _, err := syscall.Getxattr(p, "user.a", make([]byte, 16)); !errors.Is(err, syscall.ENOTSUP) {
+			t.Fatalf("getxattr: %v, want ENOTSUP", err)
+		}
+		if err := syscall.Removexattr(p, "user.a"); !errors.Is(err, syscall.ENOTSUP) {
+			t.Fatalf("removexattr: %v, want ENOTSUP", err)
+		}
+		if _, err := syscall.Listxattr(p, make([]byte, 16)); !errors.Is(err, syscall.ENOTSUP) {
+			t.Fatalf("listxattr: %v, want ENOTSUP", err)
+		}
+		if got, err := os.ReadFile(p); err != nil || string(got) != "data" {
+			t.Fatalf("after the refusals: %q, %v", got, err)
+		}
+	})
 	t.Run("Fsync", func(t *testing.T) {
 		f, err := os.Create(filepath.Join(mnt, "fsync"))
 		if err != nil {
