@@ -517,6 +517,13 @@ func (f *FS) missingDir(ctx context.Context, dir string) error {
 	return errnof(syscall.ENOENT, "%s", dir)
 }
 
+// DirEntryBytes is how much a create of name adds to the size of its
+// directory (its log's length): the entry's record, until the directory's
+// log is compacted.
+func DirEntryBytes(name string) uint64 {
+	return uint64(len(fslayout.EncodeRecord(fslayout.RecordAdd, KindFile, name)))
+}
+
 // Create makes an empty file at p: EEXIST if p exists, ENOENT if its
 // parent does not.
 func (f *FS) Create(ctx context.Context, p string, o Owner) (Attr, error) {

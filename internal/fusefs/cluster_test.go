@@ -27,6 +27,7 @@ import (
 
 	"github.com/tyrstore/tyr/client"
 	"github.com/tyrstore/tyr/internal/testserver"
+	"github.com/tyrstore/tyr/tyrfs"
 )
 
 func TestCluster(t *testing.T) {
@@ -97,6 +98,7 @@ func TestCluster(t *testing.T) {
 		a, b := mountWith(t, clients[0], "two-mounts-cache", o), mountWith(t, clients[1], "two-mounts-cache", o)
 		twoMountsCache(t, a, b)
 		deferredCreates(t, a, b)
+		keptDirAttrs(t, clients[0], "two-mounts-cache", a)
 	})
 	t.Run("kill-endpoint", func(t *testing.T) {
 		newKeyspace(t, clients[0], "kill-endpoint", 3, true)
@@ -406,6 +408,74 @@ func twoMountsCache(t *testing.T, a, b string) {
 // between mounts a and b, both with the cache: a file created and written
 // through a is committed at its close, or at once when a is asked
 // anything else about it.
+// keptDirAttrs checks the directory attributes a --cache mount keeps
+// (dirattr.go): after each create through mount a of keyspace ks, with
+// O_EXCL (committed at the create) or not (deferred to the close), a stat
+// of the directory matches the cluster's, though only the first reads them
+// from the cluster; after an unlink, the next stat reads them again.
+func keptDirAttrs(t *testing.T, c *client.Client, ks, a string) {
+	f, err := tyrfs.New(t.Context(), c, ks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stats atomic.Int64
+	count := func(op, p string) {
+		if op == "getattr" && p == "/kept" {
+			stats.Add(1)
+		}
+	}
+	opHook.Store(&count)
+	t.Cleanup(func() { opHook.Store(nil) })
+	dir := filepath.Join(a, "kept")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	same := func(when string) {
+		t.Helper()
+		fi, err := os.Stat(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := f.Stat(t.Context(), "/kept", tyrfs.KindDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		if uint64(st.Size) != want.Size || st.Mtim.Nano() != want.Mtime || st.Ctim.Nano() != want.Ctime || st.Mode&0o7777 != want.Mode {
+			t.Fatalf("the directory after %s: size %d, mtime %d, ctime %d, mode %o; the cluster's: size %d, mtime %d, ctime %d, mode %o",
+				when, st.Size, st.Mtim.Nano(), st.Ctim.Nano(), st.Mode&0o7777, want.Size, want.Mtime, want.Ctime, want.Mode)
+		}
+	}
+	const creates = 6
+	for i := range creates {
+		flags := os.O_CREATE | os.O_WRONLY | os.O_EXCL
+		if i%2 == 1 {
+			flags = os.O_CREATE | os.O_WRONLY | os.O_TRUNC // deferred to the close
+		}
+		file, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("file-%d", i)), flags, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := file.Write([]byte("data")); err != nil {
+			t.Fatal(err)
+		}
+		if err := file.Close(); err != nil {
+			t.Fatal(err)
+		}
+		same(fmt.Sprintf("create %d", i))
+	}
+	if n := stats.Load(); n != 1 {
+		t.Fatalf("%d stats of the directory read the cluster over %d creates, want 1: the mount kept none", n, creates)
+	}
+	if err := os.Remove(filepath.Join(dir, "file-0")); err != nil {
+		t.Fatal(err)
+	}
+	same("an unlink")
+	if n := stats.Load(); n != 2 {
+		t.Fatalf("%d stats of the directory read the cluster after an unlink, want 2: the unlink did not drop the kept attributes", n)
+	}
+}
+
 func deferredCreates(t *testing.T, a, b string) {
 	write, read := fileHelpers(t)
 	absent := func(root, name string) {

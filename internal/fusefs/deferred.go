@@ -107,9 +107,16 @@ func (n *node) settleLocked(ctx context.Context) syscall.Errno {
 	n.deferred = nil
 	defer n.pending.remove(n)
 	p, ok := n.path()
-	if !ok {
+	name, parent := n.Parent()
+	if !ok || parent == nil {
 		n.createErr = syscall.ENOENT
 		return n.createErr
+	}
+	// The create changes its directory (dirattr.go).
+	var added func(*tyrfs.Attr)
+	if dir, ok := parent.Operations().(*node); ok {
+		dir.beginChange()
+		defer func() { dir.endChange(added) }()
 	}
 	a, err := n.fs.WriteFile(ctx, p, d.owner, d.data)
 	exists := tyrfs.Errno(err) == syscall.EEXIST
@@ -125,12 +132,13 @@ func (n *node) settleLocked(ctx context.Context) syscall.Errno {
 		// The kernel drops the name it was given at the create. Not
 		// before this returns: the caller may be a request on the
 		// directory, which the kernel's invalidation would wait for.
-		if name, parent := n.Parent(); parent != nil {
-			go parent.NotifyEntry(name)
-		}
+		go parent.NotifyEntry(name)
 		return n.createErr
 	}
 	if !exists {
+		if len(d.data) <= tyrfs.WriteFileBytesMax {
+			added = entryAdded(name, a.Ctime) // one commit
+		}
 		// The kernel holds the bytes written, which are the file's at
 		// the version made.
 		n.mu.Lock()

@@ -144,6 +144,9 @@ type node struct {
 	// knows it, so an open that finds this version need not drop them.
 	// Guarded by mu.
 	fresh uint64
+	// kept is a directory's attributes the mount keeps (dirattr.go).
+	// Guarded by mu.
+	kept keptAttr
 }
 
 // forgetPages records that the file changed through n other than by a
@@ -362,9 +365,21 @@ func (n *node) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut)
 	if !ok {
 		return gone
 	}
+	isDir := n.kind() == tyrfs.KindDir
+	var changes uint64
+	if isDir {
+		var a tyrfs.Attr
+		var ok bool
+		if a, changes, ok = n.keptDirAttr(); ok {
+			n.sentAttr()
+			n.fillAttrOut(a, out)
+			return 0
+		}
+	}
 	if hook := opHook.Load(); hook != nil {
 		(*hook)("getattr", p)
 	}
+	read := time.Now()
 	a, err := n.fs.Stat(ctx, p, n.kind())
 	if errno := tyrfs.Errno(err); errno == syscall.ENOENT {
 		return gone
@@ -373,6 +388,9 @@ func (n *node) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut)
 	}
 	if typeBits(a.Kind) != n.StableAttr().Mode {
 		return gone
+	}
+	if isDir {
+		n.keepDirAttr(a, changes, read)
 	}
 	n.sentAttr()
 	n.fillAttrOut(a, out)
@@ -387,6 +405,8 @@ func (n *node) Setattr(ctx context.Context, _ fs.FileHandle, in *fuse.SetAttrIn,
 	if !ok {
 		return syscall.ENOENT
 	}
+	n.beginChange()
+	defer n.endChange(nil)
 	var s tyrfs.SetAttr
 	if m, ok := in.GetMode(); ok {
 		s.Mode = &m
@@ -426,6 +446,8 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 		return nil, errno
 	}
 	n.settleChildren(ctx, name)
+	n.beginChange()
+	defer n.endChange(nil)
 	a, err := n.fs.Mkdir(ctx, p, owner(ctx, mode))
 	if err != nil {
 		return nil, tyrfs.Errno(err)
@@ -441,6 +463,8 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 		return errno
 	}
 	n.settleMount(ctx)
+	n.beginChange()
+	defer n.endChange(nil)
 	return tyrfs.Errno(n.fs.Rmdir(ctx, p))
 }
 
@@ -452,6 +476,8 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 		return errno
 	}
 	n.settleChildren(ctx, name)
+	n.beginChange()
+	defer n.endChange(nil)
 	return tyrfs.Errno(n.fs.Unlink(ctx, p))
 }
 
@@ -481,10 +507,15 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		n.pending.add(c)
 		return ch, &handle{}, 0, 0
 	}
+	var added func(*tyrfs.Attr)
+	n.beginChange()
+	defer func() { n.endChange(added) }()
 	a, err := n.fs.Create(ctx, p, o)
 	if tyrfs.Errno(err) == syscall.EEXIST && flags&syscall.O_EXCL == 0 {
 		// Created meanwhile by another mount: open it, as open(2) would.
 		a, err = openExisting(ctx, n.fs, p, flags&syscall.O_TRUNC != 0)
+	} else if err == nil {
+		added = entryAdded(name, a.Ctime)
 	}
 	if err != nil {
 		return nil, nil, 0, tyrfs.Errno(err)
@@ -654,6 +685,8 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 		return nil, errno
 	}
 	n.settleChildren(ctx, name)
+	n.beginChange()
+	defer n.endChange(nil)
 	a, err := n.fs.Symlink(ctx, target, p, owner(ctx, 0o777))
 	if err != nil {
 		return nil, tyrfs.Errno(err)
@@ -691,6 +724,16 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 		return errno
 	}
 	n.settleMount(ctx)
+	changed := []*node{n, np}
+	if ch := n.GetChild(name); ch != nil {
+		if c, ok := ch.Operations().(*node); ok {
+			changed = append(changed, c) // a directory's ctime moves
+		}
+	}
+	for _, c := range changed {
+		c.beginChange()
+		defer c.endChange(nil)
+	}
 	return tyrfs.Errno(n.fs.Rename(ctx, from, to, flags))
 }
 
@@ -773,6 +816,8 @@ func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *f
 		return nil, errno
 	}
 	n.settleChildren(ctx, name)
+	n.beginChange()
+	defer n.endChange(nil)
 	var k tyrfs.Kind
 	switch mode & syscall.S_IFMT {
 	case syscall.S_IFIFO:

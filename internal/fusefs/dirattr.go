@@ -1,0 +1,102 @@
+package fusefs
+
+// Directories' attributes kept by the mount (Options.CacheTimeout or
+// DirCacheTimeout above 0). The kernel drops a directory's attributes
+// whenever an entry of it changes through the mount, and asks for them at
+// the next path walk through it, to check search permission itself
+// (default_permissions): a loop of creates in one directory would read the
+// directory's header from the cluster once a create. So the mount keeps
+// the attributes a stat of a directory read, for as long as the kernel
+// may keep them (node.dirCache), and applies to them the creates it
+// commits in that directory.
+//
+// Invariants:
+//
+//  1. Kept attributes are the cluster's as read at most dirCache ago, with
+//     every change made through this mount since applied: a directory
+//     changed only through this mount stats as the cluster holds it. What
+//     other mounts (or the servers' compaction of its log, which shrinks
+//     its size) changed meanwhile may show late, by dirCache at most, as
+//     the kernel's own cache would show it.
+//  2. A change of the directory through the mount other than a create
+//     committed alone in it (any other change, or two at once) drops
+//     them.
+//  3. Attributes read while a change of the directory through the mount
+//     began are not kept.
+
+import (
+	"time"
+
+	"github.com/tyrstore/tyr/tyrfs"
+)
+
+// keptAttr is a directory's kept attributes. Guarded by node.mu.
+type keptAttr struct {
+	a tyrfs.Attr
+	// until is when a stops being usable (zero: nothing kept).
+	until time.Time
+	// changing counts the changes of the directory through the mount in
+	// progress; changes counts those begun.
+	changing int
+	changes  uint64
+}
+
+// keptDirAttr returns n's kept attributes if they are usable now;
+// otherwise the count of changes begun, to hand to keepDirAttr.
+func (n *node) keptDirAttr() (tyrfs.Attr, uint64, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	k := &n.kept
+	if k.changing == 0 && time.Now().Before(k.until) {
+		return k.a, 0, true
+	}
+	return tyrfs.Attr{}, k.changes, false
+}
+
+// keepDirAttr keeps a, read from the cluster starting at read, unless a
+// change through the mount began since changes was counted (invariant 3).
+func (n *node) keepDirAttr(a tyrfs.Attr, changes uint64, read time.Time) {
+	if n.dirCache == 0 {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if k := &n.kept; k.changing == 0 && k.changes == changes {
+		k.a, k.until = a, read.Add(n.dirCache)
+	}
+}
+
+// beginChange records a change of directory n through the mount; the
+// caller calls endChange once the change is done or failed.
+func (n *node) beginChange() {
+	n.mu.Lock()
+	k := &n.kept
+	k.changing++
+	k.changes++
+	n.mu.Unlock()
+}
+
+// endChange ends a change begun with beginChange, applying apply to the
+// kept attributes if it was the only change in progress (invariants 1,
+// 2); a nil apply drops them.
+func (n *node) endChange(apply func(*tyrfs.Attr)) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	k := &n.kept
+	if apply != nil && k.changing == 1 && !k.until.IsZero() {
+		apply(&k.a)
+	} else {
+		k.until = time.Time{}
+	}
+	k.changing--
+}
+
+// entryAdded is what a create of name in a directory, committed at ctime
+// t (the new node's), does to the directory's attributes: its log grows by
+// the entry's record and its mtime and ctime become t.
+func entryAdded(name string, t int64) func(*tyrfs.Attr) {
+	return func(a *tyrfs.Attr) {
+		a.Size += tyrfs.DirEntryBytes(name)
+		a.Mtime, a.Ctime = t, t
+	}
+}
