@@ -99,6 +99,7 @@ func TestCluster(t *testing.T) {
 		twoMountsCache(t, a, b)
 		deferredCreates(t, a, b)
 		keptDirAttrs(t, clients[0], "two-mounts-cache", a)
+		noFlushReadOnly(t, a)
 	})
 	t.Run("kill-endpoint", func(t *testing.T) {
 		newKeyspace(t, clients[0], "kill-endpoint", 3, true)
@@ -288,9 +289,10 @@ func twoMountsCache(t *testing.T, a, b string) {
 	write, read := fileHelpers(t)
 	var reads, stats atomic.Int64
 	count := func(op, _ string) {
-		if op == "read" {
+		switch op {
+		case "read":
 			reads.Add(1)
-		} else {
+		case "getattr":
 			stats.Add(1)
 		}
 	}

@@ -529,11 +529,19 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		return nil, 0, syscall.ENOENT
 	}
 	h := &handle{append: flags&syscall.O_APPEND != 0}
+	// A descriptor opened to read only has nothing to commit at its close
+	// (a deferred create was committed before its open): no FLUSH
+	// request, one round trip less per close. Locks are the kernel's and
+	// go with the descriptor whatever this says.
+	var noFlush uint32
+	if flags&syscall.O_ACCMODE == syscall.O_RDONLY {
+		noFlush = fuse.FOPEN_NOFLUSH
+	}
 	if !n.revalidate {
 		// No FOPEN_KEEP_CACHE: the kernel drops its cached pages at each
 		// open, and asks for attributes at each use, so an open sees what
 		// was committed before it (close-to-open).
-		return h, 0, 0
+		return h, noFlush, 0
 	}
 	ctx, cancel := detach(ctx)
 	defer cancel()
@@ -561,7 +569,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if a.Version == n.pages {
-		return h, fuse.FOPEN_KEEP_CACHE, 0
+		return h, fuse.FOPEN_KEEP_CACHE | noFlush, 0
 	}
 	// Changed since the last open, or not opened before: the kernel drops
 	// its attributes of the file (a GETATTR started before this is
@@ -578,15 +586,15 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	}
 	if len(data) == 0 {
 		n.pages = a.Version
-		return h, 0, 0
+		return h, noFlush, 0
 	}
 	if errno := n.WriteCache(0, data); errno != 0 {
 		// The kernel may hold some of them: drop them again.
 		n.NotifyContent(0, 0)
-		return h, 0, 0
+		return h, noFlush, 0
 	}
 	n.pages = a.Version
-	return h, fuse.FOPEN_KEEP_CACHE, 0
+	return h, fuse.FOPEN_KEEP_CACHE | noFlush, 0
 }
 
 // openReadBytes is how much of a file an open reads and gives the kernel
@@ -594,7 +602,8 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 const openReadBytes = 128 << 10
 
 // opHook, unless nil, is called with "read" or "getattr" and the path of
-// every read or stat that goes to the cluster (tests).
+// every read or stat that goes to the cluster, and with "flush" and the
+// path of every FLUSH request (tests).
 var opHook atomic.Pointer[func(op, p string)]
 
 func (n *node) Read(ctx context.Context, _ fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
@@ -674,6 +683,11 @@ func (n *node) Fsync(ctx context.Context, _ fs.FileHandle, _ uint32) syscall.Err
 
 // Flush, at each close, commits a deferred create, as Fsync.
 func (n *node) Flush(ctx context.Context, fh fs.FileHandle) syscall.Errno {
+	if hook := opHook.Load(); hook != nil {
+		if p, ok := n.path(); ok {
+			(*hook)("flush", p)
+		}
+	}
 	return n.Fsync(ctx, fh, 0)
 }
 

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"syscall"
 	"testing"
 
@@ -139,6 +140,7 @@ func TestPosix(t *testing.T) {
 			t.Fatalf("after the refusals: %q, %v", got, err)
 		}
 	})
+	t.Run("NoFlushReadOnly", func(t *testing.T) { noFlushReadOnly(t, mnt) })
 	t.Run("Fsync", func(t *testing.T) {
 		f, err := os.Create(filepath.Join(mnt, "fsync"))
 		if err != nil {
@@ -152,4 +154,33 @@ func TestPosix(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// noFlushReadOnly checks that the close of a descriptor opened to read
+// only sends no FLUSH request, and that of one opened to write does.
+func noFlushReadOnly(t *testing.T, mnt string) {
+	var flushes atomic.Int64
+	count := func(op, p string) {
+		if op == "flush" && p == "/noflush" {
+			flushes.Add(1)
+		}
+	}
+	opHook.Store(&count)
+	t.Cleanup(func() { opHook.Store(nil) })
+	p := filepath.Join(mnt, "noflush")
+	if err := os.WriteFile(p, []byte("data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	written := flushes.Load()
+	if written == 0 {
+		t.Fatal("no FLUSH at the close of a file written")
+	}
+	for range 3 {
+		if got, err := os.ReadFile(p); err != nil || string(got) != "data" {
+			t.Fatalf("read: %q, %v", got, err)
+		}
+	}
+	if n := flushes.Load() - written; n != 0 {
+		t.Fatalf("%d FLUSH requests at the closes of 3 descriptors opened to read only, want none", n)
+	}
 }
