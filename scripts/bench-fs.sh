@@ -19,6 +19,8 @@
 #   scripts/bench-fs.sh [SECONDS]          # per measurement, default 5
 #   DATA_SET=1GiB CLIENTS=1,16 CEPH=0 scripts/bench-fs.sh 10
 #   CREATE=trunc scripts/bench-fs.sh   # creates open O_CREAT|O_TRUNC, as fopen "w"
+#   SYNC=0 scripts/bench-fs.sh         # tyr's keyspaces with sync off: commits
+#                                      # acknowledged once written, before the fsync
 set -euo pipefail
 cd "$(dirname "$0")/.."
 duration=${1:-5}
@@ -30,6 +32,11 @@ case $create in
 excl) create_flags=() create_open="O_CREAT|O_EXCL" suffix="" ;;
 trunc) create_flags=(--create-trunc) create_open="O_CREAT|O_TRUNC" suffix=-trunc ;;
 *) echo "CREATE=$create: want excl or trunc" >&2; exit 2 ;;
+esac
+case ${SYNC:-1} in
+1) sync_flags=() sync_word=on ;;
+0) sync_flags=(--sync=false) sync_word=off suffix=$suffix-nosync ;;
+*) echo "SYNC=$SYNC: want 1 or 0" >&2; exit 2 ;;
 esac
 cephdir=${CEPH_PEER_DIR:-$(cd .. && pwd)/shared/peers/ceph}
 [[ -d $cephdir ]] || cephdir=/work/shared/peers/ceph
@@ -63,6 +70,9 @@ wait_port "$port"
 mount_tyr() { # KEYSPACE MOUNTPOINT LOG [FLAGS...]
 	local ks=$1 m=$2 log=$3
 	shift 3
+	if [[ $sync_word == off ]]; then
+		bin/tyr keyspace create --sync=false --endpoint "127.0.0.1:$port" "$ks" >/dev/null
+	fi
 	bin/tyr mount --create "$@" --endpoint "127.0.0.1:$port" "$ks" "$m" >"$log" 2>&1 &
 	pids+=($!)
 	for _ in $(seq 100); do mountpoint -q "$m" && break; sleep 0.1; done
@@ -80,7 +90,7 @@ load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 start=$(date +%s)
 bench() { # SYSTEM FLAGS...
 	bin/tyr bench fs --endpoint "127.0.0.1:$port" --data-set "$data_set" --clients "$clients" \
-		--duration "${duration}s" --op-timeout 5m "${create_flags[@]}" "$@" --json
+		--duration "${duration}s" --op-timeout 5m "${create_flags[@]}" "${sync_flags[@]}" "$@" --json
 }
 bench --dir "local-ext4=$dir/local" --mount "tyr-mount=$mnt" --mount "tyr-mount-dircache=$dcmnt" \
 	--mount "tyr-mount-cache=$cmnt" >"$out.jsonl"
@@ -98,7 +108,7 @@ load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 	echo "$data_set read whole as 32 MiB files and as 32 KiB files, then empty and 4 KiB files created, stat'ed,"
 	echo "read and deleted (each client in a directory of its own, at most 20,000 files per create phase;"
 	echo "a create through a directory is open($create_open), write, close),"
-	echo "${duration} s per measurement; every read checked byte for byte. One tyr server (sync on) with its"
+	echo "${duration} s per measurement; every read checked byte for byte. One tyr server (keyspaces' sync $sync_word) with its"
 	echo "data on the local disk, mounted by \`tyr mount\` three times: tyr-mount caches nothing in the kernel,"
 	echo "tyr-mount-dircache caches directories' names and attributes for 1 s (\`--dir-cache 1s\`; files as"
 	echo "tyr-mount), tyr-mount-cache caches names, attributes and pages for 1 s, each open asking the"

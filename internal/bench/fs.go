@@ -281,6 +281,7 @@ func (dirClient) Close() error                               { return nil }
 type nativeTarget struct {
 	name, endpoint string
 	rf             int
+	sync           bool
 	admin          *client.Client
 	keyspace       string
 	created        bool
@@ -307,6 +308,7 @@ func (t *nativeTarget) Open(ctx context.Context) error {
 	t.admin = admin
 	cfg := client.DefaultKeyspaceConfig()
 	cfg.Replication = uint32(t.rf)
+	cfg.Sync = t.sync
 	if _, err := admin.CreateKeyspace(ctx, t.keyspace, cfg); err != nil {
 		return fmt.Errorf("create keyspace %s: %w", t.keyspace, err)
 	}
@@ -535,7 +537,7 @@ type fsRun struct {
 func (c *Config) fsTargets() []fsTarget {
 	var ts []fsTarget
 	if c.FSNative != "" {
-		ts = append(ts, &nativeTarget{name: c.FSNative, endpoint: c.Endpoint, rf: c.Replication,
+		ts = append(ts, &nativeTarget{name: c.FSNative, endpoint: c.Endpoint, rf: c.Replication, sync: c.FSSync,
 			keyspace: fmt.Sprintf("bench-fs-%08x", rand.Uint32())})
 	}
 	for _, d := range c.FSDirs {

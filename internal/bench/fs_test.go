@@ -126,6 +126,7 @@ func TestFSWorkloadDetectsCorruption(t *testing.T) {
 			defer cancel()
 			cfg := fsTestConfig(srv.Endpoint, dir)
 			cfg.FSDirs = cfg.FSDirs[:1]
+			cfg.FSSync = false // and the native keyspace is made so
 			var corrupted string
 			cfg.fsAfterFill = func(tg fsTarget, paths []string) error {
 				if tg.Name() != victim || corrupted != "" {
@@ -145,6 +146,9 @@ func TestFSWorkloadDetectsCorruption(t *testing.T) {
 					b[len(b)/2] ^= 0x40
 					return os.WriteFile(f, b, 0o644)
 				case *nativeTarget:
+					if ki, err := tg.admin.Keyspace(ctx, tg.keyspace); err != nil || ki.Config.Sync {
+						t.Errorf("the native keyspace with FSSync off: %+v, %v", ki.Config, err)
+					}
 					fs, err := tyrfs.New(ctx, tg.admin, tg.keyspace)
 					if err != nil {
 						return err

@@ -134,6 +134,9 @@ type Config struct {
 	// O_CREAT|O_TRUNC, as fopen(path, "w") does, instead of
 	// O_CREAT|O_EXCL.
 	FSCreateTrunc bool
+	// FSSync is the sync setting of the native system's keyspace: on,
+	// each commit is on disk before it is acknowledged.
+	FSSync bool
 	// fsAfterFill, when set, is called after each system stored each of
 	// the fs data sets, with the paths of its files.
 	fsAfterFill func(t fsTarget, paths []string) error
@@ -176,6 +179,7 @@ func DefaultConfig() Config {
 		FSLargeFile:     FSLargeFileDefault,
 		FSSmallFile:     FSSmallFileDefault,
 		FSMetaFiles:     FSMetaFilesDefault,
+		FSSync:          true,
 		MaxErrors:       100,
 		OpTimeout:       30 * time.Second,
 	}

@@ -336,6 +336,8 @@ func newBenchWorkloadCommand(e *env, workload string) *cobra.Command {
 	}
 	if workload == bench.FSWorkload {
 		f.IntVar(&cfg.Replication, "replication", cfg.Replication, "replication factor of the native system's keyspace")
+		f.BoolVar(&cfg.FSSync, "sync", cfg.FSSync,
+			"sync every commit of the native system's keyspace to disk before acknowledging it (--sync=false: acknowledged once written)")
 		return cmd
 	}
 	f.StringVar(&cfg.System, "system", cfg.System, "name of tyr in the results, e.g. to tell deployments apart in one report")
