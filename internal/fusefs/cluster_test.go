@@ -411,10 +411,11 @@ func twoMountsCache(t *testing.T, a, b string) {
 // through a is committed at its close, or at once when a is asked
 // anything else about it.
 // keptDirAttrs checks the directory attributes a --cache mount keeps
-// (dirattr.go): after each create through mount a of keyspace ks, with
-// O_EXCL (committed at the create) or not (deferred to the close), a stat
-// of the directory matches the cluster's, though only the first reads them
-// from the cluster; after an unlink, the next stat reads them again.
+// (dirattr.go): after each create through mount a of keyspace ks, of a
+// file with O_EXCL (committed at the create) or not (deferred to the
+// close), a directory, a symbolic link and a FIFO, a stat of the directory
+// matches the cluster's, though only the first reads them from the
+// cluster; after an unlink, the next stat reads them again.
 func keptDirAttrs(t *testing.T, c *client.Client, ks, a string) {
 	f, err := tyrfs.New(t.Context(), c, ks)
 	if err != nil {
@@ -466,8 +467,21 @@ func keptDirAttrs(t *testing.T, c *client.Client, ks, a string) {
 		}
 		same(fmt.Sprintf("create %d", i))
 	}
+	// Directories, symbolic links and special files are created alike.
+	if err := os.Mkdir(filepath.Join(dir, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	same("a mkdir")
+	if err := os.Symlink("file-1", filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	same("a symlink")
+	if err := syscall.Mkfifo(filepath.Join(dir, "fifo"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	same("a mkfifo")
 	if n := stats.Load(); n != 1 {
-		t.Fatalf("%d stats of the directory read the cluster over %d creates, want 1: the mount kept none", n, creates)
+		t.Fatalf("%d stats of the directory read the cluster over %d creates, want 1: the mount kept none", n, creates+3)
 	}
 	if err := os.Remove(filepath.Join(dir, "file-0")); err != nil {
 		t.Fatal(err)

@@ -113,10 +113,10 @@ func (n *node) settleLocked(ctx context.Context) syscall.Errno {
 		return n.createErr
 	}
 	// The create changes its directory (dirattr.go).
-	var added func(*tyrfs.Attr)
+	change := &dirChange{}
 	if dir, ok := parent.Operations().(*node); ok {
-		dir.beginChange()
-		defer func() { dir.endChange(added) }()
+		change = dir.change()
+		defer change.end()
 	}
 	a, err := n.fs.WriteFile(ctx, p, d.owner, d.data)
 	exists := tyrfs.Errno(err) == syscall.EEXIST
@@ -137,7 +137,7 @@ func (n *node) settleLocked(ctx context.Context) syscall.Errno {
 	}
 	if !exists {
 		if len(d.data) <= tyrfs.WriteFileBytesMax {
-			added = entryAdded(name, a.Ctime) // one commit
+			change.created(name, a) // one commit
 		}
 		// The kernel holds the bytes written, which are the file's at
 		// the version made.

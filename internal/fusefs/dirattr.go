@@ -19,8 +19,8 @@ package fusefs
 //     its size) changed meanwhile may show late, by dirCache at most, as
 //     the kernel's own cache would show it.
 //  2. A change of the directory through the mount other than a create
-//     committed alone in it (any other change, or two at once) drops
-//     them.
+//     (of a file, directory, symbolic link or special file) committed
+//     alone in it (any other change, or two at once) drops them.
 //  3. Attributes read while a change of the directory through the mount
 //     began are not kept.
 
@@ -66,37 +66,48 @@ func (n *node) keepDirAttr(a tyrfs.Attr, changes uint64, read time.Time) {
 	}
 }
 
-// beginChange records a change of directory n through the mount; the
-// caller calls endChange once the change is done or failed.
-func (n *node) beginChange() {
+// dirChange is a change of directory dir through the mount, in progress:
+// made by dir.change, ended by end once the change is done or failed.
+type dirChange struct {
+	dir *node
+	// apply is what the change did to the directory's attributes, if it
+	// is known exactly (nil: not known).
+	apply func(*tyrfs.Attr)
+}
+
+// change records the start of a change of directory n through the mount.
+func (n *node) change() *dirChange {
 	n.mu.Lock()
 	k := &n.kept
 	k.changing++
 	k.changes++
 	n.mu.Unlock()
+	return &dirChange{dir: n}
 }
 
-// endChange ends a change begun with beginChange, applying apply to the
-// kept attributes if it was the only change in progress (invariants 1,
-// 2); a nil apply drops them.
-func (n *node) endChange(apply func(*tyrfs.Attr)) {
+// created records that the change made the node name in the directory,
+// with the new node's attributes a (tyrfs's creates commit the entry and
+// the directory's new times, a's ctime, at once): the directory's log
+// grew by the entry's record and its mtime and ctime became a's ctime.
+func (c *dirChange) created(name string, a tyrfs.Attr) {
+	c.apply = func(d *tyrfs.Attr) {
+		d.Size += tyrfs.DirEntryBytes(name)
+		d.Mtime, d.Ctime = a.Ctime, a.Ctime
+	}
+}
+
+// end ends the change, applying what it did to the kept attributes if it
+// was the only change in progress and is known exactly (invariants 1, 2);
+// otherwise it drops them.
+func (c *dirChange) end() {
+	n := c.dir
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	k := &n.kept
-	if apply != nil && k.changing == 1 && !k.until.IsZero() {
-		apply(&k.a)
+	if c.apply != nil && k.changing == 1 && !k.until.IsZero() {
+		c.apply(&k.a)
 	} else {
 		k.until = time.Time{}
 	}
 	k.changing--
-}
-
-// entryAdded is what a create of name in a directory, committed at ctime
-// t (the new node's), does to the directory's attributes: its log grows by
-// the entry's record and its mtime and ctime become t.
-func entryAdded(name string, t int64) func(*tyrfs.Attr) {
-	return func(a *tyrfs.Attr) {
-		a.Size += tyrfs.DirEntryBytes(name)
-		a.Mtime, a.Ctime = t, t
-	}
 }

@@ -405,8 +405,7 @@ func (n *node) Setattr(ctx context.Context, _ fs.FileHandle, in *fuse.SetAttrIn,
 	if !ok {
 		return syscall.ENOENT
 	}
-	n.beginChange()
-	defer n.endChange(nil)
+	defer n.change().end()
 	var s tyrfs.SetAttr
 	if m, ok := in.GetMode(); ok {
 		s.Mode = &m
@@ -446,12 +445,13 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 		return nil, errno
 	}
 	n.settleChildren(ctx, name)
-	n.beginChange()
-	defer n.endChange(nil)
+	change := n.change()
+	defer change.end()
 	a, err := n.fs.Mkdir(ctx, p, owner(ctx, mode))
 	if err != nil {
 		return nil, tyrfs.Errno(err)
 	}
+	change.created(name, a)
 	return n.newChild(ctx, name, a, out, false), 0
 }
 
@@ -463,8 +463,7 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 		return errno
 	}
 	n.settleMount(ctx)
-	n.beginChange()
-	defer n.endChange(nil)
+	defer n.change().end()
 	return tyrfs.Errno(n.fs.Rmdir(ctx, p))
 }
 
@@ -476,8 +475,7 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 		return errno
 	}
 	n.settleChildren(ctx, name)
-	n.beginChange()
-	defer n.endChange(nil)
+	defer n.change().end()
 	return tyrfs.Errno(n.fs.Unlink(ctx, p))
 }
 
@@ -507,15 +505,14 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		n.pending.add(c)
 		return ch, &handle{}, 0, 0
 	}
-	var added func(*tyrfs.Attr)
-	n.beginChange()
-	defer func() { n.endChange(added) }()
+	change := n.change()
+	defer change.end()
 	a, err := n.fs.Create(ctx, p, o)
 	if tyrfs.Errno(err) == syscall.EEXIST && flags&syscall.O_EXCL == 0 {
 		// Created meanwhile by another mount: open it, as open(2) would.
 		a, err = openExisting(ctx, n.fs, p, flags&syscall.O_TRUNC != 0)
 	} else if err == nil {
-		added = entryAdded(name, a.Ctime)
+		change.created(name, a)
 	}
 	if err != nil {
 		return nil, nil, 0, tyrfs.Errno(err)
@@ -699,12 +696,13 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 		return nil, errno
 	}
 	n.settleChildren(ctx, name)
-	n.beginChange()
-	defer n.endChange(nil)
+	change := n.change()
+	defer change.end()
 	a, err := n.fs.Symlink(ctx, target, p, owner(ctx, 0o777))
 	if err != nil {
 		return nil, tyrfs.Errno(err)
 	}
+	change.created(name, a)
 	return n.newChild(ctx, name, a, out, false), 0
 }
 
@@ -745,8 +743,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 		}
 	}
 	for _, c := range changed {
-		c.beginChange()
-		defer c.endChange(nil)
+		defer c.change().end()
 	}
 	return tyrfs.Errno(n.fs.Rename(ctx, from, to, flags))
 }
@@ -830,8 +827,8 @@ func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *f
 		return nil, errno
 	}
 	n.settleChildren(ctx, name)
-	n.beginChange()
-	defer n.endChange(nil)
+	change := n.change()
+	defer change.end()
 	var k tyrfs.Kind
 	switch mode & syscall.S_IFMT {
 	case syscall.S_IFIFO:
@@ -847,6 +844,7 @@ func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *f
 		if err != nil {
 			return nil, tyrfs.Errno(err)
 		}
+		change.created(name, a)
 		return n.newChild(ctx, name, a, out, false), 0
 	default:
 		return nil, syscall.EINVAL
@@ -855,5 +853,6 @@ func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *f
 	if err != nil {
 		return nil, tyrfs.Errno(err)
 	}
+	change.created(name, a)
 	return n.newChild(ctx, name, a, out, false), 0
 }
