@@ -421,14 +421,7 @@ func keptDirAttrs(t *testing.T, c *client.Client, ks, a string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stats atomic.Int64
-	count := func(op, p string) {
-		if op == "getattr" && p == "/kept" {
-			stats.Add(1)
-		}
-	}
-	opHook.Store(&count)
-	t.Cleanup(func() { opHook.Store(nil) })
+	stats := countOps(t, "getattr", "/kept")
 	dir := filepath.Join(a, "kept")
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)

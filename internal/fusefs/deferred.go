@@ -137,7 +137,7 @@ func (n *node) settleLocked(ctx context.Context) syscall.Errno {
 	}
 	if !exists {
 		if len(d.data) <= tyrfs.WriteFileBytesMax {
-			change.created(name, a) // one commit
+			change.create(name, a) // one commit
 		}
 		// The kernel holds the bytes written, which are the file's at
 		// the version made.

@@ -70,9 +70,11 @@ func (n *node) keepDirAttr(a tyrfs.Attr, changes uint64, read time.Time) {
 // made by dir.change, ended by end once the change is done or failed.
 type dirChange struct {
 	dir *node
-	// apply is what the change did to the directory's attributes, if it
-	// is known exactly (nil: not known).
-	apply func(*tyrfs.Attr)
+	// created is set when the change is known exactly: it made the entry
+	// name, committed with the directory's new times at ctime.
+	created bool
+	name    string
+	ctime   int64
 }
 
 // change records the start of a change of directory n through the mount.
@@ -85,15 +87,12 @@ func (n *node) change() *dirChange {
 	return &dirChange{dir: n}
 }
 
-// created records that the change made the node name in the directory,
+// create records that the change made the node name in the directory,
 // with the new node's attributes a (tyrfs's creates commit the entry and
 // the directory's new times, a's ctime, at once): the directory's log
 // grew by the entry's record and its mtime and ctime became a's ctime.
-func (c *dirChange) created(name string, a tyrfs.Attr) {
-	c.apply = func(d *tyrfs.Attr) {
-		d.Size += tyrfs.DirEntryBytes(name)
-		d.Mtime, d.Ctime = a.Ctime, a.Ctime
-	}
+func (c *dirChange) create(name string, a tyrfs.Attr) {
+	c.created, c.name, c.ctime = true, name, a.Ctime
 }
 
 // end ends the change, applying what it did to the kept attributes if it
@@ -104,8 +103,9 @@ func (c *dirChange) end() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	k := &n.kept
-	if c.apply != nil && k.changing == 1 && !k.until.IsZero() {
-		c.apply(&k.a)
+	if c.created && k.changing == 1 && !k.until.IsZero() {
+		k.a.Size += tyrfs.DirEntryBytes(c.name)
+		k.a.Mtime, k.a.Ctime = c.ctime, c.ctime
 	} else {
 		k.until = time.Time{}
 	}

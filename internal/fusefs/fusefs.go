@@ -405,7 +405,9 @@ func (n *node) Setattr(ctx context.Context, _ fs.FileHandle, in *fuse.SetAttrIn,
 	if !ok {
 		return syscall.ENOENT
 	}
-	defer n.change().end()
+	if n.kind() == tyrfs.KindDir {
+		defer n.change().end() // its kept attributes (dirattr.go)
+	}
 	var s tyrfs.SetAttr
 	if m, ok := in.GetMode(); ok {
 		s.Mode = &m
@@ -451,7 +453,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	if err != nil {
 		return nil, tyrfs.Errno(err)
 	}
-	change.created(name, a)
+	change.create(name, a)
 	return n.newChild(ctx, name, a, out, false), 0
 }
 
@@ -512,7 +514,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		// Created meanwhile by another mount: open it, as open(2) would.
 		a, err = openExisting(ctx, n.fs, p, flags&syscall.O_TRUNC != 0)
 	} else if err == nil {
-		change.created(name, a)
+		change.create(name, a)
 	}
 	if err != nil {
 		return nil, nil, 0, tyrfs.Errno(err)
@@ -702,7 +704,7 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 	if err != nil {
 		return nil, tyrfs.Errno(err)
 	}
-	change.created(name, a)
+	change.create(name, a)
 	return n.newChild(ctx, name, a, out, false), 0
 }
 
@@ -844,7 +846,7 @@ func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *f
 		if err != nil {
 			return nil, tyrfs.Errno(err)
 		}
-		change.created(name, a)
+		change.create(name, a)
 		return n.newChild(ctx, name, a, out, false), 0
 	default:
 		return nil, syscall.EINVAL
@@ -853,6 +855,6 @@ func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *f
 	if err != nil {
 		return nil, tyrfs.Errno(err)
 	}
-	change.created(name, a)
+	change.create(name, a)
 	return n.newChild(ctx, name, a, out, false), 0
 }

@@ -159,14 +159,7 @@ func TestPosix(t *testing.T) {
 // noFlushReadOnly checks that the close of a descriptor opened to read
 // only sends no FLUSH request, and that of one opened to write does.
 func noFlushReadOnly(t *testing.T, mnt string) {
-	var flushes atomic.Int64
-	count := func(op, p string) {
-		if op == "flush" && p == "/noflush" {
-			flushes.Add(1)
-		}
-	}
-	opHook.Store(&count)
-	t.Cleanup(func() { opHook.Store(nil) })
+	flushes := countOps(t, "flush", "/noflush")
 	p := filepath.Join(mnt, "noflush")
 	if err := os.WriteFile(p, []byte("data"), 0o644); err != nil {
 		t.Fatal(err)
@@ -183,4 +176,18 @@ func noFlushReadOnly(t *testing.T, mnt string) {
 	if n := flushes.Load() - written; n != 0 {
 		t.Fatalf("%d FLUSH requests at the closes of 3 descriptors opened to read only, want none", n)
 	}
+}
+
+// countOps counts the calls of opHook with op and path p until the test
+// ends.
+func countOps(t *testing.T, op, p string) *atomic.Int64 {
+	var n atomic.Int64
+	count := func(o, q string) {
+		if o == op && q == p {
+			n.Add(1)
+		}
+	}
+	opHook.Store(&count)
+	t.Cleanup(func() { opHook.Store(nil) })
+	return &n
 }
