@@ -246,6 +246,10 @@ type localNode struct {
 	// FSHomeBytes is the node's --fs-home-bytes as given; empty for the
 	// default.
 	FSHomeBytes string `json:"fs_home_bytes,omitempty"`
+	// BlockCacheBytes is the node's --block-cache; 0 for the default.
+	// `up` gives the nodes of one machine a share each of what one
+	// server would take (autoBlockCache).
+	BlockCacheBytes uint64 `json:"block_cache_bytes,omitempty"`
 	// Removed is set once `tyr cluster remove` decommissioned the node.
 	Removed bool `json:"removed,omitempty"`
 }
@@ -381,6 +385,9 @@ func (n *localNode) spawn(join []string) (*exec.Cmd, <-chan struct{}, error) {
 	}
 	if n.FSHomeBytes != "" {
 		args = append(args, "--fs-home-bytes", n.FSHomeBytes)
+	}
+	if n.BlockCacheBytes != 0 {
+		args = append(args, "--block-cache", strconv.FormatUint(n.BlockCacheBytes, 10))
 	}
 	cmd := exec.Command(self, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
@@ -721,6 +728,7 @@ func clusterUp(ctx context.Context, e *env, dir string, opts upOptions) error {
 		}
 		n.ReweightInterval, n.CapacityPerWeight, n.MinFree = opts.reweight, opts.perWeight, opts.minFree
 		n.FSHomeBytes = opts.fsHomeBytes
+		n.BlockCacheBytes = autoBlockCache(memoryBytes() / uint64(count))
 		if opts.metrics {
 			port, err := freePort("tcp")
 			if err != nil {

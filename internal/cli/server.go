@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -87,8 +88,8 @@ func newServerCommand(e *env) *cobra.Command {
 		"largest TýrFS file whose data this node moves home to its new path in the background after a rename (one commit each; at most 12MiB); 0 turns it off")
 	cmd.Flags().IntVar(&f.gcPercent, "gc-percent", gcPercentDefault,
 		"the Go garbage collector's goal (GOGC): heap growth over live data, in percent, before a collection; higher trades memory for less collection work, within --memory-limit (the GOGC environment variable, if set, wins)")
-	cmd.Flags().StringVar(&f.blockCache, "block-cache", "128MiB",
-		"bytes of the block cache all keyspaces share (Pebble's, outside the Go heap and --memory-limit): recently read data and index blocks, uncompressed; reads it misses go to the operating system's page cache or the disk (at least 8MiB)")
+	cmd.Flags().StringVar(&f.blockCache, "block-cache", "auto",
+		"bytes of the block cache all keyspaces share (Pebble's, outside the Go heap and --memory-limit): recently read data and index blocks, uncompressed; reads it misses go to the operating system's page cache or the disk (at least 8MiB); auto: a quarter of the machine's memory, or of the server's cgroup limit if lower, and at least 128MiB; the cache takes memory as it fills, not at start")
 	cmd.Flags().StringVar(&f.memoryLimit, "memory-limit", "512MiB",
 		"soft limit on the Go runtime's memory (GOMEMLIMIT): the collector works harder as the heap nears it, so --gc-percent costs memory only while live data is small; 0 turns it off; Pebble's block cache and memtables are outside it (the GOMEMLIMIT environment variable, if set, wins)")
 	addClusterFlags(cmd, &f.cluster)
@@ -123,6 +124,46 @@ const gcPercentDefault = 400
 
 // blockCacheMin is --block-cache's least value.
 const blockCacheMin = 8 << 20
+
+// blockCacheAutoMin is the least block cache --block-cache auto gives,
+// whatever the machine's memory.
+const blockCacheAutoMin = 128 << 20
+
+// parseBlockCache reads --block-cache: a size, or auto for
+// autoBlockCache.
+func parseBlockCache(s string) (uint64, error) {
+	if s == "auto" {
+		return autoBlockCache(memoryBytes()), nil
+	}
+	return parseSize("--block-cache", s)
+}
+
+// autoBlockCache is the block cache of --block-cache auto on a machine
+// (or cgroup) of memory bytes (0: not known): a quarter of it, and at
+// least blockCacheAutoMin. A node's reads of files and blobs that fit in
+// it do not go through the operating system; the pages' values are the
+// most of it, and the page cache keeps them too, so a quarter leaves the
+// rest of the memory to it, to the memtables and to the Go heap.
+func autoBlockCache(memory uint64) uint64 {
+	return max(memory/4, blockCacheAutoMin)
+}
+
+// memoryBytes is the memory the server may use: the machine's, or its
+// cgroup's limit (cgroup v2's memory.max) if lower; 0 if neither is
+// known.
+func memoryBytes() uint64 {
+	var total uint64
+	var info syscall.Sysinfo_t
+	if syscall.Sysinfo(&info) == nil {
+		total = uint64(info.Totalram) * uint64(info.Unit)
+	}
+	if b, err := os.ReadFile("/sys/fs/cgroup/memory.max"); err == nil {
+		if limit, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err == nil && (total == 0 || limit < total) {
+			total = limit
+		}
+	}
+	return total
+}
 
 // parseMemoryLimit reads --memory-limit: a size, 0 for none.
 func parseMemoryLimit(s string) (int64, error) {
@@ -190,7 +231,7 @@ func runServer(ctx context.Context, e *env, f serverFlags) error {
 	if err != nil {
 		return err
 	}
-	blockCache, err := parseSize("--block-cache", f.blockCache)
+	blockCache, err := parseBlockCache(f.blockCache)
 	if err != nil {
 		return err
 	}
