@@ -47,7 +47,7 @@ func startMount(t *testing.T, args ...string) *exec.Cmd {
 		t.Fatal(err)
 	}
 	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
+	if err := testserver.StartTied(cmd); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {

@@ -60,7 +60,7 @@ func Run(t testing.TB, args ...string) Result {
 	cmd := exec.Command(Binary(t), args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Start(); err != nil {
+	if err := StartTied(cmd); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)

@@ -134,7 +134,7 @@ func (c *NetCluster) Start(k int) {
 	cmd := exec.Command("ip", args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	if err := StartTied(cmd); err != nil {
 		c.t.Fatal(err)
 	}
 	exited := make(chan struct{})

@@ -125,7 +125,7 @@ func (s *Server) Restart() {
 	for attempt := 0; attempt < 50; attempt++ {
 		cmd := exec.Command(BinaryWithTags(s.t, s.Tags), args...)
 		cmd.Stdout, cmd.Stderr = logFile, logFile
-		if err := cmd.Start(); err != nil {
+		if err := StartTied(cmd); err != nil {
 			s.t.Fatal(err)
 		}
 		s.cmd = cmd
