@@ -4,7 +4,7 @@ BIN         := bin/tyr
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.7.0
 FUZZTIME    ?= 20000x
 
-.PHONY: build libtyr install-libtyr deps python s3compat fstest run test unit lint fuzz fuzz-long gc-soak crash-long sim ring-sim torture bench profile bench-peers bench-cluster bench-txn bench-fs proto clean
+.PHONY: build libtyr install-libtyr deps python s3compat fstest run test unit lint fuzz fuzz-long gc-soak crash-long sim ring-sim torture bench profile bench-peers bench-cluster bench-txn bench-fs bench-fs-link proto clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/tyr
@@ -179,6 +179,12 @@ bench-txn: build
 # bench/results/fs-<date>.md.
 bench-fs: build deps
 	scripts/bench-fs.sh
+
+# The same data set through a network link shaped to RATE (default 10gbit,
+# as the seeds' experiment ran), tyr's server in a network namespace of
+# its own (needs root). Writes bench/results/fs-link-<date>.md.
+bench-fs-link: build
+	scripts/bench-fs-link.sh
 
 proto:
 	protoc --go_out=. --go_opt=paths=source_relative \
