@@ -55,6 +55,15 @@ cleanup() {
 	if [[ $ceph_started == 1 ]]; then
 		"$cephdir/umount.sh" --force "$cephmnt" || true
 		"$cephdir/teardown.sh" --purge || true
+		# A ceph-mds on this run's configuration has been seen running
+		# again seconds after teardown stopped it: stop what this run's
+		# Ceph left, by PID, once it has had the time to.
+		sleep 10
+		for p in $(pgrep -x ceph-mds || true); do
+			if tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q -- "-c /tmp/cephpeer/ceph.conf"; then
+				kill "$p" 2>/dev/null || true
+			fi
+		done
 	fi
 	rm -rf --one-file-system "$dir"
 }
