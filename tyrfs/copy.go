@@ -257,7 +257,7 @@ func (f *FS) importFile(ctx context.Context, p, target string, o Owner, size uin
 		if err != nil {
 			return false, err
 		}
-		_, err = f.createNode(ctx, target, KindFile, o, 0, data, &fileTimes{atime, mtime})
+		_, err = f.createNode(ctx, target, KindFile, o, 0, data, &fileTimes{atime: atime, mtime: mtime})
 		return true, err
 	case errors.Is(err, syscall.ENOENT):
 		if _, err := f.Create(ctx, target, o); err != nil {

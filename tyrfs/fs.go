@@ -433,9 +433,11 @@ func (f *FS) create(ctx context.Context, p string, k Kind, o Owner, data []byte)
 	return f.createNode(ctx, p, k, o, 0, data, nil)
 }
 
-// fileTimes are the access and modification times a node is created with
-// (ns since the epoch), where not now.
-type fileTimes struct{ atime, mtime int64 }
+// fileTimes are the times a node is created with (ns since the epoch),
+// where not now: access and modification times, and, unless 0, the time
+// of the create itself (the node's birth and change times, and its
+// directory's modification and change times).
+type fileTimes struct{ atime, mtime, at int64 }
 
 // createNode is create with a device number for a device node, and the
 // times given (nil: now).
@@ -449,6 +451,9 @@ func (f *FS) createNode(ctx context.Context, p string, k Kind, o Owner, rdev uin
 	}
 	parent, name := fslayout.Split(p)
 	t := f.now()
+	if times != nil && times.at != 0 {
+		t = times.at
+	}
 	a := Attr{Kind: k, Mode: o.Mode & 07777, UID: o.UID, GID: o.GID, Atime: t, Mtime: t, Ctime: t, Btime: t,
 		Rdev: rdev, Size: uint64(len(data))}
 	if times != nil {
@@ -544,6 +549,18 @@ func (f *FS) WriteFile(ctx context.Context, p string, o Owner, data []byte) (Att
 		return Attr{}, err
 	}
 	return f.Stat(ctx, p, KindFile)
+}
+
+// CreateAt creates an empty file at p as Create does, as though at time t
+// (ns since the epoch, from the caller's clock): all four of its times,
+// and its directory's modification and change times, are t. For a caller
+// that answered a create before committing it (a mount's deferred
+// create), and told the times then.
+func (f *FS) CreateAt(ctx context.Context, p string, o Owner, t int64) (Attr, error) {
+	if t == 0 {
+		return Attr{}, errnof(syscall.EINVAL, "%s: a create at time 0", p)
+	}
+	return f.createNode(ctx, p, KindFile, o, 0, nil, &fileTimes{atime: t, mtime: t, at: t})
 }
 
 // WriteFileBytesMax is how much of a file WriteFile writes in the

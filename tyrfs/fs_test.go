@@ -305,6 +305,31 @@ func TestWriteAtFrom(t *testing.T) {
 	}
 }
 
+func TestCreateAt(t *testing.T) {
+	ctx, _, f := newFS(t)
+	if _, err := f.Mkdir(ctx, "/d", Owner{Mode: 0o755}); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now().Add(-time.Hour).UnixNano()
+	a := must[Attr](t)(f.CreateAt(ctx, "/d/c", Owner{UID: 1, GID: 1, Mode: 0o640}, at))
+	got := must[Attr](t)(f.Stat(ctx, "/d/c", KindFile))
+	if got != a || got.Atime != at || got.Mtime != at || got.Ctime != at || got.Btime != at || got.Size != 0 || got.Mode != 0o640 {
+		t.Fatalf("CreateAt at %d: returned %+v, stat %+v; want every time %d, empty, mode 0640", at, a, got, at)
+	}
+	if d := must[Attr](t)(f.Stat(ctx, "/d", KindDir)); d.Mtime != at || d.Ctime != at {
+		t.Fatalf("the directory after CreateAt at %d: mtime %d, ctime %d", at, d.Mtime, d.Ctime)
+	}
+	if _, err := f.CreateAt(ctx, "/d/c", Owner{Mode: 0o640}, at); Errno(err) != syscall.EEXIST {
+		t.Fatalf("CreateAt of an existing name: %v, want EEXIST", err)
+	}
+	if _, err := f.CreateAt(ctx, "/d/z", Owner{Mode: 0o640}, 0); Errno(err) != syscall.EINVAL {
+		t.Fatalf("CreateAt at time 0: %v, want EINVAL", err)
+	}
+	if _, err := f.Stat(ctx, "/d/z", KindFile); Errno(err) != syscall.ENOENT {
+		t.Fatalf("/d/z after a refused CreateAt: %v, want ENOENT", err)
+	}
+}
+
 func TestLimits(t *testing.T) {
 	ctx, _, f := newFS(t)
 	long := string(bytes.Repeat([]byte("n"), NameBytesMax+1))

@@ -520,8 +520,25 @@ func deferredCreates(t *testing.T, a, b string) {
 		}
 	}
 
+	// The times a stat through a shows once the file is closed are the
+	// ones its commit gave it, as through b, not the ones the create
+	// told the kernel before.
+	f := create(a, "new0", "")
+	time.Sleep(10 * time.Millisecond) // the commit's times are later
+	closed(f)
+	var sa, sb syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(a, "new0"), &sa); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Stat(filepath.Join(b, "new0"), &sb); err != nil {
+		t.Fatal(err)
+	}
+	if sa.Ctim != sb.Ctim || sa.Mtim != sb.Mtim {
+		t.Fatalf("a/new0 after its close: ctime %v mtime %v; through b ctime %v mtime %v", sa.Ctim, sa.Mtim, sb.Ctim, sb.Mtim)
+	}
+
 	// Not in the cluster before the close; all of it after.
-	f := create(a, "new1", "deferred")
+	f = create(a, "new1", "deferred")
 	absent(b, "new1")
 	closed(f)
 	read(b, "new1", "deferred")

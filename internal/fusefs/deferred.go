@@ -23,6 +23,11 @@ package fusefs
 //     answers every later write, fsync and close of the file: close(2) of
 //     a file whose create failed fails. Other requests on it find no file,
 //     and the kernel is told to forget its name.
+//  4. The attributes the kernel holds of the file are the committed
+//     file's: the create gives it the times of the create, and a file
+//     not written before its commit is committed with them
+//     (tyrfs.CreateAt); a write makes the kernel ask for the times again;
+//     a file found made meanwhile has its attributes dropped.
 //
 // What the caller sees differently: errors of the create (the parent
 // removed meanwhile through another mount, no space) come at a write or
@@ -88,6 +93,9 @@ type deferredCreate struct {
 	owner tyrfs.Owner
 	trunc bool
 	data  []byte
+	// at is the time of the create (ns since the epoch), which the
+	// kernel was given as the file's times.
+	at int64
 }
 
 // settle commits n's deferred create, if any (invariant 1), and returns
@@ -118,7 +126,16 @@ func (n *node) settleLocked(ctx context.Context) syscall.Errno {
 		change = dir.change()
 		defer change.end()
 	}
-	a, err := n.fs.WriteFile(ctx, p, d.owner, d.data)
+	var a tyrfs.Attr
+	var err error
+	if len(d.data) == 0 {
+		// Not written since: the file keeps the times the create gave
+		// the kernel, which a stat may still be answered from. (A write
+		// through the kernel makes it ask for the times again.)
+		a, err = n.fs.CreateAt(ctx, p, d.owner, d.at)
+	} else {
+		a, err = n.fs.WriteFile(ctx, p, d.owner, d.data)
+	}
 	exists := tyrfs.Errno(err) == syscall.EEXIST
 	if exists {
 		// Made meanwhile through another mount: opened as it is, then
@@ -135,16 +152,21 @@ func (n *node) settleLocked(ctx context.Context) syscall.Errno {
 		go parent.NotifyEntry(name)
 		return n.createErr
 	}
-	if !exists {
-		if len(d.data) <= tyrfs.WriteFileBytesMax {
-			change.create(name, a) // one commit
-		}
-		// The kernel holds the bytes written, which are the file's at
-		// the version made.
-		n.mu.Lock()
-		n.pages = a.Version
-		n.mu.Unlock()
+	if exists {
+		// The kernel drops the attributes the create gave it, which
+		// are not the file's. Attributes alone (a negative offset),
+		// which waits on no lock the request in progress may hold.
+		n.NotifyContent(-1, 0)
+		return 0
 	}
+	if len(d.data) <= tyrfs.WriteFileBytesMax {
+		change.create(name, a) // one commit
+	}
+	// The kernel holds the bytes written, which are the file's at the
+	// version made.
+	n.mu.Lock()
+	n.pages = a.Version
+	n.mu.Unlock()
 	return 0
 }
 

@@ -502,7 +502,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		ch := n.newChild(ctx, name, a, out, true)
 		c := ch.Operations().(*node)
 		c.createMu.Lock()
-		c.deferred, c.createErr = &deferredCreate{owner: o, trunc: flags&syscall.O_TRUNC != 0}, 0
+		c.deferred, c.createErr = &deferredCreate{owner: o, trunc: flags&syscall.O_TRUNC != 0, at: t}, 0
 		c.createMu.Unlock()
 		n.pending.add(c)
 		return ch, &handle{}, 0, 0
