@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # bench-fs.sh: the file system benchmark, one run. Starts a tyr server on
 # 127.0.0.1 with its data on the project's disk, mounts a keyspace of it
-# with `tyr mount` three times (strict; directories cached for 1 s:
-# --dir-cache 1s; names, attributes and pages cached for 1 s, each open
-# checking the file's version: --cache 1s). `tyr bench fs` reads a data set stored as 32 MiB files
+# with `tyr mount` three times (strict: --cache 0; directories cached for
+# 1 s: --cache 0 --dir-cache 1s; names, attributes and pages cached for
+# 1 s, each open checking the file's version: --cache 1s, the default). `tyr bench fs` reads a data set stored as 32 MiB files
 # and as 32 KiB files with 1 and 16 readers, and creates, stats, reads and
 # deletes empty and 4 KiB files, on: a directory on the local disk (the
 # physical reference), the tyr mounts and tyrfs-native (the tyrfs package
@@ -87,8 +87,8 @@ mount_tyr() { # KEYSPACE MOUNTPOINT LOG [FLAGS...]
 	for _ in $(seq 100); do mountpoint -q "$m" && break; sleep 0.1; done
 	mountpoint -q "$m" || { echo "tyr mount did not come up:" >&2; cat "$log" >&2; exit 1; }
 }
-mount_tyr benchfs "$mnt" "$dir/mount.log"
-mount_tyr benchfs-dircache "$dcmnt" "$dir/mount-dircache.log" --dir-cache 1s
+mount_tyr benchfs "$mnt" "$dir/mount.log" --cache 0
+mount_tyr benchfs-dircache "$dcmnt" "$dir/mount-dircache.log" --cache 0 --dir-cache 1s
 mount_tyr benchfs-cache "$cmnt" "$dir/mount-cache.log" --cache 1s
 if [[ $ceph == 1 && -e /tmp/cephpeer ]]; then
 	echo "/tmp/cephpeer exists: a Ceph cluster is in use; run with CEPH=0 or tear it down first" >&2
@@ -118,10 +118,10 @@ load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 	echo "read and deleted (each client in a directory of its own, at most 20,000 files per create phase;"
 	echo "a create through a directory is open($create_open), write, close),"
 	echo "${duration} s per measurement; every read checked byte for byte. One tyr server (keyspaces' sync $sync_word) with its"
-	echo "data on the local disk, mounted by \`tyr mount\` three times: tyr-mount caches nothing in the kernel,"
-	echo "tyr-mount-dircache caches directories' names and attributes for 1 s (\`--dir-cache 1s\`; files as"
-	echo "tyr-mount), tyr-mount-cache caches names, attributes and pages for 1 s, each open asking the"
-	echo "cluster whether the file changed (\`--cache 1s\`, close-to-open); local-ext4 is a directory on the"
+	echo "data on the local disk, mounted by \`tyr mount\` three times: tyr-mount caches nothing in the kernel"
+	echo "(\`--cache 0\`), tyr-mount-dircache caches directories' names and attributes for 1 s (\`--cache 0"
+	echo "--dir-cache 1s\`), tyr-mount-cache caches names, attributes and pages for 1 s, each open asking the"
+	echo "cluster whether the file changed (\`--cache 1s\`, the default, close-to-open); local-ext4 is a directory on the"
 	echo "same disk (reads from the page cache); CephFS is one MON, two OSDs (BlueStore on files on the"
 	echo "same disk, pools of 2 replicas) and one MDS on this machine, through ceph-fuse, started once"
 	echo "tyr's systems and the local disk were measured, and measured alone."

@@ -1,13 +1,15 @@
 #!/bin/sh
 # pjdfstest.sh: runs pjdfstest (the crates.io package, built once into
 # build/pjdfstest-VERSION by cargo) on a TýrFS mount of a fresh server,
-# prints the pass, fail and skip counts, and fails when a test fails that
+# twice: on a mount as `tyr mount` makes one by default (--cache 1s) and
+# on one that caches nothing (--cache 0). For each it prints the pass,
+# fail and skip counts, and fails when a test fails that
 # tests/pjdfstest/known-failures.txt does not list, or passes though it
 # does (so the list stays true). Runs as root (pjdfstest switches users);
 # needs /dev/fuse and fusermount3 (scripts/deps.sh installs fuse3).
 #
 #   scripts/pjdfstest.sh               # bin/tyr, or $TYR_BIN
-#   PJDFSTEST_LOG=FILE scripts/...     # keep the suite's output
+#   PJDFSTEST_LOG=FILE scripts/...     # keep the suite's outputs (FILE.KEYSPACE)
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 tyr=${TYR_BIN:-$root/bin/tyr}
@@ -21,10 +23,10 @@ fi
 
 work=$(mktemp -d)
 chmod 755 "$work" # the users the suite switches to walk into the mount
-pid="" mpid=""
+pid="" mpid="" mnt=""
 cleanup() {
 	if [ -n "$mpid" ]; then
-		fusermount3 -u "$work/mnt" 2>/dev/null || true
+		fusermount3 -u "$mnt" 2>/dev/null || true
 		kill "$mpid" 2>/dev/null || true
 		wait "$mpid" 2>/dev/null || true
 	fi
@@ -49,34 +51,46 @@ until [ -s "$work/ready" ]; do
 	fi
 	sleep 0.1
 done
-mkdir "$work/mnt"
-"$tyr" --endpoint "$(cat "$work/ready")" mount pjdfstest "$work/mnt" --create --allow-other >"$work/mount.log" 2>&1 &
-mpid=$!
-i=0
-until grep -qs " $work/mnt fuse" /proc/mounts; do
-	i=$((i + 1))
-	if [ $i -gt 300 ] || ! kill -0 "$mpid" 2>/dev/null; then
-		echo "pjdfstest: the mount did not come up" >&2
-		cat "$work/mount.log" >&2
+# run_suite NAME FLAGS...: the suite on a new mount of keyspace NAME made with
+# FLAGS, unmounted after.
+run_suite() {
+	ks=$1
+	shift
+	mnt=$work/mnt-$ks
+	mkdir "$mnt"
+	"$tyr" --endpoint "$(cat "$work/ready")" mount "$ks" "$mnt" --create --allow-other "$@" >"$work/mount.log" 2>&1 &
+	mpid=$!
+	i=0
+	until grep -qs " $mnt fuse" /proc/mounts; do
+		i=$((i + 1))
+		if [ $i -gt 300 ] || ! kill -0 "$mpid" 2>/dev/null; then
+			echo "pjdfstest: the mount did not come up" >&2
+			cat "$work/mount.log" >&2
+			exit 1
+		fi
+		sleep 0.1
+	done
+	(cd "$mnt" && "$suite" -c "$root/tests/pjdfstest/pjdfstest.toml" -p "$mnt" >"$work/suite.txt" 2>&1) || true
+	[ -n "${PJDFSTEST_LOG:-}" ] && cp "$work/suite.txt" "$PJDFSTEST_LOG.$ks"
+	fusermount3 -u "$mnt" 2>/dev/null || true
+	kill "$mpid" 2>/dev/null || true
+	wait "$mpid" 2>/dev/null || true
+	mpid=""
+	# Result lines are "NAME  ok|FAILED|skipped".
+	awk '$NF == "ok" && NF == 2 {print $1}' "$work/suite.txt" | sort -u >"$work/passed"
+	awk '$NF == "FAILED" && NF == 2 {print $1}' "$work/suite.txt" | sort -u >"$work/failed"
+	awk '$NF == "skipped" && NF == 2 {print $1}' "$work/suite.txt" | sort -u >"$work/skipped"
+	passed=$(wc -l <"$work/passed")
+	failed=$(wc -l <"$work/failed")
+	skipped=$(wc -l <"$work/skipped")
+	if [ "$passed" -lt 100 ]; then
+		echo "pjdfstest: only $passed tests passed on a mount with $*; the suite did not run through:" >&2
+		tail -30 "$work/suite.txt" >&2
 		exit 1
 	fi
-	sleep 0.1
-done
-
-(cd "$work/mnt" && "$suite" -c "$root/tests/pjdfstest/pjdfstest.toml" -p "$work/mnt" >"$work/suite.txt" 2>&1) || true
-[ -n "${PJDFSTEST_LOG:-}" ] && cp "$work/suite.txt" "$PJDFSTEST_LOG"
-# Result lines are "NAME  ok|FAILED|skipped".
-awk '$NF == "ok" && NF == 2 {print $1}' "$work/suite.txt" | sort -u >"$work/passed"
-awk '$NF == "FAILED" && NF == 2 {print $1}' "$work/suite.txt" | sort -u >"$work/failed"
-awk '$NF == "skipped" && NF == 2 {print $1}' "$work/suite.txt" | sort -u >"$work/skipped"
-passed=$(wc -l <"$work/passed")
-failed=$(wc -l <"$work/failed")
-skipped=$(wc -l <"$work/skipped")
-if [ "$passed" -lt 100 ]; then
-	echo "pjdfstest: only $passed tests passed; the suite did not run through:" >&2
-	tail -30 "$work/suite.txt" >&2
-	exit 1
-fi
-echo "pjdfstest: $version on a TýrFS mount: $passed passed, $failed failed, $skipped skipped"
+	echo "pjdfstest: $version on a TýrFS mount with $*: $passed passed, $failed failed, $skipped skipped"
+	check_known pjdfstest "$known" "$work/failed" show
+}
 show() { grep -A2 "^$1 " "$work/suite.txt"; }
-check_known pjdfstest "$known" "$work/failed" show
+run_suite pjdfstest-cache --cache 1s
+run_suite pjdfstest-strict --cache 0

@@ -23,6 +23,11 @@ func init() {
 // while files are still open (EBUSY), a second apart.
 const unmountTries = 10
 
+// mountCacheDefault is --cache's default: close-to-open, as NFS clients
+// give by default (with attributes cached for 3 s and more), at a
+// fraction of the round trips of a mount that caches nothing.
+const mountCacheDefault = time.Second
+
 func newMountCommand(e *env) *cobra.Command {
 	var (
 		create      bool
@@ -40,8 +45,15 @@ func newMountCommand(e *env) *cobra.Command {
 it in the foreground until SIGINT or SIGTERM (which unmount it) or until it
 is unmounted (fusermount3 -u MOUNTPOINT). The keyspace must exist, or be
 created with --create; its root directory is made on the first mount.
-Writes are committed when they return, so fsync has nothing to add. See the
-README's TýrFS section for the layout, the guarantees and the limits.
+
+By default the kernel caches names, attributes and pages for a second
+(--cache 1s), and each open asks the cluster whether the file changed, so
+an open sees everything closed before it through any mount (close-to-open);
+a file created without O_EXCL is committed, with what was written to it,
+at its first close or fsync. --cache 0 caches nothing: every stat, lookup
+and read asks the cluster, and every write is committed when it returns.
+See the README's TýrFS section for the layout, the guarantees and the
+limits.
 
 --endpoint may list several nodes, comma-separated: the mount talks to the
 first it reaches. When that node dies, the mount moves to the next listed
@@ -101,10 +113,11 @@ with the node is resolved with the cluster first.`,
 	}
 	cmd.Flags().BoolVar(&create, "create", false, "create the keyspace if it does not exist")
 	cmd.Flags().Uint32Var(&replication, "replication", 0, "replication of the keyspace --create makes (0: the server's default)")
-	cmd.Flags().DurationVar(&cache, "cache", 0,
-		"how long the kernel may cache names, attributes and pages (0: every lookup and stat asks the cluster, so changes through other mounts show at once); "+
-			"above 0, a stat or path walk may show what another mount changed as it was for that long, but each open asks the cluster "+
-			"whether the file changed (close-to-open) and reads an unchanged file from the kernel's pages")
+	cmd.Flags().DurationVar(&cache, "cache", mountCacheDefault,
+		"how long the kernel may cache names, attributes and pages: a stat or path walk may show what another mount changed as it was for that long, "+
+			"but each open asks the cluster whether the file changed (close-to-open) and reads an unchanged file from the kernel's pages, "+
+			"and a file created without O_EXCL is committed at its first close; 0: every lookup, stat and read asks the cluster, "+
+			"so changes through other mounts show at the next system call, and every create and write is committed before it returns")
 	cmd.Flags().DurationVar(&dirCache, "dir-cache", 0,
 		"how long the kernel may cache directories' names and attributes, if longer than --cache: path walks and stats of directories "+
 			"skip the cluster, but a directory removed, renamed or changed through another mount may show here as it was for that long; "+

@@ -1,7 +1,8 @@
 package fusefs
 
 // TestPosix runs go-fuse's posixtest suite on a mount of a real server,
-// each test in its own directory of one mount. The tests TýrFS cannot pass
+// each test in its own directory of one mount, then again on a mount that
+// caches (the default of `tyr mount`). The tests TýrFS cannot pass
 // are skipped by name in posixSkips, each with its reason. Reproduce one
 // with `go test -race -run 'TestPosix/NAME' ./internal/fusefs`.
 
@@ -16,6 +17,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/posixtest"
 
@@ -46,18 +48,27 @@ func TestPosix(t *testing.T) {
 		names = append(names, name)
 	}
 	slices.Sort(names)
-	for _, name := range names {
-		t.Run(name, func(t *testing.T) {
-			if why, ok := posixSkips[name]; ok {
-				t.Skip(why)
-			}
-			dir := filepath.Join(mnt, name)
-			if err := os.Mkdir(dir, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			posixtest.All[name](t, dir)
-		})
+	suite := func(t *testing.T, mnt string) {
+		for _, name := range names {
+			t.Run(name, func(t *testing.T) {
+				if why, ok := posixSkips[name]; ok {
+					t.Skip(why)
+				}
+				dir := filepath.Join(mnt, name)
+				if err := os.Mkdir(dir, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				posixtest.All[name](t, dir)
+			})
+		}
 	}
+	suite(t, mnt)
+	// The suite again on a mount as `tyr mount` makes one by default:
+	// names, attributes and pages cached for a second, creates deferred.
+	t.Run("cache", func(t *testing.T) {
+		newKeyspace(t, c, "posix-cache", 1, false)
+		suite(t, mountWith(t, c, "posix-cache", Options{CacheTimeout: time.Second}))
+	})
 	t.Run("Statfs", func(t *testing.T) {
 		var st syscall.Statfs_t
 		if err := syscall.Statfs(mnt, &st); err != nil {
