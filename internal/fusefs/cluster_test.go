@@ -105,6 +105,11 @@ func TestCluster(t *testing.T) {
 		newKeyspace(t, clients[0], "kill-endpoint", 3, true)
 		killEndpoint(t, cl, mount(t, clients[0], "kill-endpoint"))
 	})
+	// As `tyr mount` mounts by default: pages kept, creates deferred.
+	t.Run("kill-endpoint-cache", func(t *testing.T) {
+		newKeyspace(t, clients[0], "kill-endpoint-cache", 3, true)
+		killEndpoint(t, cl, mountWith(t, clients[0], "kill-endpoint-cache", Options{CacheTimeout: time.Second}))
+	})
 }
 
 // killEndpoint writes files through mnt, kills node 1 (the mount's
