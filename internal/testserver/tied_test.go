@@ -77,7 +77,33 @@ func TestStartTiedDiesWithProcess(t *testing.T) {
 		time.Sleep(time.Minute)
 		return
 	}
-	helper := exec.Command(os.Args[0], "-test.run=^TestStartTiedDiesWithProcess$", "-test.count=1")
+	pid := killedHelper(t, "TestStartTiedDiesWithProcess")
+	Eventually(t, 10*time.Second, "the child of a killed test process ends", func() (bool, string) {
+		return !alive(pid), "pid " + strconv.Itoa(pid) + " still runs"
+	})
+}
+
+// The nodes of a cluster `tyr cluster up` started for a test stop when
+// the test process dies.
+func TestUpClusterDownWithProcess(t *testing.T) {
+	if os.Getenv("TYR_TIED_HELPER") == "1" {
+		c := UpCluster(t, 1)
+		os.Stdout.WriteString(strconv.Itoa(c.PIDs()[0]) + "\n")
+		time.Sleep(time.Minute)
+		return
+	}
+	pid := killedHelper(t, "TestUpClusterDownWithProcess")
+	Eventually(t, 30*time.Second, "the node of a killed test process's cluster stops", func() (bool, string) {
+		return !alive(pid), "node pid " + strconv.Itoa(pid) + " still runs"
+	})
+}
+
+// killedHelper runs test name of this binary as a helper process, reads
+// the PID it prints once ready, kills the helper with SIGKILL and returns
+// the PID, which ran then.
+func killedHelper(t *testing.T, name string) int {
+	t.Helper()
+	helper := exec.Command(os.Args[0], "-test.run=^"+name+"$", "-test.count=1")
 	helper.Env = append(os.Environ(), "TYR_TIED_HELPER=1")
 	out, err := helper.StdoutPipe()
 	if err != nil {
@@ -98,7 +124,5 @@ func TestStartTiedDiesWithProcess(t *testing.T) {
 	}
 	_ = helper.Process.Signal(syscall.SIGKILL)
 	_ = helper.Wait()
-	Eventually(t, 10*time.Second, "the child of a killed test process ends", func() (bool, string) {
-		return !alive(pid), "pid " + strconv.Itoa(pid) + " still runs"
-	})
+	return pid
 }
