@@ -91,7 +91,7 @@ type LocalCluster struct {
 	t   testing.TB
 	Dir string
 	// reaper takes the cluster down if the test process dies first
-	// (startReaper); nil for a cluster made otherwise.
+	// (startReaper).
 	reaper *exec.Cmd
 	// Endpoints are the nodes' client API addresses; Endpoints[k-1] is
 	// nodek's.
@@ -114,7 +114,8 @@ func UpCluster(t testing.TB, n int, extra ...string) *LocalCluster {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c := &LocalCluster{t: t, Dir: dir, reaper: startReaper(t, dir)}
+		c := &LocalCluster{t: t, Dir: dir,
+			reaper: startReaper(t, Binary(t), "cluster", "down", "--dir", dir, "--timeout", "5s")}
 		args := append([]string{"cluster", "up", "--nodes", strconv.Itoa(n), "--dir", c.Dir, "--base-port", "0"}, extra...)
 		r := Run(t, args...)
 		if r.Exit != 0 && try < upTries && strings.Contains(r.Stderr, "address already in use") {
@@ -154,33 +155,38 @@ func (c *LocalCluster) down() {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
+	c.stopReaper()
+}
+
+// startReaper starts the process that runs argv if the test process dies
+// before its cleanup has (a test binary killed on its timeout, say), to
+// undo what outlives it: the nodes `tyr cluster up` starts, which are its
+// children and not the test's, so StartTied cannot tie them; a
+// NetCluster's namespaces. The reaper is a shell tied to the test process
+// with SIGTERM; the cleanup kills it once it has done the same itself
+// (stopReaper).
+func startReaper(t testing.TB, argv ...string) *exec.Cmd {
+	t.Helper()
+	// The kernel sends the signal again each time the thread the shell
+	// was handed to ends, as the dying process's threads end one by one:
+	// the shell ignores it once it has it, and runs argv as a child of
+	// its own, which has no parent-death signal.
+	cmd := exec.Command("sh", append([]string{"-c",
+		`trap 'trap "" TERM; kill $! 2>/dev/null; "$@"; exit' TERM; while :; do sleep 3600 & wait $!; done`, "reaper"},
+		argv...)...)
+	if err := startTied(cmd, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	return cmd
+}
+
+// stopReaper stops c's reaper, if any, once its work is done.
+func (c *LocalCluster) stopReaper() {
 	if c.reaper != nil {
 		_ = c.reaper.Process.Kill()
 		_ = c.reaper.Wait()
 		c.reaper = nil
 	}
-}
-
-// startReaper starts the process that takes the cluster in dir down if
-// the test process dies before its cleanup does (a test binary killed on
-// its timeout, say): the nodes `tyr cluster up` starts are its children,
-// not the test's, so StartTied cannot tie them. The reaper is a shell
-// tied to the test process with SIGTERM, which it answers with `tyr
-// cluster down`; the cleanup kills it after taking the cluster down
-// itself.
-func startReaper(t testing.TB, dir string) *exec.Cmd {
-	t.Helper()
-	// The kernel sends the signal again each time the thread the shell
-	// was handed to ends, as the dying process's threads end one by one:
-	// the shell ignores it once it has it, and takes the cluster down in
-	// a child of its own, which has no parent-death signal.
-	cmd := exec.Command("sh", "-c",
-		`trap 'trap "" TERM; kill $! 2>/dev/null; "$0" cluster down --dir "$1" --timeout 5s; exit' TERM; while :; do sleep 3600 & wait $!; done`,
-		Binary(t), dir)
-	if err := startTied(cmd, syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	return cmd
 }
 
 func (c *LocalCluster) cleanup() {

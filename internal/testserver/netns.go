@@ -62,6 +62,13 @@ func UpNetCluster(t testing.TB, n int) *NetCluster {
 		t.Fatal(err)
 	}
 	c := &NetCluster{LocalCluster: &LocalCluster{t: t, Dir: dir}, prefix: fmt.Sprintf("tyr%d", os.Getpid()), nodes: n}
+	// Its servers are tied to the test process; its namespaces are
+	// removed by a reaper if the test process dies first.
+	reap := []string{"sh", "-c", `for ns; do ip netns del "$ns"; done`, "sh"}
+	for k := 0; k <= n; k++ {
+		reap = append(reap, c.ns(k))
+	}
+	c.reaper = startReaper(t, reap...)
 	t.Cleanup(c.cleanup)
 	sw := c.ns(0)
 	c.ip(t, "netns", "add", sw)
@@ -254,6 +261,7 @@ func (c *NetCluster) cleanup() {
 	for k := 0; k <= c.nodes; k++ {
 		_ = exec.Command("ip", "netns", "del", c.ns(k)).Run()
 	}
+	c.stopReaper()
 	if c.t.Failed() {
 		c.t.Logf("cluster directory kept: %s", c.Dir)
 		return

@@ -77,7 +77,7 @@ func TestStartTiedDiesWithProcess(t *testing.T) {
 		time.Sleep(time.Minute)
 		return
 	}
-	pid := killedHelper(t, "TestStartTiedDiesWithProcess")
+	pid, _ := killedHelper(t, "TestStartTiedDiesWithProcess")
 	Eventually(t, 10*time.Second, "the child of a killed test process ends", func() (bool, string) {
 		return !alive(pid), "pid " + strconv.Itoa(pid) + " still runs"
 	})
@@ -92,16 +92,47 @@ func TestUpClusterDownWithProcess(t *testing.T) {
 		time.Sleep(time.Minute)
 		return
 	}
-	pid := killedHelper(t, "TestUpClusterDownWithProcess")
+	pid, _ := killedHelper(t, "TestUpClusterDownWithProcess")
 	Eventually(t, 30*time.Second, "the node of a killed test process's cluster stops", func() (bool, string) {
 		return !alive(pid), "node pid " + strconv.Itoa(pid) + " still runs"
 	})
 }
 
+// The network namespaces of a NetCluster are removed when the test
+// process dies; its node, tied to the process, stops.
+func TestUpNetClusterDownWithProcess(t *testing.T) {
+	if os.Getenv("TYR_TIED_HELPER") == "1" {
+		c := UpNetCluster(t, 1)
+		os.Stdout.WriteString(strconv.Itoa(c.PIDs()[0]) + "\n")
+		time.Sleep(time.Minute)
+		return
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("network namespaces need root")
+	}
+	pid, helper := killedHelper(t, "TestUpNetClusterDownWithProcess")
+	prefix := "tyr" + strconv.Itoa(helper) + "-" // the namespaces' (NetCluster.ns)
+	Eventually(t, 30*time.Second, "the node and namespaces of a killed test process's cluster go", func() (bool, string) {
+		if alive(pid) {
+			return false, "node pid " + strconv.Itoa(pid) + " still runs"
+		}
+		out, err := exec.Command("ip", "netns", "list").Output()
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, line := range strings.Split(string(out), "\n") {
+			if strings.HasPrefix(line, prefix) {
+				return false, "namespace " + line + " still there"
+			}
+		}
+		return true, ""
+	})
+}
+
 // killedHelper runs test name of this binary as a helper process, reads
 // the PID it prints once ready, kills the helper with SIGKILL and returns
-// the PID, which ran then.
-func killedHelper(t *testing.T, name string) int {
+// the PID, which ran then, and the helper's.
+func killedHelper(t *testing.T, name string) (int, int) {
 	t.Helper()
 	helper := exec.Command(os.Args[0], "-test.run=^"+name+"$", "-test.count=1")
 	helper.Env = append(os.Environ(), "TYR_TIED_HELPER=1")
@@ -124,5 +155,5 @@ func killedHelper(t *testing.T, name string) int {
 	}
 	_ = helper.Process.Signal(syscall.SIGKILL)
 	_ = helper.Wait()
-	return pid
+	return pid, helper.Process.Pid
 }
