@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -90,9 +91,8 @@ func Run(t testing.TB, args ...string) Result {
 type LocalCluster struct {
 	t   testing.TB
 	Dir string
-	// reaper takes the cluster down if the test process dies first
-	// (startReaper).
-	reaper *exec.Cmd
+	// reaper takes the cluster down if the test process dies first.
+	reaper *reaper
 	// Endpoints are the nodes' client API addresses; Endpoints[k-1] is
 	// nodek's.
 	Endpoints []string
@@ -158,33 +158,38 @@ func (c *LocalCluster) down() {
 	c.stopReaper()
 }
 
-// startReaper starts the process that runs argv if the test process dies
-// before its cleanup has (a test binary killed on its timeout, say), to
-// undo what outlives it: the nodes `tyr cluster up` starts, which are its
+// reaper is a process that runs a command if the test process dies before
+// its cleanup has (a test binary killed on its timeout, say), to undo what
+// would outlive it: the nodes `tyr cluster up` starts, which are its
 // children and not the test's, so StartTied cannot tie them; a
-// NetCluster's namespaces. The reaper is a shell tied to the test process
-// with SIGTERM; the cleanup kills it once it has done the same itself
-// (stopReaper).
-func startReaper(t testing.TB, argv ...string) *exec.Cmd {
+// NetCluster's namespaces. It is a shell reading a pipe whose only writer
+// is the test process: the kernel closes it when the process ends,
+// however it ends, and the shell then runs the command. The cleanup stops
+// the reaper once it has done the same itself.
+type reaper struct {
+	cmd *exec.Cmd
+	in  io.WriteCloser // held open, and so alive, while the test runs
+}
+
+// startReaper starts a reaper of argv.
+func startReaper(t testing.TB, argv ...string) *reaper {
 	t.Helper()
-	// The kernel sends the signal again each time the thread the shell
-	// was handed to ends, as the dying process's threads end one by one:
-	// the shell ignores it once it has it, and runs argv as a child of
-	// its own, which has no parent-death signal.
-	cmd := exec.Command("sh", append([]string{"-c",
-		`trap 'trap "" TERM; kill $! 2>/dev/null; "$@"; exit' TERM; while :; do sleep 3600 & wait $!; done`, "reaper"},
-		argv...)...)
-	if err := startTied(cmd, syscall.SIGTERM); err != nil {
+	cmd := exec.Command("sh", append([]string{"-c", `read -r _; exec "$@"`, "reaper"}, argv...)...)
+	in, err := cmd.StdinPipe()
+	if err != nil {
 		t.Fatal(err)
 	}
-	return cmd
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return &reaper{cmd: cmd, in: in}
 }
 
 // stopReaper stops c's reaper, if any, once its work is done.
 func (c *LocalCluster) stopReaper() {
-	if c.reaper != nil {
-		_ = c.reaper.Process.Kill()
-		_ = c.reaper.Wait()
+	if r := c.reaper; r != nil {
+		_ = r.cmd.Process.Kill()
+		_ = r.cmd.Wait() // and closes r.in
 		c.reaper = nil
 	}
 }

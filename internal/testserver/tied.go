@@ -17,14 +17,11 @@ import (
 // netns tests end theirs on purpose). So every tied child is forked from
 // one thread, locked to a goroutine that never returns, which lives as
 // long as the process.
-func StartTied(cmd *exec.Cmd) error { return startTied(cmd, syscall.SIGKILL) }
-
-// startTied is StartTied with the signal the child gets.
-func startTied(cmd *exec.Cmd, sig syscall.Signal) error {
+func StartTied(cmd *exec.Cmd) error {
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
-	cmd.SysProcAttr.Pdeathsig = sig
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	done := make(chan error, 1)
 	spawner() <- spawn{cmd: cmd, done: done}
 	return <-done
