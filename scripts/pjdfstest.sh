@@ -41,16 +41,23 @@ trap cleanup EXIT INT TERM
 "$tyr" server --data "$work/data" --listen 127.0.0.1:0 --gossip-listen 127.0.0.1:0 --log-level warn \
 	--min-free 0 --ready-file "$work/ready" >"$work/server.log" 2>&1 &
 pid=$!
-i=0
-until [ -s "$work/ready" ]; do
-	i=$((i + 1))
-	if [ $i -gt 300 ] || ! kill -0 "$pid" 2>/dev/null; then
-		echo "pjdfstest: the server did not start" >&2
-		cat "$work/server.log" >&2
-		exit 1
-	fi
-	sleep 0.1
-done
+# await PID LOG WHAT CHECK...: waits up to 30 s for CHECK to succeed while
+# process PID runs; else says WHAT did not come up, shows LOG and exits.
+await() {
+	_pid=$1 _log=$2 _what=$3
+	shift 3
+	_i=0
+	until "$@"; do
+		_i=$((_i + 1))
+		if [ $_i -gt 300 ] || ! kill -0 "$_pid" 2>/dev/null; then
+			echo "pjdfstest: $_what did not come up" >&2
+			cat "$_log" >&2
+			exit 1
+		fi
+		sleep 0.1
+	done
+}
+await "$pid" "$work/server.log" "the server" test -s "$work/ready"
 # run_suite NAME FLAGS...: the suite on a new mount of keyspace NAME made with
 # FLAGS, unmounted after.
 run_suite() {
@@ -60,16 +67,7 @@ run_suite() {
 	mkdir "$mnt"
 	"$tyr" --endpoint "$(cat "$work/ready")" mount "$ks" "$mnt" --create --allow-other "$@" >"$work/mount.log" 2>&1 &
 	mpid=$!
-	i=0
-	until grep -qs " $mnt fuse" /proc/mounts; do
-		i=$((i + 1))
-		if [ $i -gt 300 ] || ! kill -0 "$mpid" 2>/dev/null; then
-			echo "pjdfstest: the mount did not come up" >&2
-			cat "$work/mount.log" >&2
-			exit 1
-		fi
-		sleep 0.1
-	done
+	await "$mpid" "$work/mount.log" "the mount" grep -qs " $mnt fuse" /proc/mounts
 	(cd "$mnt" && "$suite" -c "$root/tests/pjdfstest/pjdfstest.toml" -p "$mnt" >"$work/suite.txt" 2>&1) || true
 	[ -n "${PJDFSTEST_LOG:-}" ] && cp "$work/suite.txt" "$PJDFSTEST_LOG.$ks"
 	fusermount3 -u "$mnt" 2>/dev/null || true
