@@ -8,6 +8,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -100,6 +102,29 @@ func TestClusterUpStatusDown(t *testing.T) {
 			t.Errorf("node%d: ring shares sum to %v, want 1", i+1, sum)
 		}
 	}
+	// The three nodes of one machine share its block cache: each is
+	// given a third of what one server would take (a quarter of the
+	// memory, at least 128 MiB).
+	var memKiB uint64
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		_, _ = fmt.Sscanf(string(b), "MemTotal: %d kB", &memKiB)
+	}
+	for _, pid := range lc.PIDs() {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		args := strings.Split(string(b), "\x00")
+		i := slices.Index(args, "--block-cache")
+		if i < 0 || i+1 >= len(args) {
+			t.Fatalf("node pid %d runs without --block-cache: %q", pid, args)
+		}
+		n, err := strconv.ParseUint(args[i+1], 10, 64)
+		if err != nil || n < 128<<20 || n > 128<<20 && n > memKiB<<10/4/3 {
+			t.Errorf("node pid %d: --block-cache %q (%v); want at least 128 MiB, and no more than a twelfth of %d KiB above it", pid, args[i+1], err, memKiB)
+		}
+	}
+
 	r := testserver.Run(t, "cluster", "status", "--dir", lc.Dir)
 	if r.Exit != 0 || !strings.Contains(r.Stdout, "3 members, 3 alive") || strings.Count(r.Stdout, " alive ") != 3 {
 		t.Errorf("tyr cluster status: exit %d\n%s%s", r.Exit, r.Stdout, r.Stderr)
