@@ -174,7 +174,9 @@ type reaper struct {
 // startReaper starts a reaper of argv.
 func startReaper(t testing.TB, argv ...string) *reaper {
 	t.Helper()
-	cmd := exec.Command("sh", append([]string{"-c", `read -r _; exec "$@"`, "reaper"}, argv...)...)
+	// It ignores the signals that stop a whole process group (Ctrl-C, a
+	// timeout's SIGTERM), so that it outlives the test to do its work.
+	cmd := exec.Command("sh", append([]string{"-c", `trap '' HUP INT TERM; read -r _; exec "$@"`, "reaper"}, argv...)...)
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
