@@ -99,7 +99,7 @@ func TestCluster(t *testing.T) {
 		twoMountsCache(t, a, b)
 		deferredCreates(t, a, b)
 		keptDirAttrs(t, clients[0], "two-mounts-cache", a)
-		noFlushReadOnly(t, a)
+		noFlush(t, a, true)
 	})
 	t.Run("kill-endpoint", func(t *testing.T) {
 		newKeyspace(t, clients[0], "kill-endpoint", 3, true)

@@ -519,7 +519,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if err != nil {
 		return nil, nil, 0, tyrfs.Errno(err)
 	}
-	return n.newChild(ctx, name, a, out, true), &handle{append: flags&syscall.O_APPEND != 0}, 0, 0
+	return n.newChild(ctx, name, a, out, true), &handle{append: flags&syscall.O_APPEND != 0}, fuse.FOPEN_NOFLUSH, 0
 }
 
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
@@ -528,14 +528,14 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		return nil, 0, syscall.ENOENT
 	}
 	h := &handle{append: flags&syscall.O_APPEND != 0}
-	// A descriptor opened to read only has nothing to commit at its close
-	// (a deferred create was committed before its open): no FLUSH
-	// request, one round trip less per close. Locks are the kernel's and
-	// go with the descriptor whatever this says.
-	var noFlush uint32
-	if flags&syscall.O_ACCMODE == syscall.O_RDONLY {
-		noFlush = fuse.FOPEN_NOFLUSH
-	}
+	// Nothing waits for the close of a descriptor opened here: every
+	// write through it commits before it returns, and a deferred create
+	// of the file commits before this open returns. So the kernel sends
+	// no FLUSH at its close, one round trip less. Only the descriptor of
+	// a deferred create (Create) has its file committed at its close.
+	// Locks are the kernel's and go with the descriptor whatever this
+	// says.
+	const noFlush = fuse.FOPEN_NOFLUSH
 	if !n.revalidate {
 		// No FOPEN_KEEP_CACHE: the kernel drops its cached pages at each
 		// open, and asks for attributes at each use, so an open sees what
@@ -680,7 +680,8 @@ func (n *node) Fsync(ctx context.Context, _ fs.FileHandle, _ uint32) syscall.Err
 	return n.settle(ctx)
 }
 
-// Flush, at each close, commits a deferred create, as Fsync.
+// Flush commits a deferred create, as Fsync, at each close of a descriptor
+// its create opened: the kernel sends no FLUSH for the others (Open).
 func (n *node) Flush(ctx context.Context, fh fs.FileHandle) syscall.Errno {
 	if hook := opHook.Load(); hook != nil {
 		if p, ok := n.path(); ok {

@@ -151,7 +151,7 @@ func TestPosix(t *testing.T) {
 			t.Fatalf("after the refusals: %q, %v", got, err)
 		}
 	})
-	t.Run("NoFlushReadOnly", func(t *testing.T) { noFlushReadOnly(t, mnt) })
+	t.Run("NoFlush", func(t *testing.T) { noFlush(t, mnt, false) })
 	t.Run("Fsync", func(t *testing.T) {
 		f, err := os.Create(filepath.Join(mnt, "fsync"))
 		if err != nil {
@@ -167,25 +167,52 @@ func TestPosix(t *testing.T) {
 	})
 }
 
-// noFlushReadOnly checks that the close of a descriptor opened to read
-// only sends no FLUSH request, and that of one opened to write does.
-func noFlushReadOnly(t *testing.T, mnt string) {
+// noFlush checks that only the descriptor of a deferred create (a create
+// without O_EXCL through a mount that caches) is flushed at its close:
+// the closes of the others send no FLUSH request, and what was written
+// through them reads back. deferred is whether the mount defers creates.
+func noFlush(t *testing.T, mnt string, deferred bool) {
 	flushes := countOps(t, "flush", "/noflush")
 	p := filepath.Join(mnt, "noflush")
-	if err := os.WriteFile(p, []byte("data"), 0o644); err != nil {
+	if err := os.WriteFile(p, []byte("data"), 0o644); err != nil { // O_CREAT|O_TRUNC
 		t.Fatal(err)
 	}
-	written := flushes.Load()
-	if written == 0 {
-		t.Fatal("no FLUSH at the close of a file written")
+	if n, want := flushes.Load(), map[bool]int64{true: 1, false: 0}[deferred]; n != want {
+		t.Fatalf("%d FLUSH requests at the close of a file created without O_EXCL, want %d", n, want)
 	}
+	written := flushes.Load()
 	for range 3 {
 		if got, err := os.ReadFile(p); err != nil || string(got) != "data" {
 			t.Fatalf("read: %q, %v", got, err)
 		}
 	}
+	writeClose := func(flag int, data string) {
+		f, err := os.OpenFile(p, flag, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteString(data); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeClose(os.O_WRONLY, "DA")
+	writeClose(os.O_RDWR|os.O_APPEND, "+")
+	if got, err := os.ReadFile(p); err != nil || string(got) != "DAta+" {
+		t.Fatalf("after a write and an append: %q, %v", got, err)
+	}
+	if err := os.Remove(p); err != nil {
+		t.Fatal(err)
+	}
+	writeClose(os.O_WRONLY|os.O_CREATE|os.O_EXCL, "new")
 	if n := flushes.Load() - written; n != 0 {
-		t.Fatalf("%d FLUSH requests at the closes of 3 descriptors opened to read only, want none", n)
+		t.Fatalf("%d FLUSH requests at the closes of 3 descriptors opened to read only, 2 opened to write and one "+
+			"created with O_EXCL, want none", n)
+	}
+	if got, err := os.ReadFile(p); err != nil || string(got) != "new" {
+		t.Fatalf("after an O_EXCL create: %q, %v", got, err)
 	}
 }
 
