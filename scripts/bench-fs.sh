@@ -114,7 +114,8 @@ load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 	echo "# TýrFS against the local disk and CephFS, $(date +%F)"
 	echo
 	echo "\`scripts/bench-fs.sh $duration\` (DATA_SET=$data_set, CLIENTS=$clients): \`tyr bench fs\`, a data set of"
-	echo "$data_set read whole as 32 MiB files and as 32 KiB files, then empty and 4 KiB files created, stat'ed,"
+	echo "$data_set stored as 32 MiB files and as 32 KiB files (fs-write: 4 writers, each file created and written"
+	echo "whole in one write(2), then closed), read whole as both, then empty and 4 KiB files created, stat'ed,"
 	echo "read and deleted (each client in a directory of its own, at most 20,000 files per create phase;"
 	echo "a create through a directory is open($create_open), write, close),"
 	echo "${duration} s per measurement; every read checked byte for byte. One tyr server (keyspaces' sync $sync_word) with its"

@@ -35,8 +35,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sync/errgroup"
-
 	"github.com/tyrstore/tyr/client"
 	"github.com/tyrstore/tyr/tyrfs"
 )
@@ -93,6 +91,10 @@ func ParseFSDir(s, role string) (FSDir, error) {
 // FSReadWorkload names the results of reading whole files of size bytes:
 // fs-read-32MiB, fs-read-4KiB.
 func FSReadWorkload(size int64) string { return "fs-read-" + sizeLabel(size) }
+
+// FSWriteWorkload names the results of storing the data set's files of
+// size bytes: fs-write-32MiB.
+func FSWriteWorkload(size int64) string { return "fs-write-" + sizeLabel(size) }
 
 // fsMetaWorkload names a metadata phase's results: fs-create-empty,
 // fs-stat-4KiB.
@@ -654,42 +656,39 @@ func runFS(ctx context.Context, cfg *Config, emit func(Result) error) (err error
 	return ctx.Err()
 }
 
-// fill stores files on t, fsFillWorkers at once, each written whole.
+// fill stores files on t, fsFillWorkers at once, each written whole (one
+// write of the whole file through a directory), and emits the rate as the
+// workload FSWriteWorkload(files.size).
 func (r *fsRun) fill(ctx context.Context, t fsTarget, prefix string, files fsFileSet) error {
 	c, err := t.Client(ctx)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = c.Close() }()
 	for _, d := range files.dirs(prefix) {
 		if err := r.op(ctx, func(ctx context.Context) error { return c.Mkdir(ctx, d) }); err != nil {
+			_ = c.Close()
 			return fmt.Errorf("mkdir %s: %w", d, err)
 		}
 	}
-	g, gctx := errgroup.WithContext(ctx)
-	var next atomic.Int64
-	for range fsFillWorkers {
-		g.Go(func() error {
-			wc, err := t.Client(gctx)
-			if err != nil {
-				return err
+	_ = c.Close()
+	n := min(fsFillWorkers, len(files.paths))
+	res, _, err := r.timedFS(ctx, t, FSWriteWorkload(files.size), n, files.size, 0, nil,
+		func(ctx context.Context, c fsClient, i, k int, buf []byte) (int, bool, error) {
+			j := i + k*n
+			if j >= len(files.paths) {
+				return 0, false, nil
 			}
-			defer func() { _ = wc.Close() }()
-			buf := make([]byte, files.size)
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= len(files.paths) || gctx.Err() != nil {
-					return gctx.Err()
-				}
-				p := files.paths[i]
-				r.pat.fill(p, buf)
-				if err := r.op(gctx, func(ctx context.Context) error { return wc.WriteFile(ctx, p, buf) }); err != nil {
-					return fmt.Errorf("writing %s: %w", p, err)
-				}
+			p, b := files.paths[j], buf[:files.size]
+			r.pat.fill(p, b)
+			if err := c.WriteFile(ctx, p, b); err != nil {
+				return 0, false, fmt.Errorf("writing %s: %w", p, err)
 			}
+			return len(b), true, nil
 		})
+	if err != nil {
+		return err
 	}
-	return g.Wait()
+	return r.emit(res)
 }
 
 // op runs fn under the run's operation timeout.

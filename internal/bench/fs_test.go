@@ -88,7 +88,18 @@ func TestFSWorkload(t *testing.T) {
 			}
 		}
 	}
-	if want := (3*len(workloads) + 2) * len(cfg.Clients); len(results) != want {
+	// Storing the data set: every file written once, by fsFillWorkers
+	// writers.
+	for _, sys := range []string{"tyrfs-native", "local", "other"} {
+		for _, size := range []int64{cfg.FSLargeFile, cfg.FSSmallFile} {
+			wl, files := FSWriteWorkload(size), cfg.FSDataSet/size
+			r, ok := got[sys+" "+wl+" "+string(rune('0'+min(fsFillWorkers, files)))]
+			if !ok || r.Ops != uint64(files) || r.MBPerS <= 0 {
+				t.Errorf("%s %s: %+v (found: %v), want %d files written", sys, wl, r, ok, files)
+			}
+		}
+	}
+	if want := (3*len(workloads)+2)*len(cfg.Clients) + 3*2; len(results) != want {
 		t.Errorf("%d results, want %d", len(results), want)
 	}
 	var b strings.Builder

@@ -46,7 +46,9 @@ func newFSReport(results []Result) fsReport {
 		if !slices.Contains(rep.workloads, r.Workload) {
 			rep.workloads = append(rep.workloads, r.Workload)
 		}
-		if !slices.Contains(rep.clients, r.Clients) {
+		// The bars are per reader count; the data set is stored by
+		// fsFillWorkers writers.
+		if !strings.HasPrefix(r.Workload, "fs-write-") && !slices.Contains(rep.clients, r.Clients) {
 			rep.clients = append(rep.clients, r.Clients)
 		}
 		k := cell{r.Workload, r.Clients}

@@ -50,7 +50,8 @@ By default the kernel caches names, attributes and pages for a second
 (--cache 1s), and each open asks the cluster whether the file changed, so
 an open sees everything closed before it through any mount (close-to-open);
 a file created without O_EXCL is committed, with what was written to it,
-at its first close or fsync. --cache 0 caches nothing: every stat, lookup
+at its first close or fsync, and writes are held until the close or fsync
+(at most a second, 1 MiB per file), then committed together. --cache 0 caches nothing: every stat, lookup
 and read asks the cluster, and every write is committed when it returns.
 See the README's TýrFS section for the layout, the guarantees and the
 limits.
@@ -116,7 +117,7 @@ with the node is resolved with the cluster first.`,
 	cmd.Flags().DurationVar(&cache, "cache", mountCacheDefault,
 		"how long the kernel may cache names, attributes and pages: a stat or path walk may show what another mount changed as it was for that long, "+
 			"but each open asks the cluster whether the file changed (close-to-open) and reads an unchanged file from the kernel's pages, "+
-			"and a file created without O_EXCL is committed at its first close; 0: every lookup, stat and read asks the cluster, "+
+			"a file created without O_EXCL is committed at its first close, and writes are held until the close; 0: every lookup, stat and read asks the cluster, "+
 			"so changes through other mounts show at the next system call, and every create and write is committed before it returns")
 	cmd.Flags().DurationVar(&dirCache, "dir-cache", 0,
 		"how long the kernel may cache directories' names and attributes, if longer than --cache: path walks and stats of directories "+

@@ -98,6 +98,7 @@ func TestCluster(t *testing.T) {
 		a, b := mountWith(t, clients[0], "two-mounts-cache", o), mountWith(t, clients[1], "two-mounts-cache", o)
 		twoMountsCache(t, a, b)
 		deferredCreates(t, a, b)
+		writesHeld(t, a, b)
 		keptDirAttrs(t, clients[0], "two-mounts-cache", a)
 		noFlush(t, a, true)
 	})
@@ -690,4 +691,77 @@ func twoMountsDirCache(t *testing.T, a, b string) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Logf("the old name was answered from the cache for %v", time.Since(renamed).Round(time.Millisecond))
+}
+
+// writesHeld checks the writes a caching mount holds until the close
+// (deferred.go, invariant 5), through a, with b as another mount: none is
+// seen through b before the close, or before a stat or the timer commits
+// them; all are after; a write that does not continue the ones held
+// commits those first; and a commit that fails fails the close.
+func writesHeld(t *testing.T, a, b string) {
+	_, read := fileHelpers(t)
+	open := func(name string, flag int) *os.File {
+		t.Helper()
+		f, err := os.OpenFile(filepath.Join(a, name), flag, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Closed before the mount goes, should the test fail with it
+		// open: this process serves the mount, and the close's FLUSH
+		// would wait for it at the process's exit.
+		t.Cleanup(func() { _ = f.Close() })
+		return f
+	}
+	writeAt := func(f *os.File, data string, off int64) {
+		t.Helper()
+		if _, err := f.WriteAt([]byte(data), off); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Created with O_EXCL (committed at once, empty), then written in
+	// three writes: b sees it empty until the close.
+	f := open("held", os.O_CREATE|os.O_EXCL|os.O_WRONLY)
+	for i, part := range []string{"one ", "two ", "three"} {
+		writeAt(f, part, int64(4*i))
+	}
+	read(b, "held", "")
+	// A write elsewhere commits the ones held first.
+	writeAt(f, "far", 20)
+	read(b, "held", "one two three")
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	read(b, "held", "one two three\x00\x00\x00\x00\x00\x00\x00far")
+
+	// A stat through a commits them (the kernel asks for the size).
+	f = open("held", os.O_WRONLY|os.O_TRUNC)
+	writeAt(f, "stat", 0)
+	read(b, "held", "")
+	if fi, err := os.Stat(filepath.Join(a, "held")); err != nil || fi.Size() != 4 {
+		t.Fatalf("a/held after a write of 4 bytes: %v, %v", fi, err)
+	}
+	read(b, "held", "stat")
+	f.Close()
+
+	// Written and not closed: the timer commits it.
+	f = open("held", os.O_WRONLY)
+	writeAt(f, "TIME", 0)
+	time.Sleep(heldFor + 500*time.Millisecond)
+	read(b, "held", "TIME")
+	f.Close()
+
+	// Removed through b while a holds a write: a's close fails, and
+	// nothing of it is seen.
+	f = open("held", os.O_WRONLY)
+	writeAt(f, "lost", 0)
+	if err := os.Remove(filepath.Join(b, "held")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); !errors.Is(err, syscall.ENOENT) {
+		t.Fatalf("close of a file removed through another mount while a write was held: %v, want ENOENT", err)
+	}
+	if _, err := os.Stat(filepath.Join(b, "held")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("b/held after a held write to it was refused: %v", err)
+	}
 }

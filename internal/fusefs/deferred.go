@@ -1,23 +1,30 @@
 package fusefs
 
-// Deferred creates (Options.CacheTimeout above 0). A file created without
-// O_EXCL or O_APPEND is not committed at its create: the mount keeps the
-// bytes written to it from its start, up to deferBytesMax, and commits the
-// file with them in one commit (tyrfs.WriteFile) when it is first closed,
+// Deferred creates and held writes (Options.CacheTimeout above 0). A file
+// created without O_EXCL or O_APPEND is not committed at its create: the
+// mount keeps the bytes written to it from its start, up to deferBytesMax,
+// and commits the file with them in one commit (tyrfs.WriteFile) when it is first closed,
 // synced or used otherwise. Writing a small file (open, write, close) is
 // then one commit, not one for the create and one for each write.
+//
+// Writes through any other descriptor that may write, but appends, are
+// held the same way: the mount keeps a run of contiguous writes, up to
+// deferBytesMax (heldBytesMax over the mount), and commits it in one
+// commit at the close, at an fsync, at a write that does not continue it,
+// or at any other use, as a deferred create. Writing a file in 4 KiB
+// writes is then one commit per MiB, not one per write.
 //
 // Close-to-open holds: other mounts see the file once the close that
 // committed it returned, and this mount sees it at once, since any other
 // request on the file, or naming it in its directory, commits it first:
 //
-//  1. A node's deferred create is committed before any request on the node
-//     but a write it can take (contiguous from the file's start, within
-//     deferBytesMax) is answered.
+//  1. A node's deferred create and held writes are committed before any
+//     request on the node but a write they can take (contiguous with
+//     them, within deferBytesMax) is answered.
 //  2. A lookup, create, mkdir, mknod, symlink or unlink of a name commits
-//     the deferred create of that name in that directory first; a listing
-//     commits those of its directory; a rename or rmdir commits every
-//     deferred create of the mount, since it may move or empty their
+//     the deferred create and held writes of that name in that directory
+//     first; a listing commits those of its directory; a rename or rmdir
+//     commits every one of the mount, since it may move or empty their
 //     directories.
 //  3. A deferred create whose commit failed leaves no file, and its error
 //     answers every later write, fsync and close of the file: close(2) of
@@ -28,33 +35,49 @@ package fusefs
 //     not written before its commit is committed with them
 //     (tyrfs.CreateAt); a write makes the kernel ask for the times again;
 //     a file found made meanwhile has its attributes dropped.
+//  5. Held writes are committed within heldFor of the first, if nothing
+//     committed them before (a write through a shared memory map may come
+//     with no close after it). If their commit fails, the kernel's pages
+//     of the file, which hold their bytes, are dropped, and the error
+//     answers the file's next write, fsync or close, once, as NFS reports
+//     the errors of the writes it holds.
 //
 // What the caller sees differently: errors of the create (the parent
 // removed meanwhile through another mount, no space) come at a write or
 // at close, not at open; a file created meanwhile under the same name
 // through another mount is opened as open(2) without O_EXCL opens an
 // existing file (truncated if O_TRUNC was given), as when the create
-// commits first. A mount that stops (killed, or unmounted with the file
-// open) before the close loses the file.
+// commits first. Errors of held writes come at a later write or at close,
+// not at the write. A mount that stops (killed, or unmounted with the file
+// open) before the close loses the file, or the writes held.
 
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 
 	"github.com/tyrstore/tyr/tyrfs"
 )
 
-// deferBytesMax is the most bytes a deferred create holds; a write past it
-// commits the file first.
+// deferBytesMax is the most bytes a deferred create, or a file's held
+// writes, hold; a write past it commits them first.
 const deferBytesMax = 1 << 20
 
-// pending is the mount's deferred creates.
+// heldBytesMax is the most bytes of held writes a mount keeps, over all
+// its files; past it, writes commit before they return.
+const heldBytesMax = 64 << 20
+
+// pending is the mount's deferred creates and files with writes held.
 type pending struct {
 	mu    sync.Mutex
 	nodes map[*node]struct{}
+	// heldBytes is the bytes of the mount's held writes, at most
+	// heldBytesMax.
+	heldBytes atomic.Int64
 }
 
 func (p *pending) add(n *node) {
@@ -98,8 +121,77 @@ type deferredCreate struct {
 	at int64
 }
 
-// settle commits n's deferred create, if any (invariant 1), and returns
-// its error, or that of the failed commit of an earlier one (invariant 3).
+// heldWrites is a file's writes held until its close: data, to be
+// written at off.
+type heldWrites struct {
+	off  uint64
+	data []byte
+	// timer commits them heldFor after the first (invariant 5).
+	timer *time.Timer
+}
+
+// heldFor is how long writes are held at most: writes that come with no
+// close after them (through a shared memory map) are committed then.
+const heldFor = time.Second
+
+// hold takes the write of data at off into n's deferred create or held
+// writes, if it continues them (invariant 1) within deferBytesMax and
+// heldBytesMax, and reports whether it did. n.createMu is held.
+func (n *node) hold(off uint64, data []byte) bool {
+	if d := n.deferred; d != nil {
+		if off != uint64(len(d.data)) || len(d.data)+len(data) > deferBytesMax {
+			return false
+		}
+		d.data = append(d.data, data...)
+		return true
+	}
+	h := n.held
+	if h == nil || off != h.off+uint64(len(h.data)) || len(h.data)+len(data) > deferBytesMax || !n.pending.reserve(len(data)) {
+		return false
+	}
+	h.data = append(h.data, data...)
+	return true
+}
+
+// holdNew holds the write of data at off as n's first held write, within
+// deferBytesMax and heldBytesMax, and reports whether it did. n has no
+// deferred create or held writes; n.createMu is held.
+func (n *node) holdNew(off uint64, data []byte) bool {
+	if len(data) > deferBytesMax || !n.pending.reserve(len(data)) {
+		return false
+	}
+	n.held = &heldWrites{off: off, data: append(make([]byte, 0, min(2*len(data), deferBytesMax)), data...)}
+	n.held.timer = time.AfterFunc(heldFor, func() {
+		ctx, cancel := detach(context.Background())
+		defer cancel()
+		n.settle(ctx)
+	})
+	n.pending.add(n)
+	return true
+}
+
+// reserve counts bytes more of held writes, unless that passes
+// heldBytesMax, and reports whether it did.
+func (p *pending) reserve(bytes int) bool {
+	if p.heldBytes.Add(int64(bytes)) > heldBytesMax {
+		p.heldBytes.Add(-int64(bytes))
+		return false
+	}
+	return true
+}
+
+// takeWriteErr returns the error of held writes whose commit failed, once.
+// n.createMu is held.
+func (n *node) takeWriteErr() syscall.Errno {
+	errno := n.writeErr
+	n.writeErr = 0
+	return errno
+}
+
+// settle commits n's deferred create, if any, and its held writes
+// (invariant 1), and returns the create's error, or that of the failed
+// commit of an earlier create (invariant 3). The error of held writes is
+// kept for the next write, fsync or close (invariant 5).
 func (n *node) settle(ctx context.Context) syscall.Errno {
 	n.createMu.Lock()
 	defer n.createMu.Unlock()
@@ -108,12 +200,48 @@ func (n *node) settle(ctx context.Context) syscall.Errno {
 
 // settleLocked is settle with n.createMu held.
 func (n *node) settleLocked(ctx context.Context) syscall.Errno {
+	errno := n.commitCreate(ctx)
+	if errno == 0 {
+		n.commitHeld(ctx)
+	}
+	if n.deferred == nil && n.held == nil {
+		n.pending.remove(n)
+	}
+	return errno
+}
+
+// commitHeld commits n's held writes, if any, in one commit; if it fails,
+// its error is kept in writeErr, and the kernel's pages of the file, which
+// hold the bytes, are dropped (invariant 5). n.createMu is held.
+func (n *node) commitHeld(ctx context.Context) {
+	h := n.held
+	if h == nil {
+		return
+	}
+	n.held = nil
+	h.timer.Stop()
+	n.pending.heldBytes.Add(-int64(len(h.data)))
+	p, ok := n.path()
+	err := error(syscall.ENOENT)
+	if ok {
+		err = n.writeKept(ctx, p, h.off, h.data)
+	}
+	if err != nil {
+		n.writeErr = tyrfs.Errno(err)
+		// Not waited for: the request in progress may be a write, whose
+		// pages the kernel keeps locked until it returns.
+		go n.NotifyContent(0, 0)
+	}
+}
+
+// commitCreate commits n's deferred create, if any, and returns its error,
+// or that of the failed commit of an earlier one. n.createMu is held.
+func (n *node) commitCreate(ctx context.Context) syscall.Errno {
 	d := n.deferred
 	if d == nil {
 		return n.createErr
 	}
 	n.deferred = nil
-	defer n.pending.remove(n)
 	p, ok := n.path()
 	name, parent := n.Parent()
 	if !ok || parent == nil {

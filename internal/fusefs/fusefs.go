@@ -127,6 +127,12 @@ type node struct {
 	// createErr the error its commit failed with. Guarded by createMu.
 	deferred  *deferredCreate
 	createErr syscall.Errno
+	// held is the file's writes held until its close, nil if none, and
+	// writeErr the error of held writes whose commit failed, until a
+	// write, fsync or close returns it (deferred.go). Guarded by
+	// createMu.
+	held     *heldWrites
+	writeErr syscall.Errno
 
 	mu sync.Mutex
 	// pages is the version of the file the kernel's pages are of (0:
@@ -519,7 +525,18 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if err != nil {
 		return nil, nil, 0, tyrfs.Errno(err)
 	}
-	return n.newChild(ctx, name, a, out, true), &handle{append: flags&syscall.O_APPEND != 0}, fuse.FOPEN_NOFLUSH, 0
+	return n.newChild(ctx, name, a, out, true), &handle{append: flags&syscall.O_APPEND != 0}, noFlushFor(n.revalidate, flags), 0
+}
+
+// noFlushFor returns FOPEN_NOFLUSH for a descriptor opened with flags
+// whose close has nothing to commit: opened to read only, or through a
+// mount without the cache, where every write commits before it returns.
+// With the cache, writes are held until the close (deferred.go).
+func noFlushFor(revalidate bool, flags uint32) uint32 {
+	if !revalidate || flags&syscall.O_ACCMODE == syscall.O_RDONLY {
+		return fuse.FOPEN_NOFLUSH
+	}
+	return 0
 }
 
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
@@ -528,14 +545,13 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		return nil, 0, syscall.ENOENT
 	}
 	h := &handle{append: flags&syscall.O_APPEND != 0}
-	// Nothing waits for the close of a descriptor opened here: every
-	// write through it commits before it returns, and a deferred create
-	// of the file commits before this open returns. So the kernel sends
-	// no FLUSH at its close, one round trip less. Only the descriptor of
-	// a deferred create (Create) has its file committed at its close.
-	// Locks are the kernel's and go with the descriptor whatever this
-	// says.
-	const noFlush = fuse.FOPEN_NOFLUSH
+	// The kernel sends no FLUSH at the close of a descriptor with nothing
+	// to commit then, one round trip less (noFlush): one opened to read
+	// only (a deferred create of the file commits before this open
+	// returns), and any without the cache, whose writes commit before
+	// they return. Locks are the kernel's and go with the descriptor
+	// whatever this says.
+	noFlush := noFlushFor(n.revalidate, flags)
 	if !n.revalidate {
 		// No FOPEN_KEEP_CACHE: the kernel drops its cached pages at each
 		// open, and asks for attributes at each use, so an open sees what
@@ -626,14 +642,23 @@ func (n *node) Read(ctx context.Context, _ fs.FileHandle, dest []byte, off int64
 func (n *node) Write(ctx context.Context, fh fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
 	ctx, cancel := detach(ctx)
 	defer cancel()
+	h, _ := fh.(*handle)
+	appending := h != nil && h.append
 	if n.revalidate {
+		// Held until the close (deferred.go), unless an append.
 		n.createMu.Lock()
-		if d := n.deferred; d != nil && uint64(off) == uint64(len(d.data)) && len(d.data)+len(data) <= deferBytesMax {
-			d.data = append(d.data, data...)
+		if !appending && n.hold(uint64(off), data) {
 			n.createMu.Unlock()
 			return uint32(len(data)), 0
 		}
 		errno := n.settleLocked(ctx)
+		if errno == 0 {
+			errno = n.takeWriteErr()
+		}
+		if errno == 0 && !appending && n.holdNew(uint64(off), data) {
+			n.createMu.Unlock()
+			return uint32(len(data)), 0
+		}
 		n.createMu.Unlock()
 		if errno != 0 {
 			return 0, errno
@@ -644,26 +669,13 @@ func (n *node) Write(ctx context.Context, fh fs.FileHandle, data []byte, off int
 		return 0, syscall.ENOENT
 	}
 	var err error
-	if h, _ := fh.(*handle); h != nil && h.append {
+	switch {
+	case appending:
 		_, err = n.fs.Append(ctx, p, data)
 		n.forgetPages()
-	} else if n.revalidate {
-		// The kernel keeps the bytes in its pages: if the file was at
-		// the pages' version before the write, it is at the write's
-		// after it.
-		n.mu.Lock()
-		base := n.pages
-		n.mu.Unlock()
-		var v uint64
-		v, err = n.fs.WriteAtFrom(ctx, p, uint64(off), data, base)
-		n.mu.Lock()
-		if n.pages == base {
-			n.pages = v
-		} else {
-			n.pages = 0 // an open or another write meanwhile
-		}
-		n.mu.Unlock()
-	} else {
+	case n.revalidate:
+		err = n.writeKept(ctx, p, uint64(off), data)
+	default:
 		err = n.fs.WriteAt(ctx, p, uint64(off), data)
 	}
 	if err != nil {
@@ -672,16 +684,41 @@ func (n *node) Write(ctx context.Context, fh fs.FileHandle, data []byte, off int
 	return uint32(len(data)), 0
 }
 
-// Fsync commits a deferred create; every write was committed when it
-// returned.
+// writeKept commits a write of data at off to file p whose bytes the
+// kernel keeps in its pages: if the file was at the pages' version before
+// the write, it is at the write's after it.
+func (n *node) writeKept(ctx context.Context, p string, off uint64, data []byte) error {
+	n.mu.Lock()
+	base := n.pages
+	n.mu.Unlock()
+	v, err := n.fs.WriteAtFrom(ctx, p, off, data, base)
+	n.mu.Lock()
+	if err == nil && n.pages == base {
+		n.pages = v
+	} else {
+		n.pages = 0 // an open or another write meanwhile, or failed
+	}
+	n.mu.Unlock()
+	return err
+}
+
+// Fsync commits a deferred create and the writes held (deferred.go), and
+// returns their error, or that of held writes an earlier request
+// committed.
 func (n *node) Fsync(ctx context.Context, _ fs.FileHandle, _ uint32) syscall.Errno {
 	ctx, cancel := detach(ctx)
 	defer cancel()
-	return n.settle(ctx)
+	n.createMu.Lock()
+	defer n.createMu.Unlock()
+	if errno := n.settleLocked(ctx); errno != 0 {
+		return errno
+	}
+	return n.takeWriteErr()
 }
 
-// Flush commits a deferred create, as Fsync, at each close of a descriptor
-// its create opened: the kernel sends no FLUSH for the others (Open).
+// Flush, at each close of a descriptor that may have written, commits as
+// Fsync does: close(2) returns once what was written through the mount
+// is committed (close-to-open), and fails if it could not be.
 func (n *node) Flush(ctx context.Context, fh fs.FileHandle) syscall.Errno {
 	if hook := opHook.Load(); hook != nil {
 		if p, ok := n.path(); ok {
