@@ -94,11 +94,14 @@ func TestCluster(t *testing.T) {
 	t.Run("two-mounts-cache", func(t *testing.T) {
 		newKeyspace(t, clients[0], "two-mounts-cache", 1, true)
 		testserver.WaitKeyspace(t, "two-mounts-cache", clients[1])
-		o := Options{CacheTimeout: time.Hour}
+		// Writes held a minute, so no check of holding depends on the
+		// test's speed; c holds them briefly, to check the timer.
+		o := Options{CacheTimeout: time.Hour, HoldFor: time.Minute}
 		a, b := mountWith(t, clients[0], "two-mounts-cache", o), mountWith(t, clients[1], "two-mounts-cache", o)
 		twoMountsCache(t, a, b)
 		deferredCreates(t, a, b)
-		writesHeld(t, a, b)
+		testserver.WaitKeyspace(t, "two-mounts-cache", clients[2])
+		writesHeld(t, a, b, mountWith(t, clients[2], "two-mounts-cache", Options{CacheTimeout: time.Hour, HoldFor: time.Second}))
 		keptDirAttrs(t, clients[0], "two-mounts-cache", a)
 		noFlush(t, a, true)
 	})
@@ -694,15 +697,15 @@ func twoMountsDirCache(t *testing.T, a, b string) {
 }
 
 // writesHeld checks the writes a caching mount holds until the close
-// (deferred.go, invariant 5), through a, with b as another mount: none is
-// seen through b before the close, or before a stat or the timer commits
-// them; all are after; a write that does not continue the ones held
+// (deferred.go, invariant 5), through a (held a minute), with b as another
+// mount and c a third that holds them a second: none is seen through b
+// before the close, or before a stat or c's timer commits them; all are after; a write that does not continue the ones held
 // commits those first; and a commit that fails fails the close.
-func writesHeld(t *testing.T, a, b string) {
+func writesHeld(t *testing.T, a, b, c string) {
 	_, read := fileHelpers(t)
-	open := func(name string, flag int) *os.File {
+	openIn := func(root, name string, flag int) *os.File {
 		t.Helper()
-		f, err := os.OpenFile(filepath.Join(a, name), flag, 0o644)
+		f, err := os.OpenFile(filepath.Join(root, name), flag, 0o644)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -712,6 +715,7 @@ func writesHeld(t *testing.T, a, b string) {
 		t.Cleanup(func() { _ = f.Close() })
 		return f
 	}
+	open := func(name string, flag int) *os.File { t.Helper(); return openIn(a, name, flag) }
 	writeAt := func(f *os.File, data string, off int64) {
 		t.Helper()
 		if _, err := f.WriteAt([]byte(data), off); err != nil {
@@ -744,10 +748,11 @@ func writesHeld(t *testing.T, a, b string) {
 	read(b, "held", "stat")
 	f.Close()
 
-	// Written and not closed: the timer commits it.
-	f = open("held", os.O_WRONLY)
+	// Written through c, which holds writes a second, and not closed:
+	// the timer commits it.
+	f = openIn(c, "held", os.O_WRONLY)
 	writeAt(f, "TIME", 0)
-	time.Sleep(heldFor + 500*time.Millisecond)
+	time.Sleep(1500 * time.Millisecond)
 	read(b, "held", "TIME")
 	f.Close()
 

@@ -35,7 +35,7 @@ package fusefs
 //     not written before its commit is committed with them
 //     (tyrfs.CreateAt); a write makes the kernel ask for the times again;
 //     a file found made meanwhile has its attributes dropped.
-//  5. Held writes are committed within heldFor of the first, if nothing
+//  5. Held writes are committed within Options.HoldFor of the first, if nothing
 //     committed them before (a write through a shared memory map may come
 //     with no close after it). If their commit fails, the kernel's pages
 //     of the file, which hold their bytes, are dropped, and the error
@@ -78,6 +78,8 @@ type pending struct {
 	// heldBytes is the bytes of the mount's held writes, at most
 	// heldBytesMax.
 	heldBytes atomic.Int64
+	// holdFor is Options.HoldFor, or its default.
+	holdFor time.Duration
 }
 
 func (p *pending) add(n *node) {
@@ -126,13 +128,12 @@ type deferredCreate struct {
 type heldWrites struct {
 	off  uint64
 	data []byte
-	// timer commits them heldFor after the first (invariant 5).
+	// timer commits them Options.HoldFor after the first (invariant 5).
 	timer *time.Timer
 }
 
-// heldFor is how long writes are held at most: writes that come with no
-// close after them (through a shared memory map) are committed then.
-const heldFor = time.Second
+// holdForDefault is Options.HoldFor's default.
+const holdForDefault = time.Second
 
 // hold takes the write of data at off into n's deferred create or held
 // writes, if it continues them (invariant 1) within deferBytesMax and
@@ -161,7 +162,7 @@ func (n *node) holdNew(off uint64, data []byte) bool {
 		return false
 	}
 	n.held = &heldWrites{off: off, data: append(make([]byte, 0, min(2*len(data), deferBytesMax)), data...)}
-	n.held.timer = time.AfterFunc(heldFor, func() {
+	n.held.timer = time.AfterFunc(n.pending.holdFor, func() {
 		ctx, cancel := detach(context.Background())
 		defer cancel()
 		n.settle(ctx)

@@ -31,6 +31,7 @@
 package fusefs
 
 import (
+	"cmp"
 	"context"
 	"sync"
 	"sync/atomic"
@@ -67,6 +68,10 @@ type Options struct {
 	// stat'ed here as it was, for up to this long. Listings are never
 	// cached.
 	DirCacheTimeout time.Duration
+	// HoldFor is the longest writes are held with the cache (deferred.go):
+	// writes that come with no close after them (through a shared memory
+	// map) are committed then. 0: a second.
+	HoldFor time.Duration
 	// Debug logs every FUSE request.
 	Debug bool
 	// AllowOther lets users other than the one mounting use the mount
@@ -81,7 +86,7 @@ type Options struct {
 func Mount(dir string, f *tyrfs.FS, name string, o Options) (*fuse.Server, error) {
 	timeout, none := o.CacheTimeout, time.Duration(0)
 	root := &node{fs: f, dirCache: max(o.CacheTimeout, o.DirCacheTimeout), revalidate: timeout > 0,
-		pending: &pending{nodes: map[*node]struct{}{}}}
+		pending: &pending{nodes: map[*node]struct{}{}, holdFor: cmp.Or(o.HoldFor, holdForDefault)}}
 	return fs.Mount(dir, root, &fs.Options{
 		MountOptions: fuse.MountOptions{
 			FsName: name,
