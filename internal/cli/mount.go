@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os/signal"
@@ -23,6 +24,9 @@ func init() {
 // while files are still open (EBUSY), a second apart.
 const unmountTries = 10
 
+// drainTimeout bounds the commits of what tyr mount holds when it stops.
+const drainTimeout = time.Minute
+
 // mountCacheDefault is --cache's default: close-to-open, as NFS clients
 // give by default (with attributes cached for 3 s and more), at a
 // fraction of the round trips of a mount that caches nothing.
@@ -34,6 +38,7 @@ func newMountCommand(e *env) *cobra.Command {
 		replication uint32
 		cache       time.Duration
 		dirCache    time.Duration
+		hold        time.Duration
 		debug       bool
 		allowOther  bool
 		noFailover  bool
@@ -42,8 +47,8 @@ func newMountCommand(e *env) *cobra.Command {
 		Use:   "mount KEYSPACE MOUNTPOINT",
 		Short: "Mount a keyspace as a TýrFS file system (FUSE), in the foreground",
 		Long: `Mount the TýrFS file system of KEYSPACE at MOUNTPOINT with FUSE, and serve
-it in the foreground until SIGINT or SIGTERM (which unmount it) or until it
-is unmounted (fusermount3 -u MOUNTPOINT). The keyspace must exist, or be
+it in the foreground until SIGINT or SIGTERM (which commit what it holds,
+then unmount it) or until it is unmounted (fusermount3 -u MOUNTPOINT). The keyspace must exist, or be
 created with --create; its root directory is made on the first mount.
 
 By default the kernel caches names, attributes and pages for a second
@@ -51,7 +56,7 @@ By default the kernel caches names, attributes and pages for a second
 an open sees everything closed before it through any mount (close-to-open);
 a file created without O_EXCL is committed, with what was written to it,
 at its first close or fsync, and writes are held until the close or fsync
-(at most a second, 1 MiB per file), then committed together. --cache 0 caches nothing: every stat, lookup
+(at most --hold-writes, 1 MiB per file), then committed together. --cache 0 caches nothing: every stat, lookup
 and read asks the cluster, and every write is committed when it returns.
 See the README's TýrFS section for the layout, the guarantees and the
 limits.
@@ -64,6 +69,9 @@ with the node is resolved with the cluster first.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ks, dir := args[0], args[1]
+			if hold <= 0 {
+				return fmt.Errorf("--hold-writes %v: must be above 0", hold)
+			}
 			c, err := dialMount(e.endpoint, !noFailover)
 			if err != nil {
 				return err
@@ -82,7 +90,7 @@ with the node is resolved with the cluster first.`,
 			if err != nil {
 				return err
 			}
-			srv, err := fusefs.Mount(dir, f, "tyr:"+ks, fusefs.Options{CacheTimeout: cache, DirCacheTimeout: dirCache, Debug: debug, AllowOther: allowOther})
+			srv, err := fusefs.Mount(dir, f, "tyr:"+ks, fusefs.Options{CacheTimeout: cache, DirCacheTimeout: dirCache, HoldFor: hold, Debug: debug, AllowOther: allowOther})
 			if err != nil {
 				return fmt.Errorf("mount %s at %s: %w", ks, dir, err)
 			}
@@ -92,24 +100,35 @@ with the node is resolved with the cluster first.`,
 				srv.Wait()
 				close(served)
 			}()
+			// What the mount holds is committed before it stops, and it
+			// holds nothing more while the unmount waits for open files.
+			drain := func() error {
+				dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drainTimeout)
+				defer cancel()
+				if err := srv.Drain(dctx); err != nil {
+					return fmt.Errorf("commit what %s held: %w", dir, err)
+				}
+				return nil
+			}
 			select {
 			case <-served:
-				return nil
+				return drain()
 			case <-ctx.Done():
 			}
+			drained := drain()
 			for i := 1; ; i++ {
 				err := srv.Unmount()
 				if err == nil {
 					break
 				}
 				if i == unmountTries {
-					return fmt.Errorf("unmount %s: %w (files still open? fusermount3 -u -z %s detaches it)", dir, err, dir)
+					return errors.Join(drained, fmt.Errorf("unmount %s: %w (files still open? fusermount3 -u -z %s detaches it)", dir, err, dir))
 				}
 				fmt.Fprintf(e.stderr, "tyr: unmount %s: %v; trying again\n", dir, err)
 				time.Sleep(time.Second)
 			}
 			<-served
-			return nil
+			return drained
 		},
 	}
 	cmd.Flags().BoolVar(&create, "create", false, "create the keyspace if it does not exist")
@@ -123,6 +142,9 @@ with the node is resolved with the cluster first.`,
 		"how long the kernel may cache directories' names and attributes, if longer than --cache: path walks and stats of directories "+
 			"skip the cluster, but a directory removed, renamed or changed through another mount may show here as it was for that long; "+
 			"files' names, attributes and data still follow --cache (close-to-open), and listings are never cached")
+	cmd.Flags().DurationVar(&hold, "hold-writes", time.Second,
+		"with --cache, the longest a write is held before its commit, if no close or fsync commits it first "+
+			"(a write through a shared memory map may come with no close)")
 	cmd.Flags().BoolVar(&debug, "debug", false, "log every FUSE request")
 	cmd.Flags().BoolVar(&noFailover, "no-failover", false,
 		"talk only to the first node of --endpoint, failing calls while it is down, instead of moving to another node")

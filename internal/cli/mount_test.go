@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tyrstore/tyr/client"
 	"github.com/tyrstore/tyr/internal/testserver"
 	"github.com/tyrstore/tyr/tyrfs"
 )
@@ -140,5 +141,101 @@ func TestMountCommand(t *testing.T) {
 	waitMountExit(t, cmd)
 	if _, err := os.Stat(filepath.Join(dir, "hello")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the mount point still shows the file system: %v", err)
+	}
+}
+
+// TestMountCommandDrains checks that SIGTERM commits what the mount holds
+// before it unmounts: a file created with O_EXCL whose write is held, and
+// one created without O_EXCL (deferred), both still open, are in the
+// cluster while the unmount waits for them to close, and a write after
+// the signal is committed before it returns.
+// Run: go test -run TestMountCommandDrains ./internal/cli
+func TestMountCommandDrains(t *testing.T) {
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		t.Skipf("no FUSE device: %v", err)
+	}
+	if _, err := exec.LookPath("fusermount3"); err != nil {
+		t.Skipf("no fusermount3 (package fuse3; make deps installs it): %v", err)
+	}
+	s := testserver.Start(t)
+	c := s.Client()
+	dir := t.TempDir()
+	t.Cleanup(func() {
+		if mounted(t, dir) {
+			_ = exec.Command("fusermount3", "-u", "-z", dir).Run()
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// contents returns file name's bytes in the cluster, or ok false if
+	// it does not exist.
+	contents := func(name string) (string, bool) {
+		t.Helper()
+		b, err := c.Read(ctx, "cli-drain", "/"+name, 0, 1<<20)
+		if errors.Is(err, client.ErrNotFound) {
+			return "", false
+		}
+		if err != nil || len(b) < tyrfs.HeaderBytes {
+			t.Fatalf("blob /%s: %q, %v", name, b, err)
+		}
+		return string(b[tyrfs.HeaderBytes:]), true
+	}
+
+	cmd := startMount(t, "--endpoint", s.Endpoint, "--create", "--hold-writes", "1h", "cli-drain", dir)
+	held, err := os.OpenFile(filepath.Join(dir, "held"), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deferred, err := os.Create(filepath.Join(dir, "deferred"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Closed before the mount goes, whatever happens: a close is what the
+	// unmount waits for.
+	t.Cleanup(func() { held.Close(); deferred.Close() })
+	if _, err := held.WriteString("held"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := deferred.WriteString("deferred"); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := contents("held"); !ok || got != "" {
+		t.Fatalf("before the signal, held is %q (exists %v), want the empty file its create made", got, ok)
+	}
+	if got, ok := contents("deferred"); ok {
+		t.Fatalf("before the signal, the deferred create is already committed: %q", got)
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	// The unmount fails while the files are open, and is tried again.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		h, _ := contents("held")
+		d, _ := contents("deferred")
+		if h == "held" && d == "deferred" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("5 s after SIGTERM, with the files open: held %q, deferred %q", h, d)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := held.WriteString(" and after"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := contents("held"); got != "held and after" {
+		t.Fatalf("a write after the drain is not committed when it returns: %q", got)
+	}
+	if err := held.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := deferred.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitMountExit(t, cmd)
+	if mounted(t, dir) {
+		t.Fatalf("%s still mounted after SIGTERM and the closes", dir)
 	}
 }

@@ -41,6 +41,11 @@ package fusefs
 //     of the file, which hold their bytes, are dropped, and the error
 //     answers the file's next write, fsync or close, once, as NFS reports
 //     the errors of the writes it holds.
+//  6. Once the mount drains (Server.Drain: tyr mount at SIGINT or SIGTERM,
+//     before it unmounts), no create is deferred and no write held any
+//     more, and when Drain returns every create deferred and write held
+//     before it is committed, or its error reported: the gate orders each
+//     deferral before the drain or after it, and one after it is refused.
 //
 // What the caller sees differently: errors of the create (the parent
 // removed meanwhile through another mount, no space) come at a write or
@@ -48,11 +53,14 @@ package fusefs
 // through another mount is opened as open(2) without O_EXCL opens an
 // existing file (truncated if O_TRUNC was given), as when the create
 // commits first. Errors of held writes come at a later write or at close,
-// not at the write. A mount that stops (killed, or unmounted with the file
-// open) before the close loses the file, or the writes held.
+// not at the write. A mount killed before the close loses the file, or
+// the writes held; tyr mount stopped by a signal drains first (invariant
+// 6).
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -80,6 +88,49 @@ type pending struct {
 	heldBytes atomic.Int64
 	// holdFor is Options.HoldFor, or its default.
 	holdFor time.Duration
+	// gate is held for reading by each new deferral, from its check of
+	// draining to its add, and for writing to set draining (invariant 6).
+	gate     sync.RWMutex
+	draining bool
+}
+
+// enter reports whether a create may be deferred or a write held
+// (invariant 6); if so, the caller adds its node and then calls leave.
+func (p *pending) enter() bool {
+	p.gate.RLock()
+	if p.draining {
+		p.gate.RUnlock()
+		return false
+	}
+	return true
+}
+
+func (p *pending) leave() { p.gate.RUnlock() }
+
+// drain stops new deferrals and commits every one pending (invariant 6).
+// It returns the errors of the commits that failed, each naming its file;
+// the file's close still reports its own.
+func (p *pending) drain(ctx context.Context) error {
+	p.gate.Lock()
+	p.draining = true
+	p.gate.Unlock()
+	var failed []error
+	for _, n := range p.matching(nil, "") {
+		n.createMu.Lock()
+		errno := n.settleLocked(ctx)
+		if errno == 0 {
+			errno = n.writeErr
+		}
+		n.createMu.Unlock()
+		if errno != 0 {
+			name, _ := n.path()
+			if name == "" {
+				name, _ = n.Parent()
+			}
+			failed = append(failed, fmt.Errorf("%s: %w", name, errno))
+		}
+	}
+	return errors.Join(failed...)
 }
 
 func (p *pending) add(n *node) {
@@ -158,7 +209,11 @@ func (n *node) hold(off uint64, data []byte) bool {
 // deferBytesMax and heldBytesMax, and reports whether it did. n has no
 // deferred create or held writes; n.createMu is held.
 func (n *node) holdNew(off uint64, data []byte) bool {
-	if len(data) > deferBytesMax || !n.pending.reserve(len(data)) {
+	if len(data) > deferBytesMax || !n.pending.enter() {
+		return false
+	}
+	defer n.pending.leave()
+	if !n.pending.reserve(len(data)) {
 		return false
 	}
 	n.held = &heldWrites{off: off, data: append(make([]byte, 0, min(2*len(data), deferBytesMax)), data...)}

@@ -80,14 +80,31 @@ type Options struct {
 	AllowOther bool
 }
 
+// Server is a mounted TýrFS file system.
+type Server struct {
+	*fuse.Server
+	pending *pending
+}
+
+// Drain makes the mount commit every create and write before answering
+// it from now on, and commits the creates it deferred and the writes it
+// holds (deferred.go, invariant 6): once it returns, everything written
+// through the mount is in the cluster, whether its files are still open
+// or not. It returns the errors of the commits that failed, each naming
+// its file. tyr mount drains at SIGINT and SIGTERM, before it unmounts,
+// and once unmounted.
+func (s *Server) Drain(ctx context.Context) error {
+	return s.pending.drain(ctx)
+}
+
 // Mount mounts f at dir and serves it until it is unmounted (Unmount on
 // the returned server, fusermount3 -u, or umount). The caller waits with
 // server.Wait.
-func Mount(dir string, f *tyrfs.FS, name string, o Options) (*fuse.Server, error) {
+func Mount(dir string, f *tyrfs.FS, name string, o Options) (*Server, error) {
 	timeout, none := o.CacheTimeout, time.Duration(0)
-	root := &node{fs: f, dirCache: max(o.CacheTimeout, o.DirCacheTimeout), revalidate: timeout > 0,
-		pending: &pending{nodes: map[*node]struct{}{}, holdFor: cmp.Or(o.HoldFor, holdForDefault)}}
-	return fs.Mount(dir, root, &fs.Options{
+	p := &pending{nodes: map[*node]struct{}{}, holdFor: cmp.Or(o.HoldFor, holdForDefault)}
+	root := &node{fs: f, dirCache: max(o.CacheTimeout, o.DirCacheTimeout), revalidate: timeout > 0, pending: p}
+	srv, err := fs.Mount(dir, root, &fs.Options{
 		MountOptions: fuse.MountOptions{
 			FsName: name,
 			Name:   "tyrfs",
@@ -109,6 +126,10 @@ func Mount(dir string, f *tyrfs.FS, name string, o Options) (*fuse.Server, error
 		AttrTimeout:     &timeout,
 		NegativeTimeout: &none,
 	})
+	if err != nil {
+		return nil, err
+	}
+	return &Server{Server: srv, pending: p}, nil
 }
 
 // node is a file, directory or symbolic link of the mount.
@@ -506,8 +527,9 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	}
 	n.settleChildren(ctx, name)
 	o := owner(ctx, mode)
-	if n.revalidate && flags&(syscall.O_EXCL|syscall.O_APPEND) == 0 {
+	if n.revalidate && flags&(syscall.O_EXCL|syscall.O_APPEND) == 0 && n.pending.enter() {
 		// Deferred to the first close (deferred.go).
+		defer n.pending.leave()
 		t := time.Now().UnixNano()
 		a := tyrfs.Attr{Kind: tyrfs.KindFile, Mode: o.Mode, UID: o.UID, GID: o.GID, Atime: t, Mtime: t, Ctime: t, Btime: t}
 		ch := n.newChild(ctx, name, a, out, true)
