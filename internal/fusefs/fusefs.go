@@ -341,13 +341,28 @@ func (n *node) fillAttrOut(a tyrfs.Attr, out *fuse.AttrOut) {
 // opTimeout bounds one request's calls to the cluster.
 const opTimeout = 2 * time.Minute
 
-// detach returns the context of a request's calls to the cluster. It is
+// detach returns the context of a request's calls to the cluster, and
+// the function to call once the request is done with it. The context is
 // not cancelled when the kernel interrupts the request (a signal to the
 // caller, which Go's runtime sends to its threads routinely): a commit
 // abandoned half-way would leave its outcome unknown, and the caller's
 // system call would fail with EINTR, which most callers do not retry.
+//
+// The done function also hands the watch over the network back to the
+// scheduler. go-fuse reads requests with blocking read(2)s on /dev/fuse,
+// from the goroutine that answered the last one. When an answer from the
+// cluster wakes a request's goroutine, the thread that was polling the
+// network runs it, and then stays blocked in the next read(2); no other
+// thread polls the network until Go's monitor does, 10 ms later, so the
+// next request's answer from the cluster waited that long (a create in a
+// directory where other files were being written took 10 ms, not 0.5).
+// Starting a goroutine wakes an idle thread, which takes over polling.
 func detach(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+	c, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+	return c, func() {
+		cancel()
+		go func() {}()
+	}
 }
 
 func owner(ctx context.Context, mode uint32) tyrfs.Owner {
