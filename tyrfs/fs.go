@@ -102,6 +102,16 @@ func touchParent(parent string, t int64) client.Op {
 	return client.WriteOp(fslayout.DirKey(parent), fslayout.OffMtime, times(t, t), false)
 }
 
+// touchParentAt returns the ops moving the mtime and ctime of the
+// directory at parent forward to t, an earlier time than the commit's (a
+// create answered before it was committed): a change the directory saw
+// after t keeps its times.
+func touchParentAt(parent string, t int64) []client.Op {
+	key := fslayout.DirKey(parent)
+	return []client.Op{client.AtomicOp(key, fslayout.OffMtime, 8, client.FuncMaxSigned, uint64(t)),
+		client.AtomicOp(key, fslayout.OffCtime, 8, client.FuncMaxSigned, uint64(t))}
+}
+
 // Stat returns the attributes of p, which holds kind k (KindDir, or
 // KindFile for a file or symbolic link). One read of the blob's header.
 func (f *FS) Stat(ctx context.Context, p string, k Kind) (Attr, error) {
@@ -463,13 +473,17 @@ func (f *FS) createNode(ctx context.Context, p string, k Kind, o Owner, rdev uin
 	if k == KindDir {
 		key, other = other, key
 	}
+	touch := []client.Op{touchParent(parent, t)}
+	if times != nil && times.at != 0 {
+		touch = touchParentAt(parent, t)
+	}
 	var r []client.OpResult
 	for range racesMax {
 		// One request: the name's other key (a directory for a file, a
 		// file for a directory) is checked absent as the commit applies.
-		r, err = f.c.CommitIf(ctx, f.ks, []client.Check{{Key: other}}, append(newBlobOps(key, append(fslayout.EncodeHeader(a), data...)),
-			client.AppendOp(fslayout.DirKey(parent), fslayout.EncodeRecord(fslayout.RecordAdd, k, name), false),
-			touchParent(parent, t))...)
+		ops := append(newBlobOps(key, append(fslayout.EncodeHeader(a), data...)),
+			client.AppendOp(fslayout.DirKey(parent), fslayout.EncodeRecord(fslayout.RecordAdd, k, name), false))
+		r, err = f.c.CommitIf(ctx, f.ks, []client.Check{{Key: other}}, append(ops, touch...)...)
 		if !errors.Is(err, client.ErrExists) && !errors.Is(err, client.ErrConflict) {
 			break
 		}
@@ -552,8 +566,9 @@ func (f *FS) WriteFile(ctx context.Context, p string, o Owner, data []byte) (Att
 }
 
 // CreateAt creates an empty file at p as Create does, as though at time t
-// (ns since the epoch, from the caller's clock): all four of its times,
-// and its directory's modification and change times, are t. For a caller
+// (ns since the epoch, from the caller's clock): all four of its times
+// are t, and its directory's modification and change times move forward
+// to t (a change the directory saw after t keeps its own). For a caller
 // that answered a create before committing it (a mount's deferred
 // create), and told the times then.
 func (f *FS) CreateAt(ctx context.Context, p string, o Owner, t int64) (Attr, error) {

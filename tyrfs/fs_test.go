@@ -310,14 +310,21 @@ func TestCreateAt(t *testing.T) {
 	if _, err := f.Mkdir(ctx, "/d", Owner{Mode: 0o755}); err != nil {
 		t.Fatal(err)
 	}
+	made := must[Attr](t)(f.Stat(ctx, "/d", KindDir)).Mtime
 	at := time.Now().Add(-time.Hour).UnixNano()
 	a := must[Attr](t)(f.CreateAt(ctx, "/d/c", Owner{UID: 1, GID: 1, Mode: 0o640}, at))
 	got := must[Attr](t)(f.Stat(ctx, "/d/c", KindFile))
 	if got != a || got.Atime != at || got.Mtime != at || got.Ctime != at || got.Btime != at || got.Size != 0 || got.Mode != 0o640 {
 		t.Fatalf("CreateAt at %d: returned %+v, stat %+v; want every time %d, empty, mode 0640", at, a, got, at)
 	}
-	if d := must[Attr](t)(f.Stat(ctx, "/d", KindDir)); d.Mtime != at || d.Ctime != at {
-		t.Fatalf("the directory after CreateAt at %d: mtime %d, ctime %d", at, d.Mtime, d.Ctime)
+	// The directory was made after at: its times stay.
+	if d := must[Attr](t)(f.Stat(ctx, "/d", KindDir)); d.Mtime != made || d.Ctime != made {
+		t.Fatalf("the directory after CreateAt at %d, before its own last change: mtime %d, ctime %d; want %d", at, d.Mtime, d.Ctime, made)
+	}
+	later := made + 1000
+	must[Attr](t)(f.CreateAt(ctx, "/d/e", Owner{Mode: 0o640}, later))
+	if d := must[Attr](t)(f.Stat(ctx, "/d", KindDir)); d.Mtime != later || d.Ctime != later {
+		t.Fatalf("the directory after CreateAt at %d: mtime %d, ctime %d; want both %d", later, d.Mtime, d.Ctime, later)
 	}
 	if _, err := f.CreateAt(ctx, "/d/c", Owner{Mode: 0o640}, at); Errno(err) != syscall.EEXIST {
 		t.Fatalf("CreateAt of an existing name: %v, want EEXIST", err)

@@ -90,7 +90,9 @@ func (n *node) change() *dirChange {
 // create records that the change made the node name in the directory,
 // with the new node's attributes a (tyrfs's creates commit the entry and
 // the directory's new times, a's ctime, at once): the directory's log
-// grew by the entry's record and its mtime and ctime became a's ctime.
+// grew by the entry's record and its mtime and ctime became a's ctime
+// (or stayed, if later: a create committed at the time it was answered,
+// tyrfs.CreateAt, moves them forward only).
 func (c *dirChange) create(name string, a tyrfs.Attr) {
 	c.created, c.name, c.ctime = true, name, a.Ctime
 }
@@ -105,7 +107,7 @@ func (c *dirChange) end() {
 	k := &n.kept
 	if c.created && k.changing == 1 && !k.until.IsZero() {
 		k.a.Size += tyrfs.DirEntryBytes(c.name)
-		k.a.Mtime, k.a.Ctime = c.ctime, c.ctime
+		k.a.Mtime, k.a.Ctime = max(k.a.Mtime, c.ctime), max(k.a.Ctime, c.ctime)
 	} else {
 		k.until = time.Time{}
 	}
