@@ -356,14 +356,23 @@ const opTimeout = 2 * time.Minute
 // thread polls the network until Go's monitor does, 10 ms later, so the
 // next request's answer from the cluster waited that long (a create in a
 // directory where other files were being written took 10 ms, not 0.5).
-// Starting a goroutine wakes an idle thread, which takes over polling.
+// Starting a goroutine wakes an idle thread, which takes over polling;
+// only while other requests are in flight, which may wait on the network:
+// alone, a request costs the wake-up and saves nothing.
 func detach(ctx context.Context) (context.Context, context.CancelFunc) {
+	inFlight.Add(1)
 	c, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 	return c, func() {
 		cancel()
-		go func() {}()
+		if inFlight.Add(-1) > 0 {
+			go func() {}()
+		}
 	}
 }
+
+// inFlight counts the requests of the process's mounts between detach
+// and its done function.
+var inFlight atomic.Int64
 
 func owner(ctx context.Context, mode uint32) tyrfs.Owner {
 	o := tyrfs.Owner{Mode: mode & 07777}
