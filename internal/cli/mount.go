@@ -48,16 +48,18 @@ func newMountCommand(e *env) *cobra.Command {
 		Short: "Mount a keyspace as a TýrFS file system (FUSE), in the foreground",
 		Long: `Mount the TýrFS file system of KEYSPACE at MOUNTPOINT with FUSE, and serve
 it in the foreground until SIGINT or SIGTERM (which commit what it holds,
-then unmount it) or until it is unmounted (fusermount3 -u MOUNTPOINT). The keyspace must exist, or be
-created with --create; its root directory is made on the first mount.
+then unmount it) or until it is unmounted (fusermount3 -u MOUNTPOINT).
+The keyspace must exist, or be created with --create; its root directory
+is made on the first mount.
 
 By default the kernel caches names, attributes and pages for a second
 (--cache 1s), and each open asks the cluster whether the file changed, so
 an open sees everything closed before it through any mount (close-to-open);
 a file created without O_EXCL is committed, with what was written to it,
 at its first close or fsync, and writes are held until the close or fsync
-(at most --hold-writes, 1 MiB per file), then committed together. --cache 0 caches nothing: every stat, lookup
-and read asks the cluster, and every write is committed when it returns.
+(at most --hold-writes, 1 MiB per file), then committed together.
+--cache 0 caches nothing: every stat, lookup and read asks the cluster,
+and every write is committed when it returns.
 See the README's TýrFS section for the layout, the guarantees and the
 limits.
 
