@@ -89,7 +89,10 @@ func waitMountExit(t *testing.T, cmd *exec.Cmd) {
 	}
 }
 
-func TestMountCommand(t *testing.T) {
+// mountSetup skips the test without FUSE, and starts a server and makes
+// a mount point, lazily unmounted when the test ends if still mounted.
+func mountSetup(t *testing.T) (*testserver.Server, string) {
+	t.Helper()
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		t.Skipf("no FUSE device: %v", err)
 	}
@@ -97,13 +100,18 @@ func TestMountCommand(t *testing.T) {
 		t.Skipf("no fusermount3 (package fuse3; make deps installs it): %v", err)
 	}
 	s := testserver.Start(t)
-	c := s.Client()
 	dir := t.TempDir()
 	t.Cleanup(func() {
 		if mounted(t, dir) {
 			_ = exec.Command("fusermount3", "-u", "-z", dir).Run()
 		}
 	})
+	return s, dir
+}
+
+func TestMountCommand(t *testing.T) {
+	s, dir := mountSetup(t)
+	c := s.Client()
 
 	r := testserver.Run(t, "mount", "--endpoint", s.Endpoint, "no-such-keyspace", dir)
 	if r.Exit == 0 || !strings.Contains(r.Stderr, "not found") {
@@ -151,20 +159,8 @@ func TestMountCommand(t *testing.T) {
 // the signal is committed before it returns.
 // Run: go test -run TestMountCommandDrains ./internal/cli
 func TestMountCommandDrains(t *testing.T) {
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skipf("no FUSE device: %v", err)
-	}
-	if _, err := exec.LookPath("fusermount3"); err != nil {
-		t.Skipf("no fusermount3 (package fuse3; make deps installs it): %v", err)
-	}
-	s := testserver.Start(t)
+	s, dir := mountSetup(t)
 	c := s.Client()
-	dir := t.TempDir()
-	t.Cleanup(func() {
-		if mounted(t, dir) {
-			_ = exec.Command("fusermount3", "-u", "-z", dir).Run()
-		}
-	})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	// contents returns file name's bytes in the cluster, or ok false if
