@@ -699,8 +699,9 @@ func twoMountsDirCache(t *testing.T, a, b string) {
 // writesHeld checks the writes a caching mount holds until the close
 // (deferred.go, invariant 5), through a (held a minute), with b as another
 // mount and c a third that holds them a second: none is seen through b
-// before the close, or before a stat or c's timer commits them; all are after; a write that does not continue the ones held
-// commits those first; and a commit that fails fails the close.
+// before the close, or before a stat or c's timer commits them; all are
+// after; a write that does not continue the ones held commits those
+// first; and a commit that fails fails the close.
 func writesHeld(t *testing.T, a, b, c string) {
 	_, read := fileHelpers(t)
 	openIn := func(root, name string, flag int) *os.File {
@@ -750,10 +751,19 @@ func writesHeld(t *testing.T, a, b, c string) {
 
 	// Written through c, which holds writes a second, and not closed:
 	// the timer commits it.
+	// Polled rather than slept for, so a loaded machine cannot fail it;
+	// a mount that never commits the write fails it after 30 s.
 	f = openIn(c, "held", os.O_WRONLY)
 	writeAt(f, "TIME", 0)
-	time.Sleep(1500 * time.Millisecond)
-	read(b, "held", "TIME")
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		got, err := os.ReadFile(filepath.Join(b, "held"))
+		if err == nil && string(got) == "TIME" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("b/held 30 s after a write c holds a second, never closed: %q, %v; want %q", got, err, "TIME")
+		}
+	}
 	f.Close()
 
 	// Removed through b while a holds a write: a's close fails, and
