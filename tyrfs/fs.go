@@ -29,6 +29,9 @@ type FS struct {
 	now func() int64
 	// cred is who Fetch acts for (As); root unless set.
 	cred Cred
+	// afterCopy, if set, runs between a relocation's copy and its commit
+	// (tests race a sweep against it).
+	afterCopy func(hidden string)
 }
 
 // Owner is who creates a file: its owner and the permission bits.

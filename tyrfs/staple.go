@@ -258,16 +258,24 @@ func (f *FS) relocate(ctx context.Context, key string) error {
 		return err
 	}
 	hidden := fslayout.HiddenKey(rand.Uint64())
-	if err := f.copyVersion(ctx, key, info, hidden); err != nil {
+	hv, err := f.copyVersion(ctx, key, info, hidden)
+	if err != nil {
 		f.dropHidden(ctx, hidden)
 		if errors.Is(err, client.ErrConflict) || errors.Is(err, client.ErrNotFound) {
 			return errRaced
 		}
 		return err
 	}
+	if f.afterCopy != nil {
+		f.afterCopy(hidden)
+	}
 	pk, bk := fslayout.PointerKey(staple), fslayout.BackKey(hidden)
 	_, err = f.c.CommitIf(ctx, f.ks,
-		[]client.Check{{Key: key, Version: info.Version}, {Key: pk, Version: pinfo.Version}, {Key: fslayout.BackKey(key), Version: binfo.Version}},
+		// The copy's version too: a copy taken for an orphan meanwhile
+		// (the servers' sweep, internal/server/fshidden.go) is never
+		// pointed to.
+		[]client.Check{{Key: key, Version: info.Version}, {Key: pk, Version: pinfo.Version}, {Key: fslayout.BackKey(key), Version: binfo.Version},
+			{Key: hidden, Version: hv}},
 		client.TruncateOp(pk, 0), client.WriteOp(pk, 0, []byte(hidden), false),
 		client.DeleteOp(key), client.DeleteOp(fslayout.BackKey(key)),
 		client.CreateOp(bk), client.WriteOp(bk, 0, []byte(staple), false))
@@ -281,28 +289,33 @@ func (f *FS) relocate(ctx context.Context, key string) error {
 }
 
 // copyVersion copies version info.Version of blob key to the new blob to,
-// a commit per part.
-func (f *FS) copyVersion(ctx context.Context, key string, info client.BlobInfo, to string) error {
+// a commit per part, and returns the copy's version. A part after the
+// first writes only if the copy is still the one the part before left.
+func (f *FS) copyVersion(ctx context.Context, key string, info client.BlobInfo, to string) (uint64, error) {
 	buf := make([]byte, min(info.Size, client.PayloadBytesMax))
+	var version uint64
 	for off := uint64(0); off == 0 || off < info.Size; off += uint64(len(buf)) {
 		part := buf[:min(uint64(len(buf)), info.Size-off)]
 		if err := f.c.ReadVersion(ctx, f.ks, key, info.Version, off, part); err != nil {
-			return err
+			return 0, err
 		}
 		ops := []client.Op{client.WriteOp(to, off, part, false)}
 		if off == 0 {
 			ops = append([]client.Op{client.CreateOp(to)}, ops...)
 		}
-		if _, err := f.c.Commit(ctx, f.ks, ops...); err != nil {
-			return err
+		res, err := f.c.CommitIf(ctx, f.ks, []client.Check{{Key: to, Version: version}}, ops...)
+		if err != nil {
+			return 0, err
 		}
+		version = res[len(res)-1].Version
 	}
-	return nil
+	return version, nil
 }
 
 // dropHidden deletes a hidden copy that no staple came to point to. Best
 // effort: a copy left by a failure here, or by a client that died between
-// copy and commit, stays (see README, limits).
+// copy and commit, is an orphan, which the servers sweep
+// (internal/server/fshidden.go).
 func (f *FS) dropHidden(ctx context.Context, hidden string) {
 	_, _ = f.c.Commit(ctx, f.ks, client.DeleteOp(hidden))
 }

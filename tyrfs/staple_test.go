@@ -516,3 +516,34 @@ func TestStapleReadRequests(t *testing.T) {
 		}
 	}
 }
+
+// TestRelocateSwept: a relocation whose copy is deleted before its commit
+// (by the servers' sweep of orphans, internal/server/fshidden.go, after a
+// long pause of the client) copies again; the staple never points to a
+// copy that is gone.
+func TestRelocateSwept(t *testing.T) {
+	ctx, c, f := newFS(t, noHoming)
+	big := pattern(5, int(fslayout.StapleBytesMin)+client.PayloadBytesMax/2) // a copy of two parts
+	writeBig(t, ctx, f, "/a", big)
+	mustRename(t, ctx, f, "/a", "/b")
+	if d := stapleOf(t, ctx, c, "/b"); d != "/a" {
+		t.Fatalf("staple /b points to %q, want /a", d)
+	}
+	var copies []string
+	f.afterCopy = func(hidden string) {
+		if copies = append(copies, hidden); len(copies) == 1 {
+			must[[]client.OpResult](t)(c.Commit(ctx, "tfs", client.DeleteOp(hidden)))
+		}
+	}
+	small := pattern(6, 100)
+	writeBig(t, ctx, f, "/a", small) // frees the name /a: a relocation
+	if len(copies) != 2 {
+		t.Fatalf("%d copies made, want 2 (the first swept)", len(copies))
+	}
+	if d := stapleOf(t, ctx, c, "/b"); d != copies[1] {
+		t.Fatalf("staple /b points to %q, want the second copy %q", d, copies[1])
+	}
+	sameFile(t, ctx, f, "/b", big)
+	sameFile(t, ctx, f, "/a", small)
+	checkTree(t, ctx, c, f)
+}

@@ -87,6 +87,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"unicode/utf8"
@@ -322,6 +323,19 @@ func BackKey(key string) string { return backPrefix + key }
 
 // HiddenKey is a data blob's key that no path has: id is random.
 func HiddenKey(id uint64) string { return fmt.Sprintf("%s%016x", hiddenPrefix, id) }
+
+// HiddenPrefix starts every HiddenKey.
+const HiddenPrefix = hiddenPrefix
+
+// IsHiddenKey reports whether key is a HiddenKey.
+func IsHiddenKey(key string) bool {
+	id, ok := strings.CutPrefix(key, hiddenPrefix)
+	if !ok || len(id) != 16 {
+		return false
+	}
+	_, err := strconv.ParseUint(id, 16, 64)
+	return err == nil && strings.ToLower(id) == id
+}
 
 // StapleOf returns the staple's path whose pointer is key, if key is a
 // pointer.

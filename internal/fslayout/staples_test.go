@@ -57,3 +57,17 @@ func TestCheckStaples(t *testing.T) {
 		}
 	}
 }
+
+func TestIsHiddenKey(t *testing.T) {
+	for _, id := range []uint64{0, 7, 1 << 63, ^uint64(0)} {
+		if k := HiddenKey(id); !IsHiddenKey(k) {
+			t.Errorf("IsHiddenKey(%q) = false", k)
+		}
+	}
+	for _, k := range []string{"", "%", "%7", "%00000000000000070", "%000000000000000G", "%000000000000000A",
+		"/%0000000000000007", "^%0000000000000007", "%+000000000000007"} {
+		if IsHiddenKey(k) {
+			t.Errorf("IsHiddenKey(%q) = true", k)
+		}
+	}
+}

@@ -122,10 +122,17 @@ type dirRef struct{ ks, key string }
 type dirJob struct {
 	dirRef
 	round int // checks of this log so far that lost every try
-	// home: the job brings the staple at key's data home (fshome.go)
-	// rather than checking a directory log.
-	home bool
+	kind  jobKind
 }
+
+// jobKind is what a job of the worker does.
+type jobKind uint8
+
+const (
+	jobCompact jobKind = iota // check a directory log (this file)
+	jobHome                   // bring the data of the staple at key home (fshome.go)
+	jobSweep                  // delete the hidden blob key if it is an orphan (fshidden.go)
+)
 
 // dirCompactor is a node's queue and worker of directory-log checks.
 type dirCompactor struct {
@@ -145,6 +152,8 @@ type dirCompactor struct {
 	// compacted).
 	homeBytesMax uint64
 	homeCounts   [5]atomic.Uint64
+	// sweep is the sweep of orphaned hidden blobs (fshidden.go).
+	sweep hiddenSweep
 
 	// afterRead, if set before the worker starts, runs between a check's
 	// read and its commit (tests race appends against it).
@@ -160,17 +169,17 @@ func newDirCompactor(s *Service) *dirCompactor {
 	return &dirCompactor{s: s, queue: make(chan dirJob, dirCompactQueueLen), seen: map[dirRef]uint64{}, homing: map[dirRef]bool{}}
 }
 
-func (d *dirCompactor) count(outcome string) {
-	d.counts[slices.Index(dirOutcomes, outcome)].Add(1)
-}
-
 // countJob counts a check of j's kind.
 func (d *dirCompactor) countJob(j dirJob, outcome string) {
-	if j.home {
-		d.homeCounts[slices.Index(dirOutcomes, outcome)].Add(1)
-		return
+	i := slices.Index(dirOutcomes, outcome)
+	switch j.kind {
+	case jobHome:
+		d.homeCounts[i].Add(1)
+	case jobSweep:
+		d.sweep.counts[i].Add(1)
+	default:
+		d.counts[i].Add(1)
 	}
-	d.count(outcome)
 }
 
 // Count returns how many checks had outcome.
@@ -181,22 +190,26 @@ func (d *dirCompactor) Count(outcome string) uint64 {
 func (d *dirCompactor) Describe(ch chan<- *prometheus.Desc) {
 	ch <- dirCompactionsDesc
 	ch <- stapleHomingsDesc
+	ch <- hiddenSweepsDesc
 }
 
 func (d *dirCompactor) Collect(ch chan<- prometheus.Metric) {
 	for i, o := range dirOutcomes {
 		ch <- prometheus.MustNewConstMetric(dirCompactionsDesc, prometheus.CounterValue, float64(d.Count(o)), o)
 		ch <- prometheus.MustNewConstMetric(stapleHomingsDesc, prometheus.CounterValue, float64(d.homeCounts[i].Load()), homeOutcome(o))
+		ch <- prometheus.MustNewConstMetric(hiddenSweepsDesc, prometheus.CounterValue, float64(d.sweep.counts[i].Load()), sweepOutcome(o))
 	}
 }
 
 // StartDirCompaction starts s's background compaction of TýrFS directory
-// logs, and the homing of staples' data of up to homeBytesMax bytes (0:
-// none; see fshome.go), and returns the function that stops them, waiting
+// logs, the homing of staples' data of up to homeBytesMax bytes (0:
+// none; see fshome.go) and the sweep of orphaned hidden blobs
+// (fshidden.go), and returns the function that stops them, waiting
 // for a check in flight to end (its commit is cancelled).
 func (s *Service) StartDirCompaction(homeBytesMax uint64) (stop func()) {
 	d := s.dirs
 	d.homeBytesMax = min(homeBytesMax, fslayout.HomeBytesLimit)
+	d.sweep.defaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	d.done = make(chan struct{})
 	d.running.Store(true)
@@ -286,7 +299,7 @@ func (d *dirCompactor) queueHome(ks, p string) {
 	if d.homing[r] || len(d.homing) >= dirCompactQueueLen {
 		return
 	}
-	if d.enqueue(dirJob{dirRef: r, home: true}) {
+	if d.enqueue(dirJob{dirRef: r, kind: jobHome}) {
 		d.homing[r] = true
 	}
 }
@@ -330,13 +343,18 @@ func (d *dirCompactor) forget(r dirRef) {
 	delete(d.seen, r)
 }
 
-// run checks the queued logs one at a time, paced, until ctx ends.
+// run checks the queued logs one at a time, paced, until ctx ends, and
+// looks for orphaned hidden blobs every d.sweep.every.
 func (d *dirCompactor) run(ctx context.Context) {
 	defer close(d.done)
+	tick := time.NewTicker(d.sweep.every)
+	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-tick.C:
+			d.scanHidden()
 		case j := <-d.queue:
 			n := d.check(ctx, j)
 			pause := max(dirCompactPause, time.Duration(float64(n)/dirCompactBytesPerSecond*float64(time.Second)))
@@ -357,15 +375,18 @@ func (d *dirCompactor) check(ctx context.Context, j dirJob) int {
 	var c dirCheck
 	var err error
 	n := 0
-	if j.home {
+	if j.kind == jobHome {
 		d.mu.Lock()
 		delete(d.homing, j.dirRef) // noticed again from here on
 		d.mu.Unlock()
 	}
 	for try, backoff := 0, dirCompactTryBackoff; ; try, backoff = try+1, 2*backoff {
-		if j.home {
+		switch j.kind {
+		case jobHome:
 			c, err = d.s.homeStaple(cctx, j.dirRef, d.homeBytesMax)
-		} else {
+		case jobSweep:
+			c, err = d.s.sweepHidden(cctx, j.dirRef)
+		default:
 			c, err = d.s.compactDir(cctx, j.dirRef, d.afterRead)
 		}
 		n += c.bytes
@@ -373,7 +394,8 @@ func (d *dirCompactor) check(ctx context.Context, j dirJob) int {
 			return n // stopping: not counted
 		}
 		d.countJob(j, c.outcome)
-		if c.outcome != dirConflict || try+1 == dirCompactTriesMax {
+		// A hidden blob that changed is in use: not tried again.
+		if c.outcome != dirConflict || j.kind == jobSweep || try+1 == dirCompactTriesMax {
 			break
 		}
 		select {
@@ -382,17 +404,22 @@ func (d *dirCompactor) check(ctx context.Context, j dirJob) int {
 		}
 	}
 	switch {
-	case j.home && c.outcome == dirConflict && j.round+1 < dirCompactRoundsMax:
-		next := dirJob{dirRef: j.dirRef, round: j.round + 1, home: true}
+	case j.kind == jobHome && c.outcome == dirConflict && j.round+1 < dirCompactRoundsMax:
+		next := dirJob{dirRef: j.dirRef, round: j.round + 1, kind: jobHome}
 		time.AfterFunc(dirCompactRetryDelay<<j.round, func() {
 			if d.running.Load() {
 				d.enqueue(next)
 			}
 		})
 		return n
-	case j.home:
+	case j.kind == jobHome:
 		if c.outcome == dirFailed {
 			d.s.log.Debug("staple homing failed", "keyspace", j.ks, "path", j.key, "err", err)
+		}
+		return n
+	case j.kind == jobSweep:
+		if c.outcome == dirFailed {
+			d.s.log.Debug("hidden blob sweep failed", "keyspace", j.ks, "key", j.key, "err", err)
 		}
 		return n
 	}
