@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -234,4 +235,87 @@ func TestMountCommandDrains(t *testing.T) {
 	if mounted(t, dir) {
 		t.Fatalf("%s still mounted after SIGTERM and the closes", dir)
 	}
+}
+
+// TestMountCommandDrainFails checks that tyr mount exits non-zero, naming
+// the file, when what it held cannot be committed at SIGTERM: a create
+// deferred in a keyspace dropped meanwhile.
+// Run: go test -run TestMountCommandDrainFails ./internal/cli
+func TestMountCommandDrainFails(t *testing.T) {
+	s, dir := mountSetup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.Command(testserver.Binary(t), "mount", "--endpoint", s.Endpoint, "--create", "--hold-writes", "1h", "cli-drain-fails", dir)
+	var stderr lockedBuffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := testserver.StartTied(cmd); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, _ = io.Copy(io.Discard, out)
+		done <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	})
+	testserver.Eventually(t, time.Minute, "the mount", func() (bool, string) { return mounted(t, dir), dir })
+	f, err := os.Create(filepath.Join(dir, "lost"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	if _, err := f.WriteString("lost"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Client().DropKeyspace(ctx, "cli-drain-fails"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	// The drain fails at once; the unmount waits for the close.
+	testserver.Eventually(t, time.Minute, "the drain's error", func() (bool, string) {
+		return strings.Contains(stderr.String(), "trying again"), stderr.String()
+	})
+	if err := f.Close(); err == nil {
+		t.Error("close of a file whose create failed succeeded")
+	}
+	select {
+	case err := <-done:
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() == 0 {
+			t.Fatalf("tyr mount exited with %v, want a non-zero exit", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("tyr mount did not exit within a minute of the close")
+	}
+	if msg := stderr.String(); !strings.Contains(msg, "commit what") || !strings.Contains(msg, "lost") {
+		t.Fatalf("tyr mount's errors do not name the file whose create failed: %q", msg)
+	}
+}
+
+// lockedBuffer is a strings.Builder safe for one writer and readers.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
