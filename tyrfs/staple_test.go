@@ -523,7 +523,7 @@ func TestStapleReadRequests(t *testing.T) {
 // copy that is gone.
 func TestRelocateSwept(t *testing.T) {
 	ctx, c, f := newFS(t, noHoming)
-	big := pattern(5, int(fslayout.StapleBytesMin)+client.PayloadBytesMax/2) // a copy of two parts
+	big := pattern(5, int(max(fslayout.StapleBytesMin, client.PayloadBytesMax))+100<<10) // a copy of two parts
 	writeBig(t, ctx, f, "/a", big)
 	mustRename(t, ctx, f, "/a", "/b")
 	if d := stapleOf(t, ctx, c, "/b"); d != "/a" {
