@@ -215,6 +215,11 @@ type Node struct {
 	begins chan beginReq
 	stop   chan struct{}
 	done   chan struct{}
+	// stopped is cancelled as stop closes: the context of work that
+	// outlives its request but not the node (runCombined), watched by no
+	// goroutine of its own.
+	stopped    context.Context
+	cancelStop context.CancelFunc
 
 	ringMu   sync.Mutex
 	ringView *membership.View // the view ring was last checked against
@@ -332,6 +337,7 @@ func Start(cfg Config) (*Node, error) {
 		syncReqs: make(chan syncReq, 1), syncDone: make(chan syncResult, 1), syncerDone: make(chan struct{}),
 		dirty: map[string]bool{},
 	}
+	n.stopped, n.cancelStop = context.WithCancel(context.Background())
 	for _, ks := range cfg.Engine.List() {
 		n.earlier[ks.Name] = !cfg.FirstRun
 	}
@@ -358,6 +364,7 @@ func Start(cfg Config) (*Node, error) {
 // ErrUnavailable.
 func (n *Node) Close() {
 	close(n.stop)
+	n.cancelStop()
 	<-n.done
 	<-n.syncerDone
 	<-n.catch.done
