@@ -310,9 +310,14 @@ func TestCreateAt(t *testing.T) {
 	if _, err := f.Mkdir(ctx, "/d", Owner{Mode: 0o755}); err != nil {
 		t.Fatal(err)
 	}
-	made := must[Attr](t)(f.Stat(ctx, "/d", KindDir)).Mtime
+	dir := must[Attr](t)(f.Stat(ctx, "/d", KindDir))
+	made := dir.Mtime
 	at := time.Now().Add(-time.Hour).UnixNano()
 	a := must[Attr](t)(f.CreateAt(ctx, "/d/c", Owner{UID: 1, GID: 1, Mode: 0o640}, at))
+	// A create adds DirEntryBytes to its directory's size.
+	if d := must[Attr](t)(f.Stat(ctx, "/d", KindDir)); d.Size != dir.Size+DirEntryBytes("c") {
+		t.Fatalf("the directory's size after a create: %d, want %d + %d", d.Size, dir.Size, DirEntryBytes("c"))
+	}
 	got := must[Attr](t)(f.Stat(ctx, "/d/c", KindFile))
 	if got != a || got.Atime != at || got.Mtime != at || got.Ctime != at || got.Btime != at || got.Size != 0 || got.Mode != 0o640 {
 		t.Fatalf("CreateAt at %d: returned %+v, stat %+v; want every time %d, empty, mode 0640", at, a, got, at)

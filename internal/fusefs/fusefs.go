@@ -702,10 +702,7 @@ func (n *node) Write(ctx context.Context, fh fs.FileHandle, data []byte, off int
 			n.createMu.Unlock()
 			return uint32(len(data)), 0
 		}
-		errno := n.settleLocked(ctx)
-		if errno == 0 {
-			errno = n.takeWriteErr()
-		}
+		errno := n.commitLocked(ctx)
 		if errno == 0 && !appending && n.holdNew(uint64(off), data) {
 			n.createMu.Unlock()
 			return uint32(len(data)), 0
@@ -761,6 +758,13 @@ func (n *node) Fsync(ctx context.Context, _ fs.FileHandle, _ uint32) syscall.Err
 	defer cancel()
 	n.createMu.Lock()
 	defer n.createMu.Unlock()
+	return n.commitLocked(ctx)
+}
+
+// commitLocked commits n's deferred create and held writes, and returns
+// their error, or else that of held writes whose commit failed before
+// (once, deferred.go invariant 5). n.createMu is held.
+func (n *node) commitLocked(ctx context.Context) syscall.Errno {
 	if errno := n.settleLocked(ctx); errno != 0 {
 		return errno
 	}
