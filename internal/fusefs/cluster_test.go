@@ -755,15 +755,10 @@ func writesHeld(t *testing.T, a, b, c string) {
 	// a mount that never commits the write fails it after 30 s.
 	f = openIn(c, "held", os.O_WRONLY)
 	writeAt(f, "TIME", 0)
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	testserver.Eventually(t, 30*time.Second, "b/held after a write c holds a second, never closed", func() (bool, string) {
 		got, err := os.ReadFile(filepath.Join(b, "held"))
-		if err == nil && string(got) == "TIME" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("b/held 30 s after a write c holds a second, never closed: %q, %v; want %q", got, err, "TIME")
-		}
-	}
+		return err == nil && string(got) == "TIME", fmt.Sprintf("%q, %v; want %q", got, err, "TIME")
+	})
 	f.Close()
 
 	// Removed through b while a holds a write: a's close fails, and

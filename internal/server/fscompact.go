@@ -196,8 +196,8 @@ func (d *dirCompactor) Describe(ch chan<- *prometheus.Desc) {
 func (d *dirCompactor) Collect(ch chan<- prometheus.Metric) {
 	for i, o := range dirOutcomes {
 		ch <- prometheus.MustNewConstMetric(dirCompactionsDesc, prometheus.CounterValue, float64(d.Count(o)), o)
-		ch <- prometheus.MustNewConstMetric(stapleHomingsDesc, prometheus.CounterValue, float64(d.homeCounts[i].Load()), homeOutcome(o))
-		ch <- prometheus.MustNewConstMetric(hiddenSweepsDesc, prometheus.CounterValue, float64(d.sweep.counts[i].Load()), sweepOutcome(o))
+		ch <- prometheus.MustNewConstMetric(stapleHomingsDesc, prometheus.CounterValue, float64(d.homeCounts[i].Load()), doneAs("homed", o))
+		ch <- prometheus.MustNewConstMetric(hiddenSweepsDesc, prometheus.CounterValue, float64(d.sweep.counts[i].Load()), doneAs("reclaimed", o))
 	}
 }
 

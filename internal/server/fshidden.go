@@ -61,14 +61,6 @@ var hiddenSweepsDesc = prometheus.NewDesc("tyr_fs_hidden_sweeps_total",
 		"(in use, gone, or no TýrFS data blob), conflict (changed meanwhile), dropped (queue full) or failed.",
 	[]string{"outcome"}, nil)
 
-// sweepOutcome names a compaction outcome as a sweep's.
-func sweepOutcome(o string) string {
-	if o == dirCompacted {
-		return "reclaimed"
-	}
-	return o
-}
-
 // hiddenSweep is the state of a node's sweep. every and grace are set
 // before the worker starts (defaults: hiddenSweepEvery, hiddenGrace);
 // cursor is the worker's alone.

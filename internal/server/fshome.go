@@ -44,10 +44,11 @@ var stapleHomingsDesc = prometheus.NewDesc("tyr_fs_staple_homings_total",
 		"(queue full) or failed.",
 	[]string{"outcome"}, nil)
 
-// homeOutcome names a compaction outcome as a homing's.
-func homeOutcome(o string) string {
+// doneAs names outcome o as a job's whose success is named done
+// ("homed" for a homing, "reclaimed" for a sweep).
+func doneAs(done, o string) string {
 	if o == dirCompacted {
-		return "homed"
+		return done
 	}
 	return o
 }
