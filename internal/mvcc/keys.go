@@ -15,8 +15,11 @@ import (
 //
 //	'm' key                          -> blob record (size, version, times)
 //	'p' key 0x00 page(8) ^version(8) -> page bytes (at most PageBytes)
-//	'p' key 0x00 page(8) ^version(8) 'd' -> delta: offset(4) bytes, the page as of its next older
-//	                                    stored version cut (or zero-filled) to offset, then bytes
+//	'p' key 0x00 page(8) ^version(8) 'd' -> delta of the page as of its next older stored version,
+//	                                    either offset(4) bytes: that page cut (or zero-filled) to
+//	                                    offset, then bytes; or 0x80000000|length(4) then pieces
+//	                                    offset(4) n(4) bytes(n): that page cut (or zero-filled) to
+//	                                    length, each piece's bytes then written at its offset
 //	'g' deadline(8) pagekey          -> "" (versions of the page older than pagekey's: collect after deadline)
 //	'h' key 0x00 ^version(8)         -> history record: the blob record as of version, which a later
 //	                                    commit superseded, plus that commit's cut page (MVCC on only)
@@ -53,14 +56,16 @@ import (
 //	p a\0 page1 ^7       -> "ef"
 //	g <t9+retention> p a\0 page0 ^9   (page0's versions older than 9 go then)
 //
-// Deltas. An append rewrites the last page of a blob, a whole page for a few
-// bytes: each create in a TýrFS directory rewrote its log's last page, up
-// to 64 KiB through the write-ahead log, the memtable and compactions. So a
-// commit (MVCC on) that only adds bytes past a stored page's end stores the
-// added bytes alone, as a delta of the page's next older version, when that
-// page holds more bytes than the delta adds and its chain of deltas is
-// shorter than DeltaDepthMax. A read of a page walks the versions from the
-// one it finds to the first whole page, which sort right after it.
+// Deltas. A small change to a stored page would rewrite the page whole: each
+// create in a TýrFS directory appends to its log's last page and sets the
+// times in its first, up to 64 KiB each through the write-ahead log, the
+// memtable and compactions. So a commit (MVCC on) that changes a stored
+// page stores only the bytes it changed, as a delta of the page's next
+// older version, when the delta is smaller than that page and its chain of
+// deltas is shorter than DeltaDepthMax: a change that runs to the page's
+// end as the page cut at the change, then the new bytes; any other as the
+// new length and the changed pieces. A read of a page walks the versions
+// from the one it finds to the first whole page, which sort right after it.
 //
 // Invariants:
 //
@@ -165,25 +170,85 @@ func encodeDelta(offset uint64, data []byte) []byte {
 	return append(binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(data)), uint32(offset)), data...)
 }
 
+// patchMark flags a delta of pieces: the top bit of its first four bytes,
+// which a cut offset (at most PageBytes) never sets.
+const patchMark = 1 << 31
+
+// pieceHeaderBytes is what a piece of a delta costs besides its bytes.
+const pieceHeaderBytes = 8
+
+// span is the bytes [lo, hi) of a page.
+type span struct{ lo, hi uint64 }
+
+// encodePatch is a delta's value that makes a page of len(page) bytes
+// whose bytes outside spans (sorted, disjoint, inside page) are those of
+// its base, zeros past the base's end.
+func encodePatch(page []byte, spans []span) []byte {
+	n := 4
+	for _, s := range spans {
+		n += pieceHeaderBytes + int(s.hi-s.lo)
+	}
+	d := binary.BigEndian.AppendUint32(make([]byte, 0, n), patchMark|uint32(len(page)))
+	for _, s := range spans {
+		d = binary.BigEndian.AppendUint32(d, uint32(s.lo))
+		d = binary.BigEndian.AppendUint32(d, uint32(s.hi-s.lo))
+		d = append(d, page[s.lo:s.hi]...)
+	}
+	return d
+}
+
+// deltaPageBytes is the length of the page delta d makes (d holds at
+// least 4 bytes).
+func deltaPageBytes(d []byte) uint64 {
+	head := binary.BigEndian.Uint32(d)
+	if head&patchMark != 0 {
+		return uint64(head &^ patchMark)
+	}
+	return uint64(head) + uint64(len(d)-4)
+}
+
 // applyDeltas returns page base with deltas applied, oldest last in
 // deltas (newest first).
 func applyDeltas(base []byte, deltas [][]byte) ([]byte, error) {
 	page := slices.Clone(base)
 	for i := len(deltas) - 1; i >= 0; i-- {
-		d := deltas[i]
-		if len(d) < 4 {
-			return nil, fmt.Errorf("%w: page delta of %d bytes", errs.ErrCorruption, len(d))
+		var err error
+		if page, err = applyDelta(page, deltas[i]); err != nil {
+			return nil, err
 		}
-		off := uint64(binary.BigEndian.Uint32(d))
-		if off+uint64(len(d)-4) > PageBytes {
-			return nil, fmt.Errorf("%w: page delta of %d bytes at %d", errs.ErrCorruption, len(d)-4, off)
+	}
+	return page, nil
+}
+
+// applyDelta returns page with delta d applied; it may reuse page.
+func applyDelta(page, d []byte) ([]byte, error) {
+	if len(d) < 4 {
+		return nil, fmt.Errorf("%w: page delta of %d bytes", errs.ErrCorruption, len(d))
+	}
+	head := binary.BigEndian.Uint32(d)
+	off := uint64(head &^ patchMark)
+	if deltaPageBytes(d) > PageBytes {
+		return nil, fmt.Errorf("%w: page delta of %d bytes at %d", errs.ErrCorruption, len(d)-4, off)
+	}
+	if uint64(len(page)) >= off {
+		page = page[:off]
+	} else {
+		page = append(page, make([]byte, off-uint64(len(page)))...)
+	}
+	if head&patchMark == 0 {
+		return append(page, d[4:]...), nil
+	}
+	for rest := d[4:]; len(rest) > 0; {
+		if len(rest) < pieceHeaderBytes {
+			return nil, fmt.Errorf("%w: page delta piece of %d bytes", errs.ErrCorruption, len(rest))
 		}
-		if uint64(len(page)) >= off {
-			page = page[:off]
-		} else {
-			page = append(page, make([]byte, off-uint64(len(page)))...)
+		lo, n := uint64(binary.BigEndian.Uint32(rest)), uint64(binary.BigEndian.Uint32(rest[4:]))
+		rest = rest[pieceHeaderBytes:]
+		if n > uint64(len(rest)) || lo+n > off {
+			return nil, fmt.Errorf("%w: page delta piece of %d bytes at %d in a page of %d", errs.ErrCorruption, n, lo, off)
 		}
-		page = append(page, d[4:]...)
+		copy(page[lo:lo+n], rest[:n])
+		rest = rest[n:]
 	}
 	return page, nil
 }

@@ -960,7 +960,7 @@ func checkLayout(t *testing.T, ctx string, sub *subject, blobs map[string][]byte
 				if n < 4 {
 					t.Fatalf("%s: %s: delta %x of %d bytes", ctx, sub.name, k, n)
 				}
-				n += int(binary.BigEndian.Uint32(it.Value())) - 4
+				n = int(deltaPageBytes(it.Value()))
 				if len(pages[id]) == deltas[id] {
 					deltas[id]++
 				}
@@ -1236,10 +1236,11 @@ func TestVersionGC(t *testing.T) {
 	// are retained: the collector goes by time alone (uses: TestVersionUses).
 	s := openStore(t, Options{MVCC: true, Retention: retention, Linger: retention, Now: clock.Now})
 	start := clock.Now()
-	// Commit i writes 8 bytes at the start of each page, alternately the
-	// first and the second 8, so each new page version merges the new bytes
-	// into the previous version. Pages stay 16 bytes long, which keeps the
-	// test fast; the blob is 2 pages and 16 bytes.
+	// Commit i writes 8 bytes at the start of each page, alternately at
+	// bytes 0 and 4, so each new page version merges the new bytes into the
+	// previous version. Pages stay 16 bytes long, which keeps the test
+	// fast; the blob is 2 pages and 16 bytes. A change of half a page is no
+	// smaller as a delta (keys.go), so every version is a whole page.
 	const size = (pages-1)*PageBytes + 16
 	contents := make([][]byte, commits)
 	cur := make([]byte, size)
@@ -1247,7 +1248,7 @@ func TestVersionGC(t *testing.T) {
 	for i := range commits {
 		var ops []txn.Op
 		for p := range pages {
-			off := uint64(p*PageBytes + 8*(i%2))
+			off := uint64(p*PageBytes + 4*(i%2))
 			data := bytes.Repeat([]byte{byte(i), byte(p + 1)}, 4)
 			if i == 0 {
 				off, data = uint64(p*PageBytes), bytes.Repeat([]byte{0xee}, 16)
@@ -1655,8 +1656,8 @@ func TestReadPage(t *testing.T) {
 	// v2: rewrites page 1 only, spilling 2 bytes into page 2.
 	v2 := mustCommit(t, s, txn.Op{Key: "a", Kind: txn.OpWrite, Offset: 2*PageBytes - 3, Data: fill('2', 5)})[0].Version
 	clock.Advance(time.Second)
-	// v3: rewrites page 0.
-	v3 := mustCommit(t, s, txn.Op{Key: "a", Kind: txn.OpWrite, Offset: 0, Data: fill('0', 4)})[0].Version
+	// v3: rewrites page 0 whole (a smaller change would be a delta).
+	v3 := mustCommit(t, s, txn.Op{Key: "a", Kind: txn.OpWrite, Offset: 0, Data: fill('0', PageBytes)})[0].Version
 	if !(v1 < v2 && v2 < v3) {
 		t.Fatalf("versions not increasing: %d %d %d", v1, v2, v3)
 	}
@@ -1708,7 +1709,7 @@ func TestReadPage(t *testing.T) {
 	at2 := slices.Clone(at1)
 	copy(at2[2*PageBytes-3:], fill('2', 5))
 	at3 := slices.Clone(at2)
-	copy(at3, fill('0', 4))
+	copy(at3, fill('0', PageBytes))
 	for _, c := range []struct {
 		v    uint64
 		want []byte
@@ -2009,12 +2010,12 @@ func TestAppendsWriteDeltas(t *testing.T) {
 			wantDeltas = append(wantDeltas, v)
 		}
 	}
-	// A shrinking truncate writes the page whole; the append after it is a
-	// delta again, and one adding more than the page holds is whole.
+	// A shrinking truncate is a delta of its cut alone, the append after it
+	// another, and one adding more than the page holds is whole.
 	clock.Advance(time.Second)
 	cur = cur[:len(cur)-100]
 	snaps = append(snaps, snap{mustCommit(t, s, txn.Op{Key: "log", Kind: txn.OpTruncate, Size: uint64(len(cur))})[0].Version, slices.Clone(cur)})
-	wantDeltas = append(wantDeltas, appendRecord([]byte("after the cut;")))
+	wantDeltas = append(wantDeltas, snaps[len(snaps)-1].version, appendRecord([]byte("after the cut;")))
 	appendRecord(bytes.Repeat([]byte("x"), len(cur)+1))
 	slices.Reverse(wantDeltas)
 
@@ -2031,7 +2032,7 @@ func TestAppendsWriteDeltas(t *testing.T) {
 		t.Fatal(err)
 	}
 	for ok := it.First(); ok; ok = it.Next() {
-		if _, v, delta, _ := decodePageKey(it.Key(), len(pagePrefix("log"))); delta && len(it.Value()) != 4+len("entry 000;") && len(it.Value()) != 4+len("after the cut;") {
+		if _, v, delta, _ := decodePageKey(it.Key(), len(pagePrefix("log"))); delta && !slices.Contains([]int{4, 4 + len("entry 000;"), 4 + len("after the cut;")}, len(it.Value())) {
 			t.Errorf("delta at version %d holds %d bytes", v, len(it.Value()))
 		}
 	}
@@ -2061,5 +2062,133 @@ func TestAppendsWriteDeltas(t *testing.T) {
 	}
 	if _, _, err := s.ReadAt("log", 0, 10, snaps[1].version); !errors.Is(err, errs.ErrConflict) {
 		t.Fatalf("read at collected version %d: %v, want a conflict", snaps[1].version, err)
+	}
+}
+
+// TestSmallChangesWriteDeltas checks that commits changing a few bytes of
+// stored pages (writes inside a page, atomic ops, a shrink, an append and
+// a time stamp in one commit, as a TýrFS create does to its directory)
+// store deltas of about the bytes they change, and that every version
+// reads back whole, seeded.
+func TestSmallChangesWriteDeltas(t *testing.T) {
+	seed := seedFromEnv(t)
+	r := rand.New(rand.NewPCG(seed, 7))
+	clock := newFakeClock()
+	s := openStore(t, Options{MVCC: true, Retention: time.Hour, Linger: time.Hour, Now: clock.Now})
+	cur := make([]byte, 2*PageBytes+PageBytes/2)
+	for i := range cur {
+		cur[i] = byte(r.IntN(256))
+	}
+	type snap struct {
+		version uint64
+		data    []byte
+	}
+	snaps := []snap{{mustCommit(t, s, txn.Op{Key: "b", Kind: txn.OpWrite, Data: cur, Create: true})[0].Version, slices.Clone(cur)}}
+	var changed int // bytes the commits changed
+	const commits = 200
+	for range commits {
+		clock.Advance(time.Second)
+		var ops []txn.Op
+		for range 1 + r.IntN(3) {
+			switch k := r.IntN(10); {
+			case k < 6: // a few bytes inside the blob
+				n := 1 + r.IntN(32)
+				off := r.IntN(len(cur) - n)
+				data := make([]byte, n)
+				for i := range data {
+					data[i] = byte(r.IntN(256))
+				}
+				copy(cur[off:], data)
+				changed += n
+				ops = append(ops, txn.Op{Key: "b", Kind: txn.OpWrite, Offset: uint64(off), Data: data})
+			case k < 8: // an atomic add
+				off := r.IntN(len(cur) - 8)
+				v := binary.LittleEndian.Uint64(cur[off:]) + 1
+				binary.LittleEndian.PutUint64(cur[off:], v)
+				changed += 8
+				ops = append(ops, txn.Op{Key: "b", Kind: txn.OpAtomic, Offset: uint64(off), Width: 8, Func: txn.FuncAdd, Operand: 1})
+			case k < 9 && len(cur) > 2*PageBytes+64: // a shrink inside the last page, maybe a write past the cut
+				cur = cur[:len(cur)-1-r.IntN(32)]
+				ops = append(ops, txn.Op{Key: "b", Kind: txn.OpTruncate, Size: uint64(len(cur))})
+				if r.IntN(2) == 0 {
+					off := len(cur) + 1 + r.IntN(16)
+					cur = append(cur, make([]byte, off-len(cur))...)
+					cur = append(cur, 'w')
+					changed++
+					ops = append(ops, txn.Op{Key: "b", Kind: txn.OpWrite, Offset: uint64(off), Data: []byte{'w'}})
+				}
+			default: // an append
+				data := bytes.Repeat([]byte{byte(r.IntN(256))}, 1+r.IntN(32))
+				if len(cur)+len(data) > 3*PageBytes {
+					continue
+				}
+				cur = append(cur, data...)
+				changed += len(data)
+				ops = append(ops, txn.Op{Key: "b", Kind: txn.OpAppend, Data: data})
+			}
+		}
+		if len(ops) == 0 {
+			continue
+		}
+		snaps = append(snaps, snap{mustCommit(t, s, ops...)[0].Version, slices.Clone(cur)})
+	}
+	for _, sn := range snaps {
+		if got := readAt(t, s, "b", sn.version, 0, len(sn.data)); !bytes.Equal(got, sn.data) {
+			t.Fatalf("seed %d: at version %d: %s", seed, sn.version, diff(got, sn.data))
+		}
+	}
+	// Every 17th version of a page is whole; the deltas between hold
+	// about the changed bytes, a piece's header each.
+	var whole, deltas, deltaBytes int
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: pagePrefix("b"), UpperBound: blobPagesEnd("b")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		if _, _, delta, _ := decodePageKey(it.Key(), len(pagePrefix("b"))); delta {
+			deltas++
+			deltaBytes += len(it.Value())
+		} else {
+			whole++
+		}
+	}
+	if err := it.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if wholeMax := 3 + (3*commits+DeltaDepthMax)/(DeltaDepthMax+1); deltas == 0 || whole > wholeMax {
+		t.Errorf("seed %d: %d whole page versions and %d deltas; want at most %d whole", seed, whole, deltas, wholeMax)
+	}
+	if max := changed + deltas*(4+3*2*pieceHeaderBytes); deltaBytes > max {
+		t.Errorf("seed %d: deltas hold %d bytes for %d changed; want at most %d", seed, deltaBytes, changed, max)
+	}
+}
+
+// TestApplyDeltaCorrupt checks that a delta whose pieces do not fit its
+// page is reported as corruption, never applied.
+func TestApplyDeltaCorrupt(t *testing.T) {
+	piece := func(head uint32, lo, n uint32, data string) []byte {
+		d := binary.BigEndian.AppendUint32(nil, head)
+		d = binary.BigEndian.AppendUint32(d, lo)
+		d = binary.BigEndian.AppendUint32(d, n)
+		return append(d, data...)
+	}
+	good := piece(patchMark|10, 2, 3, "abc")
+	if page, err := applyDelta([]byte("0123456789xyz"), good); err != nil || string(page) != "01abc56789" {
+		t.Fatalf("applyDelta = %q, %v; want \"01abc56789\"", page, err)
+	}
+	for name, d := range map[string][]byte{
+		"short":          {0, 1},
+		"past the page":  piece(patchMark|10, 8, 3, "abc"),
+		"bytes missing":  piece(patchMark|10, 2, 4, "abc"),
+		"header cut":     good[:9],
+		"page too long":  piece(patchMark|(PageBytes+1), 2, 3, "abc"),
+		"cut past limit": binary.BigEndian.AppendUint32(nil, PageBytes),
+	} {
+		if name == "cut past limit" {
+			d = append(d, 'x')
+		}
+		if _, err := applyDelta([]byte("0123456789"), d); !errors.Is(err, errs.ErrCorruption) {
+			t.Errorf("%s: %v, want corruption", name, err)
+		}
 	}
 }

@@ -40,9 +40,9 @@ type blobWork struct {
 	cutPage uint64
 	dirty   map[uint64][]byte
 	// stored describes the stored pages the commit read, by index (nil
-	// until it reads one). A dirty page changed only past its stored bytes
-	// is written as a delta (keys.go).
-	stored map[uint64]storedPage
+	// until it reads one). A dirty page changed in few of its bytes is
+	// written as a delta (keys.go).
+	stored map[uint64]*storedPage
 	// pageBytes is the store's page size; chunkBytes its chunk size.
 	pageBytes, chunkBytes uint64
 	// holds reports whether this store keeps chunk c of the blob (see
@@ -163,42 +163,79 @@ func (w *blobWork) page(idx uint64) ([]byte, error) {
 		return nil, err
 	}
 	if w.stored == nil {
-		w.stored = map[uint64]storedPage{}
+		w.stored = map[uint64]*storedPage{}
 	}
 	n := uint64(len(data))
-	w.stored[idx] = storedPage{bytes: n, depth: depth, from: n}
+	w.stored[idx] = &storedPage{bytes: n, depth: depth}
 	return slices.Clone(data), nil
 }
 
 // storedPage is what a commit read of a stored page: its bytes, how many
-// deltas its version stacks on a whole page, and where the commit's first
-// change to it is (bytes while it changed nothing there).
+// deltas its version stacks on a whole page, and the bytes the commit
+// changed in it, sorted and disjoint (they may run past the page's end).
 type storedPage struct {
-	bytes, from uint64
-	depth       int
+	bytes   uint64
+	depth   int
+	changed []span
 }
 
-// changedFrom notes that the commit changes page idx from byte lo on; only
-// a stored page it read can become a delta, so only those keep it.
-func (w *blobWork) changedFrom(idx, lo uint64) {
-	if st, ok := w.stored[idx]; ok && lo < st.from {
-		st.from = lo
-		w.stored[idx] = st
+// change notes that the commit changes bytes [lo, hi) of page idx; only a
+// stored page it read can become a delta, so only those keep them.
+func (w *blobWork) change(idx, lo, hi uint64) {
+	st, ok := w.stored[idx]
+	if !ok {
+		return
 	}
+	// Merge with every span [lo, hi) overlaps or touches.
+	i := 0
+	for i < len(st.changed) && st.changed[i].hi < lo {
+		i++
+	}
+	j := i
+	for j < len(st.changed) && st.changed[j].lo <= hi {
+		lo, hi = min(lo, st.changed[j].lo), max(hi, st.changed[j].hi)
+		j++
+	}
+	st.changed = slices.Replace(st.changed, i, j, span{lo, hi})
 }
 
 // delta returns dirty page idx as a delta of the stored version the commit
-// read, if it may be written as one: the commit changed only bytes past
-// the stored ones, adding fewer than those, the page is not dropped, and
-// its chain of deltas is shorter than DeltaDepthMax.
+// read, if it may be written as one: the page is not dropped, its chain of
+// deltas is shorter than DeltaDepthMax, and the delta is smaller than the
+// stored page. A change that runs to the page's end is written as a cut
+// (encodeDelta), any other as pieces (encodePatch); pieces closer than a
+// piece's header are written as one.
 func (w *blobWork) delta(idx uint64) ([]byte, bool) {
 	st, ok := w.stored[idx]
-	page := w.dirty[idx]
-	if !ok || idx >= w.cutPage || st.depth >= DeltaDepthMax || st.from < st.bytes ||
-		uint64(len(page)) <= st.bytes || uint64(len(page))-st.bytes >= st.bytes {
+	if !ok || idx >= w.cutPage || st.depth >= DeltaDepthMax {
 		return nil, false
 	}
-	return encodeDelta(st.bytes, page[st.bytes:]), true
+	page := w.dirty[idx]
+	end := uint64(len(page))
+	var spans []span
+	for _, c := range st.changed {
+		// A truncate marks the bytes past its size changed: past the
+		// page's end they are gone, which its length says.
+		c.hi = min(c.hi, end)
+		switch {
+		case c.lo >= c.hi:
+		case len(spans) > 0 && c.lo <= spans[len(spans)-1].hi+pieceHeaderBytes:
+			spans[len(spans)-1].hi = c.hi
+		default:
+			spans = append(spans, c)
+		}
+	}
+	// The bytes no span covers are the base's, or zeros past its end.
+	var d []byte
+	if len(spans) == 1 && spans[0].hi == end {
+		d = encodeDelta(spans[0].lo, page[spans[0].lo:])
+	} else {
+		d = encodePatch(page, spans)
+	}
+	if uint64(len(d)-4) >= st.bytes {
+		return nil, false
+	}
+	return d, true
 }
 
 // readAt fills buf with the blob's current bytes (as of the ops applied so
@@ -246,7 +283,7 @@ func (w *blobWork) writeAt(offset uint64, data []byte) error {
 		}
 		copy(buf[lo:hi], data[pageStart+lo-offset:pageStart+hi-offset])
 		w.dirty[idx] = buf
-		w.changedFrom(idx, lo)
+		w.change(idx, lo, hi)
 	}
 	w.meta.Size = max(w.meta.Size, end)
 	return nil
@@ -272,7 +309,7 @@ func (w *blobWork) truncate(size uint64) error {
 		}
 		if uint64(len(buf)) > tail {
 			w.dirty[idx] = buf[:tail]
-			w.changedFrom(idx, tail)
+			w.change(idx, tail, w.pageBytes)
 		}
 	}
 	w.cutPage = min(w.cutPage, cut)
