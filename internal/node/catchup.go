@@ -284,29 +284,21 @@ func (n *Node) catchUpLoop() {
 			n.cfg.Log.Warn("advertising catch-up", "err", err)
 		}
 		for {
-			// A round that began before a recopy was asked for does not
-			// end the catch-up (skippedCopy sets it under catch.mu).
-			recopy := n.epoch.recopy.Load()
-			var err error
-			if !n.alone() {
-				// A node alone has no one to catch up from, and no one
-				// committed without it: its round ends at once.
-				err = n.catchUpOnce(ctx)
-			}
-			if err == nil && n.catch.finish(func() bool { return n.epoch.recopy.Load() == recopy }) {
-				n.epoch.recopy.CompareAndSwap(recopy, 0)
-				break
-			}
-			if err != nil {
-				n.cfg.Log.Info("catch-up round failed; trying again", "err", err)
-			}
-			// Jitter: two nodes refreshing one blob from each other time
-			// out (mvcc.RecordWaitMax) and must not meet again.
-			select {
-			case <-n.stop:
+			if !n.catchUpRounds(ctx) {
 				return
-			case <-time.After(catchUpRetry/2 + rand.N(catchUpRetry)):
 			}
+			// A catch-up asked for while the round ran (a read lease
+			// granted meanwhile) needs a round that began after it. The
+			// node runs it now, still advertising that it catches up,
+			// rather than saying it caught up and taking it back: the
+			// others would route chains and reads to it in between.
+			select {
+			case <-n.catch.wake:
+				n.catch.active.Store(true)
+				continue
+			default:
+			}
+			break
 		}
 		if !n.leaseWasHeld.Load() || n.catch.active.Load() {
 			// Not ready to serve without a lease: getting one starts
@@ -330,6 +322,36 @@ func (n *Node) catchUpLoop() {
 		case <-n.catch.first:
 		default:
 			close(n.catch.first)
+		}
+	}
+}
+
+// catchUpRounds runs catch-up rounds until one ends the catch-up (see
+// catch.finish), and reports false if the node stopped first.
+func (n *Node) catchUpRounds(ctx context.Context) bool {
+	for {
+		// A round that began before a recopy was asked for does not
+		// end the catch-up (skippedCopy sets it under catch.mu).
+		recopy := n.epoch.recopy.Load()
+		var err error
+		if !n.alone() {
+			// A node alone has no one to catch up from, and no one
+			// committed without it: its round ends at once.
+			err = n.catchUpOnce(ctx)
+		}
+		if err == nil && n.catch.finish(func() bool { return n.epoch.recopy.Load() == recopy }) {
+			n.epoch.recopy.CompareAndSwap(recopy, 0)
+			return true
+		}
+		if err != nil {
+			n.cfg.Log.Info("catch-up round failed; trying again", "err", err)
+		}
+		// Jitter: two nodes refreshing one blob from each other time
+		// out (mvcc.RecordWaitMax) and must not meet again.
+		select {
+		case <-n.stop:
+			return false
+		case <-time.After(catchUpRetry/2 + rand.N(catchUpRetry)):
 		}
 	}
 }

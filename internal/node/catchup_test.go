@@ -472,3 +472,39 @@ func TestStaleCopy(t *testing.T) {
 		}
 	}
 }
+
+// TestCatchUpAskedDuringRound: a catch-up asked for while a round runs (as
+// a read lease granted meanwhile asks) gets a round that began after it
+// before the node says it caught up, and the node never says it caught up
+// and then takes it back: the others would route chains and reads to it in
+// between, which it refuses (a cluster's first writes failed so, right
+// after its last node joined).
+func TestCatchUpAskedDuringRound(t *testing.T) {
+	tc := startCluster(t, 3, 0, 1)
+	tc.waitCaughtUp(t, 5*time.Second)
+	n := tc.nodes[2]
+	before := len(tc.said.of(n.self))
+	// Cut off, n3's round fails and tries again until it is back.
+	tc.net.mu.Lock()
+	tc.net.isolated["addr-n3"] = true
+	tc.net.mu.Unlock()
+	n.startCatchUp("test: the first ask")
+	time.Sleep(catchUpRetry)
+	if !n.CatchingUp() {
+		t.Fatal("n3 is not catching up while it reaches no one")
+	}
+	n.catch.active.Store(true)
+	n.wakeCatchUp("test: asked again during the round")
+	tc.net.mu.Lock()
+	tc.net.isolated["addr-n3"] = false
+	tc.net.mu.Unlock()
+	tc.waitCaughtUp(t, 5*time.Second)
+	// A round taken back would start at once; give it time to show.
+	time.Sleep(3 * catchUpRetry)
+	if said := tc.said.of(n.self)[before:]; !slices.Equal(said, []bool{true, false}) {
+		t.Fatalf("n3 said it was catching up: %v; want [true false]: one catch-up, ended once", said)
+	}
+	if n.CatchingUp() {
+		t.Fatal("n3 is catching up again")
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -32,6 +33,19 @@ type fakeCluster struct {
 	view       *membership.View
 	dead       *sync.Map // ring.NodeID → true
 	catchingUp *sync.Map // ring.NodeID → true, set by the member itself
+	said       *catchUpSays
+}
+
+// catchUpSays records what each member said of its catch-up, in order.
+type catchUpSays struct {
+	mu  sync.Mutex
+	log map[ring.NodeID][]bool
+}
+
+func (a *catchUpSays) of(id ring.NodeID) []bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.log[id])
 }
 
 func (c fakeCluster) Self() ring.NodeID      { return c.self }
@@ -49,6 +63,11 @@ func (c fakeCluster) CatchingUp(id ring.NodeID) bool {
 	return on
 }
 func (c fakeCluster) SetCatchingUp(on bool) error {
+	if c.said != nil {
+		c.said.mu.Lock()
+		c.said.log[c.self] = append(c.said.log[c.self], on)
+		c.said.mu.Unlock()
+	}
 	if on {
 		c.catchingUp.Store(c.self, true)
 	} else {
@@ -154,6 +173,7 @@ type testCluster struct {
 	net        *network
 	dead       *sync.Map
 	catchingUp *sync.Map
+	said       *catchUpSays
 	rf         int // replicas of each chunk
 }
 
@@ -185,7 +205,7 @@ func startClusterWith(t testing.TB, size, rf int, loss float64, seed uint64, lea
 	}
 	tc := &testCluster{net: &network{nodes: map[string]*Node{}, rng: rand.New(rand.NewPCG(seed, 1)), loss: loss,
 		cut: map[string]bool{}, isolated: map[string]bool{}},
-		dead: &sync.Map{}, catchingUp: &sync.Map{}, rf: rf}
+		dead: &sync.Map{}, catchingUp: &sync.Map{}, said: &catchUpSays{log: map[ring.NodeID][]bool{}}, rf: rf}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for i := range size {
 		id := ring.NodeID(fmt.Sprintf("n%d", i+1))
@@ -199,7 +219,7 @@ func startClusterWith(t testing.TB, size, rf int, loss float64, seed uint64, lea
 		if _, err := eng.Create(syncKeyspace, keyspace.Config{ChunkBytes: 4 << 10, Replication: uint32(rf), MVCC: true, Sync: true}); err != nil {
 			t.Fatal(err)
 		}
-		n, err := Start(Config{Cluster: fakeCluster{self: id, view: view, dead: tc.dead, catchingUp: tc.catchingUp}, Engine: eng, Log: log.With("node", id), FirstRun: true, LeaseDuration: leaseDuration,
+		n, err := Start(Config{Cluster: fakeCluster{self: id, view: view, dead: tc.dead, catchingUp: tc.catchingUp, said: tc.said}, Engine: eng, Log: log.With("node", id), FirstRun: true, LeaseDuration: leaseDuration,
 			Dial: func(addr string) (grpc.ClientConnInterface, error) {
 				return netConn{tc.net, addr, "addr-" + string(id)}, nil
 			}})
