@@ -57,15 +57,16 @@ import (
 //	g <t9+retention> p a\0 page0 ^9   (page0's versions older than 9 go then)
 //
 // Deltas. A small change to a stored page would rewrite the page whole: each
-// create in a TýrFS directory appends to its log's last page and sets the
-// times in its first, up to 64 KiB each through the write-ahead log, the
-// memtable and compactions. So a commit (MVCC on) that changes a stored
-// page stores only the bytes it changed, as a delta of the page's next
-// older version, when the delta is smaller than that page and its chain of
-// deltas is shorter than DeltaDepthMax: a change that runs to the page's
-// end as the page cut at the change, then the new bytes; any other as the
-// new length and the changed pieces. A read of a page walks the versions
-// from the one it finds to the first whole page, which sort right after it.
+// create in a TýrFS directory appends to its log's last page, a 4 KiB write
+// into a file changes a sixteenth of one, and either put up to 64 KiB
+// through the write-ahead log, the memtable and compactions. So a commit
+// (MVCC on) that changes a stored page stores only the bytes it changed, as
+// a delta of the page's next older version, when the delta is smaller than
+// that page and its chain of deltas is shorter than DeltaDepthMax: a change
+// that runs to the page's end as the page cut at the change, then the new
+// bytes; any other, to a page of PiecesPageBytesMin or more, as the new
+// length and the changed pieces. A read of a page walks the versions from
+// the one it finds to the first whole page, which sort right after it.
 //
 // Invariants:
 //
@@ -177,6 +178,11 @@ const patchMark = 1 << 31
 // pieceHeaderBytes is what a piece of a delta costs besides its bytes.
 const pieceHeaderBytes = 8
 
+// PiecesPageBytesMin is the smallest stored page a change other than an
+// append is written as a delta of: a smaller page costs little to write
+// whole, and reads back as one value.
+const PiecesPageBytesMin = 4 << 10
+
 // span is the bytes [lo, hi) of a page.
 type span struct{ lo, hi uint64 }
 
@@ -208,9 +214,15 @@ func deltaPageBytes(d []byte) uint64 {
 }
 
 // applyDeltas returns page base with deltas applied, oldest last in
-// deltas (newest first).
+// deltas (newest first), in a new slice the caller owns.
 func applyDeltas(base []byte, deltas [][]byte) ([]byte, error) {
-	page := slices.Clone(base)
+	size := len(base)
+	for _, d := range deltas {
+		if len(d) >= 4 {
+			size = max(size, int(min(deltaPageBytes(d), PageBytes)))
+		}
+	}
+	page := append(make([]byte, 0, size), base...)
 	for i := len(deltas) - 1; i >= 0; i-- {
 		var err error
 		if page, err = applyDelta(page, deltas[i]); err != nil {

@@ -770,8 +770,8 @@ func readRange(it *pebble.Iterator, key string, version, offset, pageBytes uint6
 
 // readPage returns the newest version of a page not newer than version,
 // applying its deltas to the whole page they stack on, and the number of
-// deltas (keys.go). The returned bytes are only valid until the iterator
-// moves.
+// deltas (keys.go). With no delta the returned bytes are only valid until
+// the iterator moves; with deltas they are the caller's (applyDeltas).
 func readPage(it *pebble.Iterator, key string, page, version uint64) ([]byte, uint64, int, bool, error) {
 	prefix := pageKeyVersionless(key, page)
 	if !it.SeekGE(pageKey(key, page, version)) || !bytes.HasPrefix(it.Key(), prefix) {

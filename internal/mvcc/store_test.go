@@ -2161,6 +2161,17 @@ func TestSmallChangesWriteDeltas(t *testing.T) {
 	if max := changed + deltas*(4+3*2*pieceHeaderBytes); deltaBytes > max {
 		t.Errorf("seed %d: deltas hold %d bytes for %d changed; want at most %d", seed, deltaBytes, changed, max)
 	}
+
+	// A page under PiecesPageBytesMin is written whole, but for an append.
+	small := bytes.Repeat([]byte("s"), PiecesPageBytesMin-1)
+	mustCommit(t, s, txn.Op{Key: "small", Kind: txn.OpWrite, Data: small, Create: true})
+	clock.Advance(time.Second)
+	mustCommit(t, s, txn.Op{Key: "small", Kind: txn.OpWrite, Offset: 8, Data: []byte("12345678")})
+	clock.Advance(time.Second)
+	mustCommit(t, s, txn.Op{Key: "small", Kind: txn.OpAppend, Data: []byte("tail")})
+	if r, err := s.Retained("small"); err != nil || len(r.Pages[0]) != 3 || len(r.Deltas[0]) != 1 {
+		t.Errorf("small page: versions %v, deltas %v (%v); want 3 versions, the append's alone a delta", r.Pages[0], r.Deltas[0], err)
+	}
 }
 
 // TestApplyDeltaCorrupt checks that a delta whose pieces do not fit its

@@ -167,6 +167,9 @@ func (w *blobWork) page(idx uint64) ([]byte, error) {
 	}
 	n := uint64(len(data))
 	w.stored[idx] = &storedPage{bytes: n, depth: depth}
+	if depth > 0 {
+		return data, nil // built for this call, with room to grow
+	}
 	return slices.Clone(data), nil
 }
 
@@ -203,8 +206,9 @@ func (w *blobWork) change(idx, lo, hi uint64) {
 // read, if it may be written as one: the page is not dropped, its chain of
 // deltas is shorter than DeltaDepthMax, and the delta is smaller than the
 // stored page. A change that runs to the page's end is written as a cut
-// (encodeDelta), any other as pieces (encodePatch); pieces closer than a
-// piece's header are written as one.
+// (encodeDelta), any other as pieces (encodePatch), of a stored page of
+// PiecesPageBytesMin or more; pieces closer than a piece's header are
+// written as one.
 func (w *blobWork) delta(idx uint64) ([]byte, bool) {
 	st, ok := w.stored[idx]
 	if !ok || idx >= w.cutPage || st.depth >= DeltaDepthMax {
@@ -227,9 +231,14 @@ func (w *blobWork) delta(idx uint64) ([]byte, bool) {
 	}
 	// The bytes no span covers are the base's, or zeros past its end.
 	var d []byte
-	if len(spans) == 1 && spans[0].hi == end {
+	switch {
+	case len(spans) == 0: // a shrink alone
+		d = encodeDelta(end, nil)
+	case len(spans) == 1 && spans[0].hi == end:
 		d = encodeDelta(spans[0].lo, page[spans[0].lo:])
-	} else {
+	case st.bytes < PiecesPageBytesMin:
+		return nil, false
+	default:
 		d = encodePatch(page, spans)
 	}
 	if uint64(len(d)-4) >= st.bytes {
