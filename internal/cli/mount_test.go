@@ -319,3 +319,54 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// TestMountCommandLazyUnmount checks a lazy unmount from outside
+// (fusermount3 -u -z) with a file still open whose writes the mount holds:
+// the mount point goes at once, the file keeps working, its close commits
+// what it wrote, and then tyr mount exits 0.
+// Run: go test -run TestMountCommandLazyUnmount ./internal/cli
+func TestMountCommandLazyUnmount(t *testing.T) {
+	s, dir := mountSetup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := startMount(t, "--endpoint", s.Endpoint, "--create", "--hold-writes", "1h", "cli-lazy", dir)
+	f, err := os.OpenFile(filepath.Join(dir, "held"), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	if _, err := f.WriteString("before"); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("fusermount3", "-u", "-z", dir).CombinedOutput(); err != nil {
+		t.Fatalf("fusermount3 -u -z: %v: %s", err, out)
+	}
+	if mounted(t, dir) {
+		t.Fatalf("%s still a mount point after a lazy unmount", dir)
+	}
+	if _, err := f.WriteString(", after"); err != nil {
+		t.Fatalf("a write to a file open across the lazy unmount: %v", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case err := <-exited:
+		t.Fatalf("tyr mount exited with a file still open: %v", err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	if err := f.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("tyr mount: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("tyr mount did not exit within a minute of the last close")
+	}
+	b, err := s.Client().Read(ctx, "cli-lazy", "/held", 0, 1<<20)
+	if err != nil || len(b) < tyrfs.HeaderBytes || string(b[tyrfs.HeaderBytes:]) != "before, after" {
+		t.Fatalf("blob /held after the close: %q, %v; want \"before, after\"", b, err)
+	}
+}
