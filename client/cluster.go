@@ -29,6 +29,11 @@ type ClusterMember struct {
 	// for; the shares of the ring's members sum to 1. Left members have 0.
 	RingShare float64
 	Started   time.Time
+	// CatchingUp is whether the member says it is catching up on commits
+	// it may have missed (after a start, a pause or a lapsed read lease):
+	// until it is done it heads no commit and serves no read, so a blob
+	// whose only live replicas are catching up is unavailable meanwhile.
+	CatchingUp bool
 }
 
 // ClusterStatus is one node's view of the cluster. Views converge by
@@ -78,6 +83,7 @@ func (c *Client) ClusterStatus(ctx context.Context) (ClusterStatus, error) {
 		out.Members = append(out.Members, ClusterMember{
 			ID: m.GetId(), RPCAddr: m.GetRpcAddr(), GossipAddr: m.GetGossipAddr(), State: m.GetState(),
 			Weight: m.GetWeight(), RingShare: m.GetRingShare(), Started: time.Unix(0, m.GetStartedUnixNano()),
+			CatchingUp: m.GetCatchingUp(),
 		})
 	}
 	for _, k := range resp.GetKeyspaces() {

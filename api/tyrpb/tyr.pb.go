@@ -1866,8 +1866,13 @@ type ClusterMember struct {
 	// members outside the ring (left).
 	RingShare       float64 `protobuf:"fixed64,6,opt,name=ring_share,json=ringShare,proto3" json:"ring_share,omitempty"`
 	StartedUnixNano int64   `protobuf:"varint,7,opt,name=started_unix_nano,json=startedUnixNano,proto3" json:"started_unix_nano,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Whether the member says it is catching up on commits it may have
+	// missed (after a start, a pause, or a lapsed read lease): until it is
+	// done it heads no chain and serves no read, so a blob whose only live
+	// replicas are catching up is unavailable for that time.
+	CatchingUp    bool `protobuf:"varint,8,opt,name=catching_up,json=catchingUp,proto3" json:"catching_up,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClusterMember) Reset() {
@@ -1947,6 +1952,13 @@ func (x *ClusterMember) GetStartedUnixNano() int64 {
 		return x.StartedUnixNano
 	}
 	return 0
+}
+
+func (x *ClusterMember) GetCatchingUp() bool {
+	if x != nil {
+		return x.CatchingUp
+	}
+	return false
 }
 
 type ClusterStatusResponse struct {
@@ -3136,7 +3148,7 @@ const file_api_tyrpb_tyr_proto_rawDesc = "" +
 	"\fListResponse\x12&\n" +
 	"\x05blobs\x18\x01 \x03(\v2\x10.tyr.v1.BlobInfoR\x05blobs\x12(\n" +
 	"\x10next_start_after\x18\x02 \x01(\tR\x0enextStartAfter\"\x16\n" +
-	"\x14ClusterStatusRequest\"\xd4\x01\n" +
+	"\x14ClusterStatusRequest\"\xf5\x01\n" +
 	"\rClusterMember\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x19\n" +
 	"\brpc_addr\x18\x02 \x01(\tR\arpcAddr\x12\x1f\n" +
@@ -3146,7 +3158,9 @@ const file_api_tyrpb_tyr_proto_rawDesc = "" +
 	"\x06weight\x18\x05 \x01(\rR\x06weight\x12\x1d\n" +
 	"\n" +
 	"ring_share\x18\x06 \x01(\x01R\tringShare\x12*\n" +
-	"\x11started_unix_nano\x18\a \x01(\x03R\x0fstartedUnixNano\"\xa9\x01\n" +
+	"\x11started_unix_nano\x18\a \x01(\x03R\x0fstartedUnixNano\x12\x1f\n" +
+	"\vcatching_up\x18\b \x01(\bR\n" +
+	"catchingUp\"\xa9\x01\n" +
 	"\x15ClusterStatusResponse\x12\x12\n" +
 	"\x04self\x18\x01 \x01(\tR\x04self\x12\x17\n" +
 	"\aring_id\x18\x02 \x01(\tR\x06ringId\x12/\n" +

@@ -787,7 +787,7 @@ func clusterUp(ctx context.Context, e *env, dir string, opts upOptions) error {
 			return fail(err)
 		}
 	}
-	if err := waitAllAlive(ctx, nodes, opts.timeout); err != nil {
+	if err := waitInStep(ctx, nodes, opts.timeout); err != nil {
 		return fail(err)
 	}
 	for _, n := range nodes {
@@ -796,8 +796,10 @@ func clusterUp(ctx context.Context, e *env, dir string, opts upOptions) error {
 	return nil
 }
 
-// waitAllAlive waits until every node reports every node alive.
-func waitAllAlive(ctx context.Context, nodes []*localNode, timeout time.Duration) error {
+// waitInStep waits until every node reports every node alive and none
+// catching up: until then a blob whose replicas are all catching up (one
+// is enough at replication 1) refuses reads and commits.
+func waitInStep(ctx context.Context, nodes []*localNode, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	for _, n := range nodes {
@@ -808,18 +810,22 @@ func waitAllAlive(ctx context.Context, nodes []*localNode, timeout time.Duration
 		var last string
 		for {
 			st, err := c.ClusterStatus(ctx)
-			if err == nil && st.Alive() == len(nodes) {
+			behind := catchingUp(st)
+			if err == nil && st.Alive() == len(nodes) && len(behind) == 0 {
 				break
 			}
-			if err != nil {
+			switch {
+			case err != nil:
 				last = err.Error()
-			} else {
+			case st.Alive() != len(nodes):
 				last = fmt.Sprintf("%d of %d members alive", st.Alive(), len(nodes))
+			default:
+				last = fmt.Sprintf("%s catching up", strings.Join(behind, ", "))
 			}
 			select {
 			case <-ctx.Done():
 				_ = c.Close()
-				return fmt.Errorf("%s does not see all %d nodes alive after %v: %s", n.ID, len(nodes), timeout, last)
+				return fmt.Errorf("%s does not see all %d nodes alive and in step after %v: %s", n.ID, len(nodes), timeout, last)
 			case <-time.After(clusterPollInterval):
 			}
 		}
@@ -871,12 +877,27 @@ func firstStatus(ctx context.Context, endpoints []string) (client.ClusterStatus,
 	return client.ClusterStatus{}, fmt.Errorf("cluster status: %s", strings.Join(errs, "; "))
 }
 
+// catchingUp returns the members of st that say they are catching up.
+func catchingUp(st client.ClusterStatus) []string {
+	var ids []string
+	for _, m := range st.Members {
+		if m.CatchingUp {
+			ids = append(ids, m.ID)
+		}
+	}
+	return ids
+}
+
 func printStatus(e *env, st client.ClusterStatus) {
 	fmt.Fprintf(e.stdout, "self %s  ring %s  %d members, %d alive\n", st.Self, st.RingID, len(st.Members), st.Alive())
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSTATE\tRPC ADDR\tGOSSIP ADDR\tWEIGHT\tRING SHARE")
 	for _, m := range st.Members {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%.4f\n", m.ID, m.State, m.RPCAddr, m.GossipAddr, m.Weight, m.RingShare)
+		state := m.State
+		if m.CatchingUp {
+			state += ", catching up"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%.4f\n", m.ID, state, m.RPCAddr, m.GossipAddr, m.Weight, m.RingShare)
 	}
 	_ = tw.Flush()
 	fmt.Fprintf(e.stdout, "%d keyspaces\n", len(st.Keyspaces))

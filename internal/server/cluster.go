@@ -328,19 +328,11 @@ func (c *Cluster) DropKeyspace(name string) error {
 // status answers ClusterStatus from this node's view and catalog.
 func (c *Cluster) status() (*tyrpb.ClusterStatusResponse, error) {
 	view := c.View()
-	resp := &tyrpb.ClusterStatusResponse{Self: string(c.Self()), RingId: view.RingID().String()}
-	shares := map[ring.NodeID]float64{}
-	if r, err := view.Ring(ring.Config{}); err == nil {
-		shares = r.Ownership()
-	} else if view.Len() > view.Count(membership.StateLeft) {
-		return nil, fmt.Errorf("build the ring: %w", err)
+	members, err := statusMembers(view)
+	if err != nil {
+		return nil, err
 	}
-	for _, m := range view.Members() {
-		resp.Members = append(resp.Members, &tyrpb.ClusterMember{
-			Id: string(m.Meta.ID), RpcAddr: m.Meta.RPCAddr, GossipAddr: m.GossipAddr, State: m.State.String(),
-			Weight: m.Meta.Weight, RingShare: shares[m.Meta.ID], StartedUnixNano: m.Meta.StartedUnixNano,
-		})
-	}
+	resp := &tyrpb.ClusterStatusResponse{Self: string(c.Self()), RingId: view.RingID().String(), Members: members}
 	for _, e := range c.node.Catalog().Live() {
 		cfg, err := decodeConfig(e.Config)
 		if err != nil {
@@ -355,6 +347,25 @@ func (c *Cluster) status() (*tyrpb.ClusterStatusResponse, error) {
 		})
 	}
 	return resp, nil
+}
+
+// statusMembers lists view's members as ClusterStatus answers them.
+func statusMembers(view *membership.View) ([]*tyrpb.ClusterMember, error) {
+	shares := map[ring.NodeID]float64{}
+	if r, err := view.Ring(ring.Config{}); err == nil {
+		shares = r.Ownership()
+	} else if view.Len() > view.Count(membership.StateLeft) {
+		return nil, fmt.Errorf("build the ring: %w", err)
+	}
+	var out []*tyrpb.ClusterMember
+	for _, m := range view.Members() {
+		out = append(out, &tyrpb.ClusterMember{
+			Id: string(m.Meta.ID), RpcAddr: m.Meta.RPCAddr, GossipAddr: m.GossipAddr, State: m.State.String(),
+			Weight: m.Meta.Weight, RingShare: shares[m.Meta.ID], StartedUnixNano: m.Meta.StartedUnixNano,
+			CatchingUp: m.Meta.CatchingUp,
+		})
+	}
+	return out, nil
 }
 
 // ClusterStatus implements tyrpb.TyrServer. Without a cluster it reports

@@ -95,3 +95,37 @@ func TestMembersID(t *testing.T) {
 	step("b back at another address", true, membership.Event{Kind: membership.EventJoin, Meta: moved})
 	step("b leaves", true, membership.Event{Kind: membership.EventLeave, Meta: membership.Meta{ID: "b"}})
 }
+
+// ClusterStatus lists every member with its state, weight, ring share and
+// whether it says it is catching up.
+func TestStatusMembers(t *testing.T) {
+	var v membership.View
+	apply(t, &v, membership.Event{Kind: membership.EventJoin, Meta: routingMeta("a", 1, 1, false)})
+	apply(t, &v, membership.Event{Kind: membership.EventJoin, Meta: routingMeta("b", 3, 1, true)})
+	apply(t, &v, membership.Event{Kind: membership.EventJoin, Meta: routingMeta("c", 2, 1, false)})
+	apply(t, &v, membership.Event{Kind: membership.EventDead, Meta: membership.Meta{ID: "c"}})
+	ms, err := statusMembers(&v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []struct {
+		id, state  string
+		weight     uint32
+		catchingUp bool
+	}{{"a", "alive", 1, false}, {"b", "alive", 3, true}, {"c", "dead", 2, false}}
+	if len(ms) != len(want) {
+		t.Fatalf("%d members, want %d", len(ms), len(want))
+	}
+	share := 0.0
+	for i, m := range ms {
+		w := want[i]
+		if m.GetId() != w.id || m.GetState() != w.state || m.GetWeight() != w.weight ||
+			m.GetCatchingUp() != w.catchingUp || m.GetRpcAddr() != "127.0.0.1:"+w.id || m.GetStartedUnixNano() != 1 {
+			t.Errorf("member %d: %v, want %+v", i, m, w)
+		}
+		share += m.GetRingShare()
+	}
+	if share < 0.999 || share > 1.001 {
+		t.Errorf("ring shares sum to %v, want 1", share)
+	}
+}

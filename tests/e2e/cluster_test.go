@@ -93,7 +93,9 @@ func TestClusterUpStatusDown(t *testing.T) {
 		}
 		sum := 0.0
 		for _, m := range st.Members {
-			if m.RingShare <= 0 || m.RPCAddr != lc.Endpoints[m.ID[len("node")]-'1'] || m.GossipAddr == "" {
+			// cluster up returns once every node sees every node alive
+			// and none catching up.
+			if m.RingShare <= 0 || m.RPCAddr != lc.Endpoints[m.ID[len("node")]-'1'] || m.GossipAddr == "" || m.CatchingUp {
 				t.Errorf("node%d sees %+v", i+1, m)
 			}
 			sum += m.RingShare
