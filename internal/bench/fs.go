@@ -6,8 +6,11 @@ package bench
 // (--data-set), then read whole by each count of readers (--clients) for
 // --duration; then, for empty files and for 4 KiB files, each client
 // creates files in a directory of its own for --duration, stats them at
-// random, reads them (4 KiB only) and deletes them all. Each operation is
-// one file: rates are files per second, and bytes read or written.
+// random, reads them (4 KiB only) and deletes them all; last, each client
+// updates a file of its own in place, 4 KiB at a random place at a time,
+// each update durable before the next (fdatasync; a synced commit). Each
+// operation is one file: rates are files (or updates) per second, and
+// bytes read or written.
 //
 // Systems are file systems under the same operations:
 //   - directories, any mounted path driven with plain os calls: the local
@@ -33,6 +36,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/tyrstore/tyr/client"
@@ -62,9 +66,13 @@ const (
 	// FSMetaFilesDefault bounds the files created in one create phase, so
 	// that a fast system does not spend the run deleting.
 	FSMetaFilesDefault = 20_000
-	fsFileBytesMax     = 1 << 30
-	fsDataSetMax       = 64 << 30
-	fsFilesMax         = 1 << 20
+	// FSUpdateBytes is what one update of the update phase writes, at a
+	// multiple of it inside a file of FSUpdateFileBytes of the client's.
+	FSUpdateBytes     = 4 << 10
+	FSUpdateFileBytes = 4 << 20
+	fsFileBytesMax    = 1 << 30
+	fsDataSetMax      = 64 << 30
+	fsFilesMax        = 1 << 20
 	// fsBlock is the unit of the content pattern: each block starts with a
 	// stamp of its file and index.
 	fsBlock = 4 << 10
@@ -153,6 +161,9 @@ type fsClient interface {
 	ReadFile(ctx context.Context, p string, buf []byte) ([]byte, error)
 	Stat(ctx context.Context, p string) (int64, error)
 	Remove(ctx context.Context, p string) error
+	// Update writes data at off into the existing file p, durable before
+	// it returns.
+	Update(ctx context.Context, p string, off int64, data []byte) error
 	Close() error
 }
 
@@ -173,7 +184,7 @@ func (t *dirTarget) Note() string {
 		open = "O_CREAT|O_TRUNC"
 	}
 	return t.d.Name + ": a directory (" + t.info.Settings + ") driven with os calls: a read is open, read to EOF, close; " +
-		"a write open(" + open + "), write, close, without fsync"
+		"a write open(" + open + "), write, close, without fsync; an update pwrite into a file the client keeps open, then fdatasync"
 }
 
 func (t *dirTarget) Open(context.Context) error {
@@ -222,12 +233,13 @@ func (t *dirTarget) Close(context.Context) error {
 }
 
 func (t *dirTarget) Client(context.Context) (fsClient, error) {
-	return dirClient{root: t.root, trunc: t.trunc}, nil
+	return dirClient{root: t.root, trunc: t.trunc, open: map[string]*os.File{}}, nil
 }
 
 type dirClient struct {
 	root  string
 	trunc bool
+	open  map[string]*os.File // the files Update opened, by path
 }
 
 func (c dirClient) path(p string) string { return filepath.Join(c.root, filepath.FromSlash(p)) }
@@ -276,7 +288,30 @@ func (c dirClient) Stat(_ context.Context, p string) (int64, error) {
 }
 
 func (c dirClient) Remove(_ context.Context, p string) error { return os.Remove(c.path(p)) }
-func (dirClient) Close() error                               { return nil }
+
+func (c dirClient) Update(_ context.Context, p string, off int64, data []byte) error {
+	f, ok := c.open[p]
+	if !ok {
+		var err error
+		if f, err = os.OpenFile(c.path(p), os.O_WRONLY, 0); err != nil {
+			return err
+		}
+		c.open[p] = f
+	}
+	if _, err := f.WriteAt(data, off); err != nil {
+		return err
+	}
+	return syscall.Fdatasync(int(f.Fd()))
+}
+
+func (c dirClient) Close() error {
+	var err error
+	for p, f := range c.open {
+		err = errors.Join(err, f.Close())
+		delete(c.open, p)
+	}
+	return err
+}
 
 // nativeTarget is TýrFS through the tyrfs package, in a keyspace of its
 // own made as `tyr mount --create` makes one, dropped at the end.
@@ -299,7 +334,7 @@ func (t *nativeTarget) Info() SystemInfo { return t.info }
 func (t *nativeTarget) Note() string {
 	return t.name + ": the tyrfs package over the Go client, a client connection per reader or writer: a read is " +
 		"Fetch (the whole file, permissions checked where it lies: one request up to 4 MiB, then the rest at the version it found), a write " +
-		"WriteFile (one transaction), a stat Stat (a read of the 64-byte header), a delete Unlink"
+		"WriteFile (one transaction), a stat Stat (a read of the 64-byte header), a delete Unlink, an update WriteAt (one transaction)"
 }
 
 func (t *nativeTarget) Open(ctx context.Context) error {
@@ -442,6 +477,10 @@ func (c *nativeClient) Stat(ctx context.Context, p string) (int64, error) {
 
 func (c *nativeClient) Remove(ctx context.Context, p string) error {
 	return c.fs.Unlink(ctx, nativePath(p))
+}
+
+func (c *nativeClient) Update(ctx context.Context, p string, off int64, data []byte) error {
+	return c.fs.WriteAt(ctx, nativePath(p), uint64(off), data)
 }
 
 func (c *nativeClient) Close() error { return c.c.Close() }
@@ -650,6 +689,13 @@ func runFS(ctx context.Context, cfg *Config, emit func(Result) error) (err error
 				if err := r.measureMeta(ctx, t, size, n); err != nil {
 					return fmt.Errorf("%s: %w", t.Name(), err)
 				}
+			}
+		}
+	}
+	for _, n := range cfg.Clients {
+		for _, t := range targets {
+			if err := r.measureUpdates(ctx, t, n); err != nil {
+				return fmt.Errorf("%s: %w", t.Name(), err)
 			}
 		}
 	}
@@ -933,6 +979,72 @@ func (r *fsRun) measureMeta(ctx context.Context, t fsTarget, size int64, n int) 
 		return 0, true, c.Remove(ctx, filePath(i, k))
 	})
 	return emit(res, err)
+}
+
+// measureUpdates gives each client a file of FSUpdateFileBytes of its
+// own, then has it write FSUpdateBytes at a random multiple of that in it,
+// each write durable before the next, for the duration; then checks that
+// each file kept its size and holds its last update, and deletes them.
+func (r *fsRun) measureUpdates(ctx context.Context, t fsTarget, n int) error {
+	dir := fmt.Sprintf("update-%d", n)
+	filePath := func(i int) string { return fmt.Sprintf("%s/c%03d", dir, i) }
+	// update returns the offset and content of client i's update k.
+	update := func(i, k int, b []byte) int64 {
+		rng := rand.New(rand.NewPCG(r.cfg.Seed, uint64(i)<<32|uint64(k)))
+		r.pat.fill(fmt.Sprintf("%s#%d", filePath(i), k), b)
+		return int64(rng.IntN(FSUpdateFileBytes/FSUpdateBytes)) * FSUpdateBytes
+	}
+	c, err := t.Client(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = c.Close() }()
+	if err := r.op(ctx, func(ctx context.Context) error { return c.Mkdir(ctx, dir) }); err != nil {
+		return fmt.Errorf("mkdir %s: %w", dir, err)
+	}
+	buf := make([]byte, FSUpdateFileBytes+1)
+	for i := range n {
+		p := filePath(i)
+		r.pat.fill(p, buf[:FSUpdateFileBytes])
+		if err := r.op(ctx, func(ctx context.Context) error { return c.WriteFile(ctx, p, buf[:FSUpdateFileBytes]) }); err != nil {
+			return fmt.Errorf("write %s: %w", p, err)
+		}
+	}
+	wl := fsMetaWorkload("update", FSUpdateBytes)
+	r.cfg.progress("%s: %s with %d clients for %s", t.Name(), wl, n, r.cfg.Duration)
+	res, done, err := r.timedFS(ctx, t, wl, n, FSUpdateBytes, r.cfg.Duration, nil,
+		func(ctx context.Context, c fsClient, i, k int, b []byte) (int, bool, error) {
+			b = b[:FSUpdateBytes]
+			off := update(i, k, b)
+			return FSUpdateBytes, true, c.Update(ctx, filePath(i), off, b)
+		})
+	if err != nil {
+		return err
+	}
+	if err := r.emit(res); err != nil {
+		return err
+	}
+	want := make([]byte, FSUpdateBytes)
+	for i := range n {
+		p := filePath(i)
+		data, err := c.ReadFile(ctx, p, buf)
+		if err != nil {
+			return fmt.Errorf("read %s after its updates: %w", p, err)
+		}
+		if len(data) != FSUpdateFileBytes {
+			return fmt.Errorf("%s: %d bytes after its updates, want %d", p, len(data), FSUpdateFileBytes)
+		}
+		if done[i] > 0 {
+			off := update(i, done[i]-1, want)
+			if !bytes.Equal(data[off:off+FSUpdateBytes], want) {
+				return fmt.Errorf("%s: its last update (%d at %d) did not land", p, done[i]-1, off)
+			}
+		}
+		if err := c.Remove(ctx, p); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // timed0 is timedFS for the duration, each operation on one file of up

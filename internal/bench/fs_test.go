@@ -59,7 +59,7 @@ func TestFSWorkload(t *testing.T) {
 		got[r.System+" "+r.Workload+" "+string(rune('0'+r.Clients))] = r
 	}
 	workloads := []string{"fs-read-256KiB", "fs-read-8KiB", "fs-create-empty", "fs-stat-empty", "fs-delete-empty",
-		"fs-create-4KiB", "fs-stat-4KiB", "fs-read-4KiB", "fs-delete-4KiB"}
+		"fs-create-4KiB", "fs-stat-4KiB", "fs-read-4KiB", "fs-delete-4KiB", "fs-update-4KiB"}
 	for _, sys := range []string{"tyrfs-native", "local", "other"} {
 		for _, wl := range workloads {
 			for _, n := range cfg.Clients {

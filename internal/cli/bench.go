@@ -59,7 +59,9 @@ Workloads:
   fs        a data set (--data-set) stored as --large-file files and again as
             --small-file files, each read whole by each count of readers;
             then files empty and of 4 KiB created, stat'ed, read and
-            deleted, each client in a directory of its own; systems:
+            deleted, each client in a directory of its own; then each
+            client's 4 MiB file updated 4 KiB at a random place at a
+            time, each update durable (fdatasync) before the next; systems:
             tyrfs-native (--native, the tyrfs package over --endpoint:
             Fetch, Create+WriteAt) and directories driven with os calls:
             TýrFS mounts (--mount NAME=PATH), peers such as the local disk
