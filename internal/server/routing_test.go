@@ -19,18 +19,32 @@ func apply(t *testing.T, v *membership.View, e membership.Event) {
 	}
 }
 
-// Ring's answer lists every member as the view has it, with the ring ID and
-// the placement config the nodes build their rings with.
-func TestRingResponse(t *testing.T) {
+// threeMembers is a view of a (weight 1), b (weight 3, catching up) and c
+// (weight 2, dead); threeMembersWant is how answers list them.
+func threeMembers(t *testing.T) *membership.View {
+	t.Helper()
 	var v membership.View
 	apply(t, &v, membership.Event{Kind: membership.EventJoin, Meta: routingMeta("a", 1, 1, false)})
 	apply(t, &v, membership.Event{Kind: membership.EventJoin, Meta: routingMeta("b", 3, 1, true)})
 	apply(t, &v, membership.Event{Kind: membership.EventJoin, Meta: routingMeta("c", 2, 1, false)})
 	apply(t, &v, membership.Event{Kind: membership.EventDead, Meta: membership.Meta{ID: "c"}})
-	resp := ringResponse(&v, "a", []ringKeyspace{{"ks", 2, 4096}})
-	if resp.GetSelf() != "a" || resp.GetRingId() != uint64(v.RingID()) || resp.GetMembersId() != membersID(&v) {
+	return &v
+}
+
+var threeMembersWant = []struct {
+	id, state  string
+	weight     uint32
+	catchingUp bool
+}{{"a", "alive", 1, false}, {"b", "alive", 3, true}, {"c", "dead", 2, false}}
+
+// Ring's answer lists every member as the view has it, with the ring ID and
+// the placement config the nodes build their rings with.
+func TestRingResponse(t *testing.T) {
+	v := threeMembers(t)
+	resp := ringResponse(v, "a", []ringKeyspace{{"ks", 2, 4096}})
+	if resp.GetSelf() != "a" || resp.GetRingId() != uint64(v.RingID()) || resp.GetMembersId() != membersID(v) {
 		t.Errorf("self %q ring %x members %x; want a, %s, %x", resp.GetSelf(), resp.GetRingId(), resp.GetMembersId(),
-			v.RingID(), membersID(&v))
+			v.RingID(), membersID(v))
 	}
 	r, err := v.Ring(ring.Config{})
 	if err != nil {
@@ -41,11 +55,7 @@ func TestRingResponse(t *testing.T) {
 		t.Errorf("config %d/%d/%d, the view's ring has %+v", resp.GetVirtualNodesPerWeight(), resp.GetTokensMax(),
 			resp.GetHashVersion(), cfg)
 	}
-	want := []struct {
-		id, state  string
-		weight     uint32
-		catchingUp bool
-	}{{"a", "alive", 1, false}, {"b", "alive", 3, true}, {"c", "dead", 2, false}}
+	want := threeMembersWant
 	if len(resp.GetMembers()) != len(want) {
 		t.Fatalf("%d members, want %d", len(resp.GetMembers()), len(want))
 	}
@@ -99,20 +109,12 @@ func TestMembersID(t *testing.T) {
 // ClusterStatus lists every member with its state, weight, ring share and
 // whether it says it is catching up.
 func TestStatusMembers(t *testing.T) {
-	var v membership.View
-	apply(t, &v, membership.Event{Kind: membership.EventJoin, Meta: routingMeta("a", 1, 1, false)})
-	apply(t, &v, membership.Event{Kind: membership.EventJoin, Meta: routingMeta("b", 3, 1, true)})
-	apply(t, &v, membership.Event{Kind: membership.EventJoin, Meta: routingMeta("c", 2, 1, false)})
-	apply(t, &v, membership.Event{Kind: membership.EventDead, Meta: membership.Meta{ID: "c"}})
-	ms, err := statusMembers(&v)
+	v := threeMembers(t)
+	ms, err := statusMembers(v)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []struct {
-		id, state  string
-		weight     uint32
-		catchingUp bool
-	}{{"a", "alive", 1, false}, {"b", "alive", 3, true}, {"c", "dead", 2, false}}
+	want := threeMembersWant
 	if len(ms) != len(want) {
 		t.Fatalf("%d members, want %d", len(ms), len(want))
 	}
