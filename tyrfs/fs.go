@@ -543,7 +543,7 @@ func (f *FS) missingDir(ctx context.Context, dir string) error {
 // directory (its log's length): the entry's record, until the directory's
 // log is compacted.
 func DirEntryBytes(name string) uint64 {
-	return fslayout.RecordHeaderBytes + uint64(len(name))
+	return uint64(fslayout.RecordBytes(name))
 }
 
 // Create makes an empty file at p: EEXIST if p exists, ENOENT if its

@@ -437,8 +437,11 @@ const (
 	RecordHeaderBytes = 4
 )
 
+// RecordBytes is the length of a directory log record of name.
+func RecordBytes(name string) int { return RecordHeaderBytes + len(name) }
+
 func EncodeRecord(op byte, kind Kind, name string) []byte {
-	b := make([]byte, RecordHeaderBytes+len(name))
+	b := make([]byte, RecordBytes(name))
 	b[0] = op
 	b[1] = byte(kind)
 	binary.LittleEndian.PutUint16(b[2:], uint16(len(name)))

@@ -283,22 +283,10 @@ func (n *Node) catchUpLoop() {
 		if err := n.cfg.Cluster.SetCatchingUp(true); err != nil {
 			n.cfg.Log.Warn("advertising catch-up", "err", err)
 		}
-		for {
+		for again := true; again; again = n.askedDuringRound() {
 			if !n.catchUpRounds(ctx) {
 				return
 			}
-			// A catch-up asked for while the round ran (a read lease
-			// granted meanwhile) needs a round that began after it. The
-			// node runs it now, still advertising that it catches up,
-			// rather than saying it caught up and taking it back: the
-			// others would route chains and reads to it in between.
-			select {
-			case <-n.catch.wake:
-				n.catch.active.Store(true)
-				continue
-			default:
-			}
-			break
 		}
 		if !n.leaseWasHeld.Load() || n.catch.active.Load() {
 			// Not ready to serve without a lease: getting one starts
@@ -323,6 +311,22 @@ func (n *Node) catchUpLoop() {
 		default:
 			close(n.catch.first)
 		}
+	}
+}
+
+// askedDuringRound takes a catch-up asked for while a round ran (a read
+// lease granted meanwhile), which needs a round that began after it, and
+// reports whether there was one. The node runs that round at once, still
+// advertising that it catches up, rather than saying it caught up and
+// taking it back: the others would route chains and reads to it in
+// between.
+func (n *Node) askedDuringRound() bool {
+	select {
+	case <-n.catch.wake:
+		n.catch.active.Store(true)
+		return true
+	default:
+		return false
 	}
 }
 
