@@ -105,6 +105,13 @@ func TestCluster(t *testing.T) {
 		keptDirAttrs(t, clients[0], "two-mounts-cache", a)
 		noFlush(t, a, true)
 	})
+	t.Run("unlinked-open", func(t *testing.T) {
+		newKeyspace(t, clients[0], "unlinked-open", 1, true)
+		testserver.WaitKeyspace(t, "unlinked-open", clients[1])
+		b := mount(t, clients[1], "unlinked-open")
+		unlinkedOpen(t, mount(t, clients[0], "unlinked-open"), b)
+		unlinkedOpen(t, mountWith(t, clients[0], "unlinked-open", Options{CacheTimeout: time.Second}), b)
+	})
 	t.Run("kill-endpoint", func(t *testing.T) {
 		newKeyspace(t, clients[0], "kill-endpoint", 3, true)
 		killEndpoint(t, cl, mount(t, clients[0], "kill-endpoint"))

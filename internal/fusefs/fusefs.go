@@ -16,9 +16,11 @@
 //
 // Nodes keep no path: a node's path is computed from its place in go-fuse's
 // tree at each request, so a rename through this mount moves the open
-// files under it too. A node whose name was removed (unlinked, or replaced
-// by a rename) answers ENOENT, and EIO to a stat through an open
-// descriptor, as a stale handle: its data is gone with its blob.
+// files under it too. A file unlinked through the mount while open is
+// renamed to a hidden name until its last close (unlinked.go). A node
+// whose name was removed otherwise (through another mount, or replaced by
+// a rename) answers ENOENT, and EIO to a stat through an open descriptor,
+// as a stale handle: its data is gone with its blob.
 //
 // Not supported, each refused with the errno in parentheses: hard links
 // (EPERM), extended attributes (ENOTSUP: the mount answers the first
@@ -179,6 +181,14 @@ type node struct {
 	// kept is a directory's attributes the mount keeps (dirattr.go).
 	// Guarded by mu.
 	kept keptAttr
+
+	// openMu guards opens, the descriptors the kernel holds on the file
+	// through the mount, and orders an unlink of the file with their
+	// releases; unlinked is set once the file was unlinked while open and
+	// renamed to a hidden name (unlinked.go).
+	openMu   sync.Mutex
+	opens    int
+	unlinked atomic.Bool
 }
 
 // forgetPages records that the file changed through n other than by a
@@ -333,6 +343,9 @@ func (n *node) newChild(ctx context.Context, name string, a tyrfs.Attr, out *fus
 // directory.
 func (n *node) fillAttrOut(a tyrfs.Attr, out *fuse.AttrOut) {
 	fillAttr(a, &out.Attr)
+	if n.unlinked.Load() {
+		out.Nlink = 0 // unlinked while open (unlinked.go)
+	}
 	if a.Kind == tyrfs.KindDir && n.dirCache > 0 {
 		out.SetTimeout(n.dirCache)
 	}
@@ -408,8 +421,9 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 func (n *node) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	ctx, cancel := detach(ctx)
 	defer cancel()
-	// When the object this node stands for is gone (unlinked, replaced
-	// by a rename, or its name now holds another kind), open descriptors
+	// When the object this node stands for is gone (unlinked through
+	// another mount, replaced by a rename, or its name now holds another
+	// kind), open descriptors
 	// of it (go-fuse passes one if any is open) answer EIO, as a stale
 	// handle; a lookup in progress answers ENOENT.
 	gone := syscall.ENOENT
@@ -533,14 +547,21 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 		return errno
 	}
 	n.settleChildren(ctx, name)
+	if hidden, errno := n.unlinkOpen(ctx, name, p); hidden {
+		return errno
+	}
 	defer n.change().end()
 	return tyrfs.Errno(n.fs.Unlink(ctx, p))
 }
 
 // handle is an open file. Writes through a handle opened with O_APPEND
 // append at the blob's end as of their commit, whatever offset the kernel
-// computed, so appends from two mounts never overwrite each other.
-type handle struct{ append bool }
+// computed, so appends from two mounts never overwrite each other. node
+// is the file it was opened on (unlinked.go).
+type handle struct {
+	append bool
+	node   *node
+}
 
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
 	ctx, cancel := detach(ctx)
@@ -562,7 +583,9 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		c.deferred, c.createErr = &deferredCreate{owner: o, trunc: flags&syscall.O_TRUNC != 0, at: t}, 0
 		c.createMu.Unlock()
 		n.pending.add(c)
-		return ch, &handle{}, 0, 0
+		h := &handle{}
+		c.opened(h)
+		return ch, h, 0, 0
 	}
 	change := n.change()
 	defer change.end()
@@ -576,7 +599,12 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if err != nil {
 		return nil, nil, 0, tyrfs.Errno(err)
 	}
-	return n.newChild(ctx, name, a, out, true), &handle{append: flags&syscall.O_APPEND != 0}, noFlushFor(n.revalidate, flags), 0
+	ch := n.newChild(ctx, name, a, out, true)
+	h := &handle{append: flags&syscall.O_APPEND != 0}
+	if c, ok := ch.Operations().(*node); ok {
+		c.opened(h)
+	}
+	return ch, h, noFlushFor(n.revalidate, flags), 0
 }
 
 // noFlushFor returns FOPEN_NOFLUSH for a descriptor opened with flags
@@ -591,6 +619,16 @@ func noFlushFor(revalidate bool, flags uint32) uint32 {
 }
 
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	h, fl, errno := n.open(ctx, flags)
+	if errno != 0 {
+		return nil, 0, errno
+	}
+	n.opened(h)
+	return h, fl, 0
+}
+
+// open is Open but for counting the descriptor.
+func (n *node) open(ctx context.Context, flags uint32) (*handle, uint32, syscall.Errno) {
 	p, ok := n.path()
 	if !ok {
 		return nil, 0, syscall.ENOENT

@@ -1,0 +1,129 @@
+package fusefs
+
+// Files unlinked while open. POSIX keeps a file that is unlinked while
+// open readable and writable through the descriptors open on it, until
+// the last of them is closed. A TýrFS file is the blob of its path, so
+// removing the name removes the data. For the descriptors of this mount,
+// the mount does what NFS clients do: an unlink of a file it holds open
+// renames the file to a hidden name in its directory
+// (.tyr-unlinked-<mount>-<n>), and the last release of the file removes
+// it.
+//
+//  1. A file node's opens count the descriptors the kernel holds on it
+//     through this mount: each open and create that succeeds adds one,
+//     each release takes one (guarded by openMu).
+//  2. An unlink of a file whose opens are above 0 renames it to a name
+//     no other file has (RENAME_NOREPLACE; one commit, so other mounts
+//     see the old name or the hidden one, never both or neither), moves
+//     the node to that name and marks it unlinked. openMu is held from
+//     the check to the mark, and by the release, so the last release
+//     either comes before the check (the unlink removes the file) or
+//     after the mark (the release removes the hidden file): it is
+//     removed once, after the last descriptor is closed.
+//  3. An unlinked node reports no links (st_nlink 0), as an unlinked
+//     file does.
+//
+// What differs from a local file system: other mounts see the hidden
+// name in its directory until the last close (an rmdir of the directory
+// then fails with ENOTEMPTY, as on NFS); a mount killed while it holds
+// such a file leaves the hidden file behind, to be removed by hand. A
+// file unlinked through another mount, or replaced by a rename, while
+// open here is gone for this mount's descriptors too (they read EIO).
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+
+	"github.com/tyrstore/tyr/tyrfs"
+)
+
+// unlinkedPrefix starts the hidden names of this process's files
+// unlinked while open: a random part tells its mounts from other
+// processes'.
+var unlinkedPrefix = fmt.Sprintf(".tyr-unlinked-%08x-", rand.Uint32())
+
+// unlinkedSeq numbers the hidden names of this process.
+var unlinkedSeq atomic.Uint64
+
+// opened counts a descriptor the kernel now holds on n (invariant 1);
+// h, its handle, takes it back at its release.
+func (n *node) opened(h *handle) {
+	n.openMu.Lock()
+	n.opens++
+	n.openMu.Unlock()
+	h.node = n
+}
+
+// Release implements fs.FileReleaser: the last release of a file
+// unlinked while open removes it (invariant 2).
+func (h *handle) Release(ctx context.Context) syscall.Errno {
+	n := h.node
+	if n == nil {
+		return 0
+	}
+	n.openMu.Lock()
+	defer n.openMu.Unlock()
+	if n.opens--; n.opens > 0 || !n.unlinked.Load() {
+		return 0
+	}
+	ctx, cancel := detach(ctx)
+	defer cancel()
+	n.settle(ctx) // nothing is left to commit to the name afterwards
+	name, parent := n.Parent()
+	p, ok := n.path()
+	if !ok || parent == nil {
+		return 0 // removed by name meanwhile
+	}
+	if err := n.fs.Unlink(ctx, p); err != nil && tyrfs.Errno(err) != syscall.ENOENT {
+		return tyrfs.Errno(err)
+	}
+	parent.RmChild(name)
+	// The kernel drops the name if a listing made it look it up. Not
+	// waited for: a request on the directory may be waiting for this one.
+	go parent.NotifyEntry(name)
+	return 0
+}
+
+// unlinkOpen is the unlink of n's child name at path p, when it is a file
+// open through the mount: it renames the file to a hidden name and
+// returns true (invariant 2). It returns false, holding nothing, for a
+// child not open, not known or already unlinked, which the caller removes.
+func (n *node) unlinkOpen(ctx context.Context, name, p string) (bool, syscall.Errno) {
+	ch := n.GetChild(name)
+	if ch == nil || ch.StableAttr().Mode != syscall.S_IFREG {
+		return false, 0
+	}
+	c, ok := ch.Operations().(*node)
+	if !ok {
+		return false, 0
+	}
+	c.openMu.Lock()
+	defer c.openMu.Unlock()
+	if c.opens == 0 || c.unlinked.Load() {
+		return false, 0
+	}
+	hidden := fmt.Sprintf("%s%d", unlinkedPrefix, unlinkedSeq.Add(1))
+	hp, errno := n.child(hidden)
+	if errno != 0 {
+		return true, errno
+	}
+	defer n.change().end()
+	if err := n.fs.Rename(ctx, p, hp, tyrfs.RenameNoReplace); err != nil {
+		if tyrfs.Errno(err) == syscall.ENAMETOOLONG {
+			return false, 0 // no room for the hidden name: removed
+		}
+		return true, tyrfs.Errno(err)
+	}
+	// go-fuse drops the child name once this returns; the node is under
+	// the hidden name by then.
+	n.MvChild(name, n.EmbeddedInode(), hidden, true)
+	c.unlinked.Store(true)
+	return true, 0
+}
+
+var _ fs.FileReleaser = (*handle)(nil)
