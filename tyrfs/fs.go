@@ -1028,56 +1028,85 @@ const (
 // MoveBytesMax bytes of headers, logs and small files in all; a larger one
 // fails with EXDEV (mv(1) then copies and deletes, not atomically).
 func (f *FS) Rename(ctx context.Context, oldPath, newPath string, flags uint32) error {
+	_, err := f.RenameKeeping(ctx, oldPath, newPath, "", flags)
+	return err
+}
+
+// RenameKeeping is Rename, but a file it replaces at newPath that it
+// copies, a regular file under fslayout.StapleBytesMin bytes and no
+// staple, is not removed: it moves to the name keep in newPath's
+// directory, in the same transaction, as a rename would move it there
+// (keep must be free: EEXIST). It reports whether it kept a file so; a
+// larger one, a staple, or another kind is replaced as Rename replaces
+// it. An empty keep keeps nothing. A mount keeps so a file replaced while
+// open, for the descriptors open on it (internal/fusefs, unlinked.go).
+func (f *FS) RenameKeeping(ctx context.Context, oldPath, newPath, keep string, flags uint32) (bool, error) {
 	oldPath, err := fslayout.CleanPath(oldPath)
 	if err != nil {
-		return err
+		return false, err
 	}
 	newPath, err = fslayout.CleanPath(newPath)
 	if err != nil {
-		return err
+		return false, err
 	}
+	if keep != "" {
+		if err := fslayout.CheckName(keep); err != nil {
+			return false, err
+		}
+		parent, _ := fslayout.Split(newPath)
+		if _, err := fslayout.CleanPath(fslayout.Join(parent, keep)); err != nil {
+			return false, err
+		}
+	}
+	return f.rename2(ctx, oldPath, newPath, keep, flags)
+}
+
+// rename2 is RenameKeeping with clean paths.
+func (f *FS) rename2(ctx context.Context, oldPath, newPath, keep string, flags uint32) (bool, error) {
 	if flags&RenameExchange != 0 || flags&^(RenameNoReplace|RenameExchange) != 0 {
-		return errnof(syscall.EINVAL, "rename flags %#x not supported", flags)
+		return false, errnof(syscall.EINVAL, "rename flags %#x not supported", flags)
 	}
 	if oldPath == "/" || newPath == "/" {
-		return errnof(syscall.EBUSY, "rename of the root")
+		return false, errnof(syscall.EBUSY, "rename of the root")
 	}
 	if strings.HasPrefix(newPath, oldPath+"/") {
-		return errnof(syscall.EINVAL, "rename of %s into itself", oldPath)
+		return false, errnof(syscall.EINVAL, "rename of %s into itself", oldPath)
 	}
-	var srcKind Kind
-	var held []string
+	var (
+		r   renamed
+		err error
+	)
 	for range racesMax {
-		srcKind, held, err = f.rename(ctx, oldPath, newPath, flags)
-		if errors.Is(err, client.ErrNotFound) && len(held) == 0 && f.renameRaced(ctx, oldPath, newPath) {
+		r, err = f.rename(ctx, oldPath, newPath, keep, flags)
+		if errors.Is(err, client.ErrNotFound) && len(r.held) == 0 && f.renameRaced(ctx, oldPath, newPath) {
 			continue
 		}
-		if len(held) == 0 {
+		if len(r.held) == 0 {
 			break
 		}
 		// Names the rename needs are held by staples' data blobs.
-		for _, key := range held {
+		for _, key := range r.held {
 			if err := f.freeName(ctx, key); err != nil {
-				return err
+				return false, err
 			}
 		}
 	}
-	if err == nil && len(held) > 0 {
-		return errnof(syscall.EAGAIN, "rename to %s: names under it kept being taken", newPath)
+	if err == nil && len(r.held) > 0 {
+		return false, errnof(syscall.EAGAIN, "rename to %s: names under it kept being taken", newPath)
 	}
 	if errors.Is(err, client.ErrNotFound) {
 		newParent, _ := fslayout.Split(newPath)
-		return f.missingDir(ctx, newParent)
+		return false, f.missingDir(ctx, newParent)
 	}
-	if err != nil || srcKind != KindDir || oldPath == newPath {
-		return err
+	if err != nil || r.kind != KindDir || oldPath == newPath {
+		return r.kept, err
 	}
 	// The directories under oldPath are gone, and one replaced at
 	// newPath has the moved one's header.
 	if err := f.invalidate(ctx, oldPath); err != nil {
-		return err
+		return false, err
 	}
-	return f.invalidate(ctx, newPath)
+	return false, f.invalidate(ctx, newPath)
 }
 
 // renameRaced reports whether a rename that failed as not found should run
@@ -1092,17 +1121,25 @@ func (f *FS) renameRaced(ctx context.Context, oldPath, newPath string) bool {
 	return err == nil
 }
 
-// rename is one try of Rename: the source's kind, or the file keys the
-// rename needs that staples' data blobs hold (the caller frees them and
-// tries again).
-func (f *FS) rename(ctx context.Context, oldPath, newPath string, flags uint32) (Kind, []string, error) {
+// renamed is what one try of a rename did: the source's kind, the file
+// keys the rename needs that staples' data blobs hold (the caller frees
+// them and tries again), and whether it kept the file it replaced
+// (RenameKeeping).
+type renamed struct {
+	kind Kind
+	held []string
+	kept bool
+}
+
+// rename is one try of RenameKeeping.
+func (f *FS) rename(ctx context.Context, oldPath, newPath, keep string, flags uint32) (renamed, error) {
 	oldParent, oldName := fslayout.Split(oldPath)
 	newParent, newName := fslayout.Split(newPath)
 	var src node
-	var held []string
+	var r renamed
 	err := f.c.RunTx(ctx, f.ks, func(tx *client.Tx) error {
 		var err error
-		held = nil
+		r = renamed{}
 		src, err = nodeIn(ctx, tx, oldPath)
 		if err != nil {
 			return err
@@ -1129,8 +1166,18 @@ func (f *FS) rename(ctx context.Context, oldPath, newPath string, flags uint32) 
 			}
 		}
 		if dst.dataHere && src.data != fslayout.FileKey(newPath) && src.kind != KindDir {
-			held = append(held, fslayout.FileKey(newPath))
+			r.held = append(r.held, fslayout.FileKey(newPath))
 			return nil
+		}
+		// The replaced file is kept when a copy moves it (no staple).
+		keepPath := fslayout.Join(newParent, keep)
+		r.kept = keep != "" && dst.kind == KindFile && dst.data == "" && dst.size < fslayout.StapleBytesMin
+		if r.kept {
+			if k, err := nodeIn(ctx, tx, keepPath); err != nil {
+				return err
+			} else if k.kind != 0 || k.dataHere {
+				return errnof(syscall.EEXIST, "%s", keepPath)
+			}
 		}
 		m := mover{tx: tx, blobsLeft: MoveBlobsMax, bytesLeft: MoveBytesMax}
 		if dst.kind == KindDir {
@@ -1145,6 +1192,12 @@ func (f *FS) rename(ctx context.Context, oldPath, newPath string, flags uint32) 
 		t := f.now()
 		var ops []client.Op
 		switch {
+		case r.kept:
+			// Moved first: its key is deleted before the source's
+			// bytes are written to it.
+			if err := m.collect(ctx, newPath, keepPath, KindFile, t); err != nil {
+				return err
+			}
 		case dst.data != "":
 			ops = append(ops, dropStapleOps(newPath, dst.data)...)
 		case dst.kind != 0:
@@ -1155,7 +1208,7 @@ func (f *FS) rename(ctx context.Context, oldPath, newPath string, flags uint32) 
 		if err := m.collect(ctx, oldPath, newPath, src.kind, t); err != nil {
 			return err
 		}
-		if held = m.held; len(held) > 0 {
+		if r.held = m.held; len(r.held) > 0 {
 			return nil
 		}
 		ops = append(ops, m.ops...)
@@ -1164,11 +1217,15 @@ func (f *FS) rename(ctx context.Context, oldPath, newPath string, flags uint32) 
 		if dst.kind != 0 {
 			ops = append(ops, client.AppendOp(fslayout.DirKey(newParent), fslayout.EncodeRecord(fslayout.RecordRemove, dst.kind, newName), false))
 		}
+		if r.kept {
+			ops = append(ops, client.AppendOp(fslayout.DirKey(newParent), fslayout.EncodeRecord(fslayout.RecordAdd, dst.kind, keep), false))
+		}
 		ops = append(ops, client.AppendOp(fslayout.DirKey(newParent), fslayout.EncodeRecord(fslayout.RecordAdd, src.kind, newName), false),
 			touchParent(newParent, t))
 		return tx.Do(ops...)
 	}, txOptions)
-	return src.kind, held, err
+	r.kind = src.kind
+	return r, err
 }
 
 // node is what a transaction finds at a path.

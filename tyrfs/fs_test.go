@@ -448,6 +448,55 @@ func TestRename(t *testing.T) {
 	checkTree(t, ctx, c, f)
 }
 
+// RenameKeeping keeps the plain file it replaces under the name asked,
+// in the same commit, and replaces a staple or a file to be stapled as
+// Rename does.
+func TestRenameKeeping(t *testing.T) {
+	ctx, c, f := newFS(t)
+	o := Owner{Mode: 0o640}
+	must[Attr](t)(f.Mkdir(ctx, "/d", o))
+	must[Attr](t)(f.WriteFile(ctx, "/d/old", o, []byte("old bytes")))
+	must[Attr](t)(f.WriteFile(ctx, "/d/new", o, []byte("new")))
+	before := must[Attr](t)(f.Lookup(ctx, "/d/old"))
+	kept, err := f.RenameKeeping(ctx, "/d/new", "/d/old", ".kept", 0)
+	if err != nil || !kept {
+		t.Fatalf("rename keeping a small file: kept %v, %v", kept, err)
+	}
+	if _, d, err := f.Fetch(ctx, "/d/old"); err != nil || string(d) != "new" {
+		t.Fatalf("the renamed file: %q %v", d, err)
+	}
+	a, d, err := f.Fetch(ctx, "/d/.kept")
+	if err != nil || string(d) != "old bytes" || a.Mode != before.Mode || a.Mtime != before.Mtime {
+		t.Fatalf("the kept file: %q %+v %v; want the old bytes and attributes %+v", d, a, err, before)
+	}
+	if got := names(t, ctx, f, "/d"); fmt.Sprint(got) != "[.kept:file old:file]" {
+		t.Fatalf("readdir /d: %v", got)
+	}
+	// The keep name taken: EEXIST, nothing changes.
+	must[Attr](t)(f.WriteFile(ctx, "/d/new", o, []byte("newer")))
+	_, err = f.RenameKeeping(ctx, "/d/new", "/d/old", ".kept", 0)
+	wantErrno(t, err, syscall.EEXIST)
+	if _, d, err := f.Fetch(ctx, "/d/old"); err != nil || string(d) != "new" {
+		t.Fatalf("after a refused rename: %q %v", d, err)
+	}
+	_, err = f.RenameKeeping(ctx, "/d/new", "/d/old", "a/b", 0)
+	wantErrno(t, err, syscall.EINVAL)
+	// Nothing replaced: nothing kept.
+	if kept, err := f.RenameKeeping(ctx, "/d/new", "/d/fresh", ".k2", 0); err != nil || kept {
+		t.Fatalf("rename to a free name: kept %v, %v", kept, err)
+	}
+	// A file to be stapled is replaced.
+	big := make([]byte, fslayout.StapleBytesMin)
+	must[Attr](t)(f.WriteFile(ctx, "/d/big", o, big))
+	if kept, err := f.RenameKeeping(ctx, "/d/fresh", "/d/big", ".k3", 0); err != nil || kept {
+		t.Fatalf("rename over a large file: kept %v, %v", kept, err)
+	}
+	if got := names(t, ctx, f, "/d"); fmt.Sprint(got) != "[.kept:file big:file old:file]" {
+		t.Fatalf("readdir /d: %v", got)
+	}
+	checkTree(t, ctx, c, f)
+}
+
 // Removals make the server compact the directory's log in the background
 // once they dominate it, and the entries survive compaction
 // (compact_test.go has the cluster's case and racing creates).

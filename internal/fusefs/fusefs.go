@@ -16,11 +16,11 @@
 //
 // Nodes keep no path: a node's path is computed from its place in go-fuse's
 // tree at each request, so a rename through this mount moves the open
-// files under it too. A file unlinked through the mount while open is
-// renamed to a hidden name until its last close (unlinked.go). A node
-// whose name was removed otherwise (through another mount, or replaced by
-// a rename) answers ENOENT, and EIO to a stat through an open descriptor,
-// as a stale handle: its data is gone with its blob.
+// files under it too. A file unlinked or replaced by a rename through the
+// mount while open is kept under a hidden name until its last close
+// (unlinked.go). A node whose name was removed otherwise answers ENOENT,
+// and EIO to a stat through an open descriptor, as a stale handle: its
+// data is gone with its blob.
 //
 // Not supported, each refused with the errno in parentheses: hard links
 // (EPERM), extended attributes (ENOTSUP: the mount answers the first
@@ -878,7 +878,9 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	for _, c := range changed {
 		defer c.change().end()
 	}
-	return tyrfs.Errno(n.fs.Rename(ctx, from, to, flags))
+	return np.renameOver(ctx, newName, func(keep string) (bool, error) {
+		return n.fs.RenameKeeping(ctx, from, to, keep, flags)
+	})
 }
 
 func (n *node) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {

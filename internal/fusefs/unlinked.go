@@ -2,20 +2,26 @@ package fusefs
 
 // Files unlinked while open. POSIX keeps a file that is unlinked while
 // open readable and writable through the descriptors open on it, until
-// the last of them is closed. A TýrFS file is the blob of its path, so
-// removing the name removes the data. For the descriptors of this mount,
-// the mount does what NFS clients do: an unlink of a file it holds open
-// renames the file to a hidden name in its directory
-// (.tyr-unlinked-<mount>-<n>), and the last release of the file removes
-// it.
+// the last of them is closed, and so does rename(2) with the file it
+// replaces. A TýrFS file is the blob of its path, so removing the name
+// removes the data. For the descriptors of this mount, the mount does
+// what NFS clients do: an unlink of a file it holds open renames the
+// file to a hidden name in its directory (.tyr-unlinked-<mount>-<n>),
+// and the last release of the file removes it. A rename over a file it
+// holds open moves that file to a hidden name in the rename's own
+// commit (tyrfs.RenameKeeping), so the replacement stays atomic; a file
+// the rename cannot keep so (1 MiB or more, or a staple: it would have
+// to be stapled in the same commit that writes the new file to its key)
+// is replaced.
 //
 //  1. A file node's opens count the descriptors the kernel holds on it
 //     through this mount: each open and create that succeeds adds one,
 //     each release takes one (guarded by openMu).
 //  2. An unlink of a file whose opens are above 0 renames it to a name
 //     no other file has (RENAME_NOREPLACE; one commit, so other mounts
-//     see the old name or the hidden one, never both or neither), moves
-//     the node to that name and marks it unlinked. openMu is held from
+//     see the old name or the hidden one, never both or neither), and a
+//     rename over it keeps it under such a name in the rename's commit;
+//     either moves the node to that name and marks it unlinked. openMu is held from
 //     the check to the mark, and by the release, so the last release
 //     either comes before the check (the unlink removes the file) or
 //     after the mark (the release removes the hidden file): it is
@@ -27,8 +33,9 @@ package fusefs
 // name in its directory until the last close (an rmdir of the directory
 // then fails with ENOTEMPTY, as on NFS); a mount killed while it holds
 // such a file leaves the hidden file behind, to be removed by hand. A
-// file unlinked through another mount, or replaced by a rename, while
-// open here is gone for this mount's descriptors too (they read EIO).
+// file unlinked or replaced through another mount, or replaced when it
+// cannot be kept, while open here is gone for this mount's descriptors
+// too (they read EIO).
 
 import (
 	"context"
@@ -89,25 +96,51 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 	return 0
 }
 
+// openChild returns n's child name if it is a file open through the
+// mount and not unlinked yet, with its openMu held (the caller unlocks
+// it), or nil.
+func (n *node) openChild(name string) *node {
+	ch := n.GetChild(name)
+	if ch == nil || ch.StableAttr().Mode != syscall.S_IFREG {
+		return nil
+	}
+	c, ok := ch.Operations().(*node)
+	if !ok {
+		return nil
+	}
+	c.openMu.Lock()
+	if c.opens == 0 || c.unlinked.Load() {
+		c.openMu.Unlock()
+		return nil
+	}
+	return c
+}
+
+// hide moves open child c of n from name to the hidden name it was just
+// given in the cluster, and marks it unlinked (invariant 2). go-fuse
+// drops the name once the request returns; the node is under the hidden
+// name by then.
+func (n *node) hide(c *node, name, hidden string) {
+	n.MvChild(name, n.EmbeddedInode(), hidden, true)
+	c.unlinked.Store(true)
+}
+
+// hiddenName returns a new hidden name (invariant 2).
+func hiddenName() string {
+	return fmt.Sprintf("%s%d", unlinkedPrefix, unlinkedSeq.Add(1))
+}
+
 // unlinkOpen is the unlink of n's child name at path p, when it is a file
 // open through the mount: it renames the file to a hidden name and
 // returns true (invariant 2). It returns false, holding nothing, for a
 // child not open, not known or already unlinked, which the caller removes.
 func (n *node) unlinkOpen(ctx context.Context, name, p string) (bool, syscall.Errno) {
-	ch := n.GetChild(name)
-	if ch == nil || ch.StableAttr().Mode != syscall.S_IFREG {
+	c := n.openChild(name)
+	if c == nil {
 		return false, 0
 	}
-	c, ok := ch.Operations().(*node)
-	if !ok {
-		return false, 0
-	}
-	c.openMu.Lock()
 	defer c.openMu.Unlock()
-	if c.opens == 0 || c.unlinked.Load() {
-		return false, 0
-	}
-	hidden := fmt.Sprintf("%s%d", unlinkedPrefix, unlinkedSeq.Add(1))
+	hidden := hiddenName()
 	hp, errno := n.child(hidden)
 	if errno != 0 {
 		return true, errno
@@ -119,11 +152,35 @@ func (n *node) unlinkOpen(ctx context.Context, name, p string) (bool, syscall.Er
 		}
 		return true, tyrfs.Errno(err)
 	}
-	// go-fuse drops the child name once this returns; the node is under
-	// the hidden name by then.
-	n.MvChild(name, n.EmbeddedInode(), hidden, true)
-	c.unlinked.Store(true)
+	n.hide(c, name, hidden)
 	return true, 0
+}
+
+// renameOver is a rename onto n's child name, done by rename given the
+// name under which to keep the file it replaces (tyrfs.RenameKeeping;
+// "" to keep none): a file open through the mount is kept under a hidden
+// name when the rename can keep it, and handled then as one unlinked
+// while open (invariant 2); otherwise it is replaced, and gone for its
+// descriptors too.
+func (n *node) renameOver(ctx context.Context, name string, rename func(keep string) (bool, error)) syscall.Errno {
+	c := n.openChild(name)
+	if c == nil {
+		_, err := rename("")
+		return tyrfs.Errno(err)
+	}
+	defer c.openMu.Unlock()
+	hidden := hiddenName()
+	kept, err := rename(hidden)
+	if tyrfs.Errno(err) == syscall.ENAMETOOLONG {
+		kept, err = rename("") // no room for the hidden name: replaced
+	}
+	if err != nil {
+		return tyrfs.Errno(err)
+	}
+	if kept {
+		n.hide(c, name, hidden)
+	}
+	return 0
 }
 
 var _ fs.FileReleaser = (*handle)(nil)

@@ -13,11 +13,11 @@ import (
 )
 
 // unlinkedOpen checks unlinked.go's invariants through mount a, watched
-// through mount b of the same keyspace on another node: a file unlinked
-// while open through a is gone by name, reports no links, and is still
-// read and written through its descriptors; b sees it under one hidden
-// name only until a's last descriptor is closed. A file not open when
-// unlinked leaves no hidden name.
+// through mount b of the same keyspace on another node: a file unlinked,
+// or replaced by a rename, while open through a is gone by name, reports
+// no links, and is still read and written through its descriptors; b
+// sees it under one hidden name only until a's last descriptor is closed.
+// A file not open when unlinked leaves no hidden name.
 func unlinkedOpen(t *testing.T, a, b string) {
 	dir := "unlinked-" + filepath.Base(a)
 	if err := os.Mkdir(filepath.Join(a, dir), 0o755); err != nil {
@@ -57,22 +57,30 @@ func unlinkedOpen(t *testing.T, a, b string) {
 		t.Fatalf("a file closed before its unlink left hidden names %v", h)
 	}
 
-	for _, name := range []string{"written", "created-open"} {
+	for _, name := range []string{"written", "created-open", "replaced"} {
 		want := []byte(strings.Repeat(name, 1000))
 		var f, g *os.File
 		var err error
-		if name == "written" {
+		switch name {
+		case "written":
 			// Written and closed, then opened twice.
 			if err = os.WriteFile(path(a, name), want, 0o644); err == nil {
 				if f, err = os.OpenFile(path(a, name), os.O_RDWR, 0); err == nil {
 					g, err = os.Open(path(a, name))
 				}
 			}
-		} else {
+		case "created-open":
 			// Unlinked before its first close: with the cache, a create
 			// the mount deferred.
 			if f, err = os.Create(path(a, name)); err == nil {
 				_, err = f.Write(want)
+			}
+		case "replaced":
+			// Replaced by a rename while open.
+			if err = os.WriteFile(path(a, name), want, 0o644); err == nil {
+				if f, err = os.OpenFile(path(a, name), os.O_RDWR, 0); err == nil {
+					err = os.WriteFile(path(a, "new"), []byte("the new file"), 0o644)
+				}
 			}
 		}
 		// Closed before the mount's cleanup, should the test fail: the
@@ -85,11 +93,20 @@ func unlinkedOpen(t *testing.T, a, b string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.Remove(path(a, name)); err != nil {
-			t.Fatalf("unlink %s while open: %v", name, err)
-		}
-		if _, err := os.Stat(path(a, name)); !os.IsNotExist(err) {
-			t.Fatalf("stat of %s unlinked: %v, want ENOENT", name, err)
+		if name == "replaced" {
+			if err := os.Rename(path(a, "new"), path(a, name)); err != nil {
+				t.Fatalf("rename over %s while open: %v", name, err)
+			}
+			if b, err := os.ReadFile(path(a, name)); err != nil || string(b) != "the new file" {
+				t.Fatalf("%s after the rename: %q, %v", name, b, err)
+			}
+		} else {
+			if err := os.Remove(path(a, name)); err != nil {
+				t.Fatalf("unlink %s while open: %v", name, err)
+			}
+			if _, err := os.Stat(path(a, name)); !os.IsNotExist(err) {
+				t.Fatalf("stat of %s unlinked: %v, want ENOENT", name, err)
+			}
 		}
 		var st syscall.Stat_t
 		if err := syscall.Fstat(int(f.Fd()), &st); err != nil || st.Nlink != 0 {
@@ -133,6 +150,9 @@ func unlinkedOpen(t *testing.T, a, b string) {
 			t.Fatalf("close of %s unlinked while open: %v", name, err)
 		}
 		noneHidden(name + " removed at its last close")
+	}
+	if err := os.Remove(path(a, "replaced")); err != nil {
+		t.Fatal(err)
 	}
 	if err := os.Remove(filepath.Join(a, dir)); err != nil {
 		t.Fatalf("rmdir once every file is closed: %v", err)
