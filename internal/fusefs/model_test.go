@@ -17,6 +17,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"math/rand/v2"
 	"os"
@@ -182,7 +183,7 @@ func runModel(t *testing.T, seed uint64, ops int, mnt, model string) {
 		}
 		return b
 	}
-	counts := map[string]int{}
+	counts, succeededBy := map[string]int{}, map[string]int{}
 	succeeded := 0
 	for i := range ops {
 		var (
@@ -190,7 +191,7 @@ func runModel(t *testing.T, seed uint64, ops int, mnt, model string) {
 			do   func(root string) error
 		)
 		p, q := randPath(), randPath()
-		switch op := r.IntN(21); {
+		switch op := r.IntN(23); {
 		case op < 3: // 3 in 21
 			name = "mkdir " + p
 			mode := fs.FileMode(0o700 + r.IntN(0o100))
@@ -238,6 +239,10 @@ func runModel(t *testing.T, seed uint64, ops int, mnt, model string) {
 			data := randData()
 			name = fmt.Sprintf("overwrite %s, %d bytes", p, len(data))
 			do = func(root string) error { return os.WriteFile(filepath.Join(root, p), data, 0o640) }
+		case op < 21: // 2
+			off, data := r.Int64N(modelFileBytesMax), randData()
+			name = fmt.Sprintf("unlink-open %s, write at %d, %d bytes", p, off, len(data))
+			do = func(root string) error { return unlinkOpenOp(root, p, off, data, root == mnt) }
 		default: // 2
 			// Targets stay in the link's directory, so following a link
 			// never leaves the tree.
@@ -252,6 +257,7 @@ func runModel(t *testing.T, seed uint64, ops int, mnt, model string) {
 		}
 		if got == 0 {
 			succeeded++
+			succeededBy[strings.Fields(name)[0]]++
 		}
 		if (i+1)%modelCheckEvery == 0 || i == ops-1 {
 			if err := sameTree(model, mnt); err != nil {
@@ -261,8 +267,61 @@ func runModel(t *testing.T, seed uint64, ops int, mnt, model string) {
 	}
 	entries := 0
 	_ = filepath.WalkDir(model, func(string, fs.DirEntry, error) error { entries++; return nil })
-	t.Logf("seed %d: operations %v, %d succeeded (the rest failed alike on both); %d entries in the final tree",
-		seed, counts, succeeded, entries-1)
+	t.Logf("seed %d: operations %v, %d succeeded %v (the rest failed alike on both); %d entries in the final tree",
+		seed, counts, succeeded, succeededBy, entries-1)
+}
+
+// unlinkOpenOp opens the file at p under root to read and write, unlinks
+// it, writes data at off through the descriptor and reads the whole file
+// back through it: EBADMSG if that is not the file as read before with
+// the write applied. Through a mount (mounted), it then waits for the
+// hidden name the unlink gave the file to go after the close
+// (unlinked.go), ETIMEDOUT if it stays.
+func unlinkOpenOp(root, p string, off int64, data []byte, mounted bool) error {
+	path := filepath.Join(root, p)
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	before, err := io.ReadAll(f)
+	if err == nil {
+		err = syscall.Unlink(path)
+	}
+	if err == nil {
+		_, err = f.WriteAt(data, off)
+	}
+	var after []byte
+	if err == nil {
+		after = make([]byte, max(int64(len(before)), off+int64(len(data)))+1)
+		var n int
+		n, err = f.ReadAt(after, 0)
+		if errors.Is(err, io.EOF) {
+			after, err = after[:n], nil
+		}
+	}
+	if err := errors.Join(err, f.Close()); err != nil {
+		return err
+	}
+	want := make([]byte, max(len(before), int(off)+len(data)))
+	copy(want, before)
+	copy(want[off:], data)
+	if !bytes.Equal(after, want) {
+		return syscall.EBADMSG
+	}
+	if !mounted {
+		return nil
+	}
+	for range 1000 {
+		names, err := dirNames(filepath.Dir(path))
+		if err != nil {
+			return err
+		}
+		if !slices.ContainsFunc(names, func(n string) bool { return strings.HasPrefix(n, ".tyr-unlinked-") }) {
+			return nil
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return syscall.ETIMEDOUT
 }
 
 // errnoOf returns the errno err carries, 0 for nil, and EIO for an error

@@ -31,7 +31,6 @@ var posixSkips = map[string]string{
 	"Link":             "no hard links: a file is the blob of its one path (link(2) answers EPERM)",
 	"LinkUnlinkRename": "no hard links",
 	"NlinkZero":        "uses link(2): no hard links",
-	"FstatDeleted":     "an unlinked file's data goes with its blob; an open descriptor then reads ENOENT",
 	"FcntlFlockLocksFile": "advisory locks are kept by the kernel, per process as POSIX has them; the test wants a " +
 		"second descriptor of the same process refused, which takes locks the file system implements",
 	"XAttr":      "extended attributes are not stored (ENOTSUP)",
