@@ -1058,11 +1058,6 @@ func (f *FS) RenameKeeping(ctx context.Context, oldPath, newPath, keep string, f
 			return false, err
 		}
 	}
-	return f.rename2(ctx, oldPath, newPath, keep, flags)
-}
-
-// rename2 is RenameKeeping with clean paths.
-func (f *FS) rename2(ctx context.Context, oldPath, newPath, keep string, flags uint32) (bool, error) {
 	if flags&RenameExchange != 0 || flags&^(RenameNoReplace|RenameExchange) != 0 {
 		return false, errnof(syscall.EINVAL, "rename flags %#x not supported", flags)
 	}
@@ -1072,10 +1067,7 @@ func (f *FS) rename2(ctx context.Context, oldPath, newPath, keep string, flags u
 	if strings.HasPrefix(newPath, oldPath+"/") {
 		return false, errnof(syscall.EINVAL, "rename of %s into itself", oldPath)
 	}
-	var (
-		r   renamed
-		err error
-	)
+	var r renamed
 	for range racesMax {
 		r, err = f.rename(ctx, oldPath, newPath, keep, flags)
 		if errors.Is(err, client.ErrNotFound) && len(r.held) == 0 && f.renameRaced(ctx, oldPath, newPath) {

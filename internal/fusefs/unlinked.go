@@ -21,11 +21,11 @@ package fusefs
 //     no other file has (RENAME_NOREPLACE; one commit, so other mounts
 //     see the old name or the hidden one, never both or neither), and a
 //     rename over it keeps it under such a name in the rename's commit;
-//     either moves the node to that name and marks it unlinked. openMu is held from
-//     the check to the mark, and by the release, so the last release
-//     either comes before the check (the unlink removes the file) or
-//     after the mark (the release removes the hidden file): it is
-//     removed once, after the last descriptor is closed.
+//     either moves the node to that name and marks it unlinked. openMu
+//     is held from the check to the mark, and by the release, so the
+//     last release either comes before the check (the unlink removes the
+//     file) or after the mark (the release removes the hidden file): it
+//     is removed once, after the last descriptor is closed.
 //  3. An unlinked node reports no links (st_nlink 0), as an unlinked
 //     file does.
 //
