@@ -8,6 +8,7 @@ package tyrfs
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"syscall"
@@ -546,4 +547,60 @@ func TestRelocateSwept(t *testing.T) {
 	sameFile(t, ctx, f, "/b", big)
 	sameFile(t, ctx, f, "/a", small)
 	checkTree(t, ctx, c, f)
+}
+
+// TestHiddenSweepCluster: on 3 nodes at replication 1, so that each node
+// holds some of them, the servers' sweep (internal/server/fshidden.go,
+// --fs-sweep-grace 1s) reclaims every orphaned hidden copy, each once, by
+// the node serving its reads, and leaves a copy that has a back name.
+func TestHiddenSweepCluster(t *testing.T) {
+	ctx, c, _, lc := newClusterFS(t, "--fs-sweep-grace", "1s", "--metrics")
+	movedOut := func(size int) []byte {
+		h := fslayout.EncodeHeader(fslayout.Attr{Kind: fslayout.KindFile, Mode: 0o644})
+		fslayout.SetFlags(h, fslayout.FlagMovedOut)
+		return append(h, make([]byte, size)...)
+	}
+	const orphans = 24
+	place := lc.Placer()
+	holders := map[int]int{}
+	var keys []string
+	for i := range orphans {
+		key := fslayout.HiddenKey(uint64(i + 1))
+		keys = append(keys, key)
+		holders[place.Holders("tfs", key, 1)[0]]++
+		must[[]client.OpResult](t)(c.Commit(ctx, "tfs", client.WriteOp(key, 0, movedOut(100*i), true)))
+	}
+	if len(holders) < 2 {
+		t.Fatalf("the orphans are on %d node(s): the test proves less than it should", len(holders))
+	}
+	owned := fslayout.HiddenKey(1000)
+	must[[]client.OpResult](t)(c.Commit(ctx, "tfs", client.WriteOp(owned, 0, movedOut(10), true),
+		client.WriteOp(fslayout.BackKey(owned), 0, []byte("/staple"), true)))
+
+	testserver.Eventually(t, time.Minute, "every orphan reclaimed", func() (bool, string) {
+		left := 0
+		for _, key := range keys {
+			if _, err := c.Stat(ctx, "tfs", key); err == nil {
+				left++
+			} else if !errors.Is(err, client.ErrNotFound) {
+				t.Fatal(err)
+			}
+		}
+		return left == 0, fmt.Sprintf("%d of %d left", left, orphans)
+	})
+	if _, err := c.Stat(ctx, "tfs", owned); err != nil {
+		t.Fatalf("the copy with a back name: %v", err)
+	}
+	reclaimed := 0.0
+	for k := 1; k <= 3; k++ {
+		got := testserver.Metric(t, lc.MetricsAddr(k), "tyr_fs_hidden_sweeps_total")
+		t.Logf("node%d sweeps: %v", k, got)
+		if got["reclaimed"] != float64(holders[k]) {
+			t.Errorf("node%d reclaimed %v orphans, want the %d it holds", k, got["reclaimed"], holders[k])
+		}
+		reclaimed += got["reclaimed"]
+	}
+	if reclaimed != orphans {
+		t.Errorf("%v reclaims in all, want %d: each orphan once", reclaimed, orphans)
+	}
 }

@@ -246,6 +246,9 @@ type localNode struct {
 	// FSHomeBytes is the node's --fs-home-bytes as given; empty for the
 	// default.
 	FSHomeBytes string `json:"fs_home_bytes,omitempty"`
+	// FSSweepGrace is the node's --fs-sweep-grace as given; empty for
+	// the default.
+	FSSweepGrace string `json:"fs_sweep_grace,omitempty"`
 	// BlockCacheBytes is the node's --block-cache; 0 for the default.
 	// `up` gives the nodes of one machine a share each of what one
 	// server would take (autoBlockCache).
@@ -385,6 +388,9 @@ func (n *localNode) spawn(join []string) (*exec.Cmd, <-chan struct{}, error) {
 	}
 	if n.FSHomeBytes != "" {
 		args = append(args, "--fs-home-bytes", n.FSHomeBytes)
+	}
+	if n.FSSweepGrace != "" {
+		args = append(args, "--fs-sweep-grace", n.FSSweepGrace)
 	}
 	if n.BlockCacheBytes != 0 {
 		args = append(args, "--block-cache", strconv.FormatUint(n.BlockCacheBytes, 10))
@@ -574,6 +580,7 @@ func newClusterUp(e *env) *cobra.Command {
 		dir, capacity   string
 		weight, minFree string
 		fsHomeBytes     string
+		fsSweepGrace    string
 		reweight        string
 		perWeight       string
 		sync, metrics   bool
@@ -616,13 +623,22 @@ func newClusterUp(e *env) *cobra.Command {
 					return err
 				}
 			}
+			if fsSweepGrace != "" {
+				d, err := time.ParseDuration(fsSweepGrace)
+				if err != nil {
+					return fmt.Errorf("invalid --fs-sweep-grace %q: %w", fsSweepGrace, err)
+				}
+				if err := checkSweepGrace(d); err != nil {
+					return err
+				}
+			}
 			abs, err := filepath.Abs(dir)
 			if err != nil {
 				return err
 			}
 			return clusterUp(cmd.Context(), e, abs, upOptions{nodes: nodes, basePort: basePort, sync: sync, metrics: metrics,
 				capacities: capacities, weights: weights, timeout: timeout, reweight: reweight, perWeight: perWeight,
-				minFree: minFree, fsHomeBytes: fsHomeBytes})
+				minFree: minFree, fsHomeBytes: fsHomeBytes, fsSweepGrace: fsSweepGrace})
 		},
 	}
 	cmd.Flags().IntVar(&nodes, "nodes", 3, fmt.Sprintf("number of servers, 1 to %d", clusterNodesMax))
@@ -640,6 +656,8 @@ func newClusterUp(e *env) *cobra.Command {
 		"passed to every node as --reweight-interval (and to nodes tyr cluster add starts); empty: the server's default")
 	cmd.Flags().StringVar(&fsHomeBytes, "fs-home-bytes", "",
 		"passed to every node as --fs-home-bytes (and to nodes tyr cluster add starts); empty: the server's default")
+	cmd.Flags().StringVar(&fsSweepGrace, "fs-sweep-grace", "",
+		"passed to every node as --fs-sweep-grace (and to nodes tyr cluster add starts); empty: the server's default")
 	cmd.Flags().StringVar(&minFree, "min-free", "",
 		"passed to every node as --min-free (and to nodes tyr cluster add starts); empty: the server's default")
 	cmd.Flags().StringVar(&perWeight, "capacity-per-weight", "",
@@ -693,8 +711,9 @@ type upOptions struct {
 	reweight, perWeight string
 	// minFree is --min-free as given, empty for the servers' default.
 	minFree string
-	// fsHomeBytes is --fs-home-bytes as given, empty for the default.
-	fsHomeBytes string
+	// fsHomeBytes and fsSweepGrace are --fs-home-bytes and
+	// --fs-sweep-grace as given, empty for the defaults.
+	fsHomeBytes, fsSweepGrace string
 }
 
 func clusterUp(ctx context.Context, e *env, dir string, opts upOptions) error {
@@ -727,7 +746,7 @@ func clusterUp(ctx context.Context, e *env, dir string, opts upOptions) error {
 			n.Weight = opts.weights[k]
 		}
 		n.ReweightInterval, n.CapacityPerWeight, n.MinFree = opts.reweight, opts.perWeight, opts.minFree
-		n.FSHomeBytes = opts.fsHomeBytes
+		n.FSHomeBytes, n.FSSweepGrace = opts.fsHomeBytes, opts.fsSweepGrace
 		n.BlockCacheBytes = autoBlockCache(memoryBytes() / uint64(count))
 		if opts.metrics {
 			port, err := freePort("tcp")

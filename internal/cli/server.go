@@ -47,6 +47,7 @@ type serverFlags struct {
 	minFree       string
 	reclaimRate   string
 	fsHomeBytes   string
+	fsSweepGrace  time.Duration
 	gcPercent     int
 	memoryLimit   string
 	blockCache    string
@@ -86,6 +87,9 @@ func newServerCommand(e *env) *cobra.Command {
 		"bytes per second, on average, that compactions reclaiming the space of removed data may rewrite (at least 1MiB)")
 	cmd.Flags().StringVar(&f.fsHomeBytes, "fs-home-bytes", "12MiB",
 		"largest TýrFS file whose data this node moves home to its new path in the background after a rename (one commit each; at most 12MiB); 0 turns it off")
+	cmd.Flags().DurationVar(&f.fsSweepGrace, "fs-sweep-grace", server.HiddenGraceDefault,
+		"how long a TýrFS hidden copy of a file's data stays unchanged before this node checks whether it is an orphan "+
+			"(a client died between the copy and the commit pointing to it) and reclaims it; at least 1s")
 	cmd.Flags().IntVar(&f.gcPercent, "gc-percent", gcPercentDefault,
 		"the Go garbage collector's goal (GOGC): heap growth over live data, in percent, before a collection; higher trades memory for less collection work, within --memory-limit (the GOGC environment variable, if set, wins)")
 	cmd.Flags().StringVar(&f.blockCache, "block-cache", "auto",
@@ -111,6 +115,15 @@ func parseHomeBytes(s string) (uint64, error) {
 		return 0, fmt.Errorf("invalid --fs-home-bytes %q: above %d bytes (12MiB), what one commit carries", s, fslayout.HomeBytesLimit)
 	}
 	return n, nil
+}
+
+// checkSweepGrace checks --fs-sweep-grace: at least a second, so that
+// the sweep cannot take a copy still being made for an orphan.
+func checkSweepGrace(d time.Duration) error {
+	if d < time.Second {
+		return fmt.Errorf("invalid --fs-sweep-grace %v: must be at least 1s", d)
+	}
+	return nil
 }
 
 // gcPercentDefault is --gc-percent's default. A server's live heap is
@@ -242,6 +255,9 @@ func runServer(ctx context.Context, e *env, f serverFlags) error {
 	if err != nil {
 		return err
 	}
+	if err := checkSweepGrace(f.fsSweepGrace); err != nil {
+		return err
+	}
 	perWeight, err := parseCapacity("--capacity-per-weight", f.perWeight)
 	if err != nil {
 		return err
@@ -336,7 +352,7 @@ func runServer(ctx context.Context, e *env, f serverFlags) error {
 	grpcServer := svc.Register(metrics)
 	metrics.RegisterSpace(svc)
 	// Stopped before the node and the engine close (defers run in reverse).
-	defer svc.StartDirCompaction(homeBytes)()
+	defer svc.StartDirCompaction(homeBytes, f.fsSweepGrace)()
 	service.Store(svc)
 	if f.metricsListen != "" {
 		mlis, err := net.Listen("tcp", f.metricsListen)

@@ -1,6 +1,11 @@
 package cli
 
-import "testing"
+import (
+	"testing"
+	"time"
+
+	"github.com/tyrstore/tyr/internal/server"
+)
 
 func TestBlockCacheAuto(t *testing.T) {
 	for _, c := range []struct{ memory, want uint64 }{
@@ -28,5 +33,13 @@ func TestBlockCacheAuto(t *testing.T) {
 	}
 	if _, err := parseBlockCache("lots"); err == nil {
 		t.Error("--block-cache lots accepted")
+	}
+}
+
+func TestCheckSweepGrace(t *testing.T) {
+	for d, ok := range map[time.Duration]bool{time.Second: true, server.HiddenGraceDefault: true, 999 * time.Millisecond: false, 0: false, -time.Minute: false} {
+		if err := checkSweepGrace(d); (err == nil) != ok {
+			t.Errorf("checkSweepGrace(%v): %v, want ok %v", d, err, ok)
+		}
 	}
 }

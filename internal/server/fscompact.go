@@ -203,12 +203,13 @@ func (d *dirCompactor) Collect(ch chan<- prometheus.Metric) {
 
 // StartDirCompaction starts s's background compaction of TýrFS directory
 // logs, the homing of staples' data of up to homeBytesMax bytes (0:
-// none; see fshome.go) and the sweep of orphaned hidden blobs
-// (fshidden.go), and returns the function that stops them, waiting
+// none; see fshome.go) and the sweep of orphaned hidden blobs unchanged
+// for sweepGrace (0: HiddenGraceDefault; fshidden.go), and returns the function that stops them, waiting
 // for a check in flight to end (its commit is cancelled).
-func (s *Service) StartDirCompaction(homeBytesMax uint64) (stop func()) {
+func (s *Service) StartDirCompaction(homeBytesMax uint64, sweepGrace time.Duration) (stop func()) {
 	d := s.dirs
 	d.homeBytesMax = min(homeBytesMax, fslayout.HomeBytesLimit)
+	d.sweep.grace = sweepGrace
 	d.sweep.defaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	d.done = make(chan struct{})

@@ -149,7 +149,7 @@ func dirCompaction(t *testing.T, v byte) {
 			mu.Unlock()
 		}
 	}
-	defer s.StartDirCompaction(0)()
+	defer s.StartDirCompaction(0, 0)()
 	mkdirBlobIn(t, s, "/d/", v)
 	header := readBlob(t, s, "/d/")[:fslayout.HeaderBytes]
 	start := int(fslayout.LogStart(header))
@@ -220,7 +220,7 @@ func TestDirCompaction_racingAppends(t *testing.T) {
 			commitOps(t, s, appendOp(r.key, record(fslayout.RecordAdd, fmt.Sprintf("raced%d", raced))))
 		}
 	}
-	defer s.StartDirCompaction(0)()
+	defer s.StartDirCompaction(0, 0)()
 	mkdirBlob(t, s, "/d/")
 	kept := churn(t, s, "/d/", "", 2*fslayout.CompactRecordsMin)
 	close(churned)

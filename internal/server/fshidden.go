@@ -49,9 +49,10 @@ import (
 const (
 	// hiddenSweepEvery is how often a node looks for orphans.
 	hiddenSweepEvery = time.Minute
-	// hiddenGrace is how long a hidden blob stays unchanged before a
-	// sweep looks at it: far above the time between two parts of a copy.
-	hiddenGrace = 10 * time.Minute
+	// HiddenGraceDefault is how long a hidden blob stays unchanged before
+	// a sweep looks at it (tyr server --fs-sweep-grace): far above the
+	// time between two parts of a copy.
+	HiddenGraceDefault = 10 * time.Minute
 	// hiddenScanBatch bounds the blobs one round lists per keyspace.
 	hiddenScanBatch = 256
 )
@@ -62,7 +63,8 @@ var hiddenSweepsDesc = prometheus.NewDesc("tyr_fs_hidden_sweeps_total",
 	[]string{"outcome"}, nil)
 
 // hiddenSweep is the state of a node's sweep. every and grace are set
-// before the worker starts (defaults: hiddenSweepEvery, hiddenGrace);
+// before the worker starts (defaults: hiddenSweepEvery or the grace if
+// shorter, HiddenGraceDefault);
 // cursor is the worker's alone.
 type hiddenSweep struct {
 	every, grace time.Duration
@@ -73,11 +75,13 @@ type hiddenSweep struct {
 }
 
 func (h *hiddenSweep) defaults() {
-	if h.every <= 0 {
-		h.every = hiddenSweepEvery
-	}
 	if h.grace <= 0 {
-		h.grace = hiddenGrace
+		h.grace = HiddenGraceDefault
+	}
+	if h.every <= 0 {
+		// A shorter grace (tyr server --fs-sweep-grace) is looked for
+		// as often.
+		h.every = min(hiddenSweepEvery, h.grace)
 	}
 	h.cursor = map[string]string{}
 }
