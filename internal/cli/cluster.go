@@ -227,34 +227,40 @@ type localNode struct {
 	ID     string   `json:"id"`
 	Listen string   `json:"listen"`
 	Gossip string   `json:"gossip"`
-	Sync   bool     `json:"default_sync"`
 	Peers  []string `json:"peers"` // gossip addresses of the other nodes
+	// The settings every node of the cluster shares, nodes that tyr
+	// cluster add starts included.
+	nodeSettings
 	// Metrics is the node's --metrics-listen address; empty for none.
 	Metrics string `json:"metrics,omitempty"`
 	// CapacityBytes is the node's --capacity; 0 for none (measured).
 	CapacityBytes uint64 `json:"capacity_bytes,omitempty"`
 	// Weight is the node's --weight; 0 for the default.
 	Weight uint32 `json:"weight,omitempty"`
-	// ReweightInterval is the node's --reweight-interval as given; empty
-	// for the default.
-	ReweightInterval string `json:"reweight_interval,omitempty"`
-	// CapacityPerWeight is the node's --capacity-per-weight as given;
-	// empty for the default.
-	CapacityPerWeight string `json:"capacity_per_weight,omitempty"`
-	// MinFree is the node's --min-free as given; empty for the default.
-	MinFree string `json:"min_free,omitempty"`
-	// FSHomeBytes is the node's --fs-home-bytes as given; empty for the
-	// default.
-	FSHomeBytes string `json:"fs_home_bytes,omitempty"`
-	// FSSweepGrace is the node's --fs-sweep-grace as given; empty for
-	// the default.
-	FSSweepGrace string `json:"fs_sweep_grace,omitempty"`
 	// BlockCacheBytes is the node's --block-cache; 0 for the default.
 	// `up` gives the nodes of one machine a share each of what one
 	// server would take (autoBlockCache).
 	BlockCacheBytes uint64 `json:"block_cache_bytes,omitempty"`
 	// Removed is set once `tyr cluster remove` decommissioned the node.
 	Removed bool `json:"removed,omitempty"`
+}
+
+// nodeSettings are the settings tyr cluster up gives every node, and
+// tyr cluster add the nodes it starts: the servers' flags as given, empty
+// for their defaults (in node.json beside the node's own fields).
+type nodeSettings struct {
+	// Sync is the default sync of the keyspaces the node makes.
+	Sync bool `json:"default_sync"`
+	// ReweightInterval is --reweight-interval.
+	ReweightInterval string `json:"reweight_interval,omitempty"`
+	// CapacityPerWeight is --capacity-per-weight.
+	CapacityPerWeight string `json:"capacity_per_weight,omitempty"`
+	// MinFree is --min-free.
+	MinFree string `json:"min_free,omitempty"`
+	// FSHomeBytes is --fs-home-bytes.
+	FSHomeBytes string `json:"fs_home_bytes,omitempty"`
+	// FSSweepGrace is --fs-sweep-grace.
+	FSSweepGrace string `json:"fs_sweep_grace,omitempty"`
 }
 
 func nodeDir(dir string, k int) string { return filepath.Join(dir, fmt.Sprintf("node%d", k)) }
@@ -636,9 +642,10 @@ func newClusterUp(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return clusterUp(cmd.Context(), e, abs, upOptions{nodes: nodes, basePort: basePort, sync: sync, metrics: metrics,
-				capacities: capacities, weights: weights, timeout: timeout, reweight: reweight, perWeight: perWeight,
-				minFree: minFree, fsHomeBytes: fsHomeBytes, fsSweepGrace: fsSweepGrace})
+			return clusterUp(cmd.Context(), e, abs, upOptions{nodes: nodes, basePort: basePort, metrics: metrics,
+				capacities: capacities, weights: weights, timeout: timeout,
+				settings: nodeSettings{Sync: sync, ReweightInterval: reweight, CapacityPerWeight: perWeight,
+					MinFree: minFree, FSHomeBytes: fsHomeBytes, FSSweepGrace: fsSweepGrace}})
 		},
 	}
 	cmd.Flags().IntVar(&nodes, "nodes", 3, fmt.Sprintf("number of servers, 1 to %d", clusterNodesMax))
@@ -700,20 +707,14 @@ func parseWeight(s string) (uint32, error) {
 // upOptions are the checked flags of `tyr cluster up`.
 type upOptions struct {
 	nodes, basePort int
-	sync, metrics   bool
+	metrics         bool
 	// capacities holds each node's --capacity, nil for none.
 	capacities []uint64
 	// weights holds each node's --weight, nil for the default.
 	weights []uint32
 	timeout time.Duration
-	// reweight and perWeight are --reweight-interval and
-	// --capacity-per-weight as given, empty for the servers' defaults.
-	reweight, perWeight string
-	// minFree is --min-free as given, empty for the servers' default.
-	minFree string
-	// fsHomeBytes and fsSweepGrace are --fs-home-bytes and
-	// --fs-sweep-grace as given, empty for the defaults.
-	fsHomeBytes, fsSweepGrace string
+	// settings are every node's.
+	settings nodeSettings
 }
 
 func clusterUp(ctx context.Context, e *env, dir string, opts upOptions) error {
@@ -737,7 +738,7 @@ func clusterUp(ctx context.Context, e *env, dir string, opts upOptions) error {
 	}
 	nodes := make([]*localNode, count)
 	for k := range nodes {
-		n := &localNode{dir: nodeDir(dir, k+1), ID: fmt.Sprintf("node%d", k+1), Sync: opts.sync,
+		n := &localNode{dir: nodeDir(dir, k+1), ID: fmt.Sprintf("node%d", k+1), nodeSettings: opts.settings,
 			Listen: fmt.Sprintf("127.0.0.1:%d", ports[k][0]), Gossip: fmt.Sprintf("127.0.0.1:%d", ports[k][1])}
 		if opts.capacities != nil {
 			n.CapacityBytes = opts.capacities[k]
@@ -745,8 +746,6 @@ func clusterUp(ctx context.Context, e *env, dir string, opts upOptions) error {
 		if opts.weights != nil {
 			n.Weight = opts.weights[k]
 		}
-		n.ReweightInterval, n.CapacityPerWeight, n.MinFree = opts.reweight, opts.perWeight, opts.minFree
-		n.FSHomeBytes, n.FSSweepGrace = opts.fsHomeBytes, opts.fsSweepGrace
 		n.BlockCacheBytes = autoBlockCache(memoryBytes() / uint64(count))
 		if opts.metrics {
 			port, err := freePort("tcp")

@@ -82,10 +82,8 @@ func clusterAdd(ctx context.Context, e *env, dir string, capBytes uint64, weight
 			return err
 		}
 	}
-	n := &localNode{dir: nodeDir(dir, k), ID: fmt.Sprintf("node%d", k), Sync: nodes[0].Sync,
-		Listen: fmt.Sprintf("127.0.0.1:%d", ports[0]), Gossip: fmt.Sprintf("127.0.0.1:%d", ports[1]), CapacityBytes: capBytes, Weight: weight,
-		ReweightInterval: nodes[0].ReweightInterval, CapacityPerWeight: nodes[0].CapacityPerWeight,
-		MinFree: nodes[0].MinFree, FSHomeBytes: nodes[0].FSHomeBytes, FSSweepGrace: nodes[0].FSSweepGrace}
+	n := &localNode{dir: nodeDir(dir, k), ID: fmt.Sprintf("node%d", k), nodeSettings: nodes[0].nodeSettings,
+		Listen: fmt.Sprintf("127.0.0.1:%d", ports[0]), Gossip: fmt.Sprintf("127.0.0.1:%d", ports[1]), CapacityBytes: capBytes, Weight: weight}
 	var endpoints []string
 	for _, o := range nodes {
 		n.Peers = append(n.Peers, o.Gossip)

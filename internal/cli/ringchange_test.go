@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -130,5 +131,36 @@ func TestProposeRemove(t *testing.T) {
 				t.Fatalf("output %q, want a part %q", out.String(), tc.out)
 			}
 		})
+	}
+}
+
+// A node's shared settings are fields of node.json itself, as before they
+// were grouped: a node.json written by an older build reads the same, and
+// tyr cluster add copies them as one (nodeSettings) to the node it starts.
+func TestNodeSettingsJSON(t *testing.T) {
+	old := `{"id":"node1","listen":"127.0.0.1:1","gossip":"127.0.0.1:2","default_sync":true,"peers":null,` +
+		`"reweight_interval":"5s","capacity_per_weight":"1GiB","min_free":"0","fs_home_bytes":"1MiB","fs_sweep_grace":"1s"}`
+	var n localNode
+	if err := json.Unmarshal([]byte(old), &n); err != nil {
+		t.Fatal(err)
+	}
+	want := nodeSettings{Sync: true, ReweightInterval: "5s", CapacityPerWeight: "1GiB", MinFree: "0", FSHomeBytes: "1MiB", FSSweepGrace: "1s"}
+	if n.nodeSettings != want {
+		t.Fatalf("settings read %+v, want %+v", n.nodeSettings, want)
+	}
+	b, err := json.Marshal(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same fields, in whatever order.
+	var got, wantFields map[string]any
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(old), &wantFields); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(wantFields) {
+		t.Fatalf("written as\n%s\nwant the fields of\n%s", b, old)
 	}
 }
