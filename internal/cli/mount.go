@@ -112,9 +112,19 @@ with the node is resolved with the cluster first.`,
 				}
 				return nil
 			}
+			// Once the mount stops, no descriptor uses the files
+			// unlinked while open any more: their hidden files go.
+			removeUnlinked := func() error {
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drainTimeout)
+				defer cancel()
+				if err := srv.RemoveUnlinked(rctx); err != nil {
+					return fmt.Errorf("remove the files unlinked while open through %s: %w", dir, err)
+				}
+				return nil
+			}
 			select {
 			case <-served:
-				return drain()
+				return errors.Join(drain(), removeUnlinked())
 			case <-ctx.Done():
 			}
 			drained := drain()
@@ -124,13 +134,14 @@ with the node is resolved with the cluster first.`,
 					break
 				}
 				if i == unmountTries {
-					return errors.Join(drained, fmt.Errorf("unmount %s: %w (files still open? fusermount3 -u -z %s detaches it)", dir, err, dir))
+					return errors.Join(drained, removeUnlinked(),
+						fmt.Errorf("unmount %s: %w (files still open? fusermount3 -u -z %s detaches it)", dir, err, dir))
 				}
 				fmt.Fprintf(e.stderr, "tyr: unmount %s: %v; trying again\n", dir, err)
 				time.Sleep(time.Second)
 			}
 			<-served
-			return drained
+			return errors.Join(drained, removeUnlinked())
 		},
 	}
 	cmd.Flags().BoolVar(&create, "create", false, "create the keyspace if it does not exist")

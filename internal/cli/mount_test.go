@@ -370,3 +370,59 @@ func TestMountCommandLazyUnmount(t *testing.T) {
 		t.Fatalf("blob /held after the close: %q, %v; want \"before, after\"", b, err)
 	}
 }
+
+// A file unlinked while open through tyr mount has a hidden name until
+// its last close (internal/fusefs, unlinked.go). If tyr mount stops while
+// the file is still open, its unmount fails (the file is busy), and it
+// exits having removed the hidden file, which no descriptor can use any
+// more.
+func TestMountCommandRemovesUnlinked(t *testing.T) {
+	s, dir := mountSetup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := startMount(t, "--endpoint", s.Endpoint, "--create", "cli-unlinked", dir)
+	f, err := os.Create(filepath.Join(dir, "tmp"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	if _, err := f.WriteString("scratch"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, "tmp")); err != nil {
+		t.Fatal(err)
+	}
+	hidden := func() []string {
+		t.Helper()
+		infos, _, err := s.Client().List(ctx, "cli-unlinked", "/", "", 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, b := range infos {
+			if strings.Contains(b.Key, "/.tyr-unlinked-") {
+				out = append(out, b.Key)
+			}
+		}
+		return out
+	}
+	if h := hidden(); len(h) != 1 {
+		t.Fatalf("blobs of the file unlinked while open: %v, want one hidden name", h)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case err := <-exited:
+		if err == nil {
+			t.Fatal("tyr mount exited 0 with a file still open through it, want its unmount's error")
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("tyr mount did not exit within a minute of SIGTERM")
+	}
+	if h := hidden(); len(h) != 0 {
+		t.Fatalf("hidden names left once tyr mount stopped: %v", h)
+	}
+}

@@ -79,10 +79,14 @@ const deferBytesMax = 1 << 20
 // its files; past it, writes commit before they return.
 const heldBytesMax = 64 << 20
 
-// pending is the mount's deferred creates and files with writes held.
+// pending is the mount's deferred creates and files with writes held,
+// and its files unlinked while open (unlinked.go).
 type pending struct {
 	mu    sync.Mutex
 	nodes map[*node]struct{}
+	// unlinked are the files under a hidden name until their last
+	// release. Guarded by mu.
+	unlinked map[*node]struct{}
 	// heldBytes is the bytes of the mount's held writes, at most
 	// heldBytesMax.
 	heldBytes atomic.Int64

@@ -104,7 +104,7 @@ func (s *Server) Drain(ctx context.Context) error {
 // server.Wait.
 func Mount(dir string, f *tyrfs.FS, name string, o Options) (*Server, error) {
 	timeout, none := o.CacheTimeout, time.Duration(0)
-	p := &pending{nodes: map[*node]struct{}{}, holdFor: cmp.Or(o.HoldFor, holdForDefault)}
+	p := &pending{nodes: map[*node]struct{}{}, unlinked: map[*node]struct{}{}, holdFor: cmp.Or(o.HoldFor, holdForDefault)}
 	root := &node{fs: f, dirCache: max(o.CacheTimeout, o.DirCacheTimeout), revalidate: timeout > 0, pending: p}
 	srv, err := fs.Mount(dir, root, &fs.Options{
 		MountOptions: fuse.MountOptions{

@@ -31,14 +31,17 @@ package fusefs
 //
 // What differs from a local file system: other mounts see the hidden
 // name in its directory until the last close (an rmdir of the directory
-// then fails with ENOTEMPTY, as on NFS); a mount killed while it holds
-// such a file leaves the hidden file behind, to be removed by hand. A
+// then fails with ENOTEMPTY, as on NFS). tyr mount removes the hidden
+// files still open when it stops (Server.RemoveUnlinked), since no
+// descriptor can use them after; a mount killed (SIGKILL) while it holds
+// one leaves it behind, to be removed by hand. A
 // file unlinked or replaced through another mount, or replaced when it
 // cannot be kept, while open here is gone for this mount's descriptors
 // too (they read EIO).
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync/atomic"
@@ -75,6 +78,9 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 	}
 	n.openMu.Lock()
 	defer n.openMu.Unlock()
+	if n.opens == 0 {
+		return 0 // its hidden file removed already (RemoveUnlinked)
+	}
 	if n.opens--; n.opens > 0 || !n.unlinked.Load() {
 		return 0
 	}
@@ -86,8 +92,8 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 	if !ok || parent == nil {
 		return 0 // removed by name meanwhile
 	}
-	if err := n.fs.Unlink(ctx, p); err != nil && tyrfs.Errno(err) != syscall.ENOENT {
-		return tyrfs.Errno(err)
+	if errno := n.removeHidden(ctx, p); errno != 0 {
+		return errno
 	}
 	parent.RmChild(name)
 	// The kernel drops the name if a listing made it look it up. Not
@@ -123,6 +129,47 @@ func (n *node) openChild(name string) *node {
 func (n *node) hide(c *node, name, hidden string) {
 	n.MvChild(name, n.EmbeddedInode(), hidden, true)
 	c.unlinked.Store(true)
+	n.pending.mu.Lock()
+	n.pending.unlinked[c] = struct{}{}
+	n.pending.mu.Unlock()
+}
+
+// removeHidden removes unlinked node n's hidden file at p, once its last
+// descriptor is closed or can no longer be used. n.openMu is held.
+func (n *node) removeHidden(ctx context.Context, p string) syscall.Errno {
+	if err := n.fs.Unlink(ctx, p); err != nil && tyrfs.Errno(err) != syscall.ENOENT {
+		return tyrfs.Errno(err)
+	}
+	n.opens = 0
+	n.pending.mu.Lock()
+	delete(n.pending.unlinked, n)
+	n.pending.mu.Unlock()
+	return 0
+}
+
+// RemoveUnlinked removes the hidden files of the files unlinked while
+// open that are still open: for tyr mount once it stopped serving, when
+// no descriptor can use them any more (a release that still comes finds
+// none). It returns the errors of the removals that failed, each naming
+// its file.
+func (s *Server) RemoveUnlinked(ctx context.Context) error {
+	s.pending.mu.Lock()
+	nodes := make([]*node, 0, len(s.pending.unlinked))
+	for n := range s.pending.unlinked {
+		nodes = append(nodes, n)
+	}
+	s.pending.mu.Unlock()
+	var failed []error
+	for _, n := range nodes {
+		n.openMu.Lock()
+		if p, ok := n.path(); ok && n.opens > 0 {
+			if errno := n.removeHidden(ctx, p); errno != 0 {
+				failed = append(failed, fmt.Errorf("%s: %w", p, errno))
+			}
+		}
+		n.openMu.Unlock()
+	}
+	return errors.Join(failed...)
 }
 
 // hiddenName returns a new hidden name (invariant 2).
