@@ -102,26 +102,24 @@ with the node is resolved with the cluster first.`,
 				srv.Wait()
 				close(served)
 			}()
+			// The mount's last work, each within drainTimeout once the
+			// command's context ended.
+			finish := func(what string, do func(context.Context) error) func() error {
+				return func() error {
+					fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drainTimeout)
+					defer cancel()
+					if err := do(fctx); err != nil {
+						return fmt.Errorf(what+": %w", dir, err)
+					}
+					return nil
+				}
+			}
 			// What the mount holds is committed before it stops, and it
 			// holds nothing more while the unmount waits for open files.
-			drain := func() error {
-				dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drainTimeout)
-				defer cancel()
-				if err := srv.Drain(dctx); err != nil {
-					return fmt.Errorf("commit what %s held: %w", dir, err)
-				}
-				return nil
-			}
+			drain := finish("commit what %s held", srv.Drain)
 			// Once the mount stops, no descriptor uses the files
 			// unlinked while open any more: their hidden files go.
-			removeUnlinked := func() error {
-				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drainTimeout)
-				defer cancel()
-				if err := srv.RemoveUnlinked(rctx); err != nil {
-					return fmt.Errorf("remove the files unlinked while open through %s: %w", dir, err)
-				}
-				return nil
-			}
+			removeUnlinked := finish("remove the files unlinked while open through %s", srv.RemoveUnlinked)
 			select {
 			case <-served:
 				return errors.Join(drain(), removeUnlinked())
