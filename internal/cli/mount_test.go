@@ -15,7 +15,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -246,7 +245,7 @@ func TestMountCommandDrainFails(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.Command(testserver.Binary(t), "mount", "--endpoint", s.Endpoint, "--create", "--hold-writes", "1h", "cli-drain-fails", dir)
-	var stderr lockedBuffer
+	var stderr testserver.SyncBuffer
 	cmd.Stderr = &stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -300,24 +299,6 @@ func TestMountCommandDrainFails(t *testing.T) {
 	if msg := stderr.String(); !strings.Contains(msg, "commit what") || !strings.Contains(msg, "lost") {
 		t.Fatalf("tyr mount's errors do not name the file whose create failed: %q", msg)
 	}
-}
-
-// lockedBuffer is a strings.Builder safe for one writer and readers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // TestMountCommandLazyUnmount checks a lazy unmount from outside

@@ -22,7 +22,6 @@
 package membership
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -54,25 +53,6 @@ const (
 	deadBound    = 10 * time.Second
 )
 
-// lockedBuffer collects a node's logs so that a failed test can print them;
-// memberlist goroutines may log after the test ends, which t.Log forbids.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // debugLogs holds every node's debug logs, memberlist's included, when
 // MEMBERSHIP_TEST_LOG names a file to write them to.
 var debugLogs = sync.OnceValue(func() *slog.Logger {
@@ -94,7 +74,7 @@ func testLogger(t *testing.T) *slog.Logger {
 	if l := debugLogs(); l != nil {
 		return l.With("test", t.Name())
 	}
-	logs := &lockedBuffer{}
+	logs := &testserver.SyncBuffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("logs:\n%s", logs.String())

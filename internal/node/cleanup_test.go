@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"regexp"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,26 +14,9 @@ import (
 	"github.com/tyrstore/tyr/internal/rebalance"
 	"github.com/tyrstore/tyr/internal/ring"
 	"github.com/tyrstore/tyr/internal/storage"
+	"github.com/tyrstore/tyr/internal/testserver"
 	"github.com/tyrstore/tyr/internal/txn"
 )
-
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 var cleanLine = regexp.MustCompile(`msg="ring change (cleaned up|cleanup stopped)" epoch=(\d+) "blobs dropped"=(\d+) "chunks dropped"=(\d+)`)
 
@@ -138,7 +120,7 @@ func keptChunks(t *testing.T, ks *storage.Keyspace) (blobs int, chunks map[strin
 // cleanup used to return without a line, so the drops it made went
 // uncounted.
 func TestCleanUpStoppedByNewerEpoch(t *testing.T) {
-	var logBuf syncBuffer
+	var logBuf testserver.SyncBuffer
 	n, ks, r2, r3 := cleanupNode(t, slog.New(slog.NewTextHandler(&logBuf, nil)))
 	pl2, err := n.Placement("kss", 3)
 	if err != nil {
