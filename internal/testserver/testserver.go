@@ -30,7 +30,7 @@ type buildResult struct {
 }
 
 // Binary returns the path of a freshly built tyr binary, built once per test
-// process into a temporary directory.
+// process (see build).
 func Binary(t testing.TB) string { return BinaryWithTags(t, "") }
 
 // BinaryWithTags is Binary built with the given build tags (comma-separated),
@@ -53,15 +53,34 @@ func BinaryWithTags(t testing.TB, tags string) string {
 	return b.path
 }
 
+// build builds the tyr binary with tags into build/testbin under the
+// project's root, one file per kind (race detector or not, tags), which
+// the test processes share: each builds it anew from the sources (cheap,
+// from Go's build cache) into a file of its own, then renames that over
+// the shared one. A process still running the old file keeps it, and the
+// directory holds one binary per kind, not one per test process that
+// ever ran (a temporary directory each, never removed, filled the disk).
 func build(tags string) buildResult {
-	dir, err := os.MkdirTemp("", "tyr-bin-")
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..")
+	dir := filepath.Join(root, "build", "testbin")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return buildResult{err: err}
+	}
+	name := "tyr"
+	if raceEnabled {
+		name += "-race"
+	}
+	if tags != "" {
+		name += "-" + strings.ReplaceAll(tags, ",", "-")
+	}
+	removeStaleBuilds(dir)
+	tmp, err := os.CreateTemp(dir, name+".*"+buildingSuffix)
 	if err != nil {
 		return buildResult{err: err}
 	}
-	path := filepath.Join(dir, "tyr")
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..")
-	args := []string{"build", "-o", path}
+	_ = tmp.Close()
+	args := []string{"build", "-o", tmp.Name()}
 	if raceEnabled {
 		args = append(args, "-race")
 	}
@@ -71,10 +90,36 @@ func build(tags string) buildResult {
 	cmd := exec.Command("go", append(args, "./cmd/tyr")...)
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
+		_ = os.Remove(tmp.Name())
 		return buildResult{err: fmt.Errorf("go build %v: %v\n%s", args, err, out)}
+	}
+	path := filepath.Join(dir, name)
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		_ = os.Remove(tmp.Name())
+		return buildResult{err: err}
 	}
 	return buildResult{path: path}
 }
+
+// buildingSuffix ends the names of binaries being built.
+const buildingSuffix = ".building"
+
+// removeStaleBuilds removes the files of builds in dir that a test
+// process left when it died building (older than staleBuildAge).
+func removeStaleBuilds(dir string) {
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range es {
+		if info, err := e.Info(); err == nil && strings.HasSuffix(e.Name(), buildingSuffix) && time.Since(info.ModTime()) > staleBuildAge {
+			_ = os.Remove(filepath.Join(dir, e.Name()))
+		}
+	}
+}
+
+// staleBuildAge is far above the time one build takes.
+const staleBuildAge = time.Hour
 
 // Server is one running tyr server process.
 type Server struct {
