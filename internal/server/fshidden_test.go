@@ -102,7 +102,7 @@ func TestHiddenSweep(t *testing.T) {
 	later := fslayout.HiddenKey(6)
 	putBlob(t, s, later, movedOut(10))
 	d.sweep.every = 10 * time.Millisecond
-	defer s.StartDirCompaction(0, 0)()
+	defer s.StartDirCompaction(0, time.Nanosecond)()
 	waitCompactor(t, "the worker sweeps "+later, func() bool {
 		_, err := s.readPart(context.Background(), dirRef{fsKS, later}, 0, 0, 0)
 		return errors.Is(err, errs.ErrNotFound)
