@@ -53,8 +53,8 @@ func BinaryWithTags(t testing.TB, tags string) string {
 	return b.path
 }
 
-// build builds the tyr binary with tags into build/testbin under the
-// project's root, one file per kind (race detector or not, tags), which
+// build builds the tyr binary with tags into build/testbin/KIND/tyr under
+// the project's root, one file per kind (race detector or not, tags), which
 // the test processes share: each builds it anew from the sources (cheap,
 // from Go's build cache) into a file of its own, then renames that over
 // the shared one. A process still running the old file keeps it, and the
@@ -63,17 +63,20 @@ func BinaryWithTags(t testing.TB, tags string) string {
 func build(tags string) buildResult {
 	_, file, _, _ := runtime.Caller(0)
 	root := filepath.Join(filepath.Dir(file), "..", "..")
-	dir := filepath.Join(root, "build", "testbin")
+	// A directory per kind, the binary named tyr in each, as commands
+	// that find it on PATH (the README's tour) call it.
+	kind := "plain"
+	if raceEnabled {
+		kind = "race"
+	}
+	if tags != "" {
+		kind += "-" + strings.ReplaceAll(tags, ",", "-")
+	}
+	dir := filepath.Join(root, "build", "testbin", kind)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return buildResult{err: err}
 	}
-	name := "tyr"
-	if raceEnabled {
-		name += "-race"
-	}
-	if tags != "" {
-		name += "-" + strings.ReplaceAll(tags, ",", "-")
-	}
+	const name = "tyr"
 	removeStaleBuilds(dir)
 	tmp, err := os.CreateTemp(dir, name+".*"+buildingSuffix)
 	if err != nil {
