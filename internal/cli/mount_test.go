@@ -77,15 +77,23 @@ func startMount(t *testing.T, args ...string) *exec.Cmd {
 // waitMountExit waits for cmd to exit and fails unless it exits 0.
 func waitMountExit(t *testing.T, cmd *exec.Cmd) {
 	t.Helper()
+	if err := mountExit(t, cmd); err != nil {
+		t.Fatalf("tyr mount: %v", err)
+	}
+}
+
+// mountExit waits up to a minute for cmd to exit, and returns how it
+// exited.
+func mountExit(t *testing.T, cmd *exec.Cmd) error {
+	t.Helper()
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	select {
 	case err := <-done:
-		if err != nil {
-			t.Fatalf("tyr mount: %v", err)
-		}
+		return err
 	case <-time.After(time.Minute):
-		t.Fatal("tyr mount did not exit within a minute of its unmount")
+		t.Fatal("tyr mount did not exit within a minute")
+		return nil
 	}
 }
 
@@ -393,15 +401,8 @@ func TestMountCommandRemovesUnlinked(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	select {
-	case err := <-exited:
-		if err == nil {
-			t.Fatal("tyr mount exited 0 with a file still open through it, want its unmount's error")
-		}
-	case <-time.After(time.Minute):
-		t.Fatal("tyr mount did not exit within a minute of SIGTERM")
+	if err := mountExit(t, cmd); err == nil {
+		t.Fatal("tyr mount exited 0 with a file still open through it, want its unmount's error")
 	}
 	if h := hidden(); len(h) != 0 {
 		t.Fatalf("hidden names left once tyr mount stopped: %v", h)

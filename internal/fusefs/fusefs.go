@@ -878,9 +878,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	for _, c := range changed {
 		defer c.change().end()
 	}
-	return np.renameOver(ctx, newName, func(keep string) (bool, error) {
-		return n.fs.RenameKeeping(ctx, from, to, keep, flags)
-	})
+	return np.renameOver(ctx, from, newName, to, flags)
 }
 
 func (n *node) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {

@@ -203,23 +203,22 @@ func (n *node) unlinkOpen(ctx context.Context, name, p string) (bool, syscall.Er
 	return true, 0
 }
 
-// renameOver is a rename onto n's child name, done by rename given the
-// name under which to keep the file it replaces (tyrfs.RenameKeeping;
-// "" to keep none): a file open through the mount is kept under a hidden
-// name when the rename can keep it, and handled then as one unlinked
-// while open (invariant 2); otherwise it is replaced, and gone for its
-// descriptors too.
-func (n *node) renameOver(ctx context.Context, name string, rename func(keep string) (bool, error)) syscall.Errno {
+// renameOver is the rename of from over n's child name at to: a file
+// open through the mount there is kept under a hidden name when the
+// rename can keep it (tyrfs.RenameKeeping), and handled then as one
+// unlinked while open (invariant 2); otherwise it is replaced, and gone
+// for its descriptors too.
+func (n *node) renameOver(ctx context.Context, from, name, to string, flags uint32) syscall.Errno {
 	c := n.openChild(name)
 	if c == nil {
-		_, err := rename("")
-		return tyrfs.Errno(err)
+		return tyrfs.Errno(n.fs.Rename(ctx, from, to, flags))
 	}
 	defer c.openMu.Unlock()
 	hidden := hiddenName()
-	kept, err := rename(hidden)
+	kept, err := n.fs.RenameKeeping(ctx, from, to, hidden, flags)
 	if tyrfs.Errno(err) == syscall.ENAMETOOLONG {
-		kept, err = rename("") // no room for the hidden name: replaced
+		// No room for the hidden name: replaced.
+		kept, err = n.fs.RenameKeeping(ctx, from, to, "", flags)
 	}
 	if err != nil {
 		return tyrfs.Errno(err)
