@@ -42,6 +42,8 @@ func newMountCommand(e *env) *cobra.Command {
 		debug       bool
 		allowOther  bool
 		noFailover  bool
+		localLocks  bool
+		lockLease   time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "mount KEYSPACE MOUNTPOINT",
@@ -74,6 +76,9 @@ with the node is resolved with the cluster first.`,
 			if hold <= 0 {
 				return fmt.Errorf("--hold-writes %v: must be above 0", hold)
 			}
+			if lockLease < fusefs.LockLeaseMin {
+				return fmt.Errorf("--lock-lease %v: must be at least %v", lockLease, fusefs.LockLeaseMin)
+			}
 			c, err := dialMount(e.endpoint, !noFailover)
 			if err != nil {
 				return err
@@ -92,7 +97,8 @@ with the node is resolved with the cluster first.`,
 			if err != nil {
 				return err
 			}
-			srv, err := fusefs.Mount(dir, f, "tyr:"+ks, fusefs.Options{CacheTimeout: cache, DirCacheTimeout: dirCache, HoldFor: hold, Debug: debug, AllowOther: allowOther})
+			srv, err := fusefs.Mount(dir, f, "tyr:"+ks, fusefs.Options{CacheTimeout: cache, DirCacheTimeout: dirCache, HoldFor: hold, Debug: debug, AllowOther: allowOther,
+				LocalLocks: localLocks, LockLease: lockLease})
 			if err != nil {
 				return fmt.Errorf("mount %s at %s: %w", ks, dir, err)
 			}
@@ -120,9 +126,11 @@ with the node is resolved with the cluster first.`,
 			// Once the mount stops, no descriptor uses the files
 			// unlinked while open any more: their hidden files go.
 			removeUnlinked := finish("remove the files unlinked while open through %s", srv.RemoveUnlinked)
+			// And its locks go, rather than wait for their leases.
+			releaseLocks := finish("give up the locks held through %s", srv.ReleaseLocks)
 			select {
 			case <-served:
-				return errors.Join(drain(), removeUnlinked())
+				return errors.Join(drain(), removeUnlinked(), releaseLocks())
 			case <-ctx.Done():
 			}
 			drained := drain()
@@ -132,14 +140,14 @@ with the node is resolved with the cluster first.`,
 					break
 				}
 				if i == unmountTries {
-					return errors.Join(drained, removeUnlinked(),
+					return errors.Join(drained, removeUnlinked(), releaseLocks(),
 						fmt.Errorf("unmount %s: %w (files still open? fusermount3 -u -z %s detaches it)", dir, err, dir))
 				}
 				fmt.Fprintf(e.stderr, "tyr: unmount %s: %v; trying again\n", dir, err)
 				time.Sleep(time.Second)
 			}
 			<-served
-			return errors.Join(drained, removeUnlinked())
+			return errors.Join(drained, removeUnlinked(), releaseLocks())
 		},
 	}
 	cmd.Flags().BoolVar(&create, "create", false, "create the keyspace if it does not exist")
@@ -159,6 +167,12 @@ with the node is resolved with the cluster first.`,
 	cmd.Flags().BoolVar(&debug, "debug", false, "log every FUSE request")
 	cmd.Flags().BoolVar(&noFailover, "no-failover", false,
 		"talk only to the first node of --endpoint, failing calls while it is down, instead of moving to another node")
+	cmd.Flags().BoolVar(&localLocks, "local-locks", false,
+		"leave advisory locks (flock, fcntl) to the kernel, holding between the processes of this mount only, instead of across mounts; "+
+			"the close of a descriptor with nothing to commit then costs no request")
+	cmd.Flags().DurationVar(&lockLease, "lock-lease", fusefs.LockLeaseDefault,
+		"how long a lock held through this mount lasts without a renewal (made every third of it): "+
+			"the longest other mounts wait for the locks of a mount killed or cut off from the cluster")
 	cmd.Flags().BoolVar(&allowOther, "allow-other", false,
 		"let other users use the mount, with the kernel checking modes and owners (root, or user_allow_other in /etc/fuse.conf)")
 	return cmd

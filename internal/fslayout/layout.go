@@ -8,8 +8,9 @@
 // and a new version, old versions stay readable)
 //
 // The keyspace belongs to the file system: every blob in it is one of the
-// two kinds below, or one of the staple blobs of invariant 5, whose keys
-// start with "~", "^" or "%" and so never with a path's "/".
+// two kinds below, one of the staple blobs of invariant 5, whose keys
+// start with "~", "^" or "%", or a file's advisory locks (LockKey, "&"):
+// never with a path's "/".
 //
 //   - A file or symbolic link at absolute path P ("/a/b") is the blob keyed
 //     P. The blob starts with a HeaderBytes-byte header (the inode: kind,
@@ -306,12 +307,18 @@ var StapleBytesMin uint64 = 1 << 20
 // (invariant 5): a commit's payload, less what else it carries.
 const HomeBytesLimit = 12 << 20
 
-// Keys of invariant 5. None starts with "/", so none is a path.
+// Keys of invariant 5, and of locks. None starts with "/", so none is a
+// path.
 const (
 	pointerPrefix = "~"
 	backPrefix    = "^"
 	hiddenPrefix  = "%"
+	lockPrefix    = "&"
 )
+
+// LockKey is the blob holding the advisory locks on the file at clean
+// path p (package fslock's table); it exists while any are held.
+func LockKey(p string) string { return lockPrefix + p }
 
 // PointerKey is the blob holding the data blob's key of the staple at
 // clean path p.

@@ -28,13 +28,15 @@
 // itself, and no longer asks for security.capability before each write),
 // RENAME_EXCHANGE (EINVAL). FIFOs, sockets and device
 // nodes are names with attributes; the kernel of the machine that opens
-// one gives it meaning. Advisory locks (flock, fcntl) are not sent to the file system:
-// the kernel keeps them, so they hold between processes of one mount only.
+// one gives it meaning. Advisory locks (flock, fcntl) hold across mounts,
+// kept in the cluster under leases (locks.go), unless Options.LocalLocks
+// leaves them to the kernel.
 package fusefs
 
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -76,6 +78,16 @@ type Options struct {
 	HoldFor time.Duration
 	// Debug logs every FUSE request.
 	Debug bool
+	// LocalLocks leaves advisory locks (flock, fcntl) to the kernel, which
+	// keeps them between the processes of this mount only, and lets the
+	// close of a descriptor with nothing to commit cost no request.
+	// Otherwise locks hold across mounts (locks.go).
+	LocalLocks bool
+	// LockLease is how long a lock of this mount lasts in the cluster
+	// without a renewal, which the mount makes every third of it: the
+	// longest other mounts wait for the locks of a mount that died.
+	// Default LockLeaseDefault; at least LockLeaseMin.
+	LockLease time.Duration
 	// AllowOther lets users other than the one mounting use the mount
 	// (FUSE's allow_other: root, or user_allow_other in /etc/fuse.conf);
 	// the kernel still checks each access against the modes and owners.
@@ -86,6 +98,8 @@ type Options struct {
 type Server struct {
 	*fuse.Server
 	pending *pending
+	fs      *tyrfs.FS
+	locks   *lockState // nil with Options.LocalLocks
 }
 
 // Drain makes the mount commit every create and write before answering
@@ -104,9 +118,16 @@ func (s *Server) Drain(ctx context.Context) error {
 // server.Wait.
 func Mount(dir string, f *tyrfs.FS, name string, o Options) (*Server, error) {
 	timeout, none := o.CacheTimeout, time.Duration(0)
+	if o.LockLease != 0 && o.LockLease < LockLeaseMin {
+		return nil, fmt.Errorf("lock lease %v: below %v", o.LockLease, LockLeaseMin)
+	}
+	var locks *lockState
+	if !o.LocalLocks {
+		locks = newLockState(o.LockLease)
+	}
 	p := &pending{nodes: map[*node]struct{}{}, unlinked: map[*node]struct{}{}, holdFor: cmp.Or(o.HoldFor, holdForDefault)}
-	root := &node{fs: f, dirCache: max(o.CacheTimeout, o.DirCacheTimeout), revalidate: timeout > 0, pending: p}
-	srv, err := fs.Mount(dir, root, &fs.Options{
+	root := &node{fs: f, dirCache: max(o.CacheTimeout, o.DirCacheTimeout), revalidate: timeout > 0, pending: p, locks: locks}
+	opts := &fs.Options{
 		MountOptions: fuse.MountOptions{
 			FsName: name,
 			Name:   "tyrfs",
@@ -123,15 +144,34 @@ func Mount(dir string, f *tyrfs.FS, name string, o Options) (*Server, error) {
 			ExplicitDataCacheControl: timeout > 0,
 			// Extended attributes are not stored (see the package doc).
 			DisableXAttrs: true,
+			// Locks go to the mount, and on to the cluster (locks.go).
+			EnableLocks: locks != nil,
 		},
 		EntryTimeout:    &timeout,
 		AttrTimeout:     &timeout,
 		NegativeTimeout: &none,
-	})
+	}
+	var raw fuse.RawFileSystem = fs.NewNodeFS(root, opts)
+	if locks != nil {
+		raw = &rawFS{RawFileSystem: raw, locks: locks}
+	}
+	srv, err := fuse.NewServer(raw, dir, &opts.MountOptions)
 	if err != nil {
 		return nil, err
 	}
-	return &Server{Server: srv, pending: p}, nil
+	go srv.Serve()
+	if err := srv.WaitMount(); err != nil {
+		return nil, err
+	}
+	if locks != nil {
+		stop := make(chan struct{})
+		go locks.renew(f, stop)
+		go func() {
+			srv.Wait()
+			close(stop)
+		}()
+	}
+	return &Server{Server: srv, pending: p, fs: f, locks: locks}, nil
 }
 
 // node is a file, directory or symbolic link of the mount.
@@ -147,6 +187,9 @@ type node struct {
 	revalidate bool
 	// pending is the mount's deferred creates (deferred.go).
 	pending *pending
+	// locks is the mount's advisory locks (locks.go), nil if the kernel
+	// keeps them (Options.LocalLocks).
+	locks *lockState
 
 	// createMu serializes the commit of a deferred create with the
 	// requests on the node.
@@ -332,7 +375,7 @@ func (n *node) newChild(ctx context.Context, name string, a tyrfs.Attr, out *fus
 		}
 		return ch
 	}
-	ch := &node{fs: n.fs, dirCache: n.dirCache, revalidate: n.revalidate, pending: n.pending, fresh: a.Version}
+	ch := &node{fs: n.fs, dirCache: n.dirCache, revalidate: n.revalidate, pending: n.pending, locks: n.locks, fresh: a.Version}
 	if created && n.revalidate {
 		ch.pages = a.Version
 	}
@@ -604,15 +647,16 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if c, ok := ch.Operations().(*node); ok {
 		c.opened(h)
 	}
-	return ch, h, noFlushFor(n.revalidate, flags), 0
+	return ch, h, n.noFlush(flags), 0
 }
 
-// noFlushFor returns FOPEN_NOFLUSH for a descriptor opened with flags
-// whose close has nothing to commit: opened to read only, or through a
-// mount without the cache, where every write commits before it returns.
-// With the cache, writes are held until the close (deferred.go).
-func noFlushFor(revalidate bool, flags uint32) uint32 {
-	if !revalidate || flags&syscall.O_ACCMODE == syscall.O_RDONLY {
+// noFlush returns FOPEN_NOFLUSH for a descriptor opened with flags whose
+// close has nothing to do: opened to read only, or through a mount
+// without the cache, where every write commits before it returns (with
+// the cache, writes are held until the close, deferred.go), and with the
+// kernel keeping the locks (each close gives up locks, locks.go).
+func (n *node) noFlush(flags uint32) uint32 {
+	if n.locks == nil && (!n.revalidate || flags&syscall.O_ACCMODE == syscall.O_RDONLY) {
 		return fuse.FOPEN_NOFLUSH
 	}
 	return 0
@@ -638,9 +682,8 @@ func (n *node) open(ctx context.Context, flags uint32) (*handle, uint32, syscall
 	// to commit then, one round trip less (noFlush): one opened to read
 	// only (a deferred create of the file commits before this open
 	// returns), and any without the cache, whose writes commit before
-	// they return. Locks are the kernel's and go with the descriptor
-	// whatever this says.
-	noFlush := noFlushFor(n.revalidate, flags)
+	// they return; unless locks go to the cluster.
+	noFlush := n.noFlush(flags)
 	if !n.revalidate {
 		// No FOPEN_KEEP_CACHE: the kernel drops its cached pages at each
 		// open, and asks for attributes at each use, so an open sees what
@@ -811,14 +854,19 @@ func (n *node) commitLocked(ctx context.Context) syscall.Errno {
 
 // Flush, at each close of a descriptor that may have written, commits as
 // Fsync does: close(2) returns once what was written through the mount
-// is committed (close-to-open), and fails if it could not be.
+// is committed (close-to-open), and fails if it could not be. Then it
+// gives up the closing process's POSIX locks on the file (locks.go).
 func (n *node) Flush(ctx context.Context, fh fs.FileHandle) syscall.Errno {
 	if hook := opHook.Load(); hook != nil {
 		if p, ok := n.path(); ok {
 			(*hook)("flush", p)
 		}
 	}
-	return n.Fsync(ctx, fh, 0)
+	errno := n.Fsync(ctx, fh, 0)
+	if e := n.closeLocks(ctx, false, false); errno == 0 {
+		errno = e
+	}
+	return errno
 }
 
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {

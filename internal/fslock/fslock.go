@@ -1,0 +1,297 @@
+// Package fslock is the table of advisory locks on one TýrFS file: the
+// rules of flock(2) and of POSIX record locks (fcntl F_SETLK), applied to
+// a table that tyrfs keeps in a blob of its own and changes in
+// transactions. It does no I/O: the caller reads the table, asks Conflict
+// and Apply with the time it reads, and commits what Encode returns.
+//
+// A lock belongs to a holder (a mount, or a program on the native API:
+// one random number per process's use) and to an owner within it (the
+// kernel's lock owner: a process's descriptor table for POSIX locks, an
+// open file description for flock). Each lock carries the time its lease
+// ends; the holder renews its leases while it runs (Renew), and a lock
+// whose lease ended is ignored and dropped at the next change, so a
+// holder that died gives its locks up within a lease.
+//
+// Invariants, asserted by Apply's callers through Check:
+//  1. Two live locks of the same kind (flock or POSIX) of different
+//     (holder, owner) that overlap are both read locks.
+//  2. One (holder, owner) has at most one flock lock per file, and its
+//     POSIX locks neither overlap nor touch when of the same type (they
+//     are merged), as the kernel keeps them.
+//  3. A table holds at most EntriesMax locks.
+//
+// flock and POSIX locks do not conflict with each other, as on Linux.
+package fslock
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+)
+
+// EntriesMax bounds the locks of one file: a lock that would need more
+// fails (ENOLCK).
+const EntriesMax = 1024
+
+// OffsetMax is the end of a lock that runs to the end of the file, as
+// the kernel gives it (OFFSET_MAX).
+const OffsetMax = math.MaxInt64
+
+// Lock is one advisory lock.
+type Lock struct {
+	Holder uint64
+	Owner  uint64
+	// Flock is set for a flock(2) lock, which covers the whole file.
+	Flock bool
+	// Write is set for an exclusive (write) lock, clear for a shared one.
+	Write bool
+	// Start and End are the first and last bytes locked (End inclusive;
+	// OffsetMax: to the end of the file, wherever it is).
+	Start, End uint64
+	// Pid is the locking process's, as the holder's machine numbers it.
+	Pid uint32
+	// Expires is when the lock's lease ends (Unix nanoseconds).
+	Expires int64
+}
+
+// Table is the locks of one file.
+type Table []Lock
+
+// ErrTooMany is Apply's error for a table that would hold more than
+// EntriesMax locks.
+var ErrTooMany = errors.New("too many locks on one file")
+
+// ErrCorrupt is Decode's error for bytes that are not a table.
+var ErrCorrupt = errors.New("corrupt lock table")
+
+const (
+	format     = 1
+	entryBytes = 8 + 8 + 8 + 8 + 8 + 4 + 1
+	flagWrite  = 1 << 0
+	flagFlock  = 1 << 1
+)
+
+// Encode returns the table's bytes; an empty table is no bytes.
+func (t Table) Encode() []byte {
+	if len(t) == 0 {
+		return nil
+	}
+	b := make([]byte, 0, 1+len(t)*entryBytes)
+	b = append(b, format)
+	for _, l := range t {
+		b = binary.LittleEndian.AppendUint64(b, l.Holder)
+		b = binary.LittleEndian.AppendUint64(b, l.Owner)
+		b = binary.LittleEndian.AppendUint64(b, l.Start)
+		b = binary.LittleEndian.AppendUint64(b, l.End)
+		b = binary.LittleEndian.AppendUint64(b, uint64(l.Expires))
+		b = binary.LittleEndian.AppendUint32(b, l.Pid)
+		var f byte
+		if l.Write {
+			f |= flagWrite
+		}
+		if l.Flock {
+			f |= flagFlock
+		}
+		b = append(b, f)
+	}
+	return b
+}
+
+// Decode reads a table Encode wrote; no bytes are an empty table.
+func Decode(b []byte) (Table, error) {
+	if len(b) == 0 {
+		return nil, nil
+	}
+	if b[0] != format || (len(b)-1)%entryBytes != 0 {
+		return nil, fmt.Errorf("%w: format %d, %d bytes", ErrCorrupt, b[0], len(b))
+	}
+	t := make(Table, 0, (len(b)-1)/entryBytes)
+	for e := b[1:]; len(e) > 0; e = e[entryBytes:] {
+		f := e[44]
+		if f&^(flagWrite|flagFlock) != 0 {
+			return nil, fmt.Errorf("%w: flags %#x", ErrCorrupt, f)
+		}
+		l := Lock{
+			Holder:  binary.LittleEndian.Uint64(e),
+			Owner:   binary.LittleEndian.Uint64(e[8:]),
+			Start:   binary.LittleEndian.Uint64(e[16:]),
+			End:     binary.LittleEndian.Uint64(e[24:]),
+			Expires: int64(binary.LittleEndian.Uint64(e[32:])),
+			Pid:     binary.LittleEndian.Uint32(e[40:]),
+			Write:   f&flagWrite != 0,
+			Flock:   f&flagFlock != 0,
+		}
+		if l.Start > l.End {
+			return nil, fmt.Errorf("%w: lock from %d to %d", ErrCorrupt, l.Start, l.End)
+		}
+		t = append(t, l)
+	}
+	return t, nil
+}
+
+// Check reports whether l's range is valid: Start at most End.
+func Check(l Lock) error {
+	if l.Start > l.End || l.End > OffsetMax {
+		return fmt.Errorf("lock from %d to %d: not a range of a file", l.Start, l.End)
+	}
+	return nil
+}
+
+// whole returns l covering the whole file if it is a flock lock.
+func whole(l Lock) Lock {
+	if l.Flock {
+		l.Start, l.End = 0, OffsetMax
+	}
+	return l
+}
+
+func (l Lock) sameOwner(o Lock) bool {
+	return l.Holder == o.Holder && l.Owner == o.Owner && l.Flock == o.Flock
+}
+
+func (l Lock) overlaps(o Lock) bool { return l.Start <= o.End && o.Start <= l.End }
+
+// Conflict returns the first lock live at now that keeps l from being
+// taken: of the same kind and another (holder, owner), overlapping, and a
+// write lock or l one.
+func (t Table) Conflict(l Lock, now int64) (Lock, bool) {
+	l = whole(l)
+	for _, o := range t {
+		if o.Expires > now && o.Flock == l.Flock && !o.sameOwner(l) && o.overlaps(l) && (o.Write || l.Write) {
+			return o, true
+		}
+	}
+	return Lock{}, false
+}
+
+// Apply returns the table with l taken (unlock false) or its range given
+// up by its (holder, owner) (unlock true), and the locks that lease ended
+// by now dropped. It does not check conflicts: the caller asks Conflict
+// first. A POSIX lock replaces the owner's locks in its range, of either
+// type, and merges with its locks of the same type it overlaps or
+// touches; a flock lock replaces the owner's flock lock.
+func (t Table) Apply(l Lock, unlock bool, now int64) (Table, error) {
+	l = whole(l)
+	out := make(Table, 0, len(t)+2)
+	for _, o := range t {
+		switch {
+		case o.Expires <= now:
+		case !o.sameOwner(l) || !o.overlaps(l) && !(!unlock && o.Write == l.Write && touches(o, l)):
+			out = append(out, o)
+		case !unlock && o.Write == l.Write:
+			// Merged into l.
+			l.Start, l.End = min(l.Start, o.Start), max(l.End, o.End)
+		default:
+			// The parts of o outside l stay.
+			if o.Start < l.Start {
+				left := o
+				left.End = l.Start - 1
+				out = append(out, left)
+			}
+			if o.End > l.End {
+				right := o
+				right.Start = l.End + 1
+				out = append(out, right)
+			}
+		}
+	}
+	if !unlock {
+		out = append(out, l)
+	}
+	if len(out) > EntriesMax {
+		return nil, fmt.Errorf("%w: above %d", ErrTooMany, EntriesMax)
+	}
+	slices.SortStableFunc(out, func(a, b Lock) int {
+		switch {
+		case a.Start != b.Start:
+			return cmpU(a.Start, b.Start)
+		case a.Holder != b.Holder:
+			return cmpU(a.Holder, b.Holder)
+		default:
+			return cmpU(a.Owner, b.Owner)
+		}
+	})
+	return out, nil
+}
+
+func cmpU(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// touches reports whether o and l are adjacent ranges.
+func touches(o, l Lock) bool {
+	return o.End != OffsetMax && o.End+1 == l.Start || l.End != OffsetMax && l.End+1 == o.Start
+}
+
+// Renew returns the table with the leases of holder's locks ending at
+// expires, the locks whose lease ended by now dropped, and how many locks
+// holder still has.
+func (t Table) Renew(holder uint64, expires, now int64) (Table, int) {
+	out := make(Table, 0, len(t))
+	n := 0
+	for _, o := range t {
+		if o.Expires <= now {
+			continue
+		}
+		if o.Holder == holder {
+			o.Expires = expires
+			n++
+		}
+		out = append(out, o)
+	}
+	return out, n
+}
+
+// Held reports whether (holder, owner) holds a lock of l's kind, live at
+// now.
+func (t Table) Held(l Lock, now int64) bool {
+	for _, o := range t {
+		if o.Expires > now && o.sameOwner(l) {
+			return true
+		}
+	}
+	return false
+}
+
+// Verify checks invariants 1-3 on the locks live at now.
+func (t Table) Verify(now int64) error {
+	if len(t) > EntriesMax {
+		return fmt.Errorf("%d locks, above %d", len(t), EntriesMax)
+	}
+	flocks := map[[2]uint64]bool{}
+	for i, a := range t {
+		if a.Expires <= now {
+			continue
+		}
+		if err := Check(a); err != nil {
+			return err
+		}
+		if a.Flock {
+			k := [2]uint64{a.Holder, a.Owner}
+			if flocks[k] {
+				return fmt.Errorf("owner %d/%d holds two flock locks", a.Holder, a.Owner)
+			}
+			flocks[k] = true
+		}
+		for _, b := range t[i+1:] {
+			if b.Expires <= now || a.Flock != b.Flock {
+				continue
+			}
+			switch {
+			case !a.sameOwner(b) && a.overlaps(b) && (a.Write || b.Write):
+				return fmt.Errorf("locks %+v and %+v conflict", a, b)
+			case a.sameOwner(b) && !a.Flock && (a.overlaps(b) || a.Write == b.Write && touches(a, b)):
+				return fmt.Errorf("locks %+v and %+v of one owner are not merged", a, b)
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,354 @@
+package fusefs
+
+// Advisory locks across mounts. Unless Options.LocalLocks, the kernel
+// sends flock(2) and fcntl(2) record locks to the mount (FUSE's
+// POSIX_LOCKS and FLOCK_LOCKS), and the mount keeps them in the cluster,
+// in the file's lock table (tyrfs.SetLock), as holder: a random number of
+// the mount's own. Each lock's lease is renewed while the mount runs; a
+// mount that dies gives its locks up once their leases end.
+//
+// The kernel drops a process's POSIX locks on a file at each close of a
+// descriptor of it (FLUSH, with the process's lock owner), and an open
+// file description's flock lock at its last close (RELEASE, with the
+// FLOCK_UNLOCK flag and the description's lock owner). go-fuse's node API
+// passes neither owner, so rawFS records it for the request, by the
+// request's cancel channel, which the node's call gets in its context.
+//
+// Invariants:
+//  1. held names, for each (node, owner, kind) of this mount, the path
+//     whose lock table holds its locks, while it may hold any: it is added
+//     before a take returns and removed once an unlock, a close or the
+//     renewal found none left.
+//  2. A lock is taken after what the mount held of the file's writes was
+//     committed, and given up after it: a mount that takes the lock next
+//     reads what was written under it. A take drops the kernel's pages
+//     and attributes of the file, so reads under the lock go to the
+//     cluster (as NFS clients do at a lock).
+//  3. Every descriptor's close sends FLUSH (no FOPEN_NOFLUSH), so a
+//     process's POSIX locks are given up before its close(2) returns.
+
+import (
+	"cmp"
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/tyrstore/tyr/tyrfs"
+)
+
+// LockLeaseDefault is how long a mount's lock lasts without a renewal
+// (Options.LockLease): the longest other mounts wait for the locks of a
+// mount that died.
+const LockLeaseDefault = 30 * time.Second
+
+// LockLeaseMin bounds Options.LockLease from below.
+const LockLeaseMin = time.Second
+
+// lockWaitMax is the longest a blocked F_SETLKW or flock sleeps between
+// tries.
+const lockWaitMax = 100 * time.Millisecond
+
+// lockRef is one owner's locks of one kind on one file of the mount.
+type lockRef struct {
+	n     *node
+	owner uint64
+	flock bool
+}
+
+// lockState is the mount's locks.
+type lockState struct {
+	holder uint64
+	lease  time.Duration
+
+	mu   sync.Mutex
+	held map[lockRef]string // invariant 1
+
+	// owners maps the cancel channel of each FLUSH, and of each RELEASE
+	// that gives up a flock lock, being served to the request's lock
+	// owner.
+	owners sync.Map
+}
+
+func newLockState(lease time.Duration) *lockState {
+	return &lockState{holder: rand.Uint64() | 1, lease: cmp.Or(lease, LockLeaseDefault), held: map[lockRef]string{}}
+}
+
+// ownerOf returns the lock owner rawFS recorded for the request ctx
+// serves.
+func (s *lockState) ownerOf(ctx context.Context) (uint64, bool) {
+	c, ok := ctx.(*fuse.Context)
+	if !ok {
+		return 0, false
+	}
+	v, ok := s.owners.Load(c.Cancel)
+	if !ok {
+		return 0, false
+	}
+	return v.(uint64), true
+}
+
+// rawFS is go-fuse's bridge, recording the lock owners of FLUSH and
+// RELEASE requests for the node's calls.
+type rawFS struct {
+	fuse.RawFileSystem
+	locks *lockState
+}
+
+func (r *rawFS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
+	r.locks.owners.Store(cancel, in.LockOwner)
+	defer r.locks.owners.Delete(cancel)
+	return r.RawFileSystem.Flush(cancel, in)
+}
+
+func (r *rawFS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
+	if in.ReleaseFlags&fuse.FUSE_RELEASE_FLOCK_UNLOCK != 0 {
+		r.locks.owners.Store(cancel, in.LockOwner)
+		defer r.locks.owners.Delete(cancel)
+	}
+	r.RawFileSystem.Release(cancel, in)
+}
+
+// record notes whether ref holds locks on p (invariant 1).
+func (s *lockState) record(ref lockRef, p string, held bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if held {
+		s.held[ref] = p
+	} else {
+		delete(s.held, ref)
+	}
+}
+
+// pathOf returns the path ref's locks are on, if it may hold any.
+func (s *lockState) pathOf(ref lockRef) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, ok := s.held[ref]
+	return p, ok
+}
+
+// refsOf returns n's refs that may hold locks, of owner unless all.
+func (s *lockState) refsOf(n *node, owner uint64, all, flock bool) []lockRef {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var refs []lockRef
+	for ref := range s.held {
+		if ref.n == n && (all || ref.owner == owner && ref.flock == flock) {
+			refs = append(refs, ref)
+		}
+	}
+	return refs
+}
+
+func (n *node) Getlk(ctx context.Context, _ fs.FileHandle, owner uint64, lk *fuse.FileLock, flags uint32, out *fuse.FileLock) syscall.Errno {
+	s := n.locks
+	if s == nil {
+		return syscall.ENOSYS
+	}
+	ctx, cancel := detach(ctx)
+	defer cancel()
+	ref := lockRef{n, owner, flags&fuse.FUSE_LK_FLOCK != 0}
+	p, errno := n.lockPath(ref)
+	if errno != 0 {
+		return errno
+	}
+	c, ok, err := n.fs.GetLock(ctx, p, s.lock(ref, lk))
+	if err != nil {
+		return tyrfs.Errno(err)
+	}
+	*out = fuse.FileLock{Start: lk.Start, End: lk.End, Typ: syscall.F_UNLCK}
+	if ok {
+		*out = fuse.FileLock{Start: c.Start, End: c.End, Typ: syscall.F_RDLCK}
+		if c.Write {
+			out.Typ = syscall.F_WRLCK
+		}
+		if c.Holder == s.holder {
+			out.Pid = c.Pid // another's pid would name a process of its machine
+		}
+	}
+	return 0
+}
+
+func (n *node) Setlk(ctx context.Context, _ fs.FileHandle, owner uint64, lk *fuse.FileLock, flags uint32) syscall.Errno {
+	return n.setlk(ctx, owner, lk, flags, false)
+}
+
+func (n *node) Setlkw(ctx context.Context, _ fs.FileHandle, owner uint64, lk *fuse.FileLock, flags uint32) syscall.Errno {
+	return n.setlk(ctx, owner, lk, flags, true)
+}
+
+// lock is the cluster's form of the kernel's lock lk of ref.
+func (s *lockState) lock(ref lockRef, lk *fuse.FileLock) tyrfs.Lock {
+	return tyrfs.Lock{Holder: s.holder, Owner: ref.owner, Flock: ref.flock, Write: lk.Typ == syscall.F_WRLCK,
+		Start: lk.Start, End: lk.End, Pid: lk.Pid}
+}
+
+// lockPath is the path of ref's lock table: where its locks are, or the
+// node's path.
+func (n *node) lockPath(ref lockRef) (string, syscall.Errno) {
+	if p, ok := n.locks.pathOf(ref); ok {
+		return p, 0
+	}
+	p, ok := n.path()
+	if !ok {
+		return "", syscall.ENOENT
+	}
+	return p, 0
+}
+
+// setlk takes or gives up a lock, waiting for a conflicting one to go if
+// wait (until the request is interrupted: EINTR).
+func (n *node) setlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32, wait bool) syscall.Errno {
+	s := n.locks
+	if s == nil {
+		return syscall.ENOSYS
+	}
+	ref := lockRef{n, owner, flags&fuse.FUSE_LK_FLOCK != 0}
+	unlock := lk.Typ == syscall.F_UNLCK
+	dctx, cancel := detach(ctx)
+	defer cancel()
+	p, errno := n.lockPath(ref)
+	if errno != 0 {
+		return errno
+	}
+	// Invariant 2: what was written under the lock goes first. Its errors
+	// are kept for the write, fsync or close after.
+	n.settle(dctx)
+	pause := time.Millisecond
+	for {
+		l := s.lock(ref, lk)
+		l.Expires = time.Now().Add(s.lease).UnixNano()
+		_, held, err := n.fs.SetLock(dctx, p, l, unlock)
+		if err == nil {
+			s.record(ref, p, held)
+			if !unlock && n.revalidate {
+				n.forgetPages()
+				if errno := n.NotifyContent(0, 0); errno != 0 && errno != syscall.ENOENT {
+					return syscall.EIO
+				}
+			}
+			return 0
+		}
+		if errno := tyrfs.Errno(err); errno != syscall.EAGAIN || !wait {
+			return errno
+		}
+		select {
+		case <-ctx.Done():
+			return syscall.EINTR
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, lockWaitMax)
+	}
+}
+
+// unlockAll gives up the locks of refs, all of n's.
+func (n *node) unlockAll(ctx context.Context, refs []lockRef) syscall.Errno {
+	var first syscall.Errno
+	for _, ref := range refs {
+		errno := n.setlk(ctx, ref.owner, &fuse.FileLock{Start: 0, End: tyrfs.LockOffsetMax, Typ: syscall.F_UNLCK},
+			flockFlags(ref.flock), false)
+		if first == 0 {
+			first = errno
+		}
+	}
+	return first
+}
+
+func flockFlags(flock bool) uint32 {
+	if flock {
+		return fuse.FUSE_LK_FLOCK
+	}
+	return 0
+}
+
+// closeLocks gives up, at a FLUSH, the POSIX locks of its owner on n, and
+// at a RELEASE that asks it, the description's flock lock; at the last
+// release of n through the mount, any lock left on it (invariant 3).
+func (n *node) closeLocks(ctx context.Context, flock, last bool) syscall.Errno {
+	s := n.locks
+	if s == nil {
+		return 0
+	}
+	var refs []lockRef
+	if last {
+		refs = s.refsOf(n, 0, true, false)
+	} else if owner, ok := s.ownerOf(ctx); ok {
+		refs = s.refsOf(n, owner, false, flock)
+	}
+	return n.unlockAll(ctx, refs)
+}
+
+// renew keeps the leases of the mount's locks until stop is closed.
+func (s *lockState) renew(f *tyrfs.FS, stop <-chan struct{}) {
+	t := time.NewTicker(s.lease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		s.renewOnce(f)
+	}
+}
+
+// renewOnce renews the lease of every lock the mount holds. Locks whose
+// lease ended before (the mount was cut off from the cluster for a
+// lease) are no longer the mount's: it forgets them, and logs it.
+func (s *lockState) renewOnce(f *tyrfs.FS) {
+	s.mu.Lock()
+	paths := map[string]bool{}
+	for _, p := range s.held {
+		paths[p] = true
+	}
+	s.mu.Unlock()
+	for p := range paths {
+		ctx, cancel := context.WithTimeout(context.Background(), s.lease/3)
+		held, err := f.RenewLocks(ctx, p, s.holder, time.Now().Add(s.lease).UnixNano())
+		cancel()
+		if err != nil {
+			slog.Warn("renewing the lease of locks", "path", p, "err", err)
+			continue
+		}
+		if held > 0 {
+			continue
+		}
+		slog.Warn("locks lost: their lease ended before it was renewed", "path", p)
+		s.mu.Lock()
+		for ref, q := range s.held {
+			if q == p {
+				delete(s.held, ref)
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
+// ReleaseLocks gives up every lock the mount holds. tyr mount calls it
+// as it exits, after the unmount.
+func (s *Server) ReleaseLocks(ctx context.Context) error {
+	l := s.locks
+	if l == nil {
+		return nil
+	}
+	l.mu.Lock()
+	paths := map[string]bool{}
+	for _, p := range l.held {
+		paths[p] = true
+	}
+	clear(l.held)
+	l.mu.Unlock()
+	var first error
+	for p := range paths {
+		if err := s.fs.DropLocks(ctx, p, l.holder); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}

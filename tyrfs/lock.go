@@ -1,0 +1,161 @@
+package tyrfs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"syscall"
+	"time"
+
+	"github.com/tyrstore/tyr/client"
+	"github.com/tyrstore/tyr/internal/fslayout"
+	"github.com/tyrstore/tyr/internal/fslock"
+)
+
+// Lock is an advisory lock on a file: flock(2) or a POSIX record lock
+// (fcntl), of one owner of one holder, with the time its lease ends. See
+// SetLock.
+type Lock = fslock.Lock
+
+// LockOffsetMax ends a lock that runs to the end of the file.
+const LockOffsetMax = fslock.OffsetMax
+
+// LockEntriesMax bounds the locks held on one file (ENOLCK beyond).
+const LockEntriesMax = fslock.EntriesMax
+
+// SetLock takes advisory lock l on file p, or, with unlock, gives up
+// l's range of the locks of l's holder and owner (the whole file for a
+// flock lock), in one transaction on the file's lock table. Locks follow
+// flock(2) and fcntl(2) between owners: a live lock of another owner of
+// the same kind that overlaps l, where either is a write lock, fails the
+// take with EAGAIN and is returned; flock and POSIX locks do not
+// conflict. A lock is live until l.Expires (Unix ns, by the clocks of
+// the machines that use it, which must agree to well within a lease);
+// its holder keeps it with RenewLocks. held reports whether the owner
+// still holds locks of l's kind on p afterwards (not set on an error). A take needs the file
+// (ENOENT); an unlock does not. Locks are on the path: a file renamed
+// while locked leaves its locks at the old path.
+func (f *FS) SetLock(ctx context.Context, p string, l Lock, unlock bool) (conflict Lock, held bool, err error) {
+	p, err = fslayout.CleanPath(p)
+	if err != nil {
+		return Lock{}, false, err
+	}
+	if err := fslock.Check(l); err != nil {
+		return Lock{}, false, errnof(syscall.EINVAL, "%s: %v", p, err)
+	}
+	if !unlock {
+		if _, err := f.Lookup(ctx, p); err != nil {
+			return Lock{}, false, err
+		}
+	}
+	err = f.changeLocks(ctx, p, func(t fslock.Table, now int64) (fslock.Table, error) {
+		if c, ok := t.Conflict(l, now); ok && !unlock {
+			conflict = c
+			return nil, errLockHeld
+		}
+		next, err := t.Apply(l, unlock, now)
+		if errors.Is(err, fslock.ErrTooMany) {
+			return nil, errnof(syscall.ENOLCK, "%s: %v", p, err)
+		}
+		held = next.Held(l, now)
+		return next, err
+	})
+	if errors.Is(err, errLockHeld) {
+		return conflict, false, errnof(syscall.EAGAIN, "%s: locked", p)
+	}
+	if err != nil {
+		return Lock{}, false, err
+	}
+	return Lock{}, held, nil
+}
+
+// errLockHeld ends a take that found a conflicting lock; nothing is
+// committed.
+var errLockHeld = errors.New("lock held")
+
+// GetLock returns the first live lock on p that would keep l from being
+// taken (F_GETLK), if any.
+func (f *FS) GetLock(ctx context.Context, p string, l Lock) (Lock, bool, error) {
+	p, err := fslayout.CleanPath(p)
+	if err != nil {
+		return Lock{}, false, err
+	}
+	if err := fslock.Check(l); err != nil {
+		return Lock{}, false, errnof(syscall.EINVAL, "%s: %v", p, err)
+	}
+	b, err := f.c.Read(ctx, f.ks, fslayout.LockKey(p), 0, client.PayloadBytesMax)
+	if errors.Is(err, client.ErrNotFound) {
+		return Lock{}, false, nil
+	}
+	if err != nil {
+		return Lock{}, false, err
+	}
+	t, err := fslock.Decode(b)
+	if err != nil {
+		return Lock{}, false, fmt.Errorf("tyrfs: locks of %s: %w", p, err)
+	}
+	c, ok := t.Conflict(l, time.Now().UnixNano())
+	return c, ok, nil
+}
+
+// RenewLocks moves the end of the leases of holder's locks on p to
+// expires, and returns how many it holds there: 0 if their leases ended
+// before (they may be another's by now).
+func (f *FS) RenewLocks(ctx context.Context, p string, holder uint64, expires int64) (int, error) {
+	var n int
+	err := f.changeLocks(ctx, p, func(t fslock.Table, now int64) (fslock.Table, error) {
+		var next fslock.Table
+		next, n = t.Renew(holder, expires, now)
+		return next, nil
+	})
+	return n, err
+}
+
+// DropLocks gives up every lock of holder on p.
+func (f *FS) DropLocks(ctx context.Context, p string, holder uint64) error {
+	return f.changeLocks(ctx, p, func(t fslock.Table, now int64) (fslock.Table, error) {
+		next := t[:0:0]
+		for _, l := range t {
+			if l.Holder != holder && l.Expires > now {
+				next = append(next, l)
+			}
+		}
+		return next, nil
+	})
+}
+
+// changeLocks runs change on the lock table of p in a transaction and
+// commits what it returns, deleting the table's blob once it is empty.
+// now is the time leases are judged by.
+func (f *FS) changeLocks(ctx context.Context, p string, change func(t fslock.Table, now int64) (fslock.Table, error)) error {
+	key := fslayout.LockKey(p)
+	return f.c.RunTx(ctx, f.ks, func(tx *client.Tx) error {
+		b, err := readAll(ctx, tx, key)
+		exists := err == nil
+		if err != nil && !errors.Is(err, client.ErrNotFound) {
+			return err
+		}
+		t, err := fslock.Decode(b)
+		if err != nil {
+			return fmt.Errorf("tyrfs: locks of %s: %w", p, err)
+		}
+		now := time.Now().UnixNano()
+		next, err := change(t, now)
+		if err != nil {
+			return err
+		}
+		if err := next.Verify(now); err != nil {
+			return fmt.Errorf("tyrfs: locks of %s: %w", p, err)
+		}
+		switch nb := next.Encode(); {
+		case len(nb) == 0 && exists:
+			return tx.Do(client.DeleteOp(key))
+		case len(nb) == 0:
+			return nil
+		case exists:
+			return tx.Do(client.WriteOp(key, 0, nb, false), client.TruncateOp(key, uint64(len(nb))))
+		default:
+			return tx.Do(client.CreateOp(key), client.WriteOp(key, 0, nb, false))
+		}
+	}, txOptions)
+}

@@ -1,0 +1,139 @@
+package tyrfs
+
+import (
+	"errors"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tyrstore/tyr/client"
+	"github.com/tyrstore/tyr/internal/fslayout"
+)
+
+// TestLocks checks advisory locks through the native API: conflicts
+// between holders, a lease that ends, a renewal, the errors of bad
+// input, and that the table's blob goes with the last lock.
+func TestLocks(t *testing.T) {
+	ctx, c, f := newFS(t)
+	must[Attr](t)(f.WriteFile(ctx, "/f", Owner{Mode: 0o644}, []byte("data")))
+	lease := func(d time.Duration) int64 { return time.Now().Add(d).UnixNano() }
+	a := Lock{Holder: 1, Owner: 7, Write: true, Start: 0, End: 99, Pid: 42, Expires: lease(time.Hour)}
+	if _, held, err := f.SetLock(ctx, "/f", a, false); err != nil || !held {
+		t.Fatalf("take: held %v, %v", held, err)
+	}
+	b := Lock{Holder: 2, Owner: 7, Start: 50, End: 50, Expires: lease(time.Hour)}
+	c1, _, err := f.SetLock(ctx, "/f", b, false)
+	wantErrno(t, err, syscall.EAGAIN)
+	if c1.Holder != 1 || c1.Start != 0 || c1.End != 99 || !c1.Write || c1.Pid != 42 {
+		t.Fatalf("conflict reported: %+v", c1)
+	}
+	if got, ok, err := f.GetLock(ctx, "/f", b); err != nil || !ok || got.Holder != 1 {
+		t.Fatalf("GetLock: %+v, %v, %v", got, ok, err)
+	}
+	// Beside the lock, and of the other kind, b is free.
+	b.Start, b.End = 100, 199
+	if _, _, err := f.SetLock(ctx, "/f", b, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := f.SetLock(ctx, "/f", Lock{Holder: 2, Owner: 8, Flock: true, Write: true, Expires: lease(time.Hour)}, false); err != nil {
+		t.Fatalf("a flock lock conflicts with record locks: %v", err)
+	}
+	// a's unlock of part of its range frees it for b.
+	if _, held, err := f.SetLock(ctx, "/f", Lock{Holder: 1, Owner: 7, Start: 40, End: 60}, true); err != nil || !held {
+		t.Fatalf("partial unlock: held %v, %v", held, err)
+	}
+	b.Start, b.End, b.Write = 50, 50, true
+	if _, _, err := f.SetLock(ctx, "/f", b, false); err != nil {
+		t.Fatalf("after a's partial unlock: %v", err)
+	}
+
+	// A lease that ends frees the lock without its holder; a renewed one
+	// does not.
+	short := Lock{Holder: 3, Owner: 1, Write: true, Start: 1000, End: 1000, Expires: lease(300 * time.Millisecond)}
+	if _, _, err := f.SetLock(ctx, "/f", short, false); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := f.RenewLocks(ctx, "/f", 3, lease(time.Hour)); err != nil || n != 1 {
+		t.Fatalf("renew: %d locks, %v", n, err)
+	}
+	other := Lock{Holder: 4, Owner: 1, Start: 1000, End: 1000, Expires: lease(time.Hour)}
+	time.Sleep(400 * time.Millisecond)
+	_, _, err = f.SetLock(ctx, "/f", other, false)
+	wantErrno(t, err, syscall.EAGAIN)
+	if _, _, err := f.SetLock(ctx, "/f", Lock{Holder: 5, Owner: 1, Write: true, Start: 2000, End: 2000, Expires: lease(200 * time.Millisecond)}, false); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n, err := f.RenewLocks(ctx, "/f", 5, lease(time.Hour)); err != nil || n != 0 {
+		t.Fatalf("renewed a lock whose lease ended: %d, %v", n, err)
+	}
+	if _, _, err := f.SetLock(ctx, "/f", Lock{Holder: 4, Owner: 1, Write: true, Start: 2000, End: 2000, Expires: lease(time.Hour)}, false); err != nil {
+		t.Fatalf("the lock whose lease ended still holds: %v", err)
+	}
+
+	// Bad input changes nothing.
+	_, _, err = f.SetLock(ctx, "/missing", a, false)
+	wantErrno(t, err, syscall.ENOENT)
+	_, _, err = f.SetLock(ctx, "/f", Lock{Holder: 9, Start: 5, End: 4, Expires: lease(time.Hour)}, false)
+	wantErrno(t, err, syscall.EINVAL)
+	_, _, err = f.SetLock(ctx, "/f", Lock{Holder: 9, End: LockOffsetMax + 1, Expires: lease(time.Hour)}, false)
+	wantErrno(t, err, syscall.EINVAL)
+	if _, err := c.Stat(ctx, "tfs", fslayout.LockKey("/missing")); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("a refused lock made a table: %v", err)
+	}
+
+	// Once every holder gave its locks up, the table's blob is gone.
+	for h := range uint64(6) {
+		if err := f.DropLocks(ctx, "/f", h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.Stat(ctx, "tfs", fslayout.LockKey("/f")); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("the table of a file with no lock: %v", err)
+	}
+	checkTree(t, ctx, c, f)
+}
+
+// TestLockExclusion has holders race for one write lock: at most one
+// holds it at any time, and each gets it in turn.
+func TestLockExclusion(t *testing.T) {
+	ctx, _, f := newFS(t)
+	must[Attr](t)(f.WriteFile(ctx, "/f", Owner{Mode: 0o644}, nil))
+	var inside, taken atomic.Int32
+	var wg sync.WaitGroup
+	for h := range uint64(4) {
+		wg.Go(func() {
+			l := Lock{Holder: h + 1, Owner: 1, Write: true, End: LockOffsetMax}
+			for range 5 {
+				for {
+					l.Expires = time.Now().Add(time.Minute).UnixNano()
+					_, _, err := f.SetLock(ctx, "/f", l, false)
+					if err == nil {
+						break
+					}
+					if Errno(err) != syscall.EAGAIN {
+						t.Error(err)
+						return
+					}
+					time.Sleep(time.Millisecond)
+				}
+				if n := inside.Add(1); n != 1 {
+					t.Errorf("%d holders inside the lock", n)
+				}
+				taken.Add(1)
+				time.Sleep(2 * time.Millisecond)
+				inside.Add(-1)
+				if _, _, err := f.SetLock(ctx, "/f", l, true); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := taken.Load(); n != 20 {
+		t.Fatalf("the lock was taken %d times, want 20", n)
+	}
+}
