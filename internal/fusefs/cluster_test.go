@@ -103,7 +103,17 @@ func TestCluster(t *testing.T) {
 		testserver.WaitKeyspace(t, "two-mounts-cache", clients[2])
 		writesHeld(t, a, b, mountWith(t, clients[2], "two-mounts-cache", Options{CacheTimeout: time.Hour, HoldFor: time.Second}))
 		keptDirAttrs(t, clients[0], "two-mounts-cache", a)
-		noFlush(t, a, true)
+		noFlush(t, a, true, false)
+		noFlush(t, mountWith(t, clients[0], "two-mounts-cache", Options{CacheTimeout: time.Hour, LocalLocks: true}), true, true)
+	})
+	t.Run("locks", func(t *testing.T) {
+		newKeyspace(t, clients[0], "locks", 1, true)
+		testserver.WaitKeyspace(t, "locks", clients[1])
+		locksAcross(t, clients[0], "locks", mount(t, clients[0], "locks"), mount(t, clients[1], "locks"))
+		// Pages kept and writes held: a lock drops the pages, and an
+		// unlock commits the writes first.
+		o := Options{CacheTimeout: time.Hour, HoldFor: time.Minute}
+		locksAcross(t, clients[0], "locks", mountWith(t, clients[0], "locks", o), mountWith(t, clients[1], "locks", o))
 	})
 	t.Run("unlinked-open", func(t *testing.T) {
 		newKeyspace(t, clients[0], "unlinked-open", 1, true)

@@ -1,0 +1,172 @@
+package fusefs
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tyrstore/tyr/client"
+	"github.com/tyrstore/tyr/internal/testserver"
+)
+
+// fcntlLock takes (or with F_UNLCK gives up) a POSIX lock of typ on
+// [start, start+n) of f (n 0: to the end), waiting if wait.
+func fcntlLock(f *os.File, typ int16, start, n int64, wait bool) error {
+	cmd := syscall.F_SETLK
+	if wait {
+		cmd = syscall.F_SETLKW
+	}
+	return syscall.FcntlFlock(f.Fd(), cmd, &syscall.Flock_t{Type: typ, Whence: 0, Start: start, Len: n})
+}
+
+func openRW(t *testing.T, p string) *os.File {
+	t.Helper()
+	f, err := os.OpenFile(p, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Close() })
+	return f
+}
+
+// locksAcross checks advisory locks between mounts a and b of keyspace ks
+// (locks.go): record locks and flock locks exclude each other's across
+// mounts as between processes, F_GETLK reports the holder's range, a close
+// gives up the process's record locks, a blocked F_SETLKW takes the lock
+// once it is given up, what is written under a lock is read under it
+// through the other mount, and no lock table is left once all are given
+// up.
+func locksAcross(t *testing.T, c *client.Client, ks, a, b string) {
+	if err := os.WriteFile(filepath.Join(a, "locked"), []byte("0123456789"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fa, fb := openRW(t, filepath.Join(a, "locked")), openRW(t, filepath.Join(b, "locked"))
+
+	// Record locks: a's write lock on [0, 100) keeps b out of it, for
+	// reads and writes, but not out of the bytes after it.
+	if err := fcntlLock(fa, syscall.F_WRLCK, 0, 100, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, typ := range []int16{syscall.F_WRLCK, syscall.F_RDLCK} {
+		if err := fcntlLock(fb, typ, 50, 10, false); !errors.Is(err, syscall.EAGAIN) {
+			t.Fatalf("lock %d inside a's write lock through b: %v, want EAGAIN", typ, err)
+		}
+	}
+	if err := fcntlLock(fb, syscall.F_WRLCK, 100, 100, false); err != nil {
+		t.Fatalf("lock beside a's: %v", err)
+	}
+	lk := syscall.Flock_t{Type: syscall.F_WRLCK, Start: 10, Len: 1}
+	if err := syscall.FcntlFlock(fb.Fd(), syscall.F_GETLK, &lk); err != nil {
+		t.Fatal(err)
+	}
+	if lk.Type != syscall.F_WRLCK || lk.Start != 0 || lk.Len != 100 {
+		t.Fatalf("F_GETLK through b: %+v, want a's write lock on [0, 100)", lk)
+	}
+	// Shared locks share.
+	if err := fcntlLock(fa, syscall.F_RDLCK, 0, 100, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := fcntlLock(fb, syscall.F_RDLCK, 50, 10, false); err != nil {
+		t.Fatalf("read lock beside a's read lock: %v", err)
+	}
+	if err := fcntlLock(fb, syscall.F_UNLCK, 0, 0, false); err != nil {
+		t.Fatal(err)
+	}
+
+	// Closing any descriptor of the file gives up the process's record
+	// locks on it.
+	fa2 := openRW(t, filepath.Join(a, "locked"))
+	if err := fcntlLock(fa, syscall.F_WRLCK, 0, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := fcntlLock(fb, syscall.F_WRLCK, 0, 1, false); !errors.Is(err, syscall.EAGAIN) {
+		t.Fatalf("lock through b while a holds the file: %v, want EAGAIN", err)
+	}
+	if err := fa2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := fcntlLock(fb, syscall.F_WRLCK, 0, 1, false); err != nil {
+		t.Fatalf("lock through b after a's process closed a descriptor of the file: %v", err)
+	}
+
+	// A blocked F_SETLKW waits for the lock and takes it once given up.
+	taken := make(chan error, 1)
+	go func() { taken <- fcntlLock(fa, syscall.F_WRLCK, 0, 0, true) }()
+	select {
+	case err := <-taken:
+		t.Fatalf("F_SETLKW through a returned while b held the lock: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := fcntlLock(fb, syscall.F_UNLCK, 0, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-taken:
+		if err != nil {
+			t.Fatalf("F_SETLKW: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("F_SETLKW through a did not take the lock given up")
+	}
+
+	// What is written under the lock is read under it through b, although
+	// b read the file before, and a held the write until the unlock.
+	if _, err := fb.ReadAt(make([]byte, 10), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fa.WriteAt([]byte("LOCKED"), 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := fcntlLock(fa, syscall.F_UNLCK, 0, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := fcntlLock(fb, syscall.F_RDLCK, 0, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 10)
+	if _, err := fb.ReadAt(got, 0); err != nil || string(got) != "01LOCKED89" {
+		t.Fatalf("read under the lock through b: %q, %v", got, err)
+	}
+	if err := fcntlLock(fb, syscall.F_UNLCK, 0, 0, false); err != nil {
+		t.Fatal(err)
+	}
+
+	// flock: exclusive across mounts, apart from record locks, and given
+	// up at the last close of the open file description.
+	if err := syscall.Flock(int(fa.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	for _, how := range []int{syscall.LOCK_EX, syscall.LOCK_SH} {
+		if err := syscall.Flock(int(fb.Fd()), how|syscall.LOCK_NB); !errors.Is(err, syscall.EWOULDBLOCK) {
+			t.Fatalf("flock %d through b while a holds it: %v, want EWOULDBLOCK", how, err)
+		}
+	}
+	if err := fcntlLock(fb, syscall.F_WRLCK, 0, 0, false); err != nil {
+		t.Fatalf("a record lock conflicts with a flock lock: %v", err)
+	}
+	if err := fcntlLock(fb, syscall.F_UNLCK, 0, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := fa.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The kernel sends the release after close(2) returns.
+	testserver.Eventually(t, 10*time.Second, "flock through b after a's close", func() (bool, string) {
+		err := syscall.Flock(int(fb.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		return err == nil, fmt.Sprint(err)
+	})
+	if err := fb.Close(); err != nil {
+		t.Fatal(err)
+	}
+	testserver.Eventually(t, 10*time.Second, "no lock table left", func() (bool, string) {
+		tables, _, err := c.List(t.Context(), ks, "&", "", client.ListLimitMax)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(tables) == 0, fmt.Sprintf("%d tables", len(tables))
+	})
+}
