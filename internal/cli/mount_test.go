@@ -10,6 +10,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -364,7 +365,7 @@ func TestMountCommandLazyUnmount(t *testing.T) {
 // its last close (internal/fusefs, unlinked.go). If tyr mount stops while
 // the file is still open, its unmount fails (the file is busy), and it
 // exits having removed the hidden file, which no descriptor can use any
-// more.
+// more, and given up the lock held on it.
 func TestMountCommandRemovesUnlinked(t *testing.T) {
 	s, dir := mountSetup(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -398,6 +399,22 @@ func TestMountCommandRemovesUnlinked(t *testing.T) {
 	if h := hidden(); len(h) != 1 {
 		t.Fatalf("blobs of the file unlinked while open: %v, want one hidden name", h)
 	}
+	// A lock held through the mount as it stops is given up as it exits,
+	// not left for its lease to end.
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	lockTables := func() int {
+		t.Helper()
+		infos, _, err := s.Client().List(ctx, "cli-unlinked", "&", "", 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(infos)
+	}
+	if n := lockTables(); n != 1 {
+		t.Fatalf("%d lock tables with a file locked, want 1", n)
+	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -407,4 +424,56 @@ func TestMountCommandRemovesUnlinked(t *testing.T) {
 	if h := hidden(); len(h) != 0 {
 		t.Fatalf("hidden names left once tyr mount stopped: %v", h)
 	}
+	if n := lockTables(); n != 0 {
+		t.Fatalf("%d lock tables left once tyr mount stopped", n)
+	}
+}
+
+// TestMountCommandLockLease checks the leases of a mount's locks: a lock
+// taken through `tyr mount --lock-lease 2s` holds against other holders
+// past its first lease, as the mount renews it; once the mount is killed
+// with SIGKILL, it is free again within a lease or so.
+func TestMountCommandLockLease(t *testing.T) {
+	s, dir := mountSetup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := startMount(t, "--endpoint", s.Endpoint, "--create", "--lock-lease", "2s", "cli-locks", dir)
+	f, err := os.Create(filepath.Join(dir, "shared"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	fsys, err := tyrfs.New(ctx, s.Client(), "cli-locks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	take := func() error {
+		l := tyrfs.Lock{Holder: 99, Owner: 1, Flock: true, Write: true, End: tyrfs.LockOffsetMax,
+			Expires: time.Now().Add(time.Minute).UnixNano()}
+		_, _, err := fsys.SetLock(ctx, "/shared", l, false)
+		return err
+	}
+	if err := take(); tyrfs.Errno(err) != syscall.EAGAIN {
+		t.Fatalf("lock of a file flock'ed through the mount: %v, want EAGAIN", err)
+	}
+	time.Sleep(3 * time.Second) // past the lease the lock was taken with
+	if err := take(); tyrfs.Errno(err) != syscall.EAGAIN {
+		t.Fatalf("lock of a file flock'ed through the mount, a lease later: %v, want EAGAIN (renewed)", err)
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	killed := time.Now()
+	testserver.Eventually(t, 30*time.Second, "the lock of the killed mount free", func() (bool, string) {
+		err := take()
+		if err != nil && tyrfs.Errno(err) != syscall.EAGAIN {
+			t.Fatal(err)
+		}
+		return err == nil, fmt.Sprint(err)
+	})
+	t.Logf("the killed mount's lock was free %v after the kill", time.Since(killed).Round(time.Millisecond))
 }
