@@ -62,6 +62,11 @@ at its first close or fsync, and writes are held until the close or fsync
 (at most --hold-writes, 1 MiB per file), then committed together.
 --cache 0 caches nothing: every stat, lookup and read asks the cluster,
 and every write is committed when it returns.
+
+Advisory locks (flock, fcntl) hold across mounts: the mount keeps them in
+the cluster under a lease (--lock-lease), renewed while it runs, so the
+locks of a mount killed or cut off go once their lease ends.
+--local-locks leaves them to the kernel, between this mount's processes.
 See the README's TýrFS section for the layout, the guarantees and the
 limits.
 
