@@ -863,7 +863,7 @@ func (n *node) Flush(ctx context.Context, fh fs.FileHandle) syscall.Errno {
 		}
 	}
 	errno := n.Fsync(ctx, fh, 0)
-	if e := n.closeLocks(ctx, false, false); errno == 0 {
+	if e := n.flushLocks(ctx); errno == 0 {
 		errno = e
 	}
 	return errno

@@ -10,15 +10,19 @@ package fusefs
 // The kernel drops a process's POSIX locks on a file at each close of a
 // descriptor of it (FLUSH, with the process's lock owner), and an open
 // file description's flock lock at its last close (RELEASE, with the
-// FLOCK_UNLOCK flag and the description's lock owner). go-fuse's node API
-// passes neither owner, so rawFS records it for the request, by the
-// request's cancel channel, which the node's call gets in its context.
+// FLOCK_UNLOCK flag and the description's lock owner). It leaves the
+// record locks of an open file description (F_OFD_SETLK, owned by the
+// description) to the file system. go-fuse's node API passes none of
+// these owners, so rawFS records the owner of a FLUSH or RELEASE for the
+// request, by its cancel channel, which the node's call gets in its
+// context.
 //
 // Invariants:
 //  1. held names, for each (node, owner, kind) of this mount, the path
 //     whose lock table holds its locks, while it may hold any: it is added
 //     before a take returns and removed once an unlock, a close or the
-//     renewal found none left.
+//     renewal found none left, or a close's unlock failed (the lease then
+//     ends, as it is no longer renewed).
 //  2. A lock is taken after what the mount held of the file's writes was
 //     committed, and given up after it: a mount that takes the lock next
 //     reads what was written under it. A take drops the kernel's pages
@@ -26,6 +30,12 @@ package fusefs
 //     cluster (as NFS clients do at a lock).
 //  3. Every descriptor's close sends FLUSH (no FOPEN_NOFLUSH), so a
 //     process's POSIX locks are given up before its close(2) returns.
+//  4. via holds, for each open file description, the owners that took
+//     record locks through it and closed no descriptor of the file since.
+//     A process's descriptors of a description are all closed before its
+//     RELEASE, each close giving up the process's locks (3), so the owners
+//     left at the RELEASE are the description's own: its OFD locks go
+//     then.
 
 import (
 	"cmp"
@@ -67,7 +77,8 @@ type lockState struct {
 	lease  time.Duration
 
 	mu   sync.Mutex
-	held map[lockRef]string // invariant 1
+	held map[lockRef]string              // invariant 1
+	via  map[*handle]map[uint64]struct{} // invariant 4
 
 	// owners maps the cancel channel of each FLUSH, and of each RELEASE
 	// that gives up a flock lock, being served to the request's lock
@@ -76,7 +87,8 @@ type lockState struct {
 }
 
 func newLockState(lease time.Duration) *lockState {
-	return &lockState{holder: rand.Uint64() | 1, lease: cmp.Or(lease, LockLeaseDefault), held: map[lockRef]string{}}
+	return &lockState{holder: rand.Uint64() | 1, lease: cmp.Or(lease, LockLeaseDefault), held: map[lockRef]string{},
+		via: map[*handle]map[uint64]struct{}{}}
 }
 
 // ownerOf returns the lock owner rawFS recorded for the request ctx
@@ -133,17 +145,13 @@ func (s *lockState) pathOf(ref lockRef) (string, bool) {
 	return p, ok
 }
 
-// refsOf returns n's refs that may hold locks, of owner unless all.
-func (s *lockState) refsOf(n *node, owner uint64, all, flock bool) []lockRef {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var refs []lockRef
-	for ref := range s.held {
-		if ref.n == n && (all || ref.owner == owner && ref.flock == flock) {
-			refs = append(refs, ref)
-		}
+// refsOf returns owner's ref of the kind on n, if it may hold locks.
+func (s *lockState) refsOf(n *node, owner uint64, flock bool) []lockRef {
+	ref := lockRef{n, owner, flock}
+	if _, ok := s.pathOf(ref); ok {
+		return []lockRef{ref}
 	}
-	return refs
+	return nil
 }
 
 func (n *node) Getlk(ctx context.Context, _ fs.FileHandle, owner uint64, lk *fuse.FileLock, flags uint32, out *fuse.FileLock) syscall.Errno {
@@ -175,12 +183,14 @@ func (n *node) Getlk(ctx context.Context, _ fs.FileHandle, owner uint64, lk *fus
 	return 0
 }
 
-func (n *node) Setlk(ctx context.Context, _ fs.FileHandle, owner uint64, lk *fuse.FileLock, flags uint32) syscall.Errno {
-	return n.setlk(ctx, owner, lk, flags, false)
+func (n *node) Setlk(ctx context.Context, fh fs.FileHandle, owner uint64, lk *fuse.FileLock, flags uint32) syscall.Errno {
+	h, _ := fh.(*handle)
+	return n.setlk(ctx, owner, h, lk, flags, false)
 }
 
-func (n *node) Setlkw(ctx context.Context, _ fs.FileHandle, owner uint64, lk *fuse.FileLock, flags uint32) syscall.Errno {
-	return n.setlk(ctx, owner, lk, flags, true)
+func (n *node) Setlkw(ctx context.Context, fh fs.FileHandle, owner uint64, lk *fuse.FileLock, flags uint32) syscall.Errno {
+	h, _ := fh.(*handle)
+	return n.setlk(ctx, owner, h, lk, flags, true)
 }
 
 // lock is the cluster's form of the kernel's lock lk of ref.
@@ -202,9 +212,10 @@ func (n *node) lockPath(ref lockRef) (string, syscall.Errno) {
 	return p, 0
 }
 
-// setlk takes or gives up a lock, waiting for a conflicting one to go if
-// wait (until the request is interrupted: EINTR).
-func (n *node) setlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32, wait bool) syscall.Errno {
+// setlk takes or gives up a lock through h (nil: at a close), waiting for
+// a conflicting one to go if wait (until the request is interrupted:
+// EINTR).
+func (n *node) setlk(ctx context.Context, owner uint64, h *handle, lk *fuse.FileLock, flags uint32, wait bool) syscall.Errno {
 	s := n.locks
 	if s == nil {
 		return syscall.ENOSYS
@@ -227,6 +238,14 @@ func (n *node) setlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags
 		_, held, err := n.fs.SetLock(dctx, p, l, unlock)
 		if err == nil {
 			s.record(ref, p, held)
+			if !unlock && !ref.flock && h != nil {
+				s.mu.Lock()
+				if s.via[h] == nil {
+					s.via[h] = map[uint64]struct{}{}
+				}
+				s.via[h][owner] = struct{}{}
+				s.mu.Unlock()
+			}
 			if !unlock && n.revalidate {
 				n.forgetPages()
 				if errno := n.NotifyContent(0, 0); errno != 0 && errno != syscall.ENOENT {
@@ -247,14 +266,19 @@ func (n *node) setlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags
 	}
 }
 
-// unlockAll gives up the locks of refs, all of n's.
+// unlockAll gives up the locks of refs, all of n's, at a close. One
+// whose unlock fails is forgotten all the same: its lease is no longer
+// renewed, so it goes within a lease.
 func (n *node) unlockAll(ctx context.Context, refs []lockRef) syscall.Errno {
 	var first syscall.Errno
 	for _, ref := range refs {
-		errno := n.setlk(ctx, ref.owner, &fuse.FileLock{Start: 0, End: tyrfs.LockOffsetMax, Typ: syscall.F_UNLCK},
+		errno := n.setlk(ctx, ref.owner, nil, &fuse.FileLock{Start: 0, End: tyrfs.LockOffsetMax, Typ: syscall.F_UNLCK},
 			flockFlags(ref.flock), false)
-		if first == 0 {
-			first = errno
+		if errno != 0 {
+			n.locks.record(ref, "", false)
+			if first == 0 {
+				first = errno
+			}
 		}
 	}
 	return first
@@ -267,20 +291,49 @@ func flockFlags(flock bool) uint32 {
 	return 0
 }
 
-// closeLocks gives up, at a FLUSH, the POSIX locks of its owner on n, and
-// at a RELEASE that asks it, the description's flock lock; at the last
-// release of n through the mount, any lock left on it (invariant 3).
-func (n *node) closeLocks(ctx context.Context, flock, last bool) syscall.Errno {
+// flushLocks gives up, at a FLUSH, the record locks of its owner on n
+// (invariants 3 and 4).
+func (n *node) flushLocks(ctx context.Context) syscall.Errno {
+	s := n.locks
+	if s == nil {
+		return 0
+	}
+	owner, ok := s.ownerOf(ctx)
+	if !ok {
+		return 0
+	}
+	s.mu.Lock()
+	for h, owners := range s.via {
+		if h.node == n {
+			delete(owners, owner)
+		}
+	}
+	s.mu.Unlock()
+	return n.unlockAll(ctx, s.refsOf(n, owner, false))
+}
+
+// releaseLocks gives up, at the RELEASE of h, the flock lock of its open
+// file description, if the kernel asks, and the record locks taken
+// through h by owners that closed no descriptor of the file since: the
+// description's own (F_OFD_SETLK), as a process's record locks went at
+// its closes before (invariant 4).
+func (n *node) releaseLocks(ctx context.Context, h *handle) syscall.Errno {
 	s := n.locks
 	if s == nil {
 		return 0
 	}
 	var refs []lockRef
-	if last {
-		refs = s.refsOf(n, 0, true, false)
-	} else if owner, ok := s.ownerOf(ctx); ok {
-		refs = s.refsOf(n, owner, false, flock)
+	if owner, ok := s.ownerOf(ctx); ok {
+		refs = s.refsOf(n, owner, true)
 	}
+	s.mu.Lock()
+	for owner := range s.via[h] {
+		if _, ok := s.held[lockRef{n, owner, false}]; ok {
+			refs = append(refs, lockRef{n, owner, false})
+		}
+	}
+	delete(s.via, h)
+	s.mu.Unlock()
 	return n.unlockAll(ctx, refs)
 }
 

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/tyrstore/tyr/client"
 	"github.com/tyrstore/tyr/internal/testserver"
 )
@@ -157,6 +159,40 @@ func locksAcross(t *testing.T, c *client.Client, ks, a, b string) {
 	// The kernel sends the release after close(2) returns.
 	testserver.Eventually(t, 10*time.Second, "flock through b after a's close", func() (bool, string) {
 		err := syscall.Flock(int(fb.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		return err == nil, fmt.Sprint(err)
+	})
+	if err := fb.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Open file description locks belong to the description: a second
+	// one of the same process is refused, a close of it gives nothing up,
+	// and the last close of the first does.
+	o1, o2 := openRW(t, filepath.Join(a, "locked")), openRW(t, filepath.Join(a, "locked"))
+	fb = openRW(t, filepath.Join(b, "locked"))
+	ofd := func(f *os.File, typ int16) error {
+		return unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLK, &unix.Flock_t{Type: typ, Start: 0, Len: 0})
+	}
+	if err := ofd(o1, unix.F_WRLCK); err != nil {
+		t.Fatal(err)
+	}
+	if err := ofd(o2, unix.F_RDLCK); !errors.Is(err, syscall.EAGAIN) {
+		t.Fatalf("OFD lock of a second description of the process: %v, want EAGAIN", err)
+	}
+	if err := fcntlLock(fb, syscall.F_RDLCK, 0, 0, false); !errors.Is(err, syscall.EAGAIN) {
+		t.Fatalf("record lock through b while a description of a holds an OFD lock: %v, want EAGAIN", err)
+	}
+	if err := o2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := fcntlLock(fb, syscall.F_RDLCK, 0, 0, false); !errors.Is(err, syscall.EAGAIN) {
+		t.Fatalf("record lock through b after the close of another description of a: %v, want EAGAIN", err)
+	}
+	if err := o1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	testserver.Eventually(t, 10*time.Second, "a record lock through b after the OFD lock's description closed", func() (bool, string) {
+		err := fcntlLock(fb, syscall.F_RDLCK, 0, 0, false)
 		return err == nil, fmt.Sprint(err)
 	})
 	if err := fb.Close(); err != nil {

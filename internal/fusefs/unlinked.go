@@ -76,16 +76,13 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 	if n == nil {
 		return 0
 	}
-	n.closeLocks(ctx, true, false) // the description's flock lock
+	n.releaseLocks(ctx, h)
 	n.openMu.Lock()
 	defer n.openMu.Unlock()
 	if n.opens == 0 {
 		return 0 // its hidden file removed already (RemoveUnlinked)
 	}
-	if n.opens--; n.opens == 0 {
-		n.closeLocks(ctx, false, true)
-	}
-	if n.opens > 0 || !n.unlinked.Load() {
+	if n.opens--; n.opens > 0 || !n.unlinked.Load() {
 		return 0
 	}
 	ctx, cancel := detach(ctx)
