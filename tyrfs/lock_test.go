@@ -73,6 +73,15 @@ func TestLocks(t *testing.T) {
 		t.Fatalf("the lock whose lease ended still holds: %v", err)
 	}
 
+	// An unlock of what is not held is no error, and makes no table.
+	must[Attr](t)(f.WriteFile(ctx, "/g", Owner{Mode: 0o644}, nil))
+	if _, held, err := f.SetLock(ctx, "/g", Lock{Holder: 1, Owner: 1, End: LockOffsetMax}, true); err != nil || held {
+		t.Fatalf("unlock of a file never locked: held %v, %v", held, err)
+	}
+	if _, err := c.Stat(ctx, "tfs", fslayout.LockKey("/g")); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("an unlock made a table: %v", err)
+	}
+
 	// Bad input changes nothing.
 	_, _, err = f.SetLock(ctx, "/missing", a, false)
 	wantErrno(t, err, syscall.ENOENT)

@@ -651,12 +651,14 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 }
 
 // noFlush returns FOPEN_NOFLUSH for a descriptor opened with flags whose
-// close has nothing to do: opened to read only, or through a mount
-// without the cache, where every write commits before it returns (with
-// the cache, writes are held until the close, deferred.go), and with the
-// kernel keeping the locks (each close gives up locks, locks.go).
+// close has nothing to do: one opened to read only (the record locks
+// taken through it go at its release, locks.go invariant 4), or one
+// through a mount without the cache, where every write commits before it
+// returns (with the cache, writes are held until the close, deferred.go),
+// with the kernel keeping the locks (each close gives up the process's
+// locks, locks.go invariant 3).
 func (n *node) noFlush(flags uint32) uint32 {
-	if n.locks == nil && (!n.revalidate || flags&syscall.O_ACCMODE == syscall.O_RDONLY) {
+	if flags&syscall.O_ACCMODE == syscall.O_RDONLY || !n.revalidate && n.locks == nil {
 		return fuse.FOPEN_NOFLUSH
 	}
 	return 0
@@ -682,7 +684,7 @@ func (n *node) open(ctx context.Context, flags uint32) (*handle, uint32, syscall
 	// to commit then, one round trip less (noFlush): one opened to read
 	// only (a deferred create of the file commits before this open
 	// returns), and any without the cache, whose writes commit before
-	// they return; unless locks go to the cluster.
+	// they return, if the kernel keeps the locks.
 	noFlush := n.noFlush(flags)
 	if !n.revalidate {
 		// No FOPEN_KEEP_CACHE: the kernel drops its cached pages at each

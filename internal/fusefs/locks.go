@@ -28,14 +28,17 @@ package fusefs
 //     reads what was written under it. A take drops the kernel's pages
 //     and attributes of the file, so reads under the lock go to the
 //     cluster (as NFS clients do at a lock).
-//  3. Every descriptor's close sends FLUSH (no FOPEN_NOFLUSH), so a
-//     process's POSIX locks are given up before its close(2) returns.
+//  3. The close of every descriptor opened to write sends FLUSH (no
+//     FOPEN_NOFLUSH), which gives up the closing process's record locks
+//     on the file before close(2) returns. One opened to read only sends
+//     none, so that reading a file costs no request at its close.
 //  4. via holds, for each open file description, the owners that took
-//     record locks through it and closed no descriptor of the file since.
-//     A process's descriptors of a description are all closed before its
-//     RELEASE, each close giving up the process's locks (3), so the owners
-//     left at the RELEASE are the description's own: its OFD locks go
-//     then.
+//     record locks through it and closed no descriptor of the file opened
+//     to write since. Its RELEASE gives up their locks: the description's
+//     own (F_OFD_SETLK), and those of processes whose closes were of
+//     descriptors opened to read only (just after close(2) returned, as
+//     the kernel sends a RELEASE without waiting). A process that closed
+//     a descriptor opened to write gave its locks up then (3).
 
 import (
 	"cmp"
@@ -313,10 +316,8 @@ func (n *node) flushLocks(ctx context.Context) syscall.Errno {
 }
 
 // releaseLocks gives up, at the RELEASE of h, the flock lock of its open
-// file description, if the kernel asks, and the record locks taken
-// through h by owners that closed no descriptor of the file since: the
-// description's own (F_OFD_SETLK), as a process's record locks went at
-// its closes before (invariant 4).
+// file description, if the kernel asks, and the record locks of the
+// owners via holds for h (invariant 4).
 func (n *node) releaseLocks(ctx context.Context, h *handle) syscall.Errno {
 	s := n.locks
 	if s == nil {

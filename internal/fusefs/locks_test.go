@@ -38,7 +38,8 @@ func openRW(t *testing.T, p string) *os.File {
 // locksAcross checks advisory locks between mounts a and b of keyspace ks
 // (locks.go): record locks and flock locks exclude each other's across
 // mounts as between processes, F_GETLK reports the holder's range, a close
-// gives up the process's record locks, a blocked F_SETLKW takes the lock
+// gives up the process's record locks (at once for a descriptor opened to
+// write, at its release for one opened to read only), a blocked F_SETLKW takes the lock
 // once it is given up, what is written under a lock is read under it
 // through the other mount, and no lock table is left once all are given
 // up.
@@ -75,6 +76,29 @@ func locksAcross(t *testing.T, c *client.Client, ks, a, b string) {
 	if err := fcntlLock(fb, syscall.F_RDLCK, 50, 10, false); err != nil {
 		t.Fatalf("read lock beside a's read lock: %v", err)
 	}
+	if err := fcntlLock(fb, syscall.F_UNLCK, 0, 0, false); err != nil {
+		t.Fatal(err)
+	}
+
+	// A descriptor opened to read only sends no FLUSH at its close: the
+	// process's locks go at its release, just after close(2) returns.
+	ro, err := os.Open(filepath.Join(a, "locked"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fcntlLock(ro, syscall.F_RDLCK, 0, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := fcntlLock(fb, syscall.F_WRLCK, 200, 1, false); !errors.Is(err, syscall.EAGAIN) {
+		t.Fatalf("write lock through b inside a's read lock: %v, want EAGAIN", err)
+	}
+	if err := ro.Close(); err != nil {
+		t.Fatal(err)
+	}
+	testserver.Eventually(t, 10*time.Second, "a write lock through b after a's read-only descriptor closed", func() (bool, string) {
+		err := fcntlLock(fb, syscall.F_WRLCK, 0, 0, false)
+		return err == nil, fmt.Sprint(err)
+	})
 	if err := fcntlLock(fb, syscall.F_UNLCK, 0, 0, false); err != nil {
 		t.Fatal(err)
 	}
