@@ -2,7 +2,8 @@ package fusefs
 
 // The model test applies one seeded random sequence of file-system
 // operations (mkdir, create, write at offsets, overwrite with O_TRUNC,
-// truncate, append, unlink, rmdir, rename, chmod, symlink), through the os
+// truncate, append, unlink, rmdir, rename, chmod, symlink, unlinks of open
+// files, flock, record and OFD locks between two descriptors), through the os
 // package, both to a mount and to a local temporary directory, the model.
 // After each operation the two must answer with the same errno, and every
 // few operations the two trees must hold the same names, kinds, permission
@@ -28,6 +29,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/tyrstore/tyr/client"
 	"github.com/tyrstore/tyr/internal/fslayout"
@@ -191,8 +194,8 @@ func runModel(t *testing.T, seed uint64, ops int, mnt, model string) {
 			do   func(root string) error
 		)
 		p, q := randPath(), randPath()
-		switch op := r.IntN(23); {
-		case op < 3: // 3 in 21
+		switch op := r.IntN(25); {
+		case op < 3: // 3 in 25
 			name = "mkdir " + p
 			mode := fs.FileMode(0o700 + r.IntN(0o100))
 			do = func(root string) error { return os.Mkdir(filepath.Join(root, p), mode) }
@@ -243,6 +246,10 @@ func runModel(t *testing.T, seed uint64, ops int, mnt, model string) {
 			off, data := r.Int64N(modelFileBytesMax), randData()
 			name = fmt.Sprintf("unlink-open %s, write at %d, %d bytes", p, off, len(data))
 			do = func(root string) error { return unlinkOpenOp(root, p, off, data, root == mnt) }
+		case op < 23: // 2
+			kind, write1, write2 := lockKinds[r.IntN(len(lockKinds))], r.IntN(2) == 0, r.IntN(2) == 0
+			name = fmt.Sprintf("lock %s %s write %v, then write %v", p, kind, write1, write2)
+			do = func(root string) error { return lockOp(filepath.Join(root, p), kind, write1, write2) }
 		default: // 2
 			// Targets stay in the link's directory, so following a link
 			// never leaves the tree.
@@ -318,6 +325,69 @@ func unlinkOpenOp(root, p string, off int64, data []byte, mounted bool) error {
 		}
 		if !slices.ContainsFunc(names, func(n string) bool { return strings.HasPrefix(n, ".tyr-unlinked-") }) {
 			return nil
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return syscall.ETIMEDOUT
+}
+
+// lockKinds are the advisory locks lockOp takes.
+var lockKinds = []string{"flock", "posix", "ofd"}
+
+// lock takes a lock of kind on all of f, exclusive if write, without
+// waiting.
+func lock(f *os.File, kind string, write bool) error {
+	switch kind {
+	case "flock":
+		how := syscall.LOCK_SH
+		if write {
+			how = syscall.LOCK_EX
+		}
+		return syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB)
+	default:
+		typ := int16(unix.F_RDLCK)
+		if write {
+			typ = unix.F_WRLCK
+		}
+		cmd := unix.F_SETLK
+		if kind == "ofd" {
+			cmd = unix.F_OFD_SETLK
+		}
+		return unix.FcntlFlock(f.Fd(), cmd, &unix.Flock_t{Type: typ})
+	}
+}
+
+// lockOp opens the file at path twice to read and write, takes a lock of
+// kind through the first descriptor and tries another through the second
+// without waiting, and returns what that try gives (flock and OFD locks
+// of two open file descriptions conflict, a process's record locks do
+// not), once it closed both. A lock taken after the closes then must not
+// wait long: the mount gives flock and OFD locks up just after the close
+// (ETIMEDOUT otherwise).
+func lockOp(path, kind string, write1, write2 bool) error {
+	f1, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	f2, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return errors.Join(err, f1.Close())
+	}
+	err = lock(f1, kind, write1)
+	if err == nil {
+		err = lock(f2, kind, write2)
+	}
+	if err := errors.Join(err, f1.Close(), f2.Close()); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	for range 500 {
+		if err := lock(f, kind, true); !errors.Is(err, syscall.EAGAIN) {
+			return err
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
