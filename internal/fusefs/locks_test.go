@@ -25,6 +25,16 @@ func fcntlLock(f *os.File, typ int16, start, n int64, wait bool) error {
 	return syscall.FcntlFlock(f.Fd(), cmd, &syscall.Flock_t{Type: typ, Whence: 0, Start: start, Len: n})
 }
 
+// eventuallyTaken waits up to 10 s for take to succeed: a lock given up
+// at a RELEASE, which the kernel sends after close(2) returns.
+func eventuallyTaken(t *testing.T, what string, take func() error) {
+	t.Helper()
+	testserver.Eventually(t, 10*time.Second, what, func() (bool, string) {
+		err := take()
+		return err == nil, fmt.Sprint(err)
+	})
+}
+
 func openRW(t *testing.T, p string) *os.File {
 	t.Helper()
 	f, err := os.OpenFile(p, os.O_RDWR, 0)
@@ -95,9 +105,8 @@ func locksAcross(t *testing.T, c *client.Client, ks, a, b string) {
 	if err := ro.Close(); err != nil {
 		t.Fatal(err)
 	}
-	testserver.Eventually(t, 10*time.Second, "a write lock through b after a's read-only descriptor closed", func() (bool, string) {
-		err := fcntlLock(fb, syscall.F_WRLCK, 0, 0, false)
-		return err == nil, fmt.Sprint(err)
+	eventuallyTaken(t, "a write lock through b after a's read-only descriptor closed", func() error {
+		return fcntlLock(fb, syscall.F_WRLCK, 0, 0, false)
 	})
 	if err := fcntlLock(fb, syscall.F_UNLCK, 0, 0, false); err != nil {
 		t.Fatal(err)
@@ -180,10 +189,8 @@ func locksAcross(t *testing.T, c *client.Client, ks, a, b string) {
 	if err := fa.Close(); err != nil {
 		t.Fatal(err)
 	}
-	// The kernel sends the release after close(2) returns.
-	testserver.Eventually(t, 10*time.Second, "flock through b after a's close", func() (bool, string) {
-		err := syscall.Flock(int(fb.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		return err == nil, fmt.Sprint(err)
+	eventuallyTaken(t, "flock through b after a's close", func() error {
+		return syscall.Flock(int(fb.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
 	})
 	if err := fb.Close(); err != nil {
 		t.Fatal(err)
@@ -215,9 +222,8 @@ func locksAcross(t *testing.T, c *client.Client, ks, a, b string) {
 	if err := o1.Close(); err != nil {
 		t.Fatal(err)
 	}
-	testserver.Eventually(t, 10*time.Second, "a record lock through b after the OFD lock's description closed", func() (bool, string) {
-		err := fcntlLock(fb, syscall.F_RDLCK, 0, 0, false)
-		return err == nil, fmt.Sprint(err)
+	eventuallyTaken(t, "a record lock through b after the OFD lock's description closed", func() error {
+		return fcntlLock(fb, syscall.F_RDLCK, 0, 0, false)
 	})
 	if err := fb.Close(); err != nil {
 		t.Fatal(err)
