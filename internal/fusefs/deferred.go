@@ -353,7 +353,7 @@ func (n *node) commitCreate(ctx context.Context) syscall.Errno {
 	// The kernel holds the bytes written, which are the file's at the
 	// version made.
 	n.mu.Lock()
-	n.pages = a.Version
+	n.setPagesLocked(a.Version)
 	n.mu.Unlock()
 	return 0
 }

@@ -215,6 +215,13 @@ type node struct {
 	// through this mount, whose writes leave a newer version in the
 	// cluster. Guarded by mu.
 	pages uint64
+	// pagesGen counts the changes of pages, so that an open, which sets
+	// it without holding mu while it fills the kernel's pages, can tell
+	// whether a write came between. Guarded by mu.
+	pagesGen uint64
+	// fillMu orders the opens that drop and fill the kernel's pages. No
+	// write waits for it.
+	fillMu sync.Mutex
 	// fresh is the version of the attributes the lookup that made this
 	// node gave the kernel, while they are the only ones it gave of it
 	// (0 otherwise). The kernel asks nothing else of a node before it
@@ -238,8 +245,14 @@ type node struct {
 // write that checks the version of the kernel's pages (see pages).
 func (n *node) forgetPages() {
 	n.mu.Lock()
-	n.pages = 0
+	n.setPagesLocked(0)
 	n.mu.Unlock()
+}
+
+// setPagesLocked sets pages to v. n.mu is held.
+func (n *node) setPagesLocked(v uint64) {
+	n.pages = v
+	n.pagesGen++
 }
 
 // sentAttr records that a reply other than the lookup that made n gives
@@ -715,9 +728,11 @@ func (n *node) open(ctx context.Context, flags uint32) (*handle, uint32, syscall
 	if typeBits(a.Kind) != n.StableAttr().Mode {
 		return nil, 0, syscall.ENOENT // the name holds another kind now
 	}
+	n.fillMu.Lock()
+	defer n.fillMu.Unlock()
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	if a.Version == n.pages {
+		n.mu.Unlock()
 		return h, fuse.FOPEN_KEEP_CACHE | noFlush, 0
 	}
 	// Changed since the last open, or not opened before: the kernel drops
@@ -725,16 +740,20 @@ func (n *node) open(ctx context.Context, flags uint32) (*handle, uint32, syscall
 	// discarded) and its pages, before the open returns, unless it never
 	// held any but the lookup's, of the version found, and no pages. Then
 	// it is given the bytes read, which are of that version, and keeps
-	// them.
+	// them. Both without mu: each waits for the page locks of a write(2)
+	// in progress, whose request may be waiting for mu (writeKept).
 	current := n.fresh != 0 && n.fresh == a.Version // fresh is 0 once opened
-	n.pages, n.fresh = 0, 0
+	n.fresh = 0
+	n.setPagesLocked(0)
+	gen := n.pagesGen
+	n.mu.Unlock()
 	if !current {
 		if errno := n.NotifyContent(0, 0); errno != 0 && errno != syscall.ENOENT {
 			return nil, 0, syscall.EIO
 		}
 	}
 	if len(data) == 0 {
-		n.pages = a.Version
+		n.pagesFound(gen, a.Version)
 		return h, noFlush, 0
 	}
 	if errno := n.WriteCache(0, data); errno != 0 {
@@ -742,8 +761,24 @@ func (n *node) open(ctx context.Context, flags uint32) (*handle, uint32, syscall
 		n.NotifyContent(0, 0)
 		return h, noFlush, 0
 	}
-	n.pages = a.Version
+	if !n.pagesFound(gen, a.Version) {
+		// A write through the node came between: the kernel drops its
+		// pages at this open.
+		return h, noFlush, 0
+	}
 	return h, fuse.FOPEN_KEEP_CACHE | noFlush, 0
+}
+
+// pagesFound sets pages to v, the version an open found, unless pages
+// changed since the open's change, gen; it reports whether it did.
+func (n *node) pagesFound(gen, v uint64) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.pagesGen != gen {
+		return false
+	}
+	n.setPagesLocked(v)
+	return true
 }
 
 // openReadBytes is how much of a file an open reads and gives the kernel
@@ -825,9 +860,9 @@ func (n *node) writeKept(ctx context.Context, p string, off uint64, data []byte)
 	v, err := n.fs.WriteAtFrom(ctx, p, off, data, base)
 	n.mu.Lock()
 	if err == nil && n.pages == base {
-		n.pages = v
+		n.setPagesLocked(v)
 	} else {
-		n.pages = 0 // an open or another write meanwhile, or failed
+		n.setPagesLocked(0) // an open or another write meanwhile, or failed
 	}
 	n.mu.Unlock()
 	return err
