@@ -126,6 +126,10 @@ func TestMountCommand(t *testing.T) {
 	if r.Exit == 0 || !strings.Contains(r.Stderr, "not found") {
 		t.Fatalf("mount of a missing keyspace: exit %d, %q", r.Exit, r.Stderr)
 	}
+	r = testserver.Run(t, "mount", "--endpoint", s.Endpoint, "--create", "--lock-lease", "100ms", "cli-mount", dir)
+	if r.Exit == 0 || !strings.Contains(r.Stderr, "--lock-lease 100ms: must be at least 1s") || mounted(t, dir) {
+		t.Fatalf("mount with a lock lease below the least: exit %d, %q", r.Exit, r.Stderr)
+	}
 
 	cmd := startMount(t, "--endpoint", s.Endpoint, "--create", "cli-mount", dir)
 	if !mounted(t, dir) {
