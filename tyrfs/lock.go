@@ -114,13 +114,7 @@ func (f *FS) RenewLocks(ctx context.Context, p string, holder uint64, expires in
 // DropLocks gives up every lock of holder on p.
 func (f *FS) DropLocks(ctx context.Context, p string, holder uint64) error {
 	return f.changeLocks(ctx, p, func(t fslock.Table, now int64) (fslock.Table, error) {
-		next := t[:0:0]
-		for _, l := range t {
-			if l.Holder != holder && l.Expires > now {
-				next = append(next, l)
-			}
-		}
-		return next, nil
+		return t.Drop(holder, now), nil
 	})
 }
 

@@ -81,8 +81,8 @@ with the node is resolved with the cluster first.`,
 			if hold <= 0 {
 				return fmt.Errorf("--hold-writes %v: must be above 0", hold)
 			}
-			if lockLease < fusefs.LockLeaseMin {
-				return fmt.Errorf("--lock-lease %v: must be at least %v", lockLease, fusefs.LockLeaseMin)
+			if err := fusefs.CheckLockLease(lockLease); err != nil {
+				return fmt.Errorf("--lock-lease: %w", err)
 			}
 			c, err := dialMount(e.endpoint, !noFailover)
 			if err != nil {

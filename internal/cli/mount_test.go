@@ -127,7 +127,7 @@ func TestMountCommand(t *testing.T) {
 		t.Fatalf("mount of a missing keyspace: exit %d, %q", r.Exit, r.Stderr)
 	}
 	r = testserver.Run(t, "mount", "--endpoint", s.Endpoint, "--create", "--lock-lease", "100ms", "cli-mount", dir)
-	if r.Exit == 0 || !strings.Contains(r.Stderr, "--lock-lease 100ms: must be at least 1s") || mounted(t, dir) {
+	if r.Exit == 0 || !strings.Contains(r.Stderr, "--lock-lease: lock lease 100ms: below 1s") || mounted(t, dir) {
 		t.Fatalf("mount with a lock lease below the least: exit %d, %q", r.Exit, r.Stderr)
 	}
 

@@ -24,6 +24,7 @@
 package fslock
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -204,26 +205,9 @@ func (t Table) Apply(l Lock, unlock bool, now int64) (Table, error) {
 		return nil, fmt.Errorf("%w: above %d", ErrTooMany, EntriesMax)
 	}
 	slices.SortStableFunc(out, func(a, b Lock) int {
-		switch {
-		case a.Start != b.Start:
-			return cmpU(a.Start, b.Start)
-		case a.Holder != b.Holder:
-			return cmpU(a.Holder, b.Holder)
-		default:
-			return cmpU(a.Owner, b.Owner)
-		}
+		return cmp.Or(cmp.Compare(a.Start, b.Start), cmp.Compare(a.Holder, b.Holder), cmp.Compare(a.Owner, b.Owner))
 	})
 	return out, nil
-}
-
-func cmpU(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // touches reports whether o and l are adjacent ranges.
@@ -248,6 +232,18 @@ func (t Table) Renew(holder uint64, expires, now int64) (Table, int) {
 		out = append(out, o)
 	}
 	return out, n
+}
+
+// Drop returns the table without holder's locks and those whose lease
+// ended by now.
+func (t Table) Drop(holder uint64, now int64) Table {
+	out := make(Table, 0, len(t))
+	for _, o := range t {
+		if o.Holder != holder && o.Expires > now {
+			out = append(out, o)
+		}
+	}
+	return out
 }
 
 // Held reports whether (holder, owner) holds a lock of l's kind, live at

@@ -195,6 +195,15 @@ func TestLease(t *testing.T) {
 	if !tab.Held(b, 29) || tab.Held(b, 30) || tab.Held(a, 11) {
 		t.Fatal("Held is wrong")
 	}
+	if d := renewed.Drop(2, 9); len(d) != 1 || d[0].Holder != 1 {
+		t.Fatalf("Drop of another holder: %+v", d)
+	}
+	if d := renewed.Drop(1, 9); len(d) != 0 {
+		t.Fatalf("Drop of the holder: %+v", d)
+	}
+	if d := renewed.Drop(2, 20); len(d) != 0 {
+		t.Fatalf("Drop kept a lock whose lease ended: %+v", d)
+	}
 }
 
 func TestLimitsAndCorruption(t *testing.T) {

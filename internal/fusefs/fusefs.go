@@ -36,7 +36,6 @@ package fusefs
 import (
 	"cmp"
 	"context"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -118,8 +117,8 @@ func (s *Server) Drain(ctx context.Context) error {
 // server.Wait.
 func Mount(dir string, f *tyrfs.FS, name string, o Options) (*Server, error) {
 	timeout, none := o.CacheTimeout, time.Duration(0)
-	if o.LockLease != 0 && o.LockLease < LockLeaseMin {
-		return nil, fmt.Errorf("lock lease %v: below %v", o.LockLease, LockLeaseMin)
+	if err := CheckLockLease(o.LockLease); err != nil {
+		return nil, err
 	}
 	var locks *lockState
 	if !o.LocalLocks {

@@ -43,6 +43,7 @@ package fusefs
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -62,6 +63,15 @@ const LockLeaseDefault = 30 * time.Second
 
 // LockLeaseMin bounds Options.LockLease from below.
 const LockLeaseMin = time.Second
+
+// CheckLockLease refuses a lock lease below LockLeaseMin (0: the
+// default).
+func CheckLockLease(d time.Duration) error {
+	if d != 0 && d < LockLeaseMin {
+		return fmt.Errorf("lock lease %v: below %v", d, LockLeaseMin)
+	}
+	return nil
+}
 
 // lockWaitMax is the longest a blocked F_SETLKW or flock sleeps between
 // tries.
@@ -148,13 +158,15 @@ func (s *lockState) pathOf(ref lockRef) (string, bool) {
 	return p, ok
 }
 
-// refsOf returns owner's ref of the kind on n, if it may hold locks.
-func (s *lockState) refsOf(n *node, owner uint64, flock bool) []lockRef {
-	ref := lockRef{n, owner, flock}
-	if _, ok := s.pathOf(ref); ok {
-		return []lockRef{ref}
+// paths returns the paths whose tables hold the mount's locks.
+func (s *lockState) paths() map[string]bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	paths := map[string]bool{}
+	for _, p := range s.held {
+		paths[p] = true
 	}
-	return nil
+	return paths
 }
 
 func (n *node) Getlk(ctx context.Context, _ fs.FileHandle, owner uint64, lk *fuse.FileLock, flags uint32, out *fuse.FileLock) syscall.Errno {
@@ -305,14 +317,19 @@ func (n *node) flushLocks(ctx context.Context) syscall.Errno {
 	if !ok {
 		return 0
 	}
+	ref := lockRef{n, owner, false}
 	s.mu.Lock()
 	for h, owners := range s.via {
 		if h.node == n {
 			delete(owners, owner)
 		}
 	}
+	_, held := s.held[ref]
 	s.mu.Unlock()
-	return n.unlockAll(ctx, s.refsOf(n, owner, false))
+	if !held {
+		return 0
+	}
+	return n.unlockAll(ctx, []lockRef{ref})
 }
 
 // releaseLocks gives up, at the RELEASE of h, the flock lock of its open
@@ -324,10 +341,12 @@ func (n *node) releaseLocks(ctx context.Context, h *handle) syscall.Errno {
 		return 0
 	}
 	var refs []lockRef
-	if owner, ok := s.ownerOf(ctx); ok {
-		refs = s.refsOf(n, owner, true)
-	}
 	s.mu.Lock()
+	if owner, ok := s.ownerOf(ctx); ok {
+		if _, held := s.held[lockRef{n, owner, true}]; held {
+			refs = append(refs, lockRef{n, owner, true})
+		}
+	}
 	for owner := range s.via[h] {
 		if _, ok := s.held[lockRef{n, owner, false}]; ok {
 			refs = append(refs, lockRef{n, owner, false})
@@ -356,13 +375,7 @@ func (s *lockState) renew(f *tyrfs.FS, stop <-chan struct{}) {
 // lease ended before (the mount was cut off from the cluster for a
 // lease) are no longer the mount's: it forgets them, and logs it.
 func (s *lockState) renewOnce(f *tyrfs.FS) {
-	s.mu.Lock()
-	paths := map[string]bool{}
-	for _, p := range s.held {
-		paths[p] = true
-	}
-	s.mu.Unlock()
-	for p := range paths {
+	for p := range s.paths() {
 		ctx, cancel := context.WithTimeout(context.Background(), s.lease/3)
 		held, err := f.RenewLocks(ctx, p, s.holder, time.Now().Add(s.lease).UnixNano())
 		cancel()
@@ -391,11 +404,8 @@ func (s *Server) ReleaseLocks(ctx context.Context) error {
 	if l == nil {
 		return nil
 	}
+	paths := l.paths()
 	l.mu.Lock()
-	paths := map[string]bool{}
-	for _, p := range l.held {
-		paths[p] = true
-	}
 	clear(l.held)
 	l.mu.Unlock()
 	var first error

@@ -76,8 +76,8 @@ func locksAcross(t *testing.T, c *client.Client, ks, a, b string) {
 	if err := syscall.FcntlFlock(fb.Fd(), syscall.F_GETLK, &lk); err != nil {
 		t.Fatal(err)
 	}
-	if lk.Type != syscall.F_WRLCK || lk.Start != 0 || lk.Len != 100 {
-		t.Fatalf("F_GETLK through b: %+v, want a's write lock on [0, 100)", lk)
+	if lk.Type != syscall.F_WRLCK || lk.Start != 0 || lk.Len != 100 || lk.Pid != 0 {
+		t.Fatalf("F_GETLK through b: %+v, want a's write lock on [0, 100), pid 0 (a process of another mount)", lk)
 	}
 	// Shared locks share.
 	if err := fcntlLock(fa, syscall.F_RDLCK, 0, 100, false); err != nil {
