@@ -643,15 +643,22 @@ func (s *Store) ReadAt(key string, offset, length, version uint64) ([]byte, Blob
 // point-in-time view like a snapshot, finds both the blob's record and its
 // pages: a read costs no snapshot and no separate lookup of the record.
 func (s *Store) readLatest(key string, offset, length uint64) ([]byte, BlobInfo, error) {
-	mk := metaKey(key)
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: mk, UpperBound: blobPagesEnd(key)})
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: metaKey(key), UpperBound: blobPagesEnd(key)})
 	if err != nil {
 		return nil, BlobInfo{}, fmt.Errorf("%w: %w", errs.ErrUnavailable, err)
 	}
 	defer it.Close()
+	return s.readIn(it, it, key, offset, length)
+}
+
+// readIn reads as readLatest does, the record through metas and the pages
+// through pages, two iterators over one view of the store.
+func (s *Store) readIn(metas, pages *pebble.Iterator, key string, offset, length uint64) ([]byte, BlobInfo, error) {
+	mk := metaKey(key)
 	// After the view is taken: the commits it holds are durable once this
 	// returns.
 	s.syncing.await(key)
+	it := metas
 	if !it.SeekGE(mk) || !bytes.Equal(it.Key(), mk) {
 		if err := it.Error(); err != nil {
 			return nil, BlobInfo{}, fmt.Errorf("%w: %w", errs.ErrUnavailable, err)
@@ -669,7 +676,47 @@ func (s *Store) readLatest(key string, offset, length uint64) ([]byte, BlobInfo,
 	if offset >= m.Size || length == 0 {
 		return []byte{}, m.info(key), nil
 	}
-	return readBlob(it, key, m, offset, length, s.pageBytes)
+	return readBlob(pages, key, m, offset, length, s.pageBytes)
+}
+
+// A View is the store as it was when the view was taken, for a run of
+// reads of the newest versions that may all be answered from one moment:
+// requests that had all arrived before it was taken. Reads through one
+// view share its iterators, and a run of them in key order seeks forward
+// through the LSM instead of starting over for each. A View is for one
+// goroutine; close it before the store.
+type View struct {
+	s            *Store
+	metas, pages *pebble.Iterator
+}
+
+// NewView takes a view of the store.
+func (s *Store) NewView() (*View, error) {
+	metas, err := s.db.NewIter(nil)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errs.ErrUnavailable, err)
+	}
+	pages, err := metas.Clone(pebble.CloneOptions{})
+	if err != nil {
+		_ = metas.Close()
+		return nil, fmt.Errorf("%w: %w", errs.ErrUnavailable, err)
+	}
+	return &View{s: s, metas: metas, pages: pages}, nil
+}
+
+// Read is Store.Read as of the view.
+func (v *View) Read(key string, offset, length uint64) ([]byte, BlobInfo, error) {
+	if length > limits.PayloadBytesMax {
+		return nil, BlobInfo{}, fmt.Errorf("%w: read of %d bytes, above the per-request limit of %d",
+			errs.ErrTooLarge, length, limits.PayloadBytesMax)
+	}
+	return v.s.readIn(v.metas, v.pages, key, offset, length)
+}
+
+// Close releases the view.
+func (v *View) Close() {
+	_ = v.metas.Close()
+	_ = v.pages.Close()
 }
 
 // readBlob reads [offset, offset+length) of the blob m describes, cut at

@@ -2203,3 +2203,64 @@ func TestApplyDeltaCorrupt(t *testing.T) {
 		}
 	}
 }
+
+// TestView reads blobs through a view, in key order and back: whole
+// pages, deltas, holes, short reads, missing blobs and the payload limit
+// as Read answers them when the view was taken, and nothing committed
+// after.
+func TestView(t *testing.T) {
+	s := openStore(t, Options{MVCC: true, Retention: time.Hour})
+	keys := []string{"a", "a/b", "b", "c", "d"}
+	mustCommit(t, s, txn.Op{Key: "a", Kind: txn.OpWrite, Data: bytes.Repeat([]byte{1}, 2*PageBytes+7), Create: true},
+		txn.Op{Key: "a/b", Kind: txn.OpCreate},
+		txn.Op{Key: "c", Kind: txn.OpCreate},
+		txn.Op{Key: "c", Kind: txn.OpTruncate, Size: 3 * PageBytes},
+		txn.Op{Key: "d", Kind: txn.OpWrite, Data: []byte("0123456789"), Create: true})
+	mustCommit(t, s, txn.Op{Key: "c", Kind: txn.OpWrite, Offset: PageBytes + 3, Data: []byte("hole")})
+	for i := range 3 { // small writes into a page: stored as deltas
+		mustCommit(t, s, txn.Op{Key: "a", Kind: txn.OpWrite, Offset: PageBytes + uint64(i)*100, Data: []byte("delta")})
+	}
+	type answer struct {
+		data []byte
+		info BlobInfo
+		err  error
+	}
+	type read struct{ off, n uint64 }
+	reads := []read{{0, limits.PayloadBytesMax}, {PageBytes - 2, 10}, {PageBytes + 100, 5}, {5, 0}, {1 << 40, 1}}
+	want := map[string][]answer{}
+	for _, k := range keys {
+		for _, r := range reads {
+			d, info, err := s.Read(k, r.off, r.n)
+			want[k] = append(want[k], answer{bytes.Clone(d), info, err})
+		}
+	}
+	v, err := s.NewView()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	// Committed after the view was taken: the view reads none of it.
+	mustCommit(t, s, txn.Op{Key: "a", Kind: txn.OpWrite, Data: []byte("new"), Offset: 0},
+		txn.Op{Key: "b", Kind: txn.OpWrite, Data: []byte("b"), Create: true},
+		txn.Op{Key: "d", Kind: txn.OpDelete})
+	if got, _, err := s.Read("b", 0, 1); err != nil || string(got) != "b" {
+		t.Fatalf("read of b after the view: %q, %v", got, err)
+	}
+	back := slices.Clone(keys)
+	slices.Reverse(back)
+	for _, order := range [][]string{keys, back} {
+		for _, k := range order {
+			for i, r := range reads {
+				d, info, err := v.Read(k, r.off, r.n)
+				w := want[k][i]
+				if !bytes.Equal(d, w.data) || info != w.info || (err == nil) != (w.err == nil) || err != nil && err.Error() != w.err.Error() {
+					t.Errorf("view read of %q at %d for %d: %d bytes, %+v, %v; want %d bytes, %+v, %v",
+						k, r.off, r.n, len(d), info, err, len(w.data), w.info, w.err)
+				}
+			}
+		}
+	}
+	if _, _, err := v.Read("a", 0, limits.PayloadBytesMax+1); !errors.Is(err, errs.ErrTooLarge) {
+		t.Errorf("view read over the payload limit: %v", err)
+	}
+}

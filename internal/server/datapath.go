@@ -217,11 +217,10 @@ func (t *trailerSink) SetTrailer(md metadata.MD) error {
 // dataCall decodes a data-path request into its gRPC request, calls its
 // handler, and returns the answer's header (but its routing IDs) and
 // tail: the data, the encoded commit response, or the error message.
-func (s *Service) dataCall(req frame.Read) (frame.Header, []byte) {
+func (s *Service) dataCall(ctx context.Context, req frame.Read) (frame.Header, []byte) {
 	var (
 		in   any
 		sink *trailerSink
-		ctx  = context.Background()
 	)
 	switch req.Kind {
 	case frame.KindCommit:
@@ -293,7 +292,9 @@ func (s *Service) serveData(conn net.Conn) {
 		pending      [][]byte
 		pendingBytes int
 		reads        [][]byte // the held answers' read results, given back to bufpool once written
+		views        = readViews{engine: s.engine, budget: -1}
 	)
+	defer views.close()
 	for {
 		if _, err := io.ReadFull(r, prefix[:]); err != nil {
 			return
@@ -310,6 +311,7 @@ func (s *Service) serveData(conn net.Conn) {
 		if _, err := io.ReadFull(r, buf[:n]); err != nil {
 			return
 		}
+		views.spend(frame.LenBytes + n)
 		req, err := frame.DecodeRequest(buf[:n])
 		if err != nil {
 			s.log.Debug("data path: bad request", "remote", conn.RemoteAddr().String(), "err", err)
@@ -322,7 +324,14 @@ func (s *Service) serveData(conn net.Conn) {
 		if req.Kind == frame.KindHello {
 			h.Size = frame.FeatureCommits
 		} else {
-			h, tail = s.dataCall(req)
+			ctx := context.Background()
+			if req.Kind == frame.KindCommit {
+				// A read after it on the connection sees it.
+				views.close()
+			} else {
+				ctx = withReadViews(ctx, &views, r.Buffered())
+			}
+			h, tail = s.dataCall(ctx, req)
 			if req.Kind != frame.KindCommit && h.Code == uint8(codes.OK) {
 				reads = append(reads, tail)
 			}
@@ -341,6 +350,7 @@ func (s *Service) serveData(conn net.Conn) {
 		if pendingBytes < pipelineFlushBytes && len(pending) < pipelineFlushBuffers && nextBuffered(r) {
 			continue
 		}
+		views.close()
 		bufs := net.Buffers(pending)
 		_, err = bufs.WriteTo(conn)
 		// A read's result is this answer's alone (it was read for it,

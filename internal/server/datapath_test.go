@@ -11,10 +11,14 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tyrstore/tyr/api/tyrpb"
 	"github.com/tyrstore/tyr/client"
 	"github.com/tyrstore/tyr/internal/frame"
 	"github.com/tyrstore/tyr/internal/server"
@@ -449,6 +453,53 @@ func TestDataPathCommitAfterRestart(t *testing.T) {
 	for i := range n {
 		if got, err := c.Read(ctx, "data", fmt.Sprintf("k%d", i), 0, 1); err != nil || !bytes.Equal(got, []byte{2}) {
 			t.Errorf("k%d: %v, %v; want the second round's byte", i, got, err)
+		}
+	}
+}
+
+// Pipelined reads share a view of the store (readViews), but not across a
+// commit: a read pipelined after a commit on the same connection sees it,
+// and the read before it does not.
+func TestDataPathReadAfterCommitPipelined(t *testing.T) {
+	addr, _, c, ctx := dataServer(t)
+	if _, err := c.CreateKeyspace(ctx, "data", client.DefaultKeyspaceConfig()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WriteCreate(ctx, "data", "a", 0, []byte("v1")); err != nil {
+		t.Fatal(err)
+	}
+	commit, err := proto.Marshal(&tyrpb.CommitRequest{Keyspace: []byte("data"), Ops: []*tyrpb.Op{
+		{Key: []byte("a"), Kind: &tyrpb.Op_Write{Write: &tyrpb.WriteOp{Data: []byte("v2")}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := frame.AppendRead(nil, frame.Read{Keyspace: "data", Key: "a", Length: 2})
+	out := slices.Concat(frame.Magic[:], read, read, frame.AppendCommit(nil, commit), read, read)
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := conn.Write(out); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(conn)
+	for i, want := range []string{"v1", "v1", "", "v2", "v2"} {
+		head := make([]byte, frame.LenBytes+frame.HeaderBytes)
+		if _, err := io.ReadFull(r, head); err != nil {
+			t.Fatalf("answer %d: %v", i, err)
+		}
+		h, n, err := frame.DecodeHeader(head)
+		if err != nil || h.Code != 0 {
+			t.Fatalf("answer %d: code %d, %v", i, h.Code, err)
+		}
+		tail := make([]byte, n)
+		if _, err := io.ReadFull(r, tail); err != nil {
+			t.Fatal(err)
+		}
+		if want != "" && string(tail) != want {
+			t.Errorf("answer %d: %q, want %q", i, tail, want)
 		}
 	}
 }

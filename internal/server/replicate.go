@@ -96,7 +96,7 @@ func (s *Service) clusterRead(ctx context.Context, ks *storage.Keyspace, req *ty
 			}
 		}
 		if pl.ServesChunk(key, c) {
-			data, info, err := ks.Store.Read(key, off, n)
+			data, info, err := storeRead(ctx, ks, key, off, n)
 			if err == nil || !errors.Is(err, errs.ErrNotFound) || pl.ServesBlob(key) {
 				if err != nil {
 					return nil, toStatus(err)

@@ -304,7 +304,15 @@ func (s *Service) Read(ctx context.Context, req *tyrpb.ReadRequest) (*tyrpb.Read
 	if s.node != nil {
 		return s.clusterRead(ctx, ks, req)
 	}
-	data, info, err := ks.Store.ReadAt(string(req.GetKey()), req.GetOffset(), req.GetLength(), req.GetVersion())
+	var (
+		data []byte
+		info mvcc.BlobInfo
+	)
+	if req.GetVersion() == 0 {
+		data, info, err = storeRead(ctx, ks, string(req.GetKey()), req.GetOffset(), req.GetLength())
+	} else {
+		data, info, err = ks.Store.ReadAt(string(req.GetKey()), req.GetOffset(), req.GetLength(), req.GetVersion())
+	}
 	if err != nil {
 		return nil, toStatus(err)
 	}
