@@ -32,10 +32,15 @@ const (
 	// one address; a burst of concurrent reads opens more, then closes
 	// the excess.
 	dataIdleMax = 64
-	// dataReadBuffer is the read buffer of a data connection: a small
-	// answer arrives in one system call, a large one straight into the
-	// result.
+	// dataReadBuffer is the read buffer of a data connection: small
+	// answers arrive several to a system call.
 	dataReadBuffer = 32 << 10
+	// dataDirectMin is the least of an answer's bytes read from the
+	// socket straight into the result rather than through the read
+	// buffer and a copy; after an answer of that size the next answer's
+	// header is read alone too, so that the buffer does not take in (and
+	// copy) the bytes of the next answer.
+	dataDirectMin = 8 << 10
 	// dataRetryAfter is how long reads of an address go over gRPC after a
 	// new data connection to it broke before its first answer: a server
 	// without the data path closes it so.
@@ -60,6 +65,8 @@ type dataConn struct {
 	broken   bool // a cancellation may still wake it: not reused
 	// commits: its server answered a hello with frame.FeatureCommits.
 	commits bool
+	// large: its last answer held at least dataDirectMin bytes.
+	large bool
 }
 
 func newDataPath(dial func(ctx context.Context, addr string) (net.Conn, error)) *dataPath {
@@ -368,7 +375,11 @@ func (c *dataConn) watch(ctx context.Context) (func(), error) {
 // fit there.
 func (c *dataConn) answer(buf []byte) (*tyrpb.ReadResponse, frame.Header, error) {
 	var head [frame.LenBytes + frame.HeaderBytes]byte
-	if n, err := io.ReadFull(c.r, head[:]); err != nil {
+	var from io.Reader = c.r
+	if c.large && c.r.Buffered() == 0 {
+		from = c.Conn
+	}
+	if n, err := io.ReadFull(from, head[:]); err != nil {
 		return nil, frame.Header{}, transportErr{err: err, answerless: n == 0}
 	}
 	h, n, err := frame.DecodeHeader(head[:])
@@ -381,9 +392,19 @@ func (c *dataConn) answer(buf []byte) (*tyrpb.ReadResponse, frame.Header, error)
 	} else {
 		tail = make([]byte, n)
 	}
-	if _, err := io.ReadFull(c.r, tail); err != nil {
+	// What the buffer holds of the answer, then the rest.
+	held := min(c.r.Buffered(), n)
+	if _, err := io.ReadFull(c.r, tail[:held]); err != nil {
 		return nil, frame.Header{}, transportErr{err: err}
 	}
+	from = c.r
+	if n-held >= dataDirectMin {
+		from = c.Conn
+	}
+	if _, err := io.ReadFull(from, tail[held:]); err != nil {
+		return nil, frame.Header{}, transportErr{err: err}
+	}
+	c.large = n >= dataDirectMin
 	if h.Code != uint8(codes.OK) {
 		return nil, h, status.Error(codes.Code(h.Code), string(tail))
 	}

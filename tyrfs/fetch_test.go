@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"syscall"
 	"testing"
@@ -495,5 +496,41 @@ func TestFetchInto(t *testing.T) {
 	}
 	if _, _, err := f.FetchInto(ctx, "/none", make([]byte, 100)); Errno(err) != syscall.ENOENT {
 		t.Fatalf("FetchInto /none: %v, want ENOENT", err)
+	}
+}
+
+// TestFetchManySizes: a batch of files of every size class, around the
+// bounds where the client reads an answer through its buffer or straight
+// from the socket (and the next answer's header alone), in mixed order and
+// twice over, into buffers and into new memory, gives every file's bytes.
+func TestFetchManySizes(t *testing.T) {
+	ctx, _, f := newFS(t)
+	must[Attr](t)(f.Mkdir(ctx, "/s", Owner{Mode: 0o755}))
+	sizes := []int{0, 1, 100, 8<<10 - HeaderBytes - 1, 8<<10 - HeaderBytes, 8 << 10, 12 << 10, 32 << 10, 40<<10 + 3,
+		200 << 10, 1 << 20, client.PayloadBytesMax - HeaderBytes, client.PayloadBytesMax + 5}
+	want := map[string][]byte{}
+	var paths []string
+	for i, n := range sizes {
+		p := fmt.Sprintf("/s/f%d", i)
+		want[p] = pattern(byte(i), n)
+		must[Attr](t)(f.WriteFile(ctx, p, Owner{Mode: 0o644}, want[p]))
+		paths = append(paths, p)
+	}
+	r := rand.New(rand.NewPCG(7, 7))
+	for round := range 6 {
+		batch := slices.Concat(paths, paths)
+		r.Shuffle(len(batch), func(i, j int) { batch[i], batch[j] = batch[j], batch[i] })
+		var bufs [][]byte
+		if round%2 == 1 {
+			for range batch {
+				bufs = append(bufs, make([]byte, r.IntN(64<<10)))
+			}
+		}
+		got := must[[]FetchResult](t)(f.FetchManyInto(ctx, batch, bufs))
+		for i, p := range batch {
+			if got[i].Err != nil || !bytes.Equal(got[i].Data, want[p]) {
+				t.Fatalf("round %d, %s (%d bytes): %d bytes, %v", round, p, len(want[p]), len(got[i].Data), got[i].Err)
+			}
+		}
 	}
 }
