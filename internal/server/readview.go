@@ -29,14 +29,18 @@ type heldView struct {
 }
 
 // view returns the view of ks's store, taking it if the run has none, or
-// nil if none can be taken. buffered is what serveData has of the
-// following requests now.
+// nil if none can be taken or none is worth it: a lone request reads the
+// store as it is. buffered is what serveData has of the following
+// requests now.
 func (r *readViews) view(ks *storage.Keyspace, buffered int) *mvcc.View {
 	if h, ok := r.held[ks.Name]; ok {
 		if h.ks != ks {
 			return nil // the keyspace was dropped and made anew
 		}
 		return h.v
+	}
+	if buffered == 0 && len(r.held) == 0 {
+		return nil
 	}
 	held, err := r.engine.Acquire(ks.Name)
 	if err != nil || held != ks {
