@@ -10,6 +10,7 @@ import (
 
 	"github.com/tyrstore/tyr/client"
 	"github.com/tyrstore/tyr/internal/fslayout"
+	"github.com/tyrstore/tyr/internal/fslock"
 )
 
 // TestLocks checks advisory locks through the native API: conflicts
@@ -144,5 +145,56 @@ func TestLockExclusion(t *testing.T) {
 	wg.Wait()
 	if n := taken.Load(); n != 20 {
 		t.Fatalf("the lock was taken %d times, want 20", n)
+	}
+}
+
+// TestLockTableFull: a file holds LockEntriesMax locks; the next take
+// fails with ENOLCK and changes nothing, and a lock fits again once one
+// is given up.
+func TestLockTableFull(t *testing.T) {
+	ctx, c, f := newFS(t)
+	must[Attr](t)(f.WriteFile(ctx, "/f", Owner{Mode: 0o644}, nil))
+	now := time.Now()
+	expires := now.Add(time.Hour).UnixNano()
+	// Single bytes with a gap between them, so that none merge.
+	at := func(i int) Lock {
+		return Lock{Holder: 1, Owner: 1, Write: true, Start: uint64(2 * i), End: uint64(2 * i), Expires: expires}
+	}
+	// All but the last written as a table at once, the last through
+	// SetLock.
+	var table fslock.Table
+	for i := range LockEntriesMax - 1 {
+		var err error
+		if table, err = table.Apply(at(i), false, now.UnixNano()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.Commit(ctx, "tfs", client.CreateOp(fslayout.LockKey("/f")), client.WriteOp(fslayout.LockKey("/f"), 0, table.Encode(), false)); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := f.SetLock(ctx, "/f", at(LockEntriesMax-1), false); err != nil {
+		t.Fatalf("lock %d: %v", LockEntriesMax, err)
+	}
+	_, _, err := f.SetLock(ctx, "/f", at(LockEntriesMax), false)
+	wantErrno(t, err, syscall.ENOLCK)
+	probe := func(i int) bool {
+		t.Helper()
+		l := at(i)
+		l.Holder, l.Write = 2, false
+		_, locked, err := f.GetLock(ctx, "/f", l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return locked
+	}
+	if probe(LockEntriesMax) || !probe(0) || !probe(LockEntriesMax-1) {
+		t.Fatalf("after the refused lock: the last byte locked %v, the first %v, the one before %v; want false, true, true",
+			probe(LockEntriesMax), probe(0), probe(LockEntriesMax-1))
+	}
+	if _, _, err := f.SetLock(ctx, "/f", at(0), true); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := f.SetLock(ctx, "/f", at(LockEntriesMax), false); err != nil {
+		t.Fatalf("a lock after one was given up: %v", err)
 	}
 }
