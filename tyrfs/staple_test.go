@@ -516,6 +516,14 @@ func TestStapleReadRequests(t *testing.T) {
 			t.Errorf("a read of %s at %d took %v reads, want %v", r.p, r.off, n, r.want)
 		}
 	}
+	// A fetch of a plain file is one read too.
+	before := reads()
+	if _, got, err := f.Fetch(ctx, "/d/plain"); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("fetch of /d/plain: %d bytes, %v", len(got), err)
+	}
+	if n := reads() - before; n != 1 {
+		t.Errorf("a fetch of /d/plain took %v reads, want 1", n)
+	}
 }
 
 // TestRelocateSwept: a relocation whose copy is deleted before its commit

@@ -68,9 +68,11 @@ func (s *Service) FsFetch(ctx context.Context, req *tyrpb.FsFetchRequest) (*tyrp
 	}
 	defer ks.Release()
 	key := fslayout.FileKey(p)
-	if target, err := s.readTarget(ctx, ks, key); err != nil {
+	// Counted as forwarded here, or as local by the read below.
+	if target, err := s.route(ctx, ks, key); err != nil {
 		return nil, toStatus(err)
 	} else if target != nil {
+		s.metrics.countRead(readForwarded)
 		return target.FsFetch(markForwarded(ctx), req)
 	}
 	cred := fsmeta.Cred{UID: req.GetUid(), GIDs: req.GetGids()}

@@ -316,6 +316,7 @@ func (s *Service) Read(ctx context.Context, req *tyrpb.ReadRequest) (*tyrpb.Read
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	s.metrics.countRead(readLocal)
 	if req.GetUse() && req.GetVersion() == 0 {
 		// Counted after the read: a commit that supersedes the version
 		// meanwhile makes it garbage only after the linger time.
