@@ -609,9 +609,8 @@ func (s *Store) Read(key string, offset, length uint64) ([]byte, BlobInfo, error
 // otherwise ReadAt fails with errs.ErrConflict, so a transaction that read
 // the blob at version retries.
 func (s *Store) ReadAt(key string, offset, length, version uint64) ([]byte, BlobInfo, error) {
-	if length > limits.PayloadBytesMax {
-		return nil, BlobInfo{}, fmt.Errorf("%w: read of %d bytes, above the per-request limit of %d",
-			errs.ErrTooLarge, length, limits.PayloadBytesMax)
+	if err := checkReadLength(length); err != nil {
+		return nil, BlobInfo{}, err
 	}
 	if version == 0 {
 		return s.readLatest(key, offset, length)
@@ -706,11 +705,19 @@ func (s *Store) NewView() (*View, error) {
 
 // Read is Store.Read as of the view.
 func (v *View) Read(key string, offset, length uint64) ([]byte, BlobInfo, error) {
-	if length > limits.PayloadBytesMax {
-		return nil, BlobInfo{}, fmt.Errorf("%w: read of %d bytes, above the per-request limit of %d",
-			errs.ErrTooLarge, length, limits.PayloadBytesMax)
+	if err := checkReadLength(length); err != nil {
+		return nil, BlobInfo{}, err
 	}
 	return v.s.readIn(v.metas, v.pages, key, offset, length)
+}
+
+// checkReadLength refuses a read of more than a request's payload.
+func checkReadLength(length uint64) error {
+	if length > limits.PayloadBytesMax {
+		return fmt.Errorf("%w: read of %d bytes, above the per-request limit of %d",
+			errs.ErrTooLarge, length, limits.PayloadBytesMax)
+	}
+	return nil
 }
 
 // Close releases the view.
