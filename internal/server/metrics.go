@@ -23,6 +23,7 @@ type Metrics struct {
 	latency  *prometheus.HistogramVec
 	bytes    *prometheus.CounterVec
 	reads    *prometheus.CounterVec
+	readsBy  map[string]prometheus.Counter // reads by path, resolved once
 	// dataReads counts the reads answered over the data path.
 	dataReads prometheus.Counter
 	// dataCommits counts the commits answered over the data path.
@@ -79,8 +80,10 @@ func NewMetrics() *Metrics {
 		m.fsPermBy[src] = m.fsPerms.WithLabelValues(src)
 	}
 	// Both paths are exported from the start, at zero.
-	m.reads.WithLabelValues(readLocal)
-	m.reads.WithLabelValues(readForwarded)
+	m.readsBy = map[string]prometheus.Counter{}
+	for _, path := range []string{readLocal, readForwarded} {
+		m.readsBy[path] = m.reads.WithLabelValues(path)
+	}
 	m.Registry.MustRegister(m.ops, m.latency, m.bytes, m.reads, m.dataReads, m.dataCommits, m.fsPerms, m.fsInvalidated,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -96,7 +99,7 @@ const (
 // was not registered).
 func (m *Metrics) countRead(path string) {
 	if m != nil {
-		m.reads.WithLabelValues(path).Inc()
+		m.readsBy[path].Inc()
 	}
 }
 
