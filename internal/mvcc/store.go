@@ -657,14 +657,15 @@ func (s *Store) readIn(metas, pages *pebble.Iterator, key string, offset, length
 	// After the view is taken: the commits it holds are durable once this
 	// returns.
 	s.syncing.await(key)
-	it := metas
-	if !it.SeekGE(mk) || !bytes.Equal(it.Key(), mk) {
-		if err := it.Error(); err != nil {
+	// Limited to the record's key: a missing blob's seek stops there, not
+	// at the next live key past every deleted one.
+	if metas.SeekGEWithLimit(mk, append(mk, 0)) != pebble.IterValid || !bytes.Equal(metas.Key(), mk) {
+		if err := metas.Error(); err != nil {
 			return nil, BlobInfo{}, fmt.Errorf("%w: %w", errs.ErrUnavailable, err)
 		}
 		return nil, BlobInfo{}, fmt.Errorf("blob %q: %w", key, errs.ErrNotFound)
 	}
-	value, err := it.ValueAndErr()
+	value, err := metas.ValueAndErr()
 	if err != nil {
 		return nil, BlobInfo{}, fmt.Errorf("%w: %w", errs.ErrUnavailable, err)
 	}
@@ -828,7 +829,10 @@ func readRange(it *pebble.Iterator, key string, version, offset, pageBytes uint6
 // the iterator moves; with deltas they are the caller's (applyDeltas).
 func readPage(it *pebble.Iterator, key string, page, version uint64) ([]byte, uint64, int, bool, error) {
 	prefix := pageKeyVersionless(key, page)
-	if !it.SeekGE(pageKey(key, page, version)) || !bytes.HasPrefix(it.Key(), prefix) {
+	// Limited to the page's keys: a hole's seek stops there, through an
+	// iterator without bounds too (View).
+	if it.SeekGEWithLimit(pageKey(key, page, version), prefixUpperBound(prefix)) != pebble.IterValid ||
+		!bytes.HasPrefix(it.Key(), prefix) {
 		return nil, 0, 0, false, it.Error()
 	}
 	var newest uint64
