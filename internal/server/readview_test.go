@@ -56,11 +56,16 @@ func TestReadViewsBudget(t *testing.T) {
 	if len(views.held) > 0 {
 		t.Fatalf("%d views held past the budget", len(views.held))
 	}
-	read(0, "v2")
+	read(10, "v2") // a new run: new views, of the newer state
+	if len(views.held) != 1 {
+		t.Fatalf("%d views held in a new run, want 1", len(views.held))
+	}
 	write("v3")
-	views.close()
-	read(0, "v3")
-	views.close()
+	views.close() // the answers left: the held views go
+	read(0, "v3") // a lone request: no view
+	if len(views.held) != 0 {
+		t.Fatalf("a lone request took %d views", len(views.held))
+	}
 	dropped := make(chan error, 1)
 	go func() { dropped <- engine.Drop("views") }()
 	select {
