@@ -400,6 +400,7 @@ func TestStapleConcurrent(t *testing.T) {
 	wg.Add(2)
 	go func() { // the writer: the file is at /d/x or /d/y
 		defer wg.Done()
+		rest := time.Millisecond
 		for i := 1; ; i++ {
 			select {
 			case <-stop:
@@ -407,10 +408,14 @@ func TestStapleConcurrent(t *testing.T) {
 			default:
 			}
 			// Paced: a file written back to back keeps a rename, which
-			// reads its header, conflicting.
-			time.Sleep(time.Millisecond)
+			// reads its header, conflicting. The writer rests as long as
+			// its last write took, so on a slow machine as on a fast one
+			// it holds the file about half the time.
+			time.Sleep(rest)
 			for _, p := range []string{"/d/x", "/d/y"} {
+				start := time.Now()
 				err := f.WriteAt(ctx, p, 0, version(i))
+				rest = max(time.Millisecond, time.Since(start))
 				if err == nil {
 					writes++
 					break
