@@ -1197,6 +1197,13 @@ func (f *FS) rename(ctx context.Context, oldPath, newPath, keep string, flags ui
 			// the checks above refused): emptied, then written.
 			ops = append(ops, client.TruncateOp(fslayout.KeyOf(newPath, dst.kind), 0))
 		}
+		if dst.kind != 0 && !r.kept {
+			drop, err := dropLocksOps(ctx, tx, newPath)
+			if err != nil {
+				return err
+			}
+			ops = append(ops, drop...)
+		}
 		if err := m.collect(ctx, oldPath, newPath, src.kind, t); err != nil {
 			return err
 		}
@@ -1294,6 +1301,9 @@ func (m *mover) collect(ctx context.Context, from, to string, k Kind, t int64) e
 	if m.blobsLeft < 0 {
 		return errnof(syscall.EXDEV, "rename of more than %d blobs", MoveBlobsMax)
 	}
+	if err := m.moveLocks(ctx, from, to); err != nil {
+		return err
+	}
 	if k != KindDir {
 		n, err := nodeIn(ctx, m.tx, from)
 		if err != nil {
@@ -1381,6 +1391,34 @@ func (m *mover) collect(ctx context.Context, from, to string, k Kind, t int64) e
 }
 
 // add adds ops to the rename's, within moveOpsMax.
+// moveLocks adds the ops moving the lock table of clean path from, if it
+// has one, to clean path to, so that the locks go with the node (a table
+// at to is replaced).
+func (m *mover) moveLocks(ctx context.Context, from, to string) error {
+	key := fslayout.LockKey(from)
+	b, err := readAll(ctx, m.tx, key)
+	if errors.Is(err, client.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	dst := fslayout.LockKey(to)
+	return m.add(client.WriteOp(dst, 0, b, true), client.TruncateOp(dst, uint64(len(b))), client.DeleteOp(key))
+}
+
+// dropLocksOps returns the ops deleting the lock table of clean path p,
+// if it has one: the locks of a node a rename replaces go with it.
+func dropLocksOps(ctx context.Context, tx *client.Tx, p string) ([]client.Op, error) {
+	key := fslayout.LockKey(p)
+	if _, err := tx.Size(ctx, key); errors.Is(err, client.ErrNotFound) {
+		return nil, nil
+	} else if err != nil {
+		return nil, err
+	}
+	return []client.Op{client.DeleteOp(key)}, nil
+}
+
 func (m *mover) add(ops ...client.Op) error {
 	m.ops = append(m.ops, ops...)
 	if len(m.ops) > moveOpsMax {

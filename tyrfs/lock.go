@@ -33,8 +33,9 @@ const LockEntriesMax = fslock.EntriesMax
 // the machines that use it, which must agree to well within a lease);
 // its holder keeps it with RenewLocks. held reports whether the owner
 // still holds locks of l's kind on p afterwards (not set on an error). A take needs the file
-// (ENOENT); an unlock does not. Locks are on the path: a file renamed
-// while locked leaves its locks at the old path.
+// (ENOENT); an unlock does not. A file's locks are kept at its path, and
+// a rename moves them with it (a directory's, those of everything under
+// it), in its own transaction; the locks of a file a rename replaces go.
 func (f *FS) SetLock(ctx context.Context, p string, l Lock, unlock bool) (conflict Lock, held bool, err error) {
 	p, err = fslayout.CleanPath(p)
 	if err != nil {

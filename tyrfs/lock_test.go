@@ -1,6 +1,7 @@
 package tyrfs
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -197,4 +198,130 @@ func TestLockTableFull(t *testing.T) {
 	if _, _, err := f.SetLock(ctx, "/f", at(LockEntriesMax), false); err != nil {
 		t.Fatalf("a lock after one was given up: %v", err)
 	}
+}
+
+// TestLocksFollowRename checks that a rename moves a node's locks with
+// it, a file's and those of everything under a directory, and that the
+// locks of the node it replaces go: a take at the new name meets the
+// moved lock, none is left at the old name, and the replaced file's lock
+// binds nothing.
+func TestLocksFollowRename(t *testing.T) {
+	ctx, _, f := newFS(t)
+	lease := time.Now().Add(time.Hour).UnixNano()
+	lock := func(holder uint64, start uint64) Lock {
+		return Lock{Holder: holder, Owner: 1, Write: true, Start: start, End: start, Expires: lease}
+	}
+	// held returns the holder of the lock at offset start of p, 0 if none.
+	held := func(p string, start uint64) uint64 {
+		t.Helper()
+		c, ok, err := f.GetLock(ctx, p, lock(99, start))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			return 0
+		}
+		return c.Holder
+	}
+	for _, p := range []string{"/a", "/c"} {
+		must[Attr](t)(f.WriteFile(ctx, p, Owner{Mode: 0o644}, []byte(p)))
+	}
+	must[Attr](t)(f.Mkdir(ctx, "/d", Owner{Mode: 0o755}))
+	must[Attr](t)(f.Mkdir(ctx, "/d/sub", Owner{Mode: 0o755}))
+	must[Attr](t)(f.WriteFile(ctx, "/d/sub/x", Owner{Mode: 0o644}, []byte("x")))
+	// A large file is stapled when renamed: its locks move all the same.
+	big := make([]byte, fslayout.StapleBytesMin)
+	must[Attr](t)(f.WriteFile(ctx, "/big", Owner{Mode: 0o644}, big))
+	for _, l := range []struct {
+		p      string
+		holder uint64
+	}{{"/a", 1}, {"/c", 2}, {"/d/sub/x", 3}, {"/big", 4}} {
+		if _, _, err := f.SetLock(ctx, l.p, lock(l.holder, 10), false); err != nil {
+			t.Fatalf("take on %s: %v", l.p, err)
+		}
+	}
+
+	if err := f.Rename(ctx, "/a", "/b", 0); err != nil {
+		t.Fatal(err)
+	}
+	if h := held("/b", 10); h != 1 {
+		t.Fatalf("after /a -> /b, /b's lock holder %d, want 1", h)
+	}
+	_, _, err := f.SetLock(ctx, "/b", lock(7, 10), false)
+	wantErrno(t, err, syscall.EAGAIN)
+	if h := held("/a", 10); h != 0 {
+		t.Fatalf("after /a -> /b, a lock of holder %d left at /a", h)
+	}
+	// A file made at the old name starts with no locks.
+	must[Attr](t)(f.WriteFile(ctx, "/a", Owner{Mode: 0o644}, nil))
+	if _, _, err := f.SetLock(ctx, "/a", lock(7, 10), false); err != nil {
+		t.Fatalf("take on a new file at the old name: %v", err)
+	}
+
+	// /b replaces /c: /c then holds /b's locks, and /c's old ones are gone.
+	if _, _, err := f.SetLock(ctx, "/c", lock(2, 20), false); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Rename(ctx, "/b", "/c", 0); err != nil {
+		t.Fatal(err)
+	}
+	if h, h2 := held("/c", 10), held("/c", 20); h != 1 || h2 != 0 {
+		t.Fatalf("after /b replaced /c: holders %d at 10 (want 1), %d at 20 (want 0)", h, h2)
+	}
+	if h := held("/b", 10); h != 0 {
+		t.Fatalf("after /b -> /c, a lock of holder %d left at /b", h)
+	}
+
+	// A file with no locks replacing a locked one leaves none.
+	must[Attr](t)(f.WriteFile(ctx, "/plain", Owner{Mode: 0o644}, nil))
+	if _, _, err := f.SetLock(ctx, "/a2", lock(1, 10), false); !errors.Is(err, syscall.ENOENT) {
+		t.Fatalf("take on a missing file: %v", err)
+	}
+	must[Attr](t)(f.WriteFile(ctx, "/a2", Owner{Mode: 0o644}, nil))
+	if _, _, err := f.SetLock(ctx, "/a2", lock(1, 10), false); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Rename(ctx, "/plain", "/a2", 0); err != nil {
+		t.Fatal(err)
+	}
+	if h := held("/a2", 10); h != 0 {
+		t.Fatalf("after /plain replaced the locked /a2, holder %d's lock binds it", h)
+	}
+
+	// A directory's rename moves the locks of what is under it.
+	if err := f.Rename(ctx, "/d", "/e", 0); err != nil {
+		t.Fatal(err)
+	}
+	if h, old := held("/e/sub/x", 10), held("/d/sub/x", 10); h != 3 || old != 0 {
+		t.Fatalf("after /d -> /e: /e/sub/x holder %d (want 3), /d/sub/x holder %d (want 0)", h, old)
+	}
+	if err := f.Rename(ctx, "/big", "/big2", 0); err != nil {
+		t.Fatal(err)
+	}
+	if h, old := held("/big2", 10), held("/big", 10); h != 4 || old != 0 {
+		t.Fatalf("after /big -> /big2: holder %d (want 4), left at /big %d (want 0)", h, old)
+	}
+	// The holders unlock at the new names, and no table is left.
+	for _, l := range []struct {
+		p      string
+		holder uint64
+	}{{"/c", 1}, {"/e/sub/x", 3}, {"/big2", 4}, {"/a", 7}} {
+		if _, stillHeld, err := f.SetLock(ctx, l.p, Lock{Holder: l.holder, Owner: 1, End: LockOffsetMax}, true); err != nil || stillHeld {
+			t.Fatalf("unlock of %s: held %v, %v", l.p, stillHeld, err)
+		}
+	}
+	keys := must[[]string](t)(lockTables(ctx, f))
+	if len(keys) != 0 {
+		t.Fatalf("lock tables left: %q", keys)
+	}
+}
+
+// lockTables lists the keys of f's lock tables.
+func lockTables(ctx context.Context, f *FS) ([]string, error) {
+	blobs, _, err := f.c.List(ctx, f.ks, fslayout.LockKey(""), "", client.ListLimitMax)
+	var keys []string
+	for _, b := range blobs {
+		keys = append(keys, b.Key)
+	}
+	return keys, err
 }
