@@ -22,7 +22,10 @@ package fusefs
 //     whose lock table holds its locks, while it may hold any: it is added
 //     before a take returns and removed once an unlock, a close or the
 //     renewal found none left, or a close's unlock failed (the lease then
-//     ends, as it is no longer renewed).
+//     ends, as it is no longer renewed). A rename through the mount, which
+//     moves the tables of what it moves, moves the paths with them before
+//     it returns (lockState.endRename); while one is in progress, the
+//     renewal forgets none.
 //  2. A lock is taken after what the mount held of the file's writes was
 //     committed, and given up after it: a mount that takes the lock next
 //     reads what was written under it. A take drops the kernel's pages
@@ -46,6 +49,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -89,9 +93,10 @@ type lockState struct {
 	holder uint64
 	lease  time.Duration
 
-	mu   sync.Mutex
-	held map[lockRef]string              // invariant 1
-	via  map[*handle]map[uint64]struct{} // invariant 4
+	mu       sync.Mutex
+	held     map[lockRef]string              // invariant 1
+	via      map[*handle]map[uint64]struct{} // invariant 4
+	renaming int                             // renames through the mount in progress
 
 	// owners maps the cancel channel of each FLUSH, and of each RELEASE
 	// that gives up a flock lock, being served to the request's lock
@@ -147,6 +152,42 @@ func (s *lockState) record(ref lockRef, p string, held bool) {
 		s.held[ref] = p
 	} else {
 		delete(s.held, ref)
+	}
+}
+
+// startRename notes a rename through the mount in progress, until
+// endRename: the renewal forgets no lock meanwhile, since the rename may
+// have moved a table before endRename moved its path.
+func (s *lockState) startRename() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.renaming++
+}
+
+// endRename ends a rename of from to to, and if it was done (tyrfs.Rename
+// moves lock tables with what it moves) follows it: the locks on the node
+// it replaced at to were dropped, or moved with it to kept if it was kept
+// (RenameKeeping; "" if not), and those on from and under it are now on
+// to and under it.
+func (s *lockState) endRename(done bool, from, to, kept string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.renaming--
+	if !done {
+		return
+	}
+	for ref, p := range s.held {
+		switch {
+		case p == to && kept != "":
+			s.held[ref] = kept
+		case p == to:
+			delete(s.held, ref)
+		}
+	}
+	for ref, p := range s.held {
+		if p == from || strings.HasPrefix(p, from+"/") {
+			s.held[ref] = to + p[len(from):]
+		}
 	}
 }
 
@@ -386,8 +427,13 @@ func (s *lockState) renewOnce(f *tyrfs.FS) {
 		if held > 0 {
 			continue
 		}
-		slog.Warn("locks lost: their lease ended before it was renewed", "path", p)
 		s.mu.Lock()
+		if s.renaming > 0 {
+			// Maybe moved by the rename: judged at the next renewal.
+			s.mu.Unlock()
+			continue
+		}
+		slog.Warn("locks lost: their lease ended before it was renewed", "path", p)
 		for ref, q := range s.held {
 			if q == p {
 				delete(s.held, ref)

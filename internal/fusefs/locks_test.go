@@ -236,3 +236,58 @@ func locksAcross(t *testing.T, c *client.Client, ks, a, b string) {
 		return len(tables) == 0, fmt.Sprintf("%d tables", len(tables))
 	})
 }
+
+// locksRenamed checks that locks go with a file renamed through mount a,
+// and with a directory's files when it is renamed, as on a local file
+// system: through mount b, the file at its new name is locked, and the
+// holder keeps the lock past several of a's leases (a renews it where it
+// now is) until it closes the file. a must run with a short LockLease.
+func locksRenamed(t *testing.T, c *client.Client, ks, a, b string, lease time.Duration) {
+	if err := os.MkdirAll(filepath.Join(a, "lr"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(a, "lr", "f"), []byte("0123456789"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	held := openRW(t, filepath.Join(a, "lr", "f"))
+	if err := unix.FcntlFlock(held.Fd(), unix.F_OFD_SETLK, &unix.Flock_t{Type: unix.F_WRLCK}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(a, "lr", "f"), filepath.Join(a, "lr", "g")); err != nil {
+		t.Fatal(err)
+	}
+	locked := func(p string) {
+		t.Helper()
+		f := openRW(t, p)
+		if err := fcntlLock(f, syscall.F_RDLCK, 0, 0, false); !errors.Is(err, syscall.EAGAIN) {
+			t.Fatalf("record lock on %s, renamed while locked through the other mount: %v, want EAGAIN", p, err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	locked(filepath.Join(b, "lr", "g"))
+	if err := os.Rename(filepath.Join(a, "lr"), filepath.Join(a, "lr2")); err != nil {
+		t.Fatal(err)
+	}
+	// Past three leases: a's renewals reached the lock where it is now.
+	time.Sleep(3 * lease)
+	locked(filepath.Join(b, "lr2", "g"))
+	if err := held.Close(); err != nil {
+		t.Fatal(err)
+	}
+	fb := openRW(t, filepath.Join(b, "lr2", "g"))
+	eventuallyTaken(t, "a record lock through b once the renamed file's holder closed it", func() error {
+		return fcntlLock(fb, syscall.F_WRLCK, 0, 0, false)
+	})
+	if err := fb.Close(); err != nil {
+		t.Fatal(err)
+	}
+	testserver.Eventually(t, 10*time.Second, "no lock table left", func() (bool, string) {
+		tables, _, err := c.List(t.Context(), ks, "&", "", client.ListLimitMax)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(tables) == 0, fmt.Sprintf("%d tables", len(tables))
+	})
+}

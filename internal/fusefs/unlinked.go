@@ -44,6 +44,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"path"
 	"sync/atomic"
 	"syscall"
 
@@ -210,9 +211,24 @@ func (n *node) unlinkOpen(ctx context.Context, name, p string) (bool, syscall.Er
 // unlinked while open (invariant 2); otherwise it is replaced, and gone
 // for its descriptors too.
 func (n *node) renameOver(ctx context.Context, from, name, to string, flags uint32) syscall.Errno {
+	if n.locks == nil || from == to {
+		errno, _ := n.renameKeeping(ctx, from, name, to, flags)
+		return errno
+	}
+	// The rename moves the lock tables of what it moves; the mount's
+	// locks follow (locks.go, invariant 1).
+	n.locks.startRename()
+	errno, kept := n.renameKeeping(ctx, from, name, to, flags)
+	n.locks.endRename(errno == 0, from, to, kept)
+	return errno
+}
+
+// renameKeeping is renameOver but for the locks, and also returns the
+// path the file it replaced was kept at ("" if none).
+func (n *node) renameKeeping(ctx context.Context, from, name, to string, flags uint32) (syscall.Errno, string) {
 	c := n.openChild(name)
 	if c == nil {
-		return tyrfs.Errno(n.fs.Rename(ctx, from, to, flags))
+		return tyrfs.Errno(n.fs.Rename(ctx, from, to, flags)), ""
 	}
 	defer c.openMu.Unlock()
 	hidden := hiddenName()
@@ -222,12 +238,13 @@ func (n *node) renameOver(ctx context.Context, from, name, to string, flags uint
 		kept, err = n.fs.RenameKeeping(ctx, from, to, "", flags)
 	}
 	if err != nil {
-		return tyrfs.Errno(err)
+		return tyrfs.Errno(err), ""
 	}
-	if kept {
-		n.hide(c, name, hidden)
+	if !kept {
+		return 0, ""
 	}
-	return 0
+	n.hide(c, name, hidden)
+	return 0, path.Join(path.Dir(to), hidden)
 }
 
 var _ fs.FileReleaser = (*handle)(nil)
