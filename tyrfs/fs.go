@@ -1171,7 +1171,7 @@ func (f *FS) rename(ctx context.Context, oldPath, newPath, keep string, flags ui
 				return errnof(syscall.EEXIST, "%s", keepPath)
 			}
 		}
-		m := mover{tx: tx, blobsLeft: MoveBlobsMax, bytesLeft: MoveBytesMax}
+		m := mover{fs: f, tx: tx, blobsLeft: MoveBlobsMax, bytesLeft: MoveBytesMax}
 		if dst.kind == KindDir {
 			l, err := replayIn(ctx, tx, fslayout.DirKey(newPath))
 			if err != nil {
@@ -1279,6 +1279,7 @@ func nodeIn(ctx context.Context, tx *client.Tx, p string) (node, error) {
 // mover gathers the ops that move a blob and, for a directory, every blob
 // under it, within the rename limits.
 type mover struct {
+	fs        *FS
 	tx        *client.Tx
 	ops       []client.Op
 	blobsLeft int
@@ -1301,8 +1302,17 @@ func (m *mover) collect(ctx context.Context, from, to string, k Kind, t int64) e
 	if m.blobsLeft < 0 {
 		return errnof(syscall.EXDEV, "rename of more than %d blobs", MoveBlobsMax)
 	}
-	if err := m.moveLocks(ctx, from, to); err != nil {
-		return err
+	if t != 0 {
+		// The renamed node (descendants have t 0): its locks, and those
+		// of everything under it, go with it.
+		if err := m.moveLocks(ctx, from, to); err != nil {
+			return err
+		}
+		if k == KindDir {
+			if err := m.moveLocksUnder(ctx, from, to); err != nil {
+				return err
+			}
+		}
 	}
 	if k != KindDir {
 		n, err := nodeIn(ctx, m.tx, from)
@@ -1405,6 +1415,31 @@ func (m *mover) moveLocks(ctx context.Context, from, to string) error {
 	}
 	dst := fslayout.LockKey(to)
 	return m.add(client.WriteOp(dst, 0, b, true), client.TruncateOp(dst, uint64(len(b))), client.DeleteOp(key))
+}
+
+// moveLocksUnder adds the ops moving the lock tables under directory
+// from to the same names under to. The tables are found by a listing,
+// which the commit does not check: one made under from while the rename
+// runs may stay behind, as a take made just before the rename moved its
+// file would (SetLock finds the file outside its transaction). Each table
+// counts as a blob moved.
+func (m *mover) moveLocksUnder(ctx context.Context, from, to string) error {
+	prefix := fslayout.LockKey(from + "/")
+	tables, next, err := m.fs.c.List(ctx, m.fs.ks, prefix, "", m.blobsLeft+1)
+	if err != nil {
+		return err
+	}
+	if next != "" || len(tables) > m.blobsLeft {
+		return errnof(syscall.EXDEV, "rename of more than %d blobs", MoveBlobsMax)
+	}
+	m.blobsLeft -= len(tables)
+	for _, tb := range tables {
+		rest := strings.TrimPrefix(tb.Key, prefix)
+		if err := m.moveLocks(ctx, from+"/"+rest, to+"/"+rest); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // dropLocksOps returns the ops deleting the lock table of clean path p,

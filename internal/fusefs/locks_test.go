@@ -228,13 +228,7 @@ func locksAcross(t *testing.T, c *client.Client, ks, a, b string) {
 	if err := fb.Close(); err != nil {
 		t.Fatal(err)
 	}
-	testserver.Eventually(t, 10*time.Second, "no lock table left", func() (bool, string) {
-		tables, _, err := c.List(t.Context(), ks, "&", "", client.ListLimitMax)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return len(tables) == 0, fmt.Sprintf("%d tables", len(tables))
-	})
+	noLockTables(t, c, ks)
 }
 
 // locksRenamed checks that locks go with a file renamed through mount a,
@@ -283,6 +277,14 @@ func locksRenamed(t *testing.T, c *client.Client, ks, a, b string, lease time.Du
 	if err := fb.Close(); err != nil {
 		t.Fatal(err)
 	}
+	noLockTables(t, c, ks)
+}
+
+// noLockTables waits up to 10 s for keyspace ks to hold no lock table:
+// every lock given up, the last by a RELEASE the kernel sends after
+// close(2) returns.
+func noLockTables(t *testing.T, c *client.Client, ks string) {
+	t.Helper()
 	testserver.Eventually(t, 10*time.Second, "no lock table left", func() (bool, string) {
 		tables, _, err := c.List(t.Context(), ks, "&", "", client.ListLimitMax)
 		if err != nil {
