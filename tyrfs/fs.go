@@ -1400,7 +1400,6 @@ func (m *mover) collect(ctx context.Context, from, to string, k Kind, t int64) e
 	return nil
 }
 
-// add adds ops to the rename's, within moveOpsMax.
 // moveLocks adds the ops moving the lock table of clean path from, if it
 // has one, to clean path to, so that the locks go with the node (a table
 // at to is replaced).
@@ -1454,6 +1453,7 @@ func dropLocksOps(ctx context.Context, tx *client.Tx, p string) ([]client.Op, er
 	return []client.Op{client.DeleteOp(key)}, nil
 }
 
+// add adds ops to the rename's, within moveOpsMax.
 func (m *mover) add(ops ...client.Op) error {
 	m.ops = append(m.ops, ops...)
 	if len(m.ops) > moveOpsMax {
