@@ -114,7 +114,7 @@ func TestCluster(t *testing.T) {
 		// unlock commits the writes first.
 		o := Options{CacheTimeout: time.Hour, HoldFor: time.Minute}
 		locksAcross(t, clients[0], "locks", mountWith(t, clients[0], "locks", o), mountWith(t, clients[1], "locks", o))
-		locksRenamed(t, clients[0], "locks", mountWith(t, clients[0], "locks", Options{LockLease: time.Second}), mount(t, clients[1], "locks"), time.Second)
+		locksRenamed(t, clients[0], "locks", mountWith(t, clients[0], "locks", Options{LockLease: 2 * time.Second}), mount(t, clients[1], "locks"), 2*time.Second)
 	})
 	t.Run("unlinked-open", func(t *testing.T) {
 		newKeyspace(t, clients[0], "unlinked-open", 1, true)

@@ -235,7 +235,9 @@ func locksAcross(t *testing.T, c *client.Client, ks, a, b string) {
 // and with a directory's files when it is renamed, as on a local file
 // system: through mount b, the file at its new name is locked, and the
 // holder keeps the lock past several of a's leases (a renews it where it
-// now is) until it closes the file. a must run with a short LockLease.
+// now is) until it closes the file. a must run with LockLease lease,
+// short, but long enough that a renewal (a third of it) is not cut off
+// on a loaded machine.
 func locksRenamed(t *testing.T, c *client.Client, ks, a, b string, lease time.Duration) {
 	if err := os.MkdirAll(filepath.Join(a, "lr"), 0o755); err != nil {
 		t.Fatal(err)
