@@ -44,7 +44,9 @@ func (f *FS) SetLock(ctx context.Context, p string, l Lock, unlock bool) (confli
 	if err := fslock.Check(l); err != nil {
 		return Lock{}, false, errnof(syscall.EINVAL, "%s: %v", p, err)
 	}
-	if !unlock {
+	if !unlock && f.cred.UID != 0 {
+		// The search permissions above p, which the node serving p
+		// checks; root is refused none.
 		if _, err := f.Lookup(ctx, p); err != nil {
 			return Lock{}, false, err
 		}
@@ -67,7 +69,30 @@ func (f *FS) SetLock(ctx context.Context, p string, l Lock, unlock bool) (confli
 	if err != nil {
 		return Lock{}, false, err
 	}
+	if !unlock {
+		if err := f.takenOn(ctx, p, l); err != nil {
+			return Lock{}, false, err
+		}
+	}
 	return Lock{}, held, nil
+}
+
+// takenOn checks, once take l committed in p's lock table, that p still
+// holds a file or directory. A rename or unlink of the file that
+// committed between the caller's finding the file and the take leaves
+// the lock at a path the file left, where takes through its new path do
+// not see it: the take is undone then, and fails with ENOENT. (The take
+// itself reads nothing a rename writes, so that writes to the file, which
+// change its version, never make it start again.)
+func (f *FS) takenOn(ctx context.Context, p string, l Lock) error {
+	_, err := f.Lookup(ctx, p)
+	if e := Errno(err); e != syscall.ENOENT && e != syscall.ENOTDIR {
+		return nil // the take stands (the check may fail for other reasons)
+	}
+	if _, _, uerr := f.SetLock(ctx, p, l, true); uerr != nil {
+		return errors.Join(err, fmt.Errorf("tyrfs: undoing a lock on %s, which its file left: %w", p, uerr))
+	}
+	return err
 }
 
 // errLockHeld ends a take that found a conflicting lock; nothing is
@@ -142,6 +167,9 @@ func (f *FS) changeLocks(ctx context.Context, p string, change func(t fslock.Tab
 		if err := next.Verify(now); err != nil {
 			return fmt.Errorf("tyrfs: locks of %s: %w", p, err)
 		}
+		if hook := lockCommitHook; hook != nil {
+			hook(p)
+		}
 		switch nb := next.Encode(); {
 		case len(nb) == 0 && exists:
 			return tx.Do(client.DeleteOp(key))
@@ -154,3 +182,7 @@ func (f *FS) changeLocks(ctx context.Context, p string, change func(t fslock.Tab
 		}
 	}, txOptions)
 }
+
+// lockCommitHook, if set (by tests), runs in changeLocks' transaction
+// after its reads, before its commit.
+var lockCommitHook func(p string)

@@ -325,3 +325,73 @@ func lockTables(ctx context.Context, f *FS) ([]string, error) {
 	}
 	return keys, err
 }
+
+// TestLockTakeRacesRename renames or removes the file between a take's
+// reads and its commit: the take must then fail with ENOENT, not stand
+// in a table at the path the file left, where takes through the file's
+// new path would not see it; it is undone. A write in the same window
+// changes nothing the take read: it stands, in one attempt.
+func TestLockTakeRacesRename(t *testing.T) {
+	ctx, c, f := newFS(t)
+	lease := time.Now().Add(time.Hour).UnixNano()
+	lock := func(holder uint64) Lock {
+		return Lock{Holder: holder, Owner: 1, Write: true, Start: 0, End: LockOffsetMax, Expires: lease}
+	}
+	must[Attr](t)(f.Mkdir(ctx, "/d", Owner{Mode: 0o755}))
+	// A directory takes locks too (flock on an open directory).
+	if _, _, err := f.SetLock(ctx, "/d", lock(1), false); err != nil {
+		t.Fatalf("take on a directory: %v", err)
+	}
+	for _, race := range []struct {
+		name string
+		do   func() error
+		want syscall.Errno
+		// runs is the lock transactions the take runs: one, and one
+		// more to undo it.
+		runs int32
+	}{
+		{"write", func() error { return f.WriteAt(ctx, "/r", 0, []byte("w")) }, 0, 1},
+		{"rename", func() error { return f.Rename(ctx, "/r", "/r2", 0) }, syscall.ENOENT, 2},
+		{"unlink", func() error { return f.Unlink(ctx, "/r") }, syscall.ENOENT, 2},
+	} {
+		must[Attr](t)(f.WriteFile(ctx, "/r", Owner{Mode: 0o644}, []byte("r")))
+		var raced atomic.Int32
+		lockCommitHook = func(p string) {
+			if p == "/r" && raced.Add(1) == 1 {
+				if err := race.do(); err != nil {
+					t.Errorf("%s in the take's window: %v", race.name, err)
+				}
+			}
+		}
+		_, held, err := f.SetLock(ctx, "/r", lock(2), false)
+		lockCommitHook = nil
+		if n := raced.Load(); n != race.runs {
+			t.Fatalf("%s: the take ran %d lock transactions, want %d", race.name, n, race.runs)
+		}
+		wantErrno(t, err, race.want)
+		_, serr := c.Stat(ctx, "tfs", fslayout.LockKey("/r"))
+		switch {
+		case race.want == 0 && (!held || serr != nil):
+			t.Fatalf("%s: the take reports held %v, its table: %v", race.name, held, serr)
+		case race.want != 0 && !errors.Is(serr, client.ErrNotFound):
+			t.Fatalf("%s: a lock table left at /r (stat: %v)", race.name, serr)
+		}
+		switch race.name {
+		case "write":
+			if _, _, err := f.SetLock(ctx, "/r", lock(2), true); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Unlink(ctx, "/r"); err != nil {
+				t.Fatal(err)
+			}
+		case "rename":
+			// The file's new path is free to lock.
+			if _, _, err := f.SetLock(ctx, "/r2", lock(3), false); err != nil {
+				t.Fatalf("take at the renamed file's path: %v", err)
+			}
+			if err := f.Unlink(ctx, "/r2"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
