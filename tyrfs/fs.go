@@ -12,6 +12,7 @@ import (
 
 	"github.com/tyrstore/tyr/client"
 	"github.com/tyrstore/tyr/internal/fslayout"
+	"github.com/tyrstore/tyr/internal/fslock"
 	"github.com/tyrstore/tyr/internal/limits"
 )
 
@@ -1412,6 +1413,17 @@ func (m *mover) moveLocks(ctx context.Context, from, to string) error {
 	if err != nil {
 		return err
 	}
+	// The table remembers from, so that a holder that knows the file by
+	// it, through another mount than this rename's, finds its locks
+	// (FindMovedLocks).
+	t, moved, err := fslock.DecodeMoved(b)
+	if err != nil {
+		return fmt.Errorf("tyrfs: locks of %s: %w", from, err)
+	}
+	if len(t) == 0 {
+		return m.add(client.DeleteOp(key))
+	}
+	b = t.EncodeMoved(fslock.Moved(moved, from))
 	dst := fslayout.LockKey(to)
 	return m.add(client.WriteOp(dst, 0, b, true), client.TruncateOp(dst, uint64(len(b))), client.DeleteOp(key))
 }
@@ -1419,9 +1431,9 @@ func (m *mover) moveLocks(ctx context.Context, from, to string) error {
 // moveLocksUnder adds the ops moving the lock tables under directory
 // from to the same names under to. The tables are found by a listing,
 // which the commit does not check: one made under from while the rename
-// runs may stay behind, as a take made just before the rename moved its
-// file would (SetLock finds the file outside its transaction). Each table
-// counts as a blob moved.
+// runs may stay behind (a take checks its file is still there after it
+// commits, which may be before the rename commits). Each table counts as
+// a blob moved.
 func (m *mover) moveLocksUnder(ctx context.Context, from, to string) error {
 	prefix := fslayout.LockKey(from + "/")
 	tables, next, err := m.fs.c.List(ctx, m.fs.ks, prefix, "", m.blobsLeft+1)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"syscall"
 	"time"
 
@@ -144,6 +145,68 @@ func (f *FS) DropLocks(ctx context.Context, p string, holder uint64) error {
 	})
 }
 
+// LockScanMax bounds the lock tables FindMovedLocks reads.
+const LockScanMax = 4096
+
+// lockListBytes is the largest table FindMovedLocks takes with a listing:
+// a few locks and moves.
+const lockListBytes = 4 << 10
+
+// FindMovedLocks finds where the locks of holder that were on the paths
+// of lost went: for each path of lost, the path of a table that was
+// moved from it (a rename through another holder's mount, which moved
+// the table; up to fslock.MovesMax renames back) and holds a live lock
+// of holder. A path found nowhere is left out. It lists and reads every
+// lock table of the keyspace, at most LockScanMax (EAGAIN beyond), so it
+// is for the rare holder that found its locks gone from where it kept
+// them.
+func (f *FS) FindMovedLocks(ctx context.Context, holder uint64, lost []string) (map[string]string, error) {
+	want := map[string]bool{}
+	for _, p := range lost {
+		if cp, err := fslayout.CleanPath(p); err == nil {
+			want[cp] = true
+		}
+	}
+	found := map[string]string{}
+	prefix := fslayout.LockKey("/")
+	read := 0
+	for after := ""; len(want) > len(found); {
+		// A page of tables and their bytes in one request; a table
+		// too large to come with them is read alone.
+		tables, next, err := f.c.ListData(ctx, f.ks, prefix, after, client.ListLimitMax, lockListBytes)
+		if err != nil {
+			return nil, err
+		}
+		for _, tb := range tables {
+			if read++; read > LockScanMax {
+				return found, errnof(syscall.EAGAIN, "more than %d lock tables to look through", LockScanMax)
+			}
+			b := tb.Data
+			if !tb.HasData {
+				if b, err = f.c.Read(ctx, f.ks, tb.Key, 0, client.PayloadBytesMax); errors.Is(err, client.ErrNotFound) {
+					continue // gone since the listing
+				} else if err != nil {
+					return nil, err
+				}
+			}
+			t, moved, err := fslock.DecodeMoved(b)
+			if err != nil || !t.Holds(holder, time.Now().UnixNano()) {
+				continue
+			}
+			for _, from := range moved {
+				if want[from] {
+					found[from] = strings.TrimPrefix(tb.Key, fslayout.LockKey(""))
+				}
+			}
+		}
+		if next == "" {
+			break
+		}
+		after = next
+	}
+	return found, nil
+}
+
 // changeLocks runs change on the lock table of p in a transaction and
 // commits what it returns, deleting the table's blob once it is empty.
 // now is the time leases are judged by.
@@ -155,7 +218,7 @@ func (f *FS) changeLocks(ctx context.Context, p string, change func(t fslock.Tab
 		if err != nil && !errors.Is(err, client.ErrNotFound) {
 			return err
 		}
-		t, err := fslock.Decode(b)
+		t, moved, err := fslock.DecodeMoved(b)
 		if err != nil {
 			return fmt.Errorf("tyrfs: locks of %s: %w", p, err)
 		}
@@ -170,7 +233,7 @@ func (f *FS) changeLocks(ctx context.Context, p string, change func(t fslock.Tab
 		if hook := lockCommitHook; hook != nil {
 			hook(p)
 		}
-		switch nb := next.Encode(); {
+		switch nb := next.EncodeMoved(moved); {
 		case len(nb) == 0 && exists:
 			return tx.Do(client.DeleteOp(key))
 		case len(nb) == 0:

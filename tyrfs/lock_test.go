@@ -3,6 +3,8 @@ package tyrfs
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -393,5 +395,58 @@ func TestLockTakeRacesRename(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+	}
+}
+
+// TestFindMovedLocks renames a locked file, then its directory, as
+// another holder's mount would: the holder that knew the file by its
+// first path finds its locks where they are now, and no one else's.
+func TestFindMovedLocks(t *testing.T) {
+	ctx, c, f := newFS(t)
+	lease := time.Now().Add(time.Hour).UnixNano()
+	must[Attr](t)(f.Mkdir(ctx, "/m", Owner{Mode: 0o755}))
+	for _, p := range []string{"/m/f", "/m/other"} {
+		must[Attr](t)(f.WriteFile(ctx, p, Owner{Mode: 0o644}, nil))
+	}
+	take := func(p string, holder uint64, expires int64) {
+		t.Helper()
+		if _, _, err := f.SetLock(ctx, p, Lock{Holder: holder, Owner: 1, Flock: true, End: LockOffsetMax, Expires: expires}, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	take("/m/f", 5, lease)
+	take("/m/other", 6, time.Now().Add(200*time.Millisecond).UnixNano())
+	if err := f.Rename(ctx, "/m/f", "/m/g", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Rename(ctx, "/m/other", "/m/other2", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Rename(ctx, "/m", "/n", 0); err != nil {
+		t.Fatal(err)
+	}
+	found, err := f.FindMovedLocks(ctx, 5, []string{"/m/f", "/m/g", "/nowhere"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]string{"/m/f": "/n/g", "/m/g": "/n/g"}; !maps.Equal(found, want) {
+		t.Fatalf("holder 5 found %v, want %v", found, want)
+	}
+	// Another holder finds nothing of 5's; a holder whose lease ended
+	// finds nothing either.
+	time.Sleep(300 * time.Millisecond)
+	for _, h := range []uint64{6, 7} {
+		if found, err := f.FindMovedLocks(ctx, h, []string{"/m/f", "/m/other"}); err != nil || len(found) != 0 {
+			t.Fatalf("holder %d found %v, %v", h, found, err)
+		}
+	}
+	// The table keeps its moves through later changes.
+	take("/n/g", 8, lease)
+	b, err := c.Read(ctx, "tfs", fslayout.LockKey("/n/g"), 0, client.PayloadBytesMax)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, moved, err := fslock.DecodeMoved(b); err != nil || !slices.Equal(moved, []string{"/m/g", "/m/f"}) {
+		t.Fatalf("the table's moves after a take: %q, %v", moved, err)
 	}
 }

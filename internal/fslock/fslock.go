@@ -21,6 +21,10 @@
 //  3. A table holds at most EntriesMax locks.
 //
 // flock and POSIX locks do not conflict with each other, as on Linux.
+//
+// A table also remembers the paths its file was renamed from (Moved,
+// EncodeMoved), newest first, so that a holder that knew the file by one
+// of them finds its locks after a rename it did not make.
 package fslock
 
 import (
@@ -68,19 +72,38 @@ var ErrTooMany = errors.New("too many locks on one file")
 var ErrCorrupt = errors.New("corrupt lock table")
 
 const (
-	format     = 1
-	entryBytes = 8 + 8 + 8 + 8 + 8 + 4 + 1
-	flagWrite  = 1 << 0
-	flagFlock  = 1 << 1
+	// format is a table without moves; formatMoved one with the paths it
+	// was moved from after its locks.
+	format      = 1
+	formatMoved = 2
+	entryBytes  = 8 + 8 + 8 + 8 + 8 + 4 + 1
+	flagWrite   = 1 << 0
+	flagFlock   = 1 << 1
 )
 
+// MovesMax bounds the paths a table remembers it was moved from (see
+// EncodeMoved); older ones are forgotten.
+const MovesMax = 4
+
 // Encode returns the table's bytes; an empty table is no bytes.
-func (t Table) Encode() []byte {
+func (t Table) Encode() []byte { return t.EncodeMoved(nil) }
+
+// EncodeMoved returns the bytes of the table with moved, the paths its
+// file was renamed from, newest first (at most MovesMax are kept), so
+// that a holder that still knows the file by one of them finds its locks
+// (see Moved). An empty table is no bytes, whatever moved holds.
+func (t Table) EncodeMoved(moved []string) []byte {
 	if len(t) == 0 {
 		return nil
 	}
-	b := make([]byte, 0, 1+len(t)*entryBytes)
-	b = append(b, format)
+	moved = slices.DeleteFunc(slices.Clone(moved[:min(len(moved), MovesMax)]), func(p string) bool { return len(p) > math.MaxUint16 })
+	b := make([]byte, 0, 1+4+len(t)*entryBytes)
+	if len(moved) == 0 {
+		b = append(b, format)
+	} else {
+		b = append(b, formatMoved)
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(t)))
+	}
 	for _, l := range t {
 		b = binary.LittleEndian.AppendUint64(b, l.Holder)
 		b = binary.LittleEndian.AppendUint64(b, l.Owner)
@@ -97,22 +120,69 @@ func (t Table) Encode() []byte {
 		}
 		b = append(b, f)
 	}
+	if len(moved) > 0 {
+		b = append(b, byte(len(moved)))
+		for _, p := range moved {
+			b = binary.LittleEndian.AppendUint16(b, uint16(len(p)))
+			b = append(b, p...)
+		}
+	}
 	return b
+}
+
+// Moved returns moved with from put first, once: the paths a table moved
+// from from remembers.
+func Moved(moved []string, from string) []string {
+	out := []string{from}
+	for _, p := range moved {
+		if p != from && len(out) < MovesMax {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // Decode reads a table Encode wrote; no bytes are an empty table.
 func Decode(b []byte) (Table, error) {
+	t, _, err := DecodeMoved(b)
+	return t, err
+}
+
+// DecodeMoved reads a table EncodeMoved or Encode wrote, and the paths
+// it was moved from.
+func DecodeMoved(b []byte) (Table, []string, error) {
 	if len(b) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
-	if b[0] != format || (len(b)-1)%entryBytes != 0 {
-		return nil, fmt.Errorf("%w: format %d, %d bytes", ErrCorrupt, b[0], len(b))
+	var entries []byte
+	var moved []string
+	switch b[0] {
+	case format:
+		entries = b[1:]
+	case formatMoved:
+		if len(b) < 5 {
+			return nil, nil, fmt.Errorf("%w: %d bytes", ErrCorrupt, len(b))
+		}
+		n := binary.LittleEndian.Uint32(b[1:])
+		if n > EntriesMax || uint64(len(b)-5) < uint64(n)*entryBytes {
+			return nil, nil, fmt.Errorf("%w: %d entries in %d bytes", ErrCorrupt, n, len(b))
+		}
+		entries = b[5 : 5+n*entryBytes]
+		var err error
+		if moved, err = decodeMoves(b[5+n*entryBytes:]); err != nil {
+			return nil, nil, err
+		}
+	default:
+		return nil, nil, fmt.Errorf("%w: format %d, %d bytes", ErrCorrupt, b[0], len(b))
 	}
-	t := make(Table, 0, (len(b)-1)/entryBytes)
-	for e := b[1:]; len(e) > 0; e = e[entryBytes:] {
+	if len(entries)%entryBytes != 0 {
+		return nil, nil, fmt.Errorf("%w: format %d, %d bytes", ErrCorrupt, b[0], len(b))
+	}
+	t := make(Table, 0, len(entries)/entryBytes)
+	for e := entries; len(e) > 0; e = e[entryBytes:] {
 		f := e[44]
 		if f&^(flagWrite|flagFlock) != 0 {
-			return nil, fmt.Errorf("%w: flags %#x", ErrCorrupt, f)
+			return nil, nil, fmt.Errorf("%w: flags %#x", ErrCorrupt, f)
 		}
 		l := Lock{
 			Holder:  binary.LittleEndian.Uint64(e),
@@ -125,11 +195,35 @@ func Decode(b []byte) (Table, error) {
 			Flock:   f&flagFlock != 0,
 		}
 		if l.Start > l.End {
-			return nil, fmt.Errorf("%w: lock from %d to %d", ErrCorrupt, l.Start, l.End)
+			return nil, nil, fmt.Errorf("%w: lock from %d to %d", ErrCorrupt, l.Start, l.End)
 		}
 		t = append(t, l)
 	}
-	return t, nil
+	return t, moved, nil
+}
+
+// decodeMoves reads the paths EncodeMoved put after the entries.
+func decodeMoves(b []byte) ([]string, error) {
+	if len(b) == 0 || b[0] == 0 || b[0] > MovesMax {
+		return nil, fmt.Errorf("%w: moves %d bytes", ErrCorrupt, len(b))
+	}
+	moved := make([]string, 0, b[0])
+	for rest, n := b[1:], int(b[0]); n > 0; n-- {
+		if len(rest) < 2 || len(rest)-2 < int(binary.LittleEndian.Uint16(rest)) {
+			return nil, fmt.Errorf("%w: moves cut short", ErrCorrupt)
+		}
+		k := int(binary.LittleEndian.Uint16(rest))
+		moved, rest = append(moved, string(rest[2:2+k])), rest[2+k:]
+		if n == 1 && len(rest) > 0 {
+			return nil, fmt.Errorf("%w: %d bytes after the moves", ErrCorrupt, len(rest))
+		}
+	}
+	return moved, nil
+}
+
+// Holds reports whether holder has a live lock in the table.
+func (t Table) Holds(holder uint64, now int64) bool {
+	return slices.ContainsFunc(t, func(l Lock) bool { return l.Holder == holder && l.Expires > now })
 }
 
 // Check reports whether l's range is valid: Start at most End.

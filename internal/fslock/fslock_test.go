@@ -3,6 +3,7 @@ package fslock
 import (
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -228,5 +229,41 @@ func TestLimitsAndCorruption(t *testing.T) {
 	}
 	if Check(Lock{Start: 3, End: 2}) == nil || Check(Lock{End: OffsetMax + 1}) == nil || Check(Lock{End: OffsetMax}) != nil {
 		t.Fatal("Check is wrong")
+	}
+}
+
+// TestMoved checks the paths a table remembers it moved from: they
+// survive encoding newest first, at most MovesMax, a table without them
+// keeps the first format, and cut or padded ones are refused.
+func TestMoved(t *testing.T) {
+	tab := Table{{Holder: 7, Owner: 1, End: 9, Expires: 5}}
+	if string(tab.EncodeMoved(nil)) != string(tab.Encode()) || tab.Encode()[0] != format {
+		t.Fatal("a table that never moved is not in the first format")
+	}
+	var moved []string
+	for _, p := range []string{"/a", "/b", "/a", "/c", "/d", "/e"} {
+		moved = Moved(moved, p)
+	}
+	if want := []string{"/e", "/d", "/c", "/a"}; !slices.Equal(moved, want) {
+		t.Fatalf("Moved kept %q, want %q", moved, want)
+	}
+	b := tab.EncodeMoved(moved)
+	back, got, err := DecodeMoved(b)
+	if err != nil || !slices.Equal(back, tab) || !slices.Equal(got, moved) {
+		t.Fatalf("DecodeMoved = %+v %q %v, want %+v %q", back, got, err, tab, moved)
+	}
+	if plain, err := Decode(b); err != nil || !slices.Equal(plain, tab) {
+		t.Fatalf("Decode of a moved table = %+v, %v", plain, err)
+	}
+	if Table(nil).EncodeMoved(moved) != nil {
+		t.Fatal("an empty table with moves has bytes")
+	}
+	if !tab.Holds(7, 4) || tab.Holds(7, 5) || tab.Holds(8, 0) {
+		t.Fatal("Holds is wrong")
+	}
+	for _, bad := range [][]byte{b[:len(b)-1], append(slices.Clone(b), 0), b[:5+entryBytes], b[:4]} {
+		if _, _, err := DecodeMoved(bad); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("DecodeMoved(%x) = %v", bad, err)
+		}
 	}
 }

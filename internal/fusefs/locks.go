@@ -25,7 +25,11 @@ package fusefs
 //     ends, as it is no longer renewed). A rename through the mount, which
 //     moves the tables of what it moves, moves the paths with them before
 //     it returns (lockState.endRename); while one is in progress, the
-//     renewal forgets none.
+//     renewal forgets none. A rename through another mount moves the
+//     tables too, and each moved table remembers the paths it left: the
+//     next renewal finds none of the mount's locks at the path held names,
+//     finds the table that left it (tyrfs.FindMovedLocks) and moves the
+//     path there. Until then, held names the old path.
 //  2. A lock is taken after what the mount held of the file's writes was
 //     committed, and given up after it: a mount that takes the lock next
 //     reads what was written under it. A take drops the kernel's pages
@@ -412,20 +416,40 @@ func (s *lockState) renew(f *tyrfs.FS, stop <-chan struct{}) {
 	}
 }
 
-// renewOnce renews the lease of every lock the mount holds. Locks whose
-// lease ended before (the mount was cut off from the cluster for a
-// lease) are no longer the mount's: it forgets them, and logs it.
+// renewOnce renews the lease of every lock the mount holds. Locks not
+// where the mount kept them were moved by a rename through another mount,
+// or their lease ended before (the mount was cut off from the cluster for
+// a lease): the mount looks for the first (tyrfs.FindMovedLocks), follows
+// them and renews them there, and forgets the others, and logs it.
 func (s *lockState) renewOnce(f *tyrfs.FS) {
+	var lost []string
 	for p := range s.paths() {
-		ctx, cancel := context.WithTimeout(context.Background(), s.lease/3)
-		held, err := f.RenewLocks(ctx, p, s.holder, time.Now().Add(s.lease).UnixNano())
-		cancel()
+		held, err := s.renewAt(f, p)
 		if err != nil {
 			slog.Warn("renewing the lease of locks", "path", p, "err", err)
 			continue
 		}
-		if held > 0 {
-			continue
+		if held == 0 {
+			lost = append(lost, p)
+		}
+	}
+	if len(lost) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.lease/3)
+	moved, err := f.FindMovedLocks(ctx, s.holder, lost)
+	cancel()
+	if err != nil {
+		slog.Warn("looking for locks moved by renames through other mounts", "err", err)
+	}
+	for _, p := range lost {
+		// A failed search forgets nothing: the next renewal looks again.
+		to, found := moved[p]
+		forget := err == nil && !found
+		if found {
+			if held, rerr := s.renewAt(f, to); rerr == nil && held == 0 {
+				found, forget = false, true
+			}
 		}
 		s.mu.Lock()
 		if s.renaming > 0 {
@@ -433,14 +457,28 @@ func (s *lockState) renewOnce(f *tyrfs.FS) {
 			s.mu.Unlock()
 			continue
 		}
-		slog.Warn("locks lost: their lease ended before it was renewed", "path", p)
+		if forget {
+			slog.Warn("locks lost: their lease ended before it was renewed", "path", p)
+		}
 		for ref, q := range s.held {
-			if q == p {
+			switch {
+			case q != p:
+			case found:
+				s.held[ref] = to
+			case forget:
 				delete(s.held, ref)
 			}
 		}
 		s.mu.Unlock()
 	}
+}
+
+// renewAt renews the leases of the mount's locks on p and returns how
+// many it holds there.
+func (s *lockState) renewAt(f *tyrfs.FS, p string) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.lease/3)
+	defer cancel()
+	return f.RenewLocks(ctx, p, s.holder, time.Now().Add(s.lease).UnixNano())
 }
 
 // ReleaseLocks gives up every lock the mount holds. tyr mount calls it

@@ -235,7 +235,9 @@ func locksAcross(t *testing.T, c *client.Client, ks, a, b string) {
 // and with a directory's files when it is renamed, as on a local file
 // system: through mount b, the file at its new name is locked, and the
 // holder keeps the lock past several of a's leases (a renews it where it
-// now is) until it closes the file. a must run with LockLease lease,
+// now is) until it closes the file, also once b renamed the file and its
+// directory (a finds the lock by the table's moves, tyrfs.FindMovedLocks,
+// and follows it). a must run with LockLease lease,
 // short, but long enough that a renewal (a third of it) is not cut off
 // on a loaded machine.
 func locksRenamed(t *testing.T, c *client.Client, ks, a, b string, lease time.Duration) {
@@ -269,10 +271,20 @@ func locksRenamed(t *testing.T, c *client.Client, ks, a, b string, lease time.Du
 	// Past three leases: a's renewals reached the lock where it is now.
 	time.Sleep(3 * lease)
 	locked(filepath.Join(b, "lr2", "g"))
+	// Renamed through b, the file, then its directory: a finds the lock
+	// where b moved it and keeps renewing it there.
+	if err := os.Rename(filepath.Join(b, "lr2", "g"), filepath.Join(b, "lr2", "h")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(b, "lr2"), filepath.Join(b, "lr3")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * lease)
+	locked(filepath.Join(b, "lr3", "h"))
 	if err := held.Close(); err != nil {
 		t.Fatal(err)
 	}
-	fb := openRW(t, filepath.Join(b, "lr2", "g"))
+	fb := openRW(t, filepath.Join(b, "lr3", "h"))
 	eventuallyTaken(t, "a record lock through b once the renamed file's holder closed it", func() error {
 		return fcntlLock(fb, syscall.F_WRLCK, 0, 0, false)
 	})
