@@ -38,18 +38,32 @@ const LockEntriesMax = fslock.EntriesMax
 // a rename moves them with it (a directory's, those of everything under
 // it), in its own transaction; the locks of a file a rename replaces go.
 func (f *FS) SetLock(ctx context.Context, p string, l Lock, unlock bool) (conflict Lock, held bool, err error) {
+	conflict, held, _, err = f.setLock(ctx, p, l, unlock)
+	return conflict, held, err
+}
+
+// Unlock is SetLock giving up l's range, and also reports whether p's
+// table held a live lock of l's holder before: if it held none, the
+// holder's locks on the file, if any, are elsewhere (a rename through
+// another holder's mount moved them; see FindMovedLocks).
+func (f *FS) Unlock(ctx context.Context, p string, l Lock) (found, held bool, err error) {
+	_, held, found, err = f.setLock(ctx, p, l, true)
+	return found, held, err
+}
+
+func (f *FS) setLock(ctx context.Context, p string, l Lock, unlock bool) (conflict Lock, held, found bool, err error) {
 	p, err = fslayout.CleanPath(p)
 	if err != nil {
-		return Lock{}, false, err
+		return Lock{}, false, false, err
 	}
 	if err := fslock.Check(l); err != nil {
-		return Lock{}, false, errnof(syscall.EINVAL, "%s: %v", p, err)
+		return Lock{}, false, false, errnof(syscall.EINVAL, "%s: %v", p, err)
 	}
 	if !unlock && f.cred.UID != 0 {
 		// The search permissions above p, which the node serving p
 		// checks; root is refused none.
 		if _, err := f.Lookup(ctx, p); err != nil {
-			return Lock{}, false, err
+			return Lock{}, false, false, err
 		}
 	}
 	err = f.changeLocks(ctx, p, func(t fslock.Table, now int64) (fslock.Table, error) {
@@ -57,6 +71,7 @@ func (f *FS) SetLock(ctx context.Context, p string, l Lock, unlock bool) (confli
 			conflict = c
 			return nil, errLockHeld
 		}
+		found = t.Holds(l.Holder, now)
 		next, err := t.Apply(l, unlock, now)
 		if errors.Is(err, fslock.ErrTooMany) {
 			return nil, errnof(syscall.ENOLCK, "%s: %v", p, err)
@@ -65,17 +80,17 @@ func (f *FS) SetLock(ctx context.Context, p string, l Lock, unlock bool) (confli
 		return next, err
 	})
 	if errors.Is(err, errLockHeld) {
-		return conflict, false, errnof(syscall.EAGAIN, "%s: locked", p)
+		return conflict, false, false, errnof(syscall.EAGAIN, "%s: locked", p)
 	}
 	if err != nil {
-		return Lock{}, false, err
+		return Lock{}, false, false, err
 	}
 	if !unlock {
 		if err := f.takenOn(ctx, p, l); err != nil {
-			return Lock{}, false, err
+			return Lock{}, false, false, err
 		}
 	}
-	return Lock{}, held, nil
+	return Lock{}, held, found, nil
 }
 
 // takenOn checks, once take l committed in p's lock table, that p still

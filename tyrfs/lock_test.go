@@ -449,4 +449,13 @@ func TestFindMovedLocks(t *testing.T) {
 	if _, moved, err := fslock.DecodeMoved(b); err != nil || !slices.Equal(moved, []string{"/m/g", "/m/f"}) {
 		t.Fatalf("the table's moves after a take: %q, %v", moved, err)
 	}
+	// An unlock at the old path finds none of 5's locks; at the new one
+	// it finds them.
+	l5 := Lock{Holder: 5, Owner: 1, Flock: true, End: LockOffsetMax, Expires: lease}
+	if found, held, err := f.Unlock(ctx, "/m/f", l5); err != nil || found || held {
+		t.Fatalf("unlock at the old path: found %v held %v, %v", found, held, err)
+	}
+	if found, held, err := f.Unlock(ctx, "/n/g", l5); err != nil || !found || held {
+		t.Fatalf("unlock at the new path: found %v held %v, %v", found, held, err)
+	}
 }

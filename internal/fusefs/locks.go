@@ -29,7 +29,8 @@ package fusefs
 //     tables too, and each moved table remembers the paths it left: the
 //     next renewal finds none of the mount's locks at the path held names,
 //     finds the table that left it (tyrfs.FindMovedLocks) and moves the
-//     path there. Until then, held names the old path.
+//     path there; so does a lock or unlock through the mount that finds
+//     none of ref's locks at its path (lockState.follow).
 //  2. A lock is taken after what the mount held of the file's writes was
 //     committed, and given up after it: a mount that takes the lock next
 //     reads what was written under it. A take drops the kernel's pages
@@ -292,10 +293,27 @@ func (n *node) setlk(ctx context.Context, owner uint64, h *handle, lk *fuse.File
 	// are kept for the write, fsync or close after.
 	n.settle(dctx)
 	pause := time.Millisecond
+	_, follow := s.pathOf(ref)
 	for {
 		l := s.lock(ref, lk)
 		l.Expires = time.Now().Add(s.lease).UnixNano()
-		_, held, err := n.fs.SetLock(dctx, p, l, unlock)
+		var held, found bool
+		var err error
+		if unlock {
+			found, held, err = n.fs.Unlock(dctx, p, l)
+		} else {
+			_, held, err = n.fs.SetLock(dctx, p, l, false)
+			found = tyrfs.Errno(err) != syscall.ENOENT
+		}
+		if !found && follow {
+			// None of ref's locks where the mount kept them: a rename
+			// through another mount may have moved them (invariant 1).
+			follow = false
+			if q, ok := s.follow(dctx, n.fs, p); ok {
+				p = q
+				continue
+			}
+		}
 		if err == nil {
 			s.record(ref, p, held)
 			if !unlock && !ref.flock && h != nil {
@@ -471,6 +489,28 @@ func (s *lockState) renewOnce(f *tyrfs.FS) {
 		}
 		s.mu.Unlock()
 	}
+}
+
+// follow looks for the table a rename through another mount moved the
+// mount's locks on p to, and if it finds one moves every path p of held
+// there (invariant 1) and returns it.
+func (s *lockState) follow(ctx context.Context, f *tyrfs.FS, p string) (string, bool) {
+	moved, err := f.FindMovedLocks(ctx, s.holder, []string{p})
+	if err != nil {
+		slog.Warn("looking for locks moved by a rename through another mount", "path", p, "err", err)
+	}
+	to, ok := moved[p]
+	if !ok {
+		return "", false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for ref, q := range s.held {
+		if q == p {
+			s.held[ref] = to
+		}
+	}
+	return to, true
 }
 
 // renewAt renews the leases of the mount's locks on p and returns how

@@ -237,7 +237,7 @@ func locksAcross(t *testing.T, c *client.Client, ks, a, b string) {
 // holder keeps the lock past several of a's leases (a renews it where it
 // now is) until it closes the file, also once b renamed the file and its
 // directory (a finds the lock by the table's moves, tyrfs.FindMovedLocks,
-// and follows it). a must run with LockLease lease,
+// and follows it, at its renewal or at the close). a must run with LockLease lease,
 // short, but long enough that a renewal (a third of it) is not cut off
 // on a loaded machine.
 func locksRenamed(t *testing.T, c *client.Client, ks, a, b string, lease time.Duration) {
@@ -281,12 +281,20 @@ func locksRenamed(t *testing.T, c *client.Client, ks, a, b string, lease time.Du
 	}
 	time.Sleep(3 * lease)
 	locked(filepath.Join(b, "lr3", "h"))
+	// Renamed through b once more, then closed at once, before a's next
+	// renewal: the unlock finds the lock where b moved it. Its lease runs
+	// at least two thirds of one past the close, so b takes the lock
+	// well before it could have ended.
+	if err := os.Rename(filepath.Join(b, "lr3", "h"), filepath.Join(b, "lr3", "i")); err != nil {
+		t.Fatal(err)
+	}
+	fb := openRW(t, filepath.Join(b, "lr3", "i"))
 	if err := held.Close(); err != nil {
 		t.Fatal(err)
 	}
-	fb := openRW(t, filepath.Join(b, "lr3", "h"))
-	eventuallyTaken(t, "a record lock through b once the renamed file's holder closed it", func() error {
-		return fcntlLock(fb, syscall.F_WRLCK, 0, 0, false)
+	testserver.Eventually(t, lease*3/5, "a record lock through b once the holder closed the file b renamed", func() (bool, string) {
+		err := fcntlLock(fb, syscall.F_WRLCK, 0, 0, false)
+		return err == nil, fmt.Sprint(err)
 	})
 	if err := fb.Close(); err != nil {
 		t.Fatal(err)
