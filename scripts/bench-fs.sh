@@ -21,6 +21,7 @@
 #   CREATE=trunc scripts/bench-fs.sh   # creates open O_CREAT|O_TRUNC, as fopen "w"
 #   SYNC=0 scripts/bench-fs.sh         # tyr's keyspaces with sync off: commits
 #                                      # acknowledged once written, before the fsync
+#   OUT=bench/results/fs-NAME scripts/bench-fs.sh   # another name for the results
 set -euo pipefail
 cd "$(dirname "$0")/.."
 duration=${1:-5}
@@ -94,7 +95,7 @@ if [[ $ceph == 1 && -e /tmp/cephpeer ]]; then
 	echo "/tmp/cephpeer exists: a Ceph cluster is in use; run with CEPH=0 or tear it down first" >&2
 	exit 1
 fi
-out=bench/results/fs-$(date +%F)$suffix
+out=${OUT:-bench/results/fs-$(date +%F)$suffix}
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 start=$(date +%s)
 bench() { # SYSTEM FLAGS...

@@ -559,7 +559,9 @@ func CleanPath(p string) (string, error) {
 	if p == "/" {
 		return p, nil
 	}
-	for _, name := range strings.Split(p[1:], "/") {
+	for rest, more := p[1:], true; more; {
+		var name string
+		name, rest, more = strings.Cut(rest, "/")
 		if err := CheckName(name); err != nil {
 			return "", err
 		}
