@@ -67,6 +67,10 @@ same way, without this command.`,
 	return cmd
 }
 
+// addPortAttempts is how many times clusterAdd starts the new node on
+// freshly chosen ports, when another process took one first.
+const addPortAttempts = 3
+
 func clusterAdd(ctx context.Context, e *env, dir string, capBytes uint64, weight uint32, timeout time.Duration) error {
 	nodes, err := loadNodes(dir)
 	if err != nil {
@@ -76,14 +80,8 @@ func clusterAdd(ctx context.Context, e *env, dir string, capBytes uint64, weight
 		return fmt.Errorf("%s already holds %d nodes, the most a local cluster has", dir, clusterNodesMax)
 	}
 	k := len(nodes) + 1
-	ports := [2]int{}
-	for i := range ports {
-		if ports[i], err = freePort("tcp"); err != nil {
-			return err
-		}
-	}
 	n := &localNode{dir: nodeDir(dir, k), ID: fmt.Sprintf("node%d", k), nodeSettings: nodes[0].nodeSettings,
-		Listen: fmt.Sprintf("127.0.0.1:%d", ports[0]), Gossip: fmt.Sprintf("127.0.0.1:%d", ports[1]), CapacityBytes: capBytes, Weight: weight}
+		CapacityBytes: capBytes, Weight: weight}
 	var endpoints []string
 	for _, o := range nodes {
 		n.Peers = append(n.Peers, o.Gossip)
@@ -97,12 +95,29 @@ func clusterAdd(ctx context.Context, e *env, dir string, capBytes uint64, weight
 	if err := os.MkdirAll(n.dir, 0o755); err != nil {
 		return err
 	}
-	b, _ := json.MarshalIndent(n, "", "  ")
-	if err := writeFileAtomic(n.path("node.json"), string(b)+"\n"); err != nil {
-		return err
-	}
-	if _, err := n.launch(n.Peers); err != nil {
-		return err
+	// The ports are free when chosen, but another process may bind one
+	// before the node does: the node then exits during its start, and is
+	// started again on other ports.
+	for attempt := 1; ; attempt++ {
+		var ports [2]int
+		for i := range ports {
+			if ports[i], err = freePort("tcp"); err != nil {
+				return err
+			}
+		}
+		n.Listen, n.Gossip = fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])
+		b, _ := json.MarshalIndent(n, "", "  ")
+		if err := writeFileAtomic(n.path("node.json"), string(b)+"\n"); err != nil {
+			return err
+		}
+		_, err := n.launch(n.Peers)
+		if err == nil {
+			break
+		}
+		if msg := err.Error(); attempt == addPortAttempts || !strings.Contains(msg, "exited during start") ||
+			!strings.Contains(msg, "address already in use") {
+			return err
+		}
 	}
 	fmt.Fprintf(e.stdout, "started %s at %s\n", n.ID, n.endpoint())
 	ctx, cancel := context.WithTimeout(ctx, timeout)

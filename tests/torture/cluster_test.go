@@ -222,8 +222,8 @@ func clusterTorture(t *testing.T, seed uint64, duration time.Duration, faults []
 	if res.OK == 0 {
 		t.Errorf("no list-append transaction committed")
 	}
-	checkProgress(t, rep, "list-append", historySpans(t, txnPath, func(p int) bool { return p < probeProcess }), windowsSince(windows, txnStart))
-	checkProgress(t, rep, "counter", counter.spans, windowsSince(windows, counter.began))
+	checkProgress(t, rep, "list-append", progressBounds["list-append"], historySpans(t, txnPath, func(p int) bool { return p < probeProcess }), windowsSince(windows, txnStart))
+	checkProgress(t, rep, "counter", progressBounds["counter"], counter.spans, windowsSince(windows, counter.began))
 	txnProbe.check(t, rep, "list-append")
 	addProbe.check(t, rep, "counter")
 }

@@ -84,6 +84,14 @@ const (
 	// more than that some of this work gets done under every such fault:
 	// one op in a hundred, or one at all when fewer ran.
 	shortOpsFaultMax = 0.99
+	// oneServerKillMax: no bound for register ops under the kill of the
+	// only server. While it is down no op can be done, and an op that
+	// overlaps its downtime is done only if it began after the restart and
+	// before the window's end: measured up to 88%, and 100% (26 ops) in a
+	// schedule whose four kills came close together. That the work goes
+	// on once the server is back is the end probe's to check, and the
+	// fault-free bound's.
+	oneServerKillMax = 1.0
 	// shortOpsLossyMax: no bound for register ops and transactions under a
 	// lossy link. At 256 kbit/s with a 100 ms queue, a node ships a 16 KiB
 	// chunk in about half a second and drops what overflows, so most ops
@@ -216,16 +224,16 @@ func historySpans(t *testing.T, path string, keep func(int) bool) []checker.Span
 }
 
 // checkProgress counts a workload's outcomes by fault window, keeps the
-// counts in rep, and fails the test where they exceed the workload's
-// bounds, with a few of the errors.
-func checkProgress(t *testing.T, rep *scheduleReport, workload string, spans []checker.Span, windows []checker.Window) {
+// counts in rep, and fails the test where they exceed bounds (the
+// workload's progressBounds, or others), with a few of the errors.
+func checkProgress(t *testing.T, rep *scheduleReport, workload string, bounds map[string]float64, spans []checker.Span, windows []checker.Window) {
 	t.Helper()
 	tallies := checker.Progress(spans, windows)
 	rep.progress[workload] = tallies
 	t.Logf("%s outcomes ok/fail/info by fault: %s", workload, checker.FormatProgress(tallies))
 	for _, kind := range slices.Sorted(maps.Keys(tallies)) {
 		n := tallies[kind]
-		bound, ok := progressBounds[workload][kind]
+		bound, ok := bounds[kind]
 		switch {
 		case !ok:
 			t.Errorf("%s: no progress bound for ops under %s", workload, kind)

@@ -28,6 +28,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -342,7 +343,12 @@ func runTorture(t *testing.T, seed uint64, duration time.Duration, faults []faul
 	for _, a := range res.Anomalies {
 		t.Errorf("seed %d: %v", seed, a)
 	}
-	checkProgress(t, rep, "register", historySpans(t, path, func(p int) bool { return p < finalProcess }), windowsSince(windows, recStart))
+	bounds := progressBounds["register"]
+	if len(target.endpoints) == 1 {
+		bounds = maps.Clone(bounds)
+		bounds["kill"] = oneServerKillMax
+	}
+	checkProgress(t, rep, "register", bounds, historySpans(t, path, func(p int) bool { return p < finalProcess }), windowsSince(windows, recStart))
 	probe.check(t, rep, "register")
 	if t.Failed() || os.Getenv("TYR_TORTURE_KEEP") != "" {
 		t.Logf("history kept in %s", path)
