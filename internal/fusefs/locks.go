@@ -478,14 +478,11 @@ func (s *lockState) renewOnce(f *tyrfs.FS) {
 		if forget {
 			slog.Warn("locks lost: their lease ended before it was renewed", "path", p)
 		}
-		for ref, q := range s.held {
-			switch {
-			case q != p:
-			case found:
-				s.held[ref] = to
-			case forget:
-				delete(s.held, ref)
-			}
+		switch {
+		case found:
+			s.moveHeldLocked(p, to)
+		case forget:
+			s.moveHeldLocked(p, "")
 		}
 		s.mu.Unlock()
 	}
@@ -505,12 +502,22 @@ func (s *lockState) follow(ctx context.Context, f *tyrfs.FS, p string) (string, 
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.moveHeldLocked(p, to)
+	return to, true
+}
+
+// moveHeldLocked moves every path from of held to to, or forgets them
+// if to is "". s.mu is held.
+func (s *lockState) moveHeldLocked(from, to string) {
 	for ref, q := range s.held {
-		if q == p {
+		switch {
+		case q != from:
+		case to == "":
+			delete(s.held, ref)
+		default:
 			s.held[ref] = to
 		}
 	}
-	return to, true
 }
 
 // renewAt renews the leases of the mount's locks on p and returns how
