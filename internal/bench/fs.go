@@ -878,8 +878,8 @@ func (r *fsRun) measureReads(ctx context.Context, t fsTarget, set fsFileSet, n i
 		res.System, res.OpBytes = name, int(set.size)
 		res.Ops *= uint64(batch)
 		res.OpsPerS = round(res.OpsPerS*float64(batch), 1)
-		res.Note = fmt.Sprintf("%s: as %s, but each reader reads %d files at once with FetchMany (fetches pipelined on one "+
-			"connection per node); rates count files, latencies batches", name, t.Name(), batch)
+		res.Note = fmt.Sprintf("%s: as %s, but each reader reads %d files at once with FetchMany (a node's share "+
+			"pipelined on up to 4 connections); rates count files, latencies batches", name, t.Name(), batch)
 	}
 	return r.emit(res)
 }
