@@ -29,9 +29,12 @@ import (
 // got, as gRPC reports it to the client's stats handler:
 //
 //   - not sent: no stream of the call was opened on a connection (the
-//     connection was refused, or is down and waiting to dial again). The
-//     node never saw the request, so the call goes to the next endpoint,
-//     whatever it is.
+//     connection was refused, or is down and waiting to dial again), but
+//     for attempts gRPC then retried transparently, which it does only
+//     when the node did not process them (a stream whose connection
+//     closed before its headers were written, or that the node refused).
+//     The node never saw the request, so the call goes to the next
+//     endpoint, whatever it is.
 //   - sent, then the connection broke before any answer: the node may have
 //     run the request. Calls that change nothing (reads, stats, listings,
 //     keyspace and cluster descriptions, ring fetches, resolutions, health
@@ -143,7 +146,16 @@ func (callStats) HandleRPC(ctx context.Context, s stats.RPCStats) {
 	if !ok {
 		return
 	}
-	switch s.(type) {
+	switch s := s.(type) {
+	case *stats.Begin:
+		// gRPC retries a call transparently only when no earlier
+		// attempt reached the node's application (its stream was never
+		// written, or the node refused it unprocessed), so what those
+		// attempts queued was not received: the call counts as sent only
+		// if this attempt sends it.
+		if s.IsTransparentRetryAttempt {
+			p.sent.Store(false)
+		}
 	case *stats.OutHeader, *stats.OutPayload:
 		p.sent.Store(true)
 	case *stats.InHeader, *stats.InTrailer, *stats.InPayload:

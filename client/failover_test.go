@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 
 	"github.com/tyrstore/tyr/api/tyrpb"
@@ -275,4 +276,36 @@ func TestFailoverRingMembers(t *testing.T) {
 		t.Fatalf("list with the endpoint down: %v, %v; want node b's", blobs, err)
 	}
 
+}
+
+// A call's progress: what an attempt queued counts as sent until gRPC
+// retries the call transparently, which it does only for attempts the
+// node never processed; an answer counts as sent and answered.
+func TestCallProgress(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		events         []stats.RPCStats
+		sent, answered bool
+	}{
+		{"begun", []stats.RPCStats{&stats.Begin{Client: true}}, false, false},
+		{"header queued", []stats.RPCStats{&stats.Begin{Client: true}, &stats.OutHeader{Client: true}}, true, false},
+		{"retried transparently", []stats.RPCStats{&stats.Begin{Client: true}, &stats.OutHeader{Client: true},
+			&stats.OutPayload{Client: true}, &stats.Begin{Client: true, IsTransparentRetryAttempt: true}}, false, false},
+		{"retried transparently, then sent", []stats.RPCStats{&stats.Begin{Client: true}, &stats.OutHeader{Client: true},
+			&stats.Begin{Client: true, IsTransparentRetryAttempt: true}, &stats.OutHeader{Client: true}}, true, false},
+		{"a second attempt of a processed call", []stats.RPCStats{&stats.Begin{Client: true}, &stats.OutHeader{Client: true},
+			&stats.Begin{Client: true}}, true, false},
+		{"answered", []stats.RPCStats{&stats.Begin{Client: true}, &stats.InTrailer{Client: true}}, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := new(callProgress)
+			ctx := context.WithValue(context.Background(), progressKey{}, p)
+			for _, e := range tc.events {
+				callStats{}.HandleRPC(ctx, e)
+			}
+			if p.sent.Load() != tc.sent || p.answered.Load() != tc.answered {
+				t.Fatalf("sent %v, answered %v; want %v, %v", p.sent.Load(), p.answered.Load(), tc.sent, tc.answered)
+			}
+		})
+	}
 }
