@@ -42,7 +42,7 @@ extern "C" {
 
 /* Limits the server enforces (internal/limits); README lists them all. */
 #define TYR_PAYLOAD_BYTES_MAX (4u << 20) /* one request's data */
-#define TYR_KEY_BYTES_MAX 1024u
+#define TYR_KEY_BYTES_MAX 4096u
 #define TYR_KEYSPACE_NAME_BYTES_MAX 63u
 #define TYR_BLOB_BYTES_MAX (UINT64_C(1) << 44)
 #define TYR_LIST_LIMIT_MAX 10000u

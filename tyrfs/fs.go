@@ -106,6 +106,12 @@ func touchParent(parent string, t int64) client.Op {
 	return client.WriteOp(fslayout.DirKey(parent), fslayout.OffMtime, times(t, t), false)
 }
 
+// subdirsOp returns the op moving the count of subdirectories of the
+// directory at dir by delta (fslayout, invariant 6).
+func subdirsOp(dir string, delta int32) client.Op {
+	return client.AtomicOp(fslayout.DirKey(dir), fslayout.OffSubdirs, 4, client.FuncAdd, uint64(uint32(delta)))
+}
+
 // touchParentAt returns the ops moving the mtime and ctime of the
 // directory at parent forward to t, an earlier time than the commit's (a
 // create answered before it was committed): a change the directory saw
@@ -469,7 +475,7 @@ func (f *FS) createNode(ctx context.Context, p string, k Kind, o Owner, rdev uin
 		t = times.at
 	}
 	a := Attr{Kind: k, Mode: o.Mode & 07777, UID: o.UID, GID: o.GID, Atime: t, Mtime: t, Ctime: t, Btime: t,
-		Rdev: rdev, Size: uint64(len(data))}
+		Rdev: rdev, Size: uint64(len(data)), Nlink: 1}
 	if times != nil {
 		a.Atime, a.Mtime = times.atime, times.mtime
 	}
@@ -480,6 +486,10 @@ func (f *FS) createNode(ctx context.Context, p string, k Kind, o Owner, rdev uin
 	touch := []client.Op{touchParent(parent, t)}
 	if times != nil && times.at != 0 {
 		touch = touchParentAt(parent, t)
+	}
+	if k == KindDir {
+		a.Nlink = 2
+		touch = append(touch, subdirsOp(parent, 1))
 	}
 	var r []client.OpResult
 	for range racesMax {
@@ -1003,7 +1013,7 @@ func (f *FS) Rmdir(ctx context.Context, p string) error {
 		}
 		return tx.Do(client.DeleteOp(key),
 			client.AppendOp(fslayout.DirKey(parent), fslayout.EncodeRecord(fslayout.RecordRemove, KindDir, name), false),
-			touchParent(parent, f.now()))
+			touchParent(parent, f.now()), subdirsOp(parent, -1))
 	}, txOptions)
 	if errors.Is(err, client.ErrNotFound) {
 		return f.missingDir(ctx, p)
@@ -1222,6 +1232,19 @@ func (f *FS) rename(ctx context.Context, oldPath, newPath, keep string, flags ui
 		}
 		ops = append(ops, client.AppendOp(fslayout.DirKey(newParent), fslayout.EncodeRecord(fslayout.RecordAdd, src.kind, newName), false),
 			touchParent(newParent, t))
+		// Subdirectories counted (invariant 6): the moved one leaves its
+		// parent for the new one, and one replaced there goes.
+		var moved, replaced int32
+		if src.kind == KindDir && oldParent != newParent {
+			moved = 1
+			ops = append(ops, subdirsOp(oldParent, -1))
+		}
+		if dst.kind == KindDir {
+			replaced = 1
+		}
+		if moved != replaced {
+			ops = append(ops, subdirsOp(newParent, moved-replaced))
+		}
 		return tx.Do(ops...)
 	}, txOptions)
 	r.kind = src.kind
@@ -1436,6 +1459,9 @@ func (m *mover) moveLocks(ctx context.Context, from, to string) error {
 // a blob moved.
 func (m *mover) moveLocksUnder(ctx context.Context, from, to string) error {
 	prefix := fslayout.LockKey(from + "/")
+	if len(prefix) >= limits.KeyBytesMax {
+		return nil // no name fits under from, so no table either
+	}
 	tables, next, err := m.fs.c.List(ctx, m.fs.ks, prefix, "", m.blobsLeft+1)
 	if err != nil {
 		return err

@@ -78,12 +78,14 @@ func names(t *testing.T, ctx context.Context, f *FS, p string) []string {
 func checkTree(t *testing.T, ctx context.Context, c *client.Client, f *FS) {
 	t.Helper()
 	want := map[string]Kind{"/": KindDir}
+	subdirs := map[string]uint32{} // by directory key
 	var walk func(p string)
 	walk = func(p string) {
 		for _, e := range must[[]Entry](t)(f.Readdir(ctx, p)) {
 			child := fslayout.Join(p, e.Name)
 			want[fslayout.KeyOf(child, e.Kind)] = e.Kind
 			if e.Kind == KindDir {
+				subdirs[fslayout.DirKey(p)]++
 				walk(child)
 			}
 		}
@@ -110,6 +112,9 @@ func checkTree(t *testing.T, ctx context.Context, c *client.Client, f *FS) {
 		}
 		if fslayout.Flags(hb) != fslayout.FlagMovedOut {
 			got[b.Key] = a.Kind
+		}
+		if a.Kind == KindDir && hb[fslayout.OffVersion] == fslayout.DirVersion && a.Nlink != 2+subdirs[b.Key] {
+			t.Fatalf("invariant 6: directory %q has %d links, %d subdirectories", b.Key, a.Nlink, subdirs[b.Key])
 		}
 	}
 	if err := fslayout.CheckStaples(heads); err != nil {
@@ -357,12 +362,108 @@ func TestLimits(t *testing.T) {
 	}
 	_, err = f.Create(ctx, deep, Owner{})
 	wantErrno(t, err, syscall.ENAMETOOLONG)
+	// The longest path works, as Linux's PATH_MAX allows: directories of
+	// the longest names down to a file, and to a directory, each with a
+	// path of PathBytesMax bytes, which renames move.
+	o := Owner{Mode: 0o755}
+	dir := ""
+	for len(dir)+1+NameBytesMax < PathBytesMax {
+		dir += "/" + strings.Repeat("d", NameBytesMax)
+		must[Attr](t)(f.Mkdir(ctx, dir, o))
+	}
+	longest := func(c string) string { return dir + "/" + strings.Repeat(c, PathBytesMax-len(dir)-1) }
+	if len(longest("f")) != PathBytesMax {
+		t.Fatalf("a path of %d bytes, want %d", len(longest("f")), PathBytesMax)
+	}
+	must[Attr](t)(f.WriteFile(ctx, longest("f"), o, []byte("deep")))
+	must[Attr](t)(f.Mkdir(ctx, longest("s"), o))
+	if err := f.Rename(ctx, longest("f"), longest("g"), 0); err != nil {
+		t.Fatalf("rename of a file of the longest path: %v", err)
+	}
+	if err := f.Rename(ctx, longest("s"), longest("t"), 0); err != nil {
+		t.Fatalf("rename of a directory of the longest path: %v", err)
+	}
+	if _, data, err := f.Fetch(ctx, longest("g")); err != nil || string(data) != "deep" {
+		t.Fatalf("fetch of the renamed file: %q, %v", data, err)
+	}
+	must[Attr](t)(f.Stat(ctx, longest("t"), KindDir))
+	_, err = f.Create(ctx, longest("t")+"/x", Owner{})
+	wantErrno(t, err, syscall.ENAMETOOLONG)
 	for _, bad := range []string{"relative", "/a/../b", "/a/./b", "/a\x00b", "/\xff"} {
 		_, err = f.Create(ctx, bad, Owner{})
 		wantErrno(t, err, syscall.EINVAL)
 	}
 	_, err = f.Symlink(ctx, string(bytes.Repeat([]byte("t"), SymlinkBytesMax+1)), "/l", Owner{})
 	wantErrno(t, err, syscall.ENAMETOOLONG)
+}
+
+// TestDirLinks: a directory reports 2 links and one per subdirectory
+// (fslayout, invariant 6), through mkdir, rmdir and renames of
+// directories between parents and over empty ones; files report 1.
+func TestDirLinks(t *testing.T) {
+	ctx, c, f := newFS(t)
+	o := Owner{Mode: 0o755}
+	links := func(p string, want uint32) {
+		t.Helper()
+		if a := must[Attr](t)(f.Stat(ctx, p, KindDir)); a.Nlink != want {
+			t.Fatalf("%s has %d links, want %d", p, a.Nlink, want)
+		}
+	}
+	links("/", 2)
+	for _, d := range []string{"/a", "/a/b", "/a/c", "/a/d", "/x"} {
+		if a := must[Attr](t)(f.Mkdir(ctx, d, o)); a.Nlink != 2 {
+			t.Fatalf("mkdir %s answered %d links, want 2", d, a.Nlink)
+		}
+	}
+	if a := must[Attr](t)(f.Create(ctx, "/a/f", o)); a.Nlink != 1 {
+		t.Fatalf("a new file has %d links, want 1", a.Nlink)
+	}
+	if a := must[Attr](t)(f.Stat(ctx, "/a/f", KindFile)); a.Nlink != 1 {
+		t.Fatalf("a file stats with %d links, want 1", a.Nlink)
+	}
+	links("/", 4)
+	links("/a", 5)
+	if err := f.Rmdir(ctx, "/a/c"); err != nil {
+		t.Fatal(err)
+	}
+	links("/a", 4)
+	// Between parents: one leaves /a for /x.
+	if err := f.Rename(ctx, "/a/b", "/x/b", 0); err != nil {
+		t.Fatal(err)
+	}
+	links("/a", 3)
+	links("/x", 3)
+	// Over an empty directory in another parent: /x keeps its count.
+	must[Attr](t)(f.Mkdir(ctx, "/x/e", o))
+	if err := f.Rename(ctx, "/a/d", "/x/e", 0); err != nil {
+		t.Fatal(err)
+	}
+	links("/a", 2)
+	links("/x", 4)
+	// Over an empty directory in the same parent: one fewer.
+	if err := f.Rename(ctx, "/x/b", "/x/e", 0); err != nil {
+		t.Fatal(err)
+	}
+	links("/x", 3)
+	// Within one parent, and a file moved: no change.
+	if err := f.Rename(ctx, "/x/e", "/x/g", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Rename(ctx, "/a/f", "/x/f", 0); err != nil {
+		t.Fatal(err)
+	}
+	links("/x", 3)
+	links("/a", 2)
+	// A moved directory keeps its own count.
+	must[Attr](t)(f.Mkdir(ctx, "/x/g/h", o))
+	if err := f.Rename(ctx, "/x/g", "/a/g", 0); err != nil {
+		t.Fatal(err)
+	}
+	links("/a/g", 3)
+	links("/a", 3)
+	links("/x", 2)
+	links("/", 4)
+	checkTree(t, ctx, c, f)
 }
 
 func TestRename(t *testing.T) {
@@ -568,9 +669,9 @@ func TestLogReplay(t *testing.T) {
 			t.Fatalf("replay of %q: %v, want ErrCorrupt", bad, err)
 		}
 	}
-	h := fslayout.EncodeHeader(Attr{Kind: KindDir, Mode: 0o1777, UID: 1, GID: 2, Atime: 3, Mtime: -4, Ctime: 5, Btime: 6})
+	h := fslayout.EncodeHeader(Attr{Kind: KindDir, Mode: 0o1777, UID: 1, GID: 2, Atime: 3, Mtime: -4, Ctime: 5, Btime: 6, Nlink: 5})
 	a, err := fslayout.DecodeHeader("/d/", h, fslayout.DirLogOffset+10)
-	if err != nil || a != (Attr{Kind: KindDir, Mode: 0o1777, UID: 1, GID: 2, Atime: 3, Mtime: -4, Ctime: 5, Btime: 6, Size: 10}) {
+	if err != nil || a != (Attr{Kind: KindDir, Mode: 0o1777, UID: 1, GID: 2, Atime: 3, Mtime: -4, Ctime: 5, Btime: 6, Nlink: 5, LinksCounted: true, Size: 10}) {
 		t.Fatalf("header round trip: %+v %v", a, err)
 	}
 	if _, err := fslayout.DecodeHeader("/d", h, fslayout.DirLogOffset); !errors.Is(err, ErrCorrupt) {
@@ -598,18 +699,36 @@ func TestLogReplay(t *testing.T) {
 	if log, err := fslayout.DirLogOf("/d/", v1); err != nil || !bytes.Equal(log, v1[HeaderBytes:]) {
 		t.Fatalf("log of a version-1 directory: %q, %v", log, err)
 	}
-	// Version 3 is for flagged files only (invariant 5); 4 is unknown.
+	// Version 3 is for flagged files only (invariant 5), 4 for
+	// directories (invariant 6); 5 is unknown.
 	for _, c := range []struct {
 		version byte
 		flags   uint16
-	}{{3, 0}, {3, fslayout.FlagStapled}, {4, 0}, {2, fslayout.FlagMovedOut}} {
+	}{{3, 0}, {3, fslayout.FlagStapled}, {4, fslayout.FlagStapled}, {5, 0}, {2, fslayout.FlagMovedOut}} {
 		h[fslayout.OffVersion] = c.version
 		binary.LittleEndian.PutUint16(h[fslayout.OffFlags:], c.flags)
 		if _, err := fslayout.DecodeHeader("/d/", h, fslayout.DirLogOffset); !errors.Is(err, ErrCorrupt) {
 			t.Fatalf("a directory of format version %d with flags %#x: %v, want ErrCorrupt", c.version, c.flags, err)
 		}
 	}
+	// A version-4 directory counts no fewer than 0 subdirectories; one of
+	// version 2 ignores what its reserved bytes hold.
+	binary.LittleEndian.PutUint16(h[fslayout.OffFlags:], 0)
+	binary.LittleEndian.PutUint32(h[fslayout.OffSubdirs:], uint32(0xffffffff))
+	for v, ok := range map[byte]bool{2: true, fslayout.DirVersion: false} {
+		h[fslayout.OffVersion] = v
+		if a, err := fslayout.DecodeHeader("/d/", h, fslayout.DirLogOffset); (err == nil) != ok || ok && a.Nlink != 2 {
+			t.Fatalf("a directory of version %d counting -1 subdirectories: %+v, %v; want ok %v", v, a, err, ok)
+		}
+	}
 	file := fslayout.EncodeHeader(Attr{Kind: KindFile})
+	if file[fslayout.OffVersion] != fslayout.FormatVersion {
+		t.Fatalf("a file header of version %d, want %d", file[fslayout.OffVersion], fslayout.FormatVersion)
+	}
+	file[fslayout.OffVersion] = fslayout.DirVersion
+	if _, err := fslayout.DecodeHeader("/f", file, HeaderBytes); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("a file of a directory's format version: %v, want ErrCorrupt", err)
+	}
 	for _, c := range []struct {
 		flags uint16
 		ok    bool
@@ -669,7 +788,7 @@ func TestFormatVersion1Dirs(t *testing.T) {
 	h := fslayout.EncodeHeader(Attr{Kind: KindDir, Mode: 0o755})
 	h[fslayout.OffVersion] = 1
 	if _, err := c.Commit(ctx, f.ks, client.CreateOp("/old/"), client.WriteOp("/old/", 0, h, false),
-		client.AppendOp("/", fslayout.EncodeRecord(fslayout.RecordAdd, KindDir, "old"), false)); err != nil {
+		client.AppendOp("/", fslayout.EncodeRecord(fslayout.RecordAdd, KindDir, "old"), false), subdirsOp("/", 1)); err != nil {
 		t.Fatal(err)
 	}
 	o := Owner{Mode: 0o644}
@@ -681,6 +800,9 @@ func TestFormatVersion1Dirs(t *testing.T) {
 	}
 	if got := names(t, ctx, f, "/old"); !slices.Equal(got, []string{"a:file", "sub:dir"}) {
 		t.Fatalf("/old holds %v, want [a sub]", got)
+	}
+	if a := must[Attr](t)(f.Stat(ctx, "/old", KindDir)); a.Nlink != 2 {
+		t.Fatalf("a version-1 directory has %d links, want 2 (it counts no subdirectories)", a.Nlink)
 	}
 	blob := func(key string) []byte {
 		t.Helper()
@@ -717,10 +839,10 @@ func TestFormatVersion1Dirs(t *testing.T) {
 	}
 	b := blob("/new2/")
 	log := 3 * (fslayout.RecordHeaderBytes + 1)
-	if b[fslayout.OffVersion] != fslayout.FormatVersion || len(b) != fslayout.DirLogOffset+log ||
+	if b[fslayout.OffVersion] != fslayout.DirVersion || len(b) != fslayout.DirLogOffset+log ||
 		slices.ContainsFunc(b[HeaderBytes:fslayout.DirLogOffset], func(c byte) bool { return c != 0 }) {
 		t.Fatalf("a new directory, renamed: version %d, %d bytes; want version %d, %d bytes, zeros up to its log",
-			b[fslayout.OffVersion], len(b), fslayout.FormatVersion, fslayout.DirLogOffset+log)
+			b[fslayout.OffVersion], len(b), fslayout.DirVersion, fslayout.DirLogOffset+log)
 	}
 	if a := must[Attr](t)(f.Stat(ctx, "/new2", KindDir)); a.Size != uint64(log) {
 		t.Fatalf("stat of a new directory: size %d, want its log's %d", a.Size, log)

@@ -76,6 +76,15 @@
 //     compare-and-swap of its flags (zero), so a change meant for a plain
 //     file never lands in a staple or a data blob. Staples and data blobs
 //     are written in format version 3; plain blobs stay at version 2.
+//  6. A directory of DirVersion counts its subdirectories at OffSubdirs:
+//     the number of entries of kind directory its log replays to. Every
+//     commit that adds or removes such an entry (mkdir, rmdir, a rename
+//     of a directory between parents or over one) adds or subtracts one
+//     there in the same commit, blind, as its log's record is appended;
+//     a rename copies the count with the header. A stat reports 2 links
+//     and one per subdirectory, as local file systems do (find(1) and
+//     others use it to skip leaves); a directory of an earlier version
+//     reports 2.
 //
 // A worked example: mkdir /d; create /d/x; rename /d/x /d/y; unlink /d/y.
 // Blob "/d/" holds header, the hole up to DirLogOffset, add(x,file),
@@ -109,6 +118,12 @@ const (
 	FormatVersion    = 2
 	formatVersionMin = 1
 	FlagsVersion     = 3
+	// DirVersion is the version new directories are written in: their
+	// header counts their subdirectories (OffSubdirs), so that they
+	// report links as local file systems do (invariant 6). Directories
+	// of earlier versions stay readable and report 2 links; older
+	// readers refuse a version-4 directory rather than miscount it.
+	DirVersion = 4
 	// DirLogOffset is where a version-2 directory's log starts: a page of
 	// the store (mvcc.PageBytes) after the blob's start.
 	DirLogOffset = 64 << 10
@@ -120,13 +135,16 @@ const (
 	OffMode    = 8  // u32 permission bits (07777)
 	OffUID     = 12 // u32
 	OffGID     = 16 // u32
-	OffNlink   = 20 // u32, reserved (no hard links)
+	OffNlink   = 20 // u32, 1 (no hard links; a directory's links are counted at OffSubdirs)
 	OffAtime   = 24 // i64 ns since the epoch
 	OffMtime   = 32 // i64 ns
 	OffCtime   = 40 // i64 ns
 	OffBtime   = 48 // i64 ns, creation
 	OffRdev    = 56 // u32 device number of a character or block device
-	// 60..63 reserved
+	// OffSubdirs holds a directory's subdirectories (version 4; reserved
+	// before): i32, moved by one atomic add of each commit that adds or
+	// removes a directory entry of kind directory.
+	OffSubdirs = 60
 )
 
 // Header flags (invariant 5).
@@ -211,6 +229,12 @@ type Attr struct {
 	UID, GID                   uint32
 	Atime, Mtime, Ctime, Btime int64  // ns since the epoch
 	Rdev                       uint32 // a device node's device number
+	// Nlink is the node's links: 1 for a file (no hard links); for a
+	// directory, 2 and one per subdirectory if LinksCounted, else 2.
+	Nlink uint32
+	// LinksCounted: a directory of DirVersion, which counts its
+	// subdirectories (invariant 6).
+	LinksCounted bool
 	// Size is the file's size (data bytes after the header), the target's
 	// length for a symbolic link, and the log's length for a directory.
 	Size uint64
@@ -238,6 +262,10 @@ func EncodeHeader(a Attr) []byte {
 	PutTime(b[OffCtime:], a.Ctime)
 	PutTime(b[OffBtime:], a.Btime)
 	binary.LittleEndian.PutUint32(b[OffRdev:], a.Rdev)
+	if a.Kind == KindDir {
+		b[OffVersion] = DirVersion
+		binary.LittleEndian.PutUint32(b[OffSubdirs:], max(a.Nlink, 2)-2)
+	}
 	return b
 }
 
@@ -251,8 +279,11 @@ func DecodeHeader(key string, b []byte, blobSize uint64) (Attr, error) {
 	if len(b) < HeaderBytes || blobSize < HeaderBytes || string(b[OffMagic:OffMagic+4]) != headerMagic {
 		return Attr{}, fmt.Errorf("%w: %q has no header", ErrCorrupt, key)
 	}
-	if b[OffVersion] < formatVersionMin || b[OffVersion] > FlagsVersion {
-		return Attr{}, fmt.Errorf("%w: %q has format version %d, want %d to %d", ErrCorrupt, key, b[OffVersion], formatVersionMin, FlagsVersion)
+	if b[OffVersion] < formatVersionMin || b[OffVersion] > DirVersion {
+		return Attr{}, fmt.Errorf("%w: %q has format version %d, want %d to %d", ErrCorrupt, key, b[OffVersion], formatVersionMin, DirVersion)
+	}
+	if b[OffVersion] == DirVersion && Kind(b[OffKind]) != KindDir {
+		return Attr{}, fmt.Errorf("%w: %q is a %s in a directory's format version %d", ErrCorrupt, key, Kind(b[OffKind]), DirVersion)
 	}
 	// Flags, one at a time, on files only, exactly in FlagsVersion.
 	if f := Flags(b); f&^flagsKnown != 0 || f == flagsKnown || (f != 0) != (b[OffVersion] == FlagsVersion) || f != 0 && Kind(b[OffKind]) != KindFile {
@@ -268,6 +299,7 @@ func DecodeHeader(key string, b []byte, blobSize uint64) (Attr, error) {
 		Ctime: int64(binary.LittleEndian.Uint64(b[OffCtime:])),
 		Btime: int64(binary.LittleEndian.Uint64(b[OffBtime:])),
 		Rdev:  binary.LittleEndian.Uint32(b[OffRdev:]),
+		Nlink: 1,
 	}
 	if a.Kind < KindFile || a.Kind > KindBlock {
 		return Attr{}, fmt.Errorf("%w: %q has kind %d", ErrCorrupt, key, a.Kind)
@@ -278,6 +310,14 @@ func DecodeHeader(key string, b []byte, blobSize uint64) (Attr, error) {
 	start := uint64(HeaderBytes)
 	if a.Kind == KindDir {
 		start = LogStart(b)
+		a.Nlink = 2
+		if sub := int32(binary.LittleEndian.Uint32(b[OffSubdirs:])); b[OffVersion] == DirVersion {
+			if sub < 0 {
+				return Attr{}, fmt.Errorf("%w: %q counts %d subdirectories", ErrCorrupt, key, sub)
+			}
+			a.Nlink += uint32(sub)
+			a.LinksCounted = true
+		}
 	}
 	if blobSize < start {
 		return Attr{}, fmt.Errorf("%w: %q is %d bytes, its log starts at %d", ErrCorrupt, key, blobSize, start)

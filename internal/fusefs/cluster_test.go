@@ -482,9 +482,9 @@ func keptDirAttrs(t *testing.T, c *client.Client, ks, a string) {
 			t.Fatal(err)
 		}
 		st := fi.Sys().(*syscall.Stat_t)
-		if uint64(st.Size) != want.Size || st.Mtim.Nano() != want.Mtime || st.Ctim.Nano() != want.Ctime || st.Mode&0o7777 != want.Mode {
-			t.Fatalf("the directory after %s: size %d, mtime %d, ctime %d, mode %o; the cluster's: size %d, mtime %d, ctime %d, mode %o",
-				when, st.Size, st.Mtim.Nano(), st.Ctim.Nano(), st.Mode&0o7777, want.Size, want.Mtime, want.Ctime, want.Mode)
+		if uint64(st.Size) != want.Size || st.Mtim.Nano() != want.Mtime || st.Ctim.Nano() != want.Ctime || st.Mode&0o7777 != want.Mode || st.Nlink != uint64(want.Nlink) {
+			t.Fatalf("the directory after %s: size %d, mtime %d, ctime %d, mode %o, %d links; the cluster's: size %d, mtime %d, ctime %d, mode %o, %d links",
+				when, st.Size, st.Mtim.Nano(), st.Ctim.Nano(), st.Mode&0o7777, st.Nlink, want.Size, want.Mtime, want.Ctime, want.Mode, want.Nlink)
 		}
 	}
 	const creates = 6

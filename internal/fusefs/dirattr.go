@@ -75,6 +75,7 @@ type dirChange struct {
 	created bool
 	name    string
 	ctime   int64
+	subdir  bool // the entry made is a directory's
 }
 
 // change records the start of a change of directory n through the mount.
@@ -89,12 +90,14 @@ func (n *node) change() *dirChange {
 
 // create records that the change made the node name in the directory,
 // with the new node's attributes a (tyrfs's creates commit the entry and
-// the directory's new times, a's ctime, at once): the directory's log
-// grew by the entry's record and its mtime and ctime became a's ctime
-// (or stayed, if later: a create committed at the time it was answered,
-// tyrfs.CreateAt, moves them forward only).
+// the directory's new times, a's ctime, at once, and a directory's its
+// parent's count of subdirectories): the directory's log grew by the
+// entry's record, its mtime and ctime became a's ctime (or stayed, if
+// later: a create committed at the time it was answered, tyrfs.CreateAt,
+// moves them forward only), and a directory made there added a link if
+// the directory counts them (fslayout, invariant 6).
 func (c *dirChange) create(name string, a tyrfs.Attr) {
-	c.created, c.name, c.ctime = true, name, a.Ctime
+	c.created, c.name, c.ctime, c.subdir = true, name, a.Ctime, a.Kind == tyrfs.KindDir
 }
 
 // end ends the change, applying what it did to the kept attributes if it
@@ -108,6 +111,9 @@ func (c *dirChange) end() {
 	if c.created && k.changing == 1 && !k.until.IsZero() {
 		k.a.Size += tyrfs.DirEntryBytes(c.name)
 		k.a.Mtime, k.a.Ctime = max(k.a.Mtime, c.ctime), max(k.a.Ctime, c.ctime)
+		if c.subdir && k.a.LinksCounted {
+			k.a.Nlink++
+		}
 	} else {
 		k.until = time.Time{}
 	}

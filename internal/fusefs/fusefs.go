@@ -354,9 +354,12 @@ func fillAttr(a tyrfs.Attr, out *fuse.Attr) {
 	out.Size = a.Size
 	out.Blocks = (a.Size + 511) / 512
 	out.Blksize = blockBytes
-	out.Nlink = 1
-	if a.Kind == tyrfs.KindDir {
-		out.Nlink = 2
+	out.Nlink = a.Nlink
+	if out.Nlink == 0 { // attributes not read from a header
+		out.Nlink = 1
+		if a.Kind == tyrfs.KindDir {
+			out.Nlink = 2
+		}
 	}
 	out.Uid, out.Gid = a.UID, a.GID
 	out.Rdev = a.Rdev

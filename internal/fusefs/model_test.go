@@ -408,7 +408,8 @@ func errnoOf(err error) syscall.Errno {
 }
 
 // sameTree compares the trees under want and got: names, kinds,
-// permission bits, sizes, file contents and link targets.
+// permission bits, link counts (a directory's count its subdirectories),
+// sizes, file contents and link targets.
 func sameTree(want, got string) error {
 	return filepath.WalkDir(want, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -432,6 +433,9 @@ func sameTree(want, got string) error {
 		}
 		if wi.Mode().Type() != fs.ModeSymlink && wi.Mode().Perm() != gi.Mode().Perm() {
 			return fmt.Errorf("%s: mode %v, want %v", rel, gi.Mode(), wi.Mode())
+		}
+		if wn, gn := wi.Sys().(*syscall.Stat_t).Nlink, gi.Sys().(*syscall.Stat_t).Nlink; wn != gn {
+			return fmt.Errorf("%s: %d links, want %d", rel, gn, wn)
 		}
 		switch {
 		case d.IsDir():

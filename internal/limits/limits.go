@@ -6,8 +6,10 @@ package limits
 import "time"
 
 const (
-	// KeyBytesMax is the longest blob key, in bytes (UTF-8, no NUL).
-	KeyBytesMax = 1024
+	// KeyBytesMax is the longest blob key, in bytes (UTF-8, no NUL): a
+	// TýrFS directory's key, its path and a slash, reaches Linux's
+	// PATH_MAX (4,096 bytes with the NUL that ends a path).
+	KeyBytesMax = 4096
 	// KeyspaceNameBytesMin and KeyspaceNameBytesMax bound keyspace names.
 	KeyspaceNameBytesMin = 3
 	KeyspaceNameBytesMax = 63
@@ -46,11 +48,18 @@ const (
 )
 
 // Message size limits for the transport follow from the payload limits; a
-// commit can never be larger than a gRPC message.
+// commit or a list page can never be larger than a gRPC message.
 const (
+	// keyEntryBytesMax is the room one key's entry takes in a message
+	// besides the key: an op's or a listed blob's other fields.
+	keyEntryBytesMax = 256
 	// MessageBytesMax is the largest message the transport accepts: the
-	// largest commit plus room for its metadata.
-	MessageBytesMax = CommitBytesMax + 1<<20
+	// larger of the largest commit (its data, and every op and read check
+	// naming a key of the longest) and the largest list page (its keys of
+	// the longest, and the blobs' bytes it may carry), plus room for the
+	// rest.
+	MessageBytesMax = max(CommitBytesMax+(OpsPerCommitMax+ReadChecksMax)*(KeyBytesMax+keyEntryBytesMax),
+		ListLimitMax*(KeyBytesMax+keyEntryBytesMax)+ListDataBytesMax) + 1<<20
 )
 
 // Compile-time relations between limits.

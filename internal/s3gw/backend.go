@@ -40,9 +40,9 @@ const (
 	// MetaPrefix starts the key of every object's sidecar: U+10FFFF, the
 	// last code point, so sidecars sort after every object key.
 	MetaPrefix = "\U0010FFFF"
-	// KeyBytesMax is the longest object key: tyr's key limit less the
-	// sidecar's prefix.
-	KeyBytesMax = client.KeyBytesMax - len(MetaPrefix)
+	// KeyBytesMax is the longest object key, S3's own limit; its
+	// sidecar's key, the prefix longer, is within tyr's key limit.
+	KeyBytesMax = 1024
 	// ObjectBytesMax is the largest inline object: the data of one commit
 	// less room for the sidecar. Larger ones are manifest objects.
 	ObjectBytesMax = 15 << 20
@@ -51,6 +51,9 @@ const (
 	// listFetches is how many sidecars a listing reads at once.
 	listFetches = 32
 )
+
+// A sidecar's key is an object's key and MetaPrefix: one blob key.
+const _ = uint(client.KeyBytesMax - KeyBytesMax - len(MetaPrefix))
 
 // Backend implements versitygw's backend.Backend over a tyr client. The
 // calls it does not implement answer NotImplemented.
