@@ -90,8 +90,8 @@ func (n *node) change() *dirChange {
 
 // create records that the change made the node name in the directory,
 // with the new node's attributes a (tyrfs's creates commit the entry and
-// the directory's new times, a's ctime, at once, and a directory's its
-// parent's count of subdirectories): the directory's log grew by the
+// the directory's new times, a's ctime, at once, and for a new directory
+// its parent's count of subdirectories): the directory's log grew by the
 // entry's record, its mtime and ctime became a's ctime (or stayed, if
 // later: a create committed at the time it was answered, tyrfs.CreateAt,
 // moves them forward only), and a directory made there added a link if
