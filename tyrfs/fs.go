@@ -488,7 +488,7 @@ func (f *FS) createNode(ctx context.Context, p string, k Kind, o Owner, rdev uin
 		touch = touchParentAt(parent, t)
 	}
 	if k == KindDir {
-		a.Nlink = 2
+		a.Nlink, a.LinksCounted = 2, true // EncodeHeader writes DirVersion
 		touch = append(touch, subdirsOp(parent, 1))
 	}
 	var r []client.OpResult

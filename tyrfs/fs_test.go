@@ -428,37 +428,25 @@ func TestDirLinks(t *testing.T) {
 	}
 	links("/a", 4)
 	// Between parents: one leaves /a for /x.
-	if err := f.Rename(ctx, "/a/b", "/x/b", 0); err != nil {
-		t.Fatal(err)
-	}
+	mustRename(t, ctx, f, "/a/b", "/x/b")
 	links("/a", 3)
 	links("/x", 3)
 	// Over an empty directory in another parent: /x keeps its count.
 	must[Attr](t)(f.Mkdir(ctx, "/x/e", o))
-	if err := f.Rename(ctx, "/a/d", "/x/e", 0); err != nil {
-		t.Fatal(err)
-	}
+	mustRename(t, ctx, f, "/a/d", "/x/e")
 	links("/a", 2)
 	links("/x", 4)
 	// Over an empty directory in the same parent: one fewer.
-	if err := f.Rename(ctx, "/x/b", "/x/e", 0); err != nil {
-		t.Fatal(err)
-	}
+	mustRename(t, ctx, f, "/x/b", "/x/e")
 	links("/x", 3)
 	// Within one parent, and a file moved: no change.
-	if err := f.Rename(ctx, "/x/e", "/x/g", 0); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Rename(ctx, "/a/f", "/x/f", 0); err != nil {
-		t.Fatal(err)
-	}
+	mustRename(t, ctx, f, "/x/e", "/x/g")
+	mustRename(t, ctx, f, "/a/f", "/x/f")
 	links("/x", 3)
 	links("/a", 2)
 	// A moved directory keeps its own count.
 	must[Attr](t)(f.Mkdir(ctx, "/x/g/h", o))
-	if err := f.Rename(ctx, "/x/g", "/a/g", 0); err != nil {
-		t.Fatal(err)
-	}
+	mustRename(t, ctx, f, "/x/g", "/a/g")
 	links("/a/g", 3)
 	links("/a", 3)
 	links("/x", 2)

@@ -311,7 +311,8 @@ func DecodeHeader(key string, b []byte, blobSize uint64) (Attr, error) {
 	if a.Kind == KindDir {
 		start = LogStart(b)
 		a.Nlink = 2
-		if sub := int32(binary.LittleEndian.Uint32(b[OffSubdirs:])); b[OffVersion] == DirVersion {
+		if b[OffVersion] == DirVersion {
+			sub := int32(binary.LittleEndian.Uint32(b[OffSubdirs:]))
 			if sub < 0 {
 				return Attr{}, fmt.Errorf("%w: %q counts %d subdirectories", ErrCorrupt, key, sub)
 			}
