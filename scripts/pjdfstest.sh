@@ -2,7 +2,9 @@
 # pjdfstest.sh: runs pjdfstest (the crates.io package, built once into
 # build/pjdfstest-VERSION by cargo) on a TýrFS mount of a fresh server,
 # twice: on a mount as `tyr mount` makes one by default (--cache 1s) and
-# on one that caches nothing (--cache 0). For each it prints the pass,
+# on one that caches nothing (--cache 0), each with a directory of the
+# local disk as the second file system the tests of renames and links
+# across file systems need. For each it prints the pass,
 # fail and skip counts, and fails when a test fails that
 # tests/pjdfstest/known-failures.txt does not list, or passes though it
 # does (so the list stays true). Runs as root (pjdfstest switches users);
@@ -22,6 +24,8 @@ if [ ! -x "$suite" ]; then
 fi
 
 work=$(mktemp -d)
+# The second file system (-s), writable by the users the suite switches to.
+mkdir "$work/secondary" && chmod 777 "$work/secondary"
 chmod 755 "$work" # the users the suite switches to walk into the mount
 pid="" mpid="" mnt=""
 cleanup() {
@@ -68,7 +72,7 @@ run_suite() {
 	"$tyr" --endpoint "$(cat "$work/ready")" mount "$ks" "$mnt" --create --allow-other "$@" >"$work/mount.log" 2>&1 &
 	mpid=$!
 	await "$mpid" "$work/mount.log" "the mount" grep -qs " $mnt fuse" /proc/mounts
-	(cd "$mnt" && "$suite" -c "$root/tests/pjdfstest/pjdfstest.toml" -p "$mnt" >"$work/suite.txt" 2>&1) || true
+	(cd "$mnt" && "$suite" -c "$root/tests/pjdfstest/pjdfstest.toml" -p "$mnt" -s "$work/secondary" >"$work/suite.txt" 2>&1) || true
 	[ -n "${PJDFSTEST_LOG:-}" ] && cp "$work/suite.txt" "$PJDFSTEST_LOG.$ks"
 	fusermount3 -u "$mnt" 2>/dev/null || true
 	kill "$mpid" 2>/dev/null || true
