@@ -41,6 +41,7 @@ func newMountCommand(e *env) *cobra.Command {
 		hold        time.Duration
 		debug       bool
 		allowOther  bool
+		readOnly    bool
 		noFailover  bool
 		localLocks  bool
 		lockLease   time.Duration
@@ -103,7 +104,7 @@ with the node is resolved with the cluster first.`,
 				return err
 			}
 			srv, err := fusefs.Mount(dir, f, "tyr:"+ks, fusefs.Options{CacheTimeout: cache, DirCacheTimeout: dirCache, HoldFor: hold, Debug: debug, AllowOther: allowOther,
-				LocalLocks: localLocks, LockLease: lockLease})
+				LocalLocks: localLocks, LockLease: lockLease, ReadOnly: readOnly})
 			if err != nil {
 				return fmt.Errorf("mount %s at %s: %w", ks, dir, err)
 			}
@@ -180,6 +181,9 @@ with the node is resolved with the cluster first.`,
 			"the longest other mounts wait for the locks of a mount killed or cut off from the cluster")
 	cmd.Flags().BoolVar(&allowOther, "allow-other", false,
 		"let other users use the mount, with the kernel checking modes and owners (root, or user_allow_other in /etc/fuse.conf)")
+	cmd.Flags().BoolVar(&readOnly, "read-only", false,
+		"mount read-only: every change through the mount fails with EROFS; reads, listings and advisory locks work, "+
+			"and changes made through other mounts show as on any mount")
 	return cmd
 }
 

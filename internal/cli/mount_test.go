@@ -152,9 +152,13 @@ func TestMountCommand(t *testing.T) {
 		t.Fatalf("%s still mounted after SIGTERM", dir)
 	}
 
-	cmd = startMount(t, "--endpoint", s.Endpoint, "cli-mount", dir)
+	// Mounted again, read-only: the file reads, and a write is refused.
+	cmd = startMount(t, "--endpoint", s.Endpoint, "--read-only", "cli-mount", dir)
 	if got, err := os.ReadFile(filepath.Join(dir, "hello")); err != nil || string(got) != "hello, tyr" {
 		t.Fatalf("after a remount: %q, %v", got, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "hello"), []byte("changed"), 0o640); !errors.Is(err, syscall.EROFS) {
+		t.Fatalf("a write through a mount made with --read-only: %v, want EROFS", err)
 	}
 	if out, err := exec.Command("fusermount3", "-u", dir).CombinedOutput(); err != nil {
 		t.Fatalf("fusermount3 -u: %v: %s", err, out)

@@ -91,6 +91,12 @@ type Options struct {
 	// (FUSE's allow_other: root, or user_allow_other in /etc/fuse.conf);
 	// the kernel still checks each access against the modes and owners.
 	AllowOther bool
+	// ReadOnly mounts the file system read-only (FUSE's ro): the kernel
+	// refuses every change through the mount with EROFS before it reaches
+	// the mount, and reads, stats, listings and advisory locks work as
+	// on a writable mount. Other mounts may still change the files, and
+	// this one shows their changes as any mount does.
+	ReadOnly bool
 }
 
 // Server is a mounted TýrFS file system.
@@ -149,6 +155,9 @@ func Mount(dir string, f *tyrfs.FS, name string, o Options) (*Server, error) {
 		EntryTimeout:    &timeout,
 		AttrTimeout:     &timeout,
 		NegativeTimeout: &none,
+	}
+	if o.ReadOnly {
+		opts.MountOptions.Options = append(opts.MountOptions.Options, "ro")
 	}
 	var raw fuse.RawFileSystem = fs.NewNodeFS(root, opts)
 	if locks != nil {
