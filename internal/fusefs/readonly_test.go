@@ -16,7 +16,7 @@ import (
 )
 
 // TestReadOnly checks a read-only mount (Options.ReadOnly): reads, stats,
-// listings, links and locks work; every change fails with EROFS and leaves
+// listings, symbolic links and locks work; every change fails with EROFS and leaves
 // the tree as it was; and a change made elsewhere shows at the next open.
 func TestReadOnly(t *testing.T) {
 	needFUSE(t)
@@ -53,6 +53,9 @@ func TestReadOnly(t *testing.T) {
 	if got, err := os.ReadFile(file); err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("read: %q, %v; want %q", got, err, data)
 	}
+	if fi, err := os.Stat(file); err != nil || fi.Size() != int64(len(data)) || fi.Mode().Perm() != 0o644 {
+		t.Fatalf("stat: %v, %v; want %d bytes, mode 0644", fi, err, len(data))
+	}
 	if got, err := os.Readlink(filepath.Join(d, "l")); err != nil || got != "f" {
 		t.Fatalf("readlink: %q, %v", got, err)
 	}
@@ -67,6 +70,9 @@ func TestReadOnly(t *testing.T) {
 	}
 	if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		t.Errorf("flock on a read-only mount: %v", err)
+	}
+	if err := syscall.FcntlFlock(lf.Fd(), syscall.F_SETLK, &syscall.Flock_t{Type: syscall.F_RDLCK, Whence: 0, Len: 0}); err != nil {
+		t.Errorf("fcntl read lock on a read-only mount: %v", err)
 	}
 	if err := lf.Close(); err != nil {
 		t.Fatal(err)
