@@ -3,16 +3,23 @@ GO          ?= go
 BIN         := bin/tyr
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.7.0
 FUZZTIME    ?= 20000x
+PREFIX      ?= /usr/local
 
-.PHONY: build libtyr install-libtyr deps python s3compat fstest run test unit lint fuzz fuzz-long gc-soak crash-long sim ring-sim torture bench profile bench-peers bench-cluster bench-txn bench-fs bench-fs-link proto clean
+.PHONY: build install libtyr install-libtyr deps python s3compat fstest run test unit lint fuzz fuzz-long gc-soak crash-long sim ring-sim torture bench profile bench-peers bench-cluster bench-txn bench-fs bench-fs-link proto clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/tyr
 
+# `make install PREFIX=/usr/local` installs tyr, and a link to it named
+# tyrfs: the program mount(8) runs (through mount.fuse3) for a file system
+# of type fuse.tyrfs, so that TýrFS mounts can come from /etc/fstab.
+install: build
+	install -D -m 755 $(BIN) $(DESTDIR)$(PREFIX)/bin/tyr
+	ln -sf tyr $(DESTDIR)$(PREFIX)/bin/tyrfs
+
 # libtyr: the Go client as a C shared library; tyr.h is its API.
 # `make install-libtyr PREFIX=/usr/local` installs the library, tyr.h and
 # a pkg-config file (scripts/install-libtyr.sh).
-PREFIX ?= /usr/local
 libtyr:
 	$(GO) build -buildmode=c-shared -o build/libtyr.so ./libtyr
 

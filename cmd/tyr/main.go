@@ -7,4 +7,9 @@ import (
 	"github.com/tyrstore/tyr/internal/cli"
 )
 
-func main() { os.Exit(cli.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)) }
+func main() {
+	if cli.IsMountHelper(os.Args[0]) {
+		os.Exit(cli.MountHelper(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	}
+	os.Exit(cli.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}

@@ -45,13 +45,18 @@ func newMountCommand(e *env) *cobra.Command {
 		noFailover  bool
 		localLocks  bool
 		lockLease   time.Duration
+		background  bool
+		logFile     string
+		readyFD     int
 	)
 	cmd := &cobra.Command{
 		Use:   "mount KEYSPACE MOUNTPOINT",
-		Short: "Mount a keyspace as a TýrFS file system (FUSE), in the foreground",
+		Short: "Mount a keyspace as a TýrFS file system (FUSE), in the foreground or the background",
 		Long: `Mount the TýrFS file system of KEYSPACE at MOUNTPOINT with FUSE, and serve
 it in the foreground until SIGINT or SIGTERM (which commit what it holds,
-then unmount it) or until it is unmounted (fusermount3 -u MOUNTPOINT).
+then unmount it) or until it is unmounted (fusermount3 -u MOUNTPOINT, or
+umount MOUNTPOINT as root). --background returns once it is mounted and
+serves it from a process of its own session, whose messages go to --log.
 The keyspace must exist, or be created with --create; its root directory
 is made on the first mount.
 
@@ -85,6 +90,12 @@ with the node is resolved with the cluster first.`,
 			if err := fusefs.CheckLockLease(lockLease); err != nil {
 				return fmt.Errorf("--lock-lease: %w", err)
 			}
+			if logFile != "" && !background && readyFD == 0 {
+				return errors.New("--log: only with --background")
+			}
+			if background {
+				return mountInBackground(cmd, e, ks, dir)
+			}
 			c, err := dialMount(e.endpoint, !noFailover)
 			if err != nil {
 				return err
@@ -108,7 +119,14 @@ with the node is resolved with the cluster first.`,
 			if err != nil {
 				return fmt.Errorf("mount %s at %s: %w", ks, dir, err)
 			}
-			fmt.Fprintf(e.stdout, "mounted %s at %s; stop with Ctrl-C or fusermount3 -u %s\n", ks, dir, dir)
+			if readyFD > 0 {
+				if err := detachMount(readyFD, logFile); err != nil {
+					_ = srv.Unmount()
+					return err
+				}
+			} else {
+				fmt.Fprintf(e.stdout, "mounted %s at %s; stop with Ctrl-C or fusermount3 -u %s\n", ks, dir, dir)
+			}
 			served := make(chan struct{})
 			go func() {
 				srv.Wait()
@@ -184,6 +202,13 @@ with the node is resolved with the cluster first.`,
 	cmd.Flags().BoolVar(&readOnly, "read-only", false,
 		"mount read-only: every change through the mount fails with EROFS; reads, listings and advisory locks work, "+
 			"and changes made through other mounts show as on any mount")
+	cmd.Flags().BoolVar(&background, "background", false,
+		"return once mounted, serving the mount from a process of its own session (stop it with fusermount3 -u, or umount as root)")
+	cmd.Flags().StringVar(&logFile, "log", "", "with --background, the file the mount's messages are appended to once it is mounted (default: none)")
+	// The write end of a pipe on which a mount started by --background
+	// says it is mounted (mountInBackground).
+	cmd.Flags().IntVar(&readyFD, "ready-fd", 0, "")
+	_ = cmd.Flags().MarkHidden("ready-fd")
 	return cmd
 }
 
