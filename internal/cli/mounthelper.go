@@ -14,26 +14,32 @@ package cli
 
 import (
 	"bufio"
+	"cmp"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"golang.org/x/sys/unix"
+
+	"github.com/tyrstore/tyr/internal/fusefs"
 )
 
 // mountFSType is the type of a TýrFS mount in /proc/self/mountinfo and in
-// /etc/fstab: FUSE's, with the subtype go-fuse is given (fusefs.Mount).
-const mountFSType = "fuse.tyrfs"
+// /etc/fstab: FUSE's, with the mount's subtype.
+const mountFSType = "fuse." + fusefs.Subtype
 
-// helperNames are the names under which tyr is the mount helper.
-var helperNames = []string{"tyrfs", "mount.fuse.tyrfs"}
+// helperNames are the names under which tyr is the mount helper: the
+// program mount.fuse3 runs, and the helper mount(8) looks for first.
+var helperNames = []string{fusefs.Subtype, "mount." + mountFSType}
 
 // IsMountHelper reports whether a program run as argv0 is the mount
 // helper: tyr, through a link named tyrfs or mount.fuse.tyrfs.
@@ -199,8 +205,11 @@ func remountFlags(dir string, readOnly bool) error {
 	return nil
 }
 
+// errNotMounted: the directory is no mount point.
+var errNotMounted = errors.New("not a mount point")
+
 // mountType returns the type of the mount whose mount point is dir, from
-// /proc/self/mountinfo; an error if dir is no mount point.
+// /proc/self/mountinfo; errNotMounted if dir is no mount point.
 func mountType(dir string) (string, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
@@ -227,7 +236,7 @@ func mountType(dir string) (string, error) {
 		return "", err
 	}
 	if fstype == "" {
-		return "", fmt.Errorf("%s: not a mount point", dir)
+		return "", fmt.Errorf("%s: %w", dir, errNotMounted)
 	}
 	return fstype, nil
 }
@@ -240,9 +249,8 @@ func unescapeMountinfo(s string) string {
 	var b strings.Builder
 	for i := 0; i < len(s); i++ {
 		if s[i] == '\\' && i+3 < len(s) {
-			var c byte
-			if _, err := fmt.Sscanf(s[i+1:i+4], "%03o", &c); err == nil {
-				b.WriteByte(c)
+			if c, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(c))
 				i += 3
 				continue
 			}
@@ -279,13 +287,8 @@ func mountInBackground(cmd *cobra.Command, e *env, ks, dir string) error {
 		return err
 	}
 	defer msgs.Close()
-	devNull, err := os.Open(os.DevNull)
-	if err != nil {
-		return err
-	}
-	defer devNull.Close()
-	p := exec.Command(exe, args...)
-	p.Stdin, p.Stdout, p.Stderr = devNull, devNull, msgsW
+	p := exec.Command(exe, args...) // standard input and output: the null device
+	p.Stderr = msgsW
 	p.ExtraFiles = []*os.File{readyW}
 	p.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	err = p.Start()
@@ -304,24 +307,16 @@ func mountInBackground(cmd *cobra.Command, e *env, ks, dir string) error {
 		return nil
 	}
 	if err := p.Wait(); err != nil {
-		return fmt.Errorf("mount %s at %s: %w", ks, dir, errQuiet{err})
+		return fmt.Errorf("mount %s at %s: the mount's process failed (%w)", ks, dir, err)
 	}
 	return fmt.Errorf("mount %s at %s: the mount's process ended without mounting", ks, dir)
 }
-
-// errQuiet wraps the exit of a process whose own messages said why.
-type errQuiet struct{ err error }
-
-func (e errQuiet) Error() string { return "the mount's process failed (" + e.err.Error() + ")" }
 
 // detachMount is what a mount started by --background does once mounted:
 // it sends its messages to logFile (appended; none if empty) from now on,
 // and says on the pipe readyFD that it mounted.
 func detachMount(readyFD int, logFile string) error {
-	out, err := os.Open(os.DevNull)
-	if logFile != "" {
-		out, err = os.OpenFile(logFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
-	}
+	out, err := os.OpenFile(cmp.Or(logFile, os.DevNull), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
 	if err != nil {
 		return fmt.Errorf("--log: %w", err)
 	}

@@ -118,6 +118,11 @@ func (s *Server) Drain(ctx context.Context) error {
 	return s.pending.drain(ctx)
 }
 
+// Subtype is a TýrFS mount's FUSE subtype: its type is fuse.tyrfs (in
+// /proc/self/mountinfo and /etc/fstab), and mount.fuse3 runs the program
+// of that name to make one.
+const Subtype = "tyrfs"
+
 // Mount mounts f at dir and serves it until it is unmounted (Unmount on
 // the returned server, fusermount3 -u, or umount). The caller waits with
 // server.Wait.
@@ -135,7 +140,7 @@ func Mount(dir string, f *tyrfs.FS, name string, o Options) (*Server, error) {
 	opts := &fs.Options{
 		MountOptions: fuse.MountOptions{
 			FsName: name,
-			Name:   "tyrfs",
+			Name:   Subtype,
 			// The kernel checks permissions against the modes and owners
 			// the file system reports.
 			Options:    []string{"default_permissions"},
