@@ -195,7 +195,7 @@ func (s *Store) Refresh(key string, src Source) (bool, error) {
 		if !local.Exists {
 			return false, nil
 		}
-		return true, s.dropBlob(key, local.Size)
+		return true, s.dropBlob(key, local.Size, local.Version)
 	}
 	if err := s.checkCopy(key, cp); err != nil {
 		return false, err
@@ -274,9 +274,7 @@ func (s *Store) Refresh(key string, src Source) (bool, error) {
 	if err := commitBatch(b, err, s.opts.Sync); err != nil {
 		return false, err
 	}
-	s.versionMu.Lock()
-	s.lastVersion = max(s.lastVersion, cp.Version)
-	s.versionMu.Unlock()
+	s.raiseRemoved(max(local.Version, cp.Version))
 	return true, nil
 }
 
@@ -399,9 +397,10 @@ func (s *Store) replacedBytes(local Record, cp Copy) uint64 {
 	return n
 }
 
-// dropBlob deletes everything the store keeps of blob key, of size bytes;
-// the caller holds its lock.
-func (s *Store) dropBlob(key string, size uint64) error {
+// dropBlob deletes everything the store keeps of blob key, of size bytes
+// at version; the caller holds its lock.
+func (s *Store) dropBlob(key string, size, version uint64) error {
+	s.raiseRemoved(version)
 	b := s.db.NewBatch()
 	err := b.DeleteRange(chunkPrefix(key), chunksEnd(key), nil)
 	if err == nil && size > 0 {

@@ -246,8 +246,11 @@ func TestPassedByBlobKeepsNoFloor(t *testing.T) {
 	if _, err := chainCommit(t, []txn.Op{{Key: "z", Kind: txn.OpWrite, Offset: 5000, Data: []byte("z"), Create: true}}, 900, vm, h); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := chainCommit(t, []txn.Op{{Key: "z", Kind: txn.OpDelete}}, 910, vm, h); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := chainCommit(t, []txn.Op{{Key: "y", Kind: txn.OpWrite, Offset: 5000, Data: []byte("y"), Create: true}}, 800, vm, h); !errors.As(err, new(*StaleVersionError)) {
-		t.Fatalf("version 800 after 900 on the version manager: %v, want it refused as stale there", err)
+		t.Fatalf("creating y at 800 after z's delete at 910 on the version manager: %v, want it refused as stale there", err)
 	}
 	h2 := member{openStore(t, Options{MVCC: true, Now: clock.Now, ChunkBytes: 4 << 10}), chunksOf{held: map[uint64]bool{1: true}}}
 	if _, err := chainCommit(t, []txn.Op{{Key: "x", Kind: txn.OpWrite, Offset: 5000, Data: []byte("x"), Create: true}}, 950, vm, h2); err != nil {

@@ -108,8 +108,13 @@ type Store struct {
 	// wait for the ones on blobs they read (see durable.go).
 	syncing syncing
 
-	versionMu   sync.Mutex
-	lastVersion uint64 // guarded by versionMu
+	versionMu sync.Mutex
+	// lastVersion is the newest version this store issued or accepted.
+	// removed is the newest version of a commit that removed a blob's
+	// record here, or that a pending collector record names: a blob with
+	// no record takes only versions above it (see acceptVersion). Both
+	// are guarded by versionMu; removed <= lastVersion.
+	lastVersion, removed uint64
 
 	// uses counts the versions running transactions read (uses.go).
 	uses uses
@@ -131,8 +136,9 @@ type Store struct {
 // re-created blob could then write a page at a version older than one a
 // pending collector record names, and the collector would delete that live
 // page. So Open starts issuing versions above the newest one any collector
-// record names; such records cover at most the retention period, which
-// bounds the scan.
+// record names, and takes no version at or below it for a blob without a
+// record; such records cover at most the retention period, which bounds the
+// scan.
 func Open(db *pebble.DB, opts Options) (*Store, error) {
 	if opts.Retention <= 0 {
 		opts.Retention = 5 * time.Minute
@@ -168,9 +174,19 @@ func Open(db *pebble.DB, opts Options) (*Store, error) {
 		if len(k) < 9+1+1+16 {
 			return nil, fmt.Errorf("%w: garbage key %x", errs.ErrCorruption, k)
 		}
-		s.lastVersion = max(s.lastVersion, ^binary.BigEndian.Uint64(k[len(k)-8:]))
+		s.raiseRemoved(^binary.BigEndian.Uint64(k[len(k)-8:]))
 	}
 	return s, it.Error()
+}
+
+// raiseRemoved records that a blob's record at version v, or a version of
+// its pages, was removed here or is pending collection: a blob re-created
+// under that key must take a newer version.
+func (s *Store) raiseRemoved(v uint64) {
+	s.versionMu.Lock()
+	defer s.versionMu.Unlock()
+	s.removed = max(s.removed, v)
+	s.lastVersion = max(s.lastVersion, v)
 }
 
 // nextVersion returns a version larger than any this Store issued before and
@@ -203,7 +219,10 @@ func (s *Store) acceptVersion(blobs map[string]*blobWork, keys []string, version
 			// of any blob says nothing of this one.
 			floor = b.Version
 		} else if !w.baseExists {
-			floor = s.lastVersion
+			// Only a blob removed here may have versions in this store
+			// under the key; the floor is a store-wide bound on them, so
+			// concurrent creates of other blobs never refuse each other.
+			floor = s.removed
 		}
 		if version <= floor {
 			return &StaleVersionError{Key: key, Version: version, Floor: floor}
@@ -443,9 +462,7 @@ func (s *Store) prepareLocked(ops []txn.Op, keys []string, o prepareOpts) (*Pend
 	}
 	switch {
 	case o.copied:
-		s.versionMu.Lock()
-		s.lastVersion = max(s.lastVersion, version)
-		s.versionMu.Unlock()
+		s.raiseRemoved(version)
 	case version != 0 && !o.rebase:
 		// A rebased commit's version was accepted when it was staged; its
 		// own records and the floor have moved past it since.

@@ -58,7 +58,7 @@ func (s *Store) TrimChunks(key string, pl Placement) (Trimmed, error) {
 	n := (rec.Size + s.chunkBytes - 1) / s.chunkBytes
 	manages := pl.Manages(key)
 	if !manages && !s.holdsAny(pl, key, n) {
-		if err := s.dropBlob(key, rec.Size); err != nil {
+		if err := s.dropBlob(key, rec.Size, rec.Version); err != nil {
 			return Trimmed{}, err
 		}
 		return Trimmed{Blob: true}, nil

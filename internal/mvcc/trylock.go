@@ -44,9 +44,11 @@ func (e *StaleVersionError) Unwrap() error { return errs.ErrConflict }
 // replicated commit all store it under the version its coordinator chose,
 // so a version names the same commit on every replica. The version must
 // exceed each changed blob's current version, and, for a blob that does not
-// exist yet, every version this store issued or accepted (which keeps page
-// keys unique across a delete and re-create, see Open); otherwise the
-// commit is refused with a *StaleVersionError.
+// exist here, the version of every record this store removed and every
+// version a pending collector record names (which keeps a blob's versions
+// increasing, and page keys unique, across a delete and re-create, see
+// Open); otherwise the commit is refused with a *StaleVersionError.
+// Commits creating different blobs never refuse each other here.
 func (s *Store) TryPrepareAt(ops []txn.Op, version uint64) (*Pending, error) {
 	return s.TryPrepareStep(ops, Step{Version: version})
 }

@@ -195,8 +195,8 @@ func TestTryPrepareStress(t *testing.T) {
 }
 
 // TryPrepareAt stores the caller's version, and refuses one that is not
-// above the blob's (or, for a new blob, the store's) newest, changing
-// nothing.
+// above the blob's newest (or, for a new blob, the newest removed here),
+// changing nothing.
 func TestTryPrepareAtPinsVersions(t *testing.T) {
 	s := openStore(t, Options{MVCC: true})
 	commitAt := func(version uint64, ops ...txn.Op) ([]txn.Result, error) {
@@ -218,16 +218,32 @@ func TestTryPrepareAtPinsVersions(t *testing.T) {
 	if got := readString(t, s, "a"); got != "one" {
 		t.Fatalf("a refused commit changed the blob: %q", got)
 	}
-	if _, err := commitAt(900, writeOp("b", "new")); !errors.As(err, &stale) || stale.Floor != 1000 {
-		t.Fatalf("a new blob below the store's newest version: %v; want refused with floor 1000", err)
+	// Creates of different blobs do not order each other: a new blob may
+	// take a version below one another blob has.
+	if res, err := commitAt(900, writeOp("b", "new")); err != nil || res[0].Version != 900 {
+		t.Fatalf("a new blob below another blob's version: %v, %v; want it committed at 900", res, err)
 	}
-	if res, err := commitAt(1001, writeOp("a", "two"), writeOp("b", "new")); err != nil ||
+	if res, err := commitAt(1001, writeOp("a", "two"), writeOp("b", "newer")); err != nil ||
 		res[0].Version != 1001 || res[1].Version != 1001 {
 		t.Fatalf("commit at 1001: %v, %v", res, err)
 	}
+	// A blob removed here raises the floor of every blob without a record
+	// to the removing commit's version, so a re-created blob's versions
+	// keep increasing and its page keys stay unique.
+	if _, err := commitAt(1100, txn.Op{Key: "b", Kind: txn.OpDelete}); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"b", "d"} {
+		if _, err := commitAt(1050, writeOp(key, "again")); !errors.As(err, &stale) || stale.Floor != 1100 {
+			t.Fatalf("creating %q at 1050 after a delete at 1100: %v; want refused with floor 1100", key, err)
+		}
+	}
+	if res, err := commitAt(1101, writeOp("b", "again")); err != nil || res[0].Version != 1101 {
+		t.Fatalf("re-create at 1101: %v, %v", res, err)
+	}
 	// Clock-drawn versions stay above every accepted one.
-	if res := mustCommit(t, s, writeOp("c", "x")); res[0].Version <= 1001 {
-		t.Fatalf("clock version %d not above the accepted 1001", res[0].Version)
+	if res := mustCommit(t, s, writeOp("c", "x")); res[0].Version <= 1101 {
+		t.Fatalf("clock version %d not above the accepted 1101", res[0].Version)
 	}
 	// A locked blob is refused as ErrLocked.
 	p, err := s.TryPrepare([]txn.Op{writeOp("a", "held")})

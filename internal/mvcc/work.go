@@ -411,6 +411,9 @@ func (s *Store) emit(batch *pebble.Batch, w *blobWork, now int64, manages bool) 
 	}
 	deadline := time.Unix(0, now).Add(s.opts.Retention)
 	if !w.exists {
+		// Raised when prepared: an abort leaves the floor higher than
+		// needed, never lower.
+		s.raiseRemoved(w.meta.Version)
 		if err := deleteSpan(batch, w.snap, historyPrefix(w.key), historyEnd(w.key)); err != nil {
 			return err
 		}
