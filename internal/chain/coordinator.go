@@ -21,7 +21,9 @@ type CoordinatorConfig struct {
 	// issued before, or a new transaction would be taken for an old one.
 	FirstSeq uint64
 	// RetransmitTicks is how many ticks the coordinator waits for the
-	// head's Reply before sending the Forward again. Default 5.
+	// head's Reply before sending the Forward again the first time; it
+	// backs off as a member does (see ReplicaConfig.RetransmitTicks).
+	// Default 5.
 	RetransmitTicks int
 	// InflightMax bounds the transactions begun and not yet finished. Begin
 	// beyond it returns ErrBusy. Default 1024.
@@ -59,9 +61,11 @@ type inflight struct {
 	first []ring.NodeID
 	// keep: groups of members of first, each holding a replica of
 	// something the transaction changes; a re-execution keeps one of each.
-	keep  [][]ring.NodeID
-	ops   []txn.Op
-	ticks int
+	keep [][]ring.NodeID
+	ops  []txn.Op
+	// ticks counts ticks since the Forward was last sent; resent counts
+	// its retransmissions on ticks (see retransmitAfter).
+	ticks, resent int
 }
 
 // NewCoordinator returns a coordinator with nothing in flight, or an error
@@ -155,12 +159,13 @@ func (c *Coordinator) Step(m Message) error {
 }
 
 // Tick advances the coordinator's logical clock by one tick, sending again
-// each Forward unanswered for RetransmitTicks.
+// each Forward unanswered for its retransmission interval.
 func (c *Coordinator) Tick() {
 	c.eachInflight(func(id TxnID, t *inflight) {
 		t.ticks++
-		if t.ticks >= c.cfg.RetransmitTicks {
+		if t.ticks >= retransmitAfter(c.cfg.RetransmitTicks, t.resent) {
 			t.ticks = 0
+			t.resent++
 			c.send(c.forwardMessage(id, t))
 		}
 	})
@@ -205,7 +210,7 @@ func (c *Coordinator) Reroute(alive func(ring.NodeID) bool) {
 			return
 		}
 		t.chain = live
-		t.ticks = 0
+		t.ticks, t.resent = 0, 0
 		c.send(c.forwardMessage(id, t))
 	})
 }

@@ -33,9 +33,22 @@ import (
 // retransmits the Forward every RetransmitTicks until a Backward arrives.
 // In the same way a member that has decided retransmits its Backward (or
 // Reply) until its upstream acknowledges it, and the coordinator retransmits
-// its Forward until the head replies. Every member answers a repeated
-// Forward by repeating what it last sent for that transaction, so a lost
-// message in either direction is repaired by the side that is waiting.
+// its Forward until the head replies. A member that has decided answers a
+// repeated Forward by repeating its outcome, so a lost message in either
+// direction is repaired by the side that is waiting.
+//
+// # Retransmission backs off
+//
+// A retransmitted Forward carries the transaction's ops, data included. A
+// link slower than RetransmitTicks for a commit of megabytes (a loaded
+// machine, a slow network) would carry copies faster than it delivers
+// them, and every copy delays the next commit: the chain would stall under
+// its own retransmissions. So each message's retransmission interval
+// doubles after every retransmission, from RetransmitTicks up to
+// RetransmitTicks << RetransmitBackoffMax (see retransmitAfter), and a
+// member still waiting for its downstream does not forward again on a
+// repeated Forward: its own timer covers the members after it, and the
+// repeat only tells it its upstream has no outcome yet, which it knows.
 //
 // # Forgetting
 //
@@ -182,6 +195,18 @@ import (
 // admitted once the network delivers its retransmissions; only how long
 // it waits depends on the load.
 
+// retransmitAfter is how many ticks a member or coordinator waits before
+// sending a message again that it has already sent again resent times on
+// its ticks: base, doubling with each retransmission, up to
+// base << RetransmitBackoffMax.
+func retransmitAfter(base, resent int) int {
+	return base << min(resent, RetransmitBackoffMax)
+}
+
+// RetransmitBackoffMax is how many times the retransmission interval
+// doubles: the longest is RetransmitTicks << RetransmitBackoffMax.
+const RetransmitBackoffMax = 3
+
 // Defaults for ReplicaConfig and CoordinatorConfig fields left zero.
 const (
 	RetransmitTicksDefault       = 5
@@ -198,8 +223,10 @@ type ReplicaConfig struct {
 	// Stager is the local storage. Required.
 	Stager Stager
 	// RetransmitTicks is how many ticks a member waits for an answer
-	// before sending its Forward, Backward or Reply again. Lower repairs
-	// lost messages sooner and costs more repeated traffic. Default 5.
+	// before sending its Forward, Backward or Reply again the first time;
+	// each later time it waits twice as long as before, up to
+	// RetransmitTicks << RetransmitBackoffMax. Lower repairs lost messages
+	// sooner and costs more repeated traffic. Default 5.
 	RetransmitTicks int
 	// OutcomeRetentionTicks is how long, in ticks, a member remembers a
 	// transaction after its upstream acknowledged the outcome, to recognize
@@ -334,8 +361,9 @@ type record struct {
 	err       string
 	results   []txn.Result
 	// ticks counts ticks since the last (re)transmission while waiting or
-	// decided.
-	ticks int
+	// decided; resent counts the retransmissions on ticks of the message
+	// now owed (see retransmitAfter).
+	ticks, resent int
 	// waited counts ticks spent waiting, for TestingKnobs, and applying,
 	// for Stalled.
 	waited int
@@ -543,6 +571,12 @@ func (r *Replica) stepForward(m Message) error {
 		}
 		if rec.index != m.Index || !slices.Equal(rec.chain, m.Chain) {
 			return r.reroute(m, rec)
+		}
+		if rec.phase == phaseWaiting && rec.asking == nil {
+			// A repeat from an upstream still waiting, as this member
+			// is: it forwards again on its own ticks (see "Retransmission
+			// backs off").
+			return nil
 		}
 		// A duplicate: repeat what we last sent, which is what the sender
 		// is missing.
@@ -783,6 +817,7 @@ func (r *Replica) reroute(m Message, rec *record) error {
 		rec.origin = rec.chain
 	}
 	rec.chain, rec.index, rec.rerouted = m.Chain, m.Index, true
+	rec.resent = 0 // a new neighbour: what it may miss is not known
 	switch rec.phase {
 	case phaseWaiting:
 		if rec.asking != nil {
@@ -1033,15 +1068,17 @@ func (r *Replica) Tick() {
 				r.forceAbort(id, rec)
 				continue
 			}
-			if rec.ticks >= r.cfg.RetransmitTicks {
+			if rec.ticks >= retransmitAfter(r.cfg.RetransmitTicks, rec.resent) {
 				r.counters.Retransmits++
+				rec.resent++
 				r.resend(id, rec)
 			}
 		case phaseApplying:
 			rec.waited++
 		case phaseDecided:
-			if rec.ticks >= r.cfg.RetransmitTicks {
+			if rec.ticks >= retransmitAfter(r.cfg.RetransmitTicks, rec.resent) {
 				r.counters.Retransmits++
+				rec.resent++
 				r.resend(id, rec)
 			}
 		}
@@ -1092,7 +1129,7 @@ func (r *Replica) decide(id TxnID, rec *record, committed bool, errText string, 
 	rec.committed = committed
 	rec.err = errText
 	rec.results = results
-	rec.ticks = 0
+	rec.ticks, rec.resent = 0, 0
 	r.out.Finished = append(r.out.Finished, Outcome{
 		Txn: id, Committed: committed, Err: errText, Results: results, CommitErr: commitErr,
 	})

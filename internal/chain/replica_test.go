@@ -6,8 +6,11 @@
 //   - a middle member forwards, retransmits while waiting, never aborts on
 //     its own however long it waits, and adopts the outcome a Backward
 //     brings, committing before the Backward it sends;
-//   - duplicates of a Forward or a Backward, early or late, repeat the last
-//     answer and never touch storage again;
+//   - retransmissions back off, from RetransmitTicks to RetransmitTicks <<
+//     RetransmitBackoffMax;
+//   - duplicates of a Forward or a Backward, early or late, never touch
+//     storage again; a duplicate Forward is answered with the outcome once
+//     there is one, and not at all while the member waits;
 //   - a prepare failure walks back as an abort and is remembered, so a later
 //     duplicate cannot prepare the transaction after all;
 //   - outcomes are retransmitted until acknowledged, then forgotten after
@@ -384,7 +387,7 @@ func TestReplicaScenarios(t *testing.T) {
 				deliver(fwd(1, 1), prepare1, fwdTo3),
 				tick(2),
 				tick(1, fwdTo3),
-				deliver(fwd(1, 1), fwdTo3), // duplicate while waiting: no second prepare
+				deliver(fwd(1, 1)), // duplicate while waiting: no second prepare, no second Forward
 				deliver(back(1, 1, true), commit1, commitTo1, ackTo3, finCommitted),
 				deliver(back(1, 1, true), ackTo3),  // Backward after retransmit
 				deliver(fwd(1, 1), commitTo1),      // duplicate Forward after the outcome
@@ -440,8 +443,23 @@ func TestReplicaScenarios(t *testing.T) {
 			node: 1,
 			steps: []step{
 				deliver(fwd(1, 1), prepare1, fwdTo3),
-				tick(300, slices.Repeat([]string{fwdTo3}, 100)...),
+				// Retransmissions back off, doubling the interval from 3
+				// ticks to 3 << RetransmitBackoffMax, then keep that pace.
+				tick(3, fwdTo3),
+				tick(5),
+				tick(1, fwdTo3),
+				tick(11),
+				tick(1, fwdTo3),
+				tick(23),
+				tick(1, fwdTo3),
+				tick(23),
+				tick(1, fwdTo3),
+				tick(240, slices.Repeat([]string{fwdTo3}, 10)...),
 				deliver(back(1, 1, true), commit1, commitTo1, ackTo3, finCommitted),
+				// The outcome's retransmissions start again at 3 ticks.
+				tick(3, commitTo1),
+				tick(5),
+				tick(1, commitTo1),
 			},
 		},
 		{
@@ -564,8 +582,8 @@ func TestReplicaScenarios(t *testing.T) {
 			steps: []step{
 				deliver(resent(1, 1), fwdTo3+" probe"),
 				tick(3, fwdTo3+" probe"),
-				deliver(resent(1, 1), fwdTo3+" probe"),
-				deliver(ack(1, 1)), // for an outcome the earlier run sent
+				deliver(resent(1, 1)), // a repeat while waiting: its own ticks forward again
+				deliver(ack(1, 1)),    // for an outcome the earlier run sent
 				deliver(back(1, 1, true), commitTo1, ackTo3, "finish c/1 committed=true (chain: committed downstream of a stage this member lost in a restart)"),
 				deliver(ack(1, 1)),
 				tick(10),
@@ -754,7 +772,7 @@ func TestReplicaScenarios(t *testing.T) {
 			node: 1,
 			steps: []step{
 				deliver(fwd(1, 1), prepare1, fwdTo3),
-				deliver(probe(1, 1), fwdTo3),
+				deliver(probe(1, 1)),
 				deliver(back(1, 1, true), commit1, commitTo1, ackTo3, finCommitted),
 				deliver(probe(1, 1), commitTo1),
 			},
@@ -1022,6 +1040,46 @@ func TestChainOverPerfectNetwork(t *testing.T) {
 		if r.Tracked() != 0 || r.HasReady() {
 			t.Errorf("%s still tracks %d transactions", n, r.Tracked())
 		}
+	}
+}
+
+// TestCoordinatorBacksOff checks that the coordinator's retransmissions of
+// a Forward back off as a member's do: the interval doubles from
+// RetransmitTicks to RetransmitTicks << RetransmitBackoffMax, then holds,
+// and a reroute starts it again at RetransmitTicks.
+func TestCoordinatorBacksOff(t *testing.T) {
+	c, err := chain.NewCoordinator(chain.CoordinatorConfig{ID: "c", FirstSeq: 1, RetransmitTicks: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Begin(ops1, chain3, nil); err != nil {
+		t.Fatal(err)
+	}
+	sent := func() int { o := c.Ready(); c.Advance(o); return len(o.Messages) }
+	if sent() != 1 {
+		t.Fatal("Begin sent no Forward")
+	}
+	// The tick of each retransmission, counted from Begin.
+	var at []int
+	for tick := 1; tick <= 100; tick++ {
+		c.Tick()
+		if sent() > 0 {
+			at = append(at, tick)
+		}
+	}
+	want := []int{2, 6, 14, 30, 46, 62, 78, 94}
+	if !slices.Equal(at, want) {
+		t.Fatalf("retransmitted at ticks %v, want %v", at, want)
+	}
+	c.Reroute(func(id ring.NodeID) bool { return id != "n3" })
+	if sent() != 1 {
+		t.Fatal("the reroute sent no Forward")
+	}
+	for range 2 {
+		c.Tick()
+	}
+	if sent() != 1 {
+		t.Fatal("no retransmission RetransmitTicks after a reroute")
 	}
 }
 

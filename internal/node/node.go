@@ -69,7 +69,8 @@ const (
 	// every StalledAfter).
 	StalledAfter = 5 * time.Second
 	// RetransmitTicks: a Forward, Backward or Reply unanswered for 200ms is
-	// sent again.
+	// sent again, then after 400ms, 800ms and every 1.6s (see
+	// chain.RetransmitBackoffMax).
 	RetransmitTicks = 20
 	// OutcomeRetentionTicks: a member remembers a finished commit for 60s
 	// after its upstream acknowledged it.
