@@ -109,6 +109,11 @@ type Config struct {
 	// Lossy forces a network that drops at least 5% of messages, for tests
 	// that need faults on every seed.
 	Lossy bool
+	// Duplicating forces a network that delivers at least 20% of messages
+	// twice, up to 10 ticks late: late duplicates on every seed, for tests
+	// of what a replica must remember of them. Chains send few copies of
+	// their own, since retransmissions back off.
+	Duplicating bool
 	// AbortOnTimeout turns on chain.TestingKnobs.AbortOnForwardTimeoutTicks
 	// in every replica: the protocol bug the checkers must catch.
 	AbortOnTimeout bool
@@ -200,6 +205,10 @@ func pickProfile(rng *rand.Rand, cfg Config) profile {
 	}
 	if rng.IntN(3) != 0 {
 		p.duplicatePct = rng.IntN(21)
+	}
+	if cfg.Duplicating {
+		p.duplicatePct = max(p.duplicatePct, 20)
+		p.delayTicksMax = 10
 	}
 	if rng.IntN(2) == 0 {
 		p.partitions = 1 + rng.IntN(4)

@@ -362,7 +362,7 @@ func TestSimCatchesShortRetention(t *testing.T) {
 	batch := runtime.GOMAXPROCS(0)
 	for first := uint64(1); first <= seedsMax; first += uint64(batch) {
 		results := runSeeds(first, batch, func(seed uint64) sim.Config {
-			return sim.Config{Seed: seed, Lossy: true, RetentionTicks: 1, Store: storeFor(t, seed), NoReroutes: !*rerouteFlag}
+			return sim.Config{Seed: seed, Lossy: true, Duplicating: true, RetentionTicks: 1, Store: storeFor(t, seed), NoReroutes: !*rerouteFlag}
 		})
 		for _, r := range results {
 			if len(r.Anomalies) > 0 {
