@@ -195,10 +195,9 @@ import (
 // admitted once the network delivers its retransmissions; only how long
 // it waits depends on the load.
 
-// retransmitAfter is how many ticks a member or coordinator waits before
-// sending a message again that it has already sent again resent times on
-// its ticks: base, doubling with each retransmission, up to
-// base << RetransmitBackoffMax.
+// retransmitAfter is the interval, in ticks, before the next retransmission
+// of a message already retransmitted resent times: base, doubled with each
+// retransmission up to base << RetransmitBackoffMax.
 func retransmitAfter(base, resent int) int {
 	return base << min(resent, RetransmitBackoffMax)
 }
