@@ -74,6 +74,38 @@ func TestLargeConcurrentCommits(t *testing.T) {
 	}
 }
 
+// A commit of megabytes over links slower than RetransmitTicks for it
+// (400 ms for its 4 MiB Forward, against 200 ms) commits promptly, and the
+// chain sends few copies of its data: retransmissions back off, a member
+// waiting on its downstream does not forward again when its upstream
+// repeats itself, and a Forward sent again while its earlier copy is still
+// on its way is not queued behind it (bug 55).
+func TestSlowLinkLargeCommit(t *testing.T) {
+	tc, pl := startLarge(t)
+	tc.net.perMiB.Store(int64(100 * time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	data := bytes.Repeat([]byte("slow"), 1<<20)
+	write := txn.Op{Key: "big", Kind: txn.OpWrite, Data: data, Create: true}
+	sent := tc.net.bytes.Load()
+	start := time.Now()
+	if _, err := tc.nodes[0].Commit(ctx, largeKeyspace, 3, []txn.Op{write}, nil); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	copies := float64(tc.net.bytes.Load()-sent) / float64(len(data))
+	t.Logf("a 4 MiB commit over slow links: %v, %.1f copies of its data sent", took, copies)
+	// Four members: up to four Forwards cross the network (to the head,
+	// then down the chain), and a few copies sent again by members whose
+	// copy arrived and who still wait. Without coalescing this sent 13;
+	// when each repeat ran down the chain, 21.
+	if copies > 12 || took > 10*time.Second {
+		t.Errorf("a 4 MiB commit over slow links took %v and sent %.1f copies of its data; want under 10s and at most 12", took, copies)
+	}
+	tc.net.perMiB.Store(0)
+	tc.checkBlob(ctx, t, largeKeyspace, pl, "big", data, 1)
+}
+
 // A commit whose data finds no room among the commits in flight waits;
 // if its context ends first it is refused as unavailable and changes
 // nothing. Commits without data are not held back, and once room frees
@@ -112,7 +144,7 @@ func TestPeerQueueBytes(t *testing.T) {
 	p := &peer{queue: make(chan queued, peerQueueMax)}
 	big := &peerpb.Message{Err: strings.Repeat("x", 10<<20)}
 	taken := 0
-	for p.enqueue(big) {
+	for p.enqueue(big, "") {
 		taken++
 	}
 	if want := peerQueueBytesMax / (10 << 20); taken != want || p.queued.Load() > peerQueueBytesMax {
@@ -123,10 +155,10 @@ func TestPeerQueueBytes(t *testing.T) {
 		p.queued.Add(-int64(q.size))
 	}
 	huge := &peerpb.Message{Err: strings.Repeat("x", peerQueueBytesMax+1)}
-	if !p.enqueue(huge) {
+	if !p.enqueue(huge, "") {
 		t.Fatal("an empty queue refused a message larger than its byte bound")
 	}
-	if p.enqueue(&peerpb.Message{Err: "small"}) {
+	if p.enqueue(&peerpb.Message{Err: "small"}, "") {
 		t.Fatal("a queue over its byte bound took another message")
 	}
 }

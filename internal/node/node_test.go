@@ -90,6 +90,11 @@ type network struct {
 	// oversize counts Deliver calls larger than the transport takes
 	// (limits.MessageBytesMax); they fail, as gRPC fails them.
 	oversize atomic.Int64
+	// perMiB, if set, is how long a Deliver call takes per MiB it
+	// carries: a slow link (each sender's calls are one at a time). bytes
+	// counts what Deliver calls carried.
+	perMiB atomic.Int64 // a time.Duration
+	bytes  atomic.Int64
 }
 
 // netConn is a connection of the in-process network, from the node at
@@ -153,7 +158,12 @@ func (c netConn) NewStream(context.Context, *grpc.StreamDesc, string, ...grpc.Ca
 
 func (c netConn) deliver(ctx context.Context, req *peerpb.DeliverRequest) (*peerpb.DeliverResponse, error) {
 	c.net.calls.Add(1)
-	if proto.Size(req) > limits.MessageBytesMax {
+	size := proto.Size(req)
+	c.net.bytes.Add(int64(size))
+	if d := time.Duration(c.net.perMiB.Load()); d > 0 {
+		time.Sleep(d * time.Duration(size) / (1 << 20))
+	}
+	if size > limits.MessageBytesMax {
 		c.net.oversize.Add(1)
 		return nil, errors.New("message larger than the transport's limit")
 	}

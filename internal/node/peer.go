@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"sync"
 	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tyrstore/tyr/api/peerpb"
+	"github.com/tyrstore/tyr/internal/chain"
 	"github.com/tyrstore/tyr/internal/errs"
 	"github.com/tyrstore/tyr/internal/ring"
 )
@@ -19,6 +21,12 @@ import (
 // bytes, so that it fits one gRPC message. Messages that do not fit its
 // queue (peerQueueMax messages, peerQueueBytesMax bytes), or whose call
 // fails, are lost; the protocol sends them again.
+//
+// A Forward sent again while an earlier copy is still queued or in its
+// Deliver call is dropped: it carries the commit's data again, and the
+// copy ahead of it delivers the same. Only a copy whose call has returned
+// leaves room for another, so a call that failed is retried on the
+// protocol's next retransmission.
 type peer struct {
 	addr   string
 	conn   grpc.ClientConnInterface
@@ -27,12 +35,29 @@ type peer struct {
 	queued atomic.Int64 // bytes in queue
 	quit   chan struct{}
 	stats  *counters // the sending node's
+
+	mu sync.Mutex
+	// inFlight holds the Forwards queued or in a Deliver call, by
+	// forwardKey.
+	inFlight map[string]bool
 }
 
-// queued is a message waiting in a peer's queue, with its encoded size.
+// queued is a message waiting in a peer's queue, with its encoded size
+// and, for a Forward, its forwardKey.
 type queued struct {
 	msg  *peerpb.Message
 	size int
+	key  string
+}
+
+// forwardKey names a Forward for coalescing: the same transaction, to the
+// same place of the same chain. Any other message has no key.
+func forwardKey(env envelope) string {
+	m := env.msg
+	if m.Type != chain.MsgForward {
+		return ""
+	}
+	return fmt.Sprintf("%s\x00%s\x00%d\x00%v\x00%v", env.keyspace, m.Txn, m.Index, m.Chain, m.Probe)
 }
 
 func (p *peer) run(n *Node) {
@@ -46,7 +71,7 @@ func (p *peer) run(n *Node) {
 				return
 			}
 		}
-		batch, bytes := []*peerpb.Message{next.msg}, next.size
+		batch, bytes, keys := []*peerpb.Message{next.msg}, next.size, []string{next.key}
 		next = nil
 	drain:
 		for len(batch) < deliverBatch {
@@ -56,7 +81,7 @@ func (p *peer) run(n *Node) {
 					next = &q
 					break drain
 				}
-				batch, bytes = append(batch, q.msg), bytes+q.size
+				batch, bytes, keys = append(batch, q.msg), bytes+q.size, append(keys, q.key)
 			default:
 				break drain
 			}
@@ -65,6 +90,7 @@ func (p *peer) run(n *Node) {
 		ctx, cancel := context.WithTimeout(context.Background(), deliverTimeout)
 		_, err := p.client.Deliver(ctx, &peerpb.DeliverRequest{Messages: batch})
 		cancel()
+		p.landed(keys)
 		p.stats.calls.Add(1)
 		p.stats.sent.Add(uint64(len(batch)))
 		if err != nil {
@@ -74,20 +100,42 @@ func (p *peer) run(n *Node) {
 	}
 }
 
-// enqueue queues m unless the queue is full; an empty queue takes a message
-// of any size.
-func (p *peer) enqueue(m *peerpb.Message) bool {
+// enqueue queues m, whose forwardKey is key, unless the queue is full; an
+// empty queue takes a message of any size. A Forward whose earlier copy
+// is still on its way is taken without being queued, and counted as
+// coalesced: that copy delivers it.
+func (p *peer) enqueue(m *peerpb.Message, key string) bool {
+	if key != "" {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.inFlight[key] {
+			p.stats.coalesced.Add(1)
+			return true
+		}
+	}
 	size := proto.Size(m) + deliverMessageOverhead
 	if q := p.queued.Add(int64(size)); q > peerQueueBytesMax && q > int64(size) {
 		p.queued.Add(-int64(size))
 		return false
 	}
 	select {
-	case p.queue <- queued{msg: m, size: size}:
+	case p.queue <- queued{msg: m, size: size, key: key}:
+		if key != "" {
+			p.inFlight[key] = true
+		}
 		return true
 	default:
 		p.queued.Add(-int64(size))
 		return false
+	}
+}
+
+// landed forgets the Forwards of a Deliver call that returned.
+func (p *peer) landed(keys []string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, k := range keys {
+		delete(p.inFlight, k)
 	}
 }
 
@@ -107,7 +155,7 @@ func (n *Node) send(env envelope) {
 		n.cfg.Log.Warn("cannot reach a chain member", "member", to, "addr", addr, "err", err)
 		return
 	}
-	if !p.enqueue(encodeEnvelope(env)) {
+	if !p.enqueue(encodeEnvelope(env), forwardKey(env)) {
 		p.stats.dropped.Add(1)
 		n.cfg.Log.Debug("peer queue full; message dropped", "member", to)
 	}
@@ -125,7 +173,8 @@ func (n *Node) peer(id ring.NodeID, addr string) (*peer, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &peer{addr: addr, conn: conn, client: peerpb.NewPeerClient(conn), queue: make(chan queued, peerQueueMax), quit: make(chan struct{}), stats: n.counters()}
+	p := &peer{addr: addr, conn: conn, client: peerpb.NewPeerClient(conn), queue: make(chan queued, peerQueueMax), quit: make(chan struct{}), stats: n.counters(),
+		inFlight: map[string]bool{}}
 	n.peers[id] = p
 	go p.run(n)
 	return p, nil

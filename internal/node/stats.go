@@ -23,6 +23,10 @@ type Stats struct {
 	// queue was full. Messages still queued when a node closes are not
 	// counted.
 	MessagesDropped uint64
+	// ForwardsCoalesced is the Forwards sent again while an earlier copy
+	// was still queued or in its Deliver call, and so not sent (see
+	// peer).
+	ForwardsCoalesced uint64
 	// MessagesReceived is the chain messages other nodes delivered to this
 	// node.
 	MessagesReceived uint64
@@ -45,7 +49,7 @@ type Stats struct {
 
 // counters are the live counts behind Stats.
 type counters struct {
-	sent, calls, failures, dropped, received, fetched, syncs, memberCommits atomic.Uint64
+	sent, calls, failures, dropped, coalesced, received, fetched, syncs, memberCommits atomic.Uint64
 }
 
 // counters returns n's counters.
@@ -57,14 +61,15 @@ func (n *Node) counters() *counters { return &n.stats }
 func (n *Node) Stats() Stats {
 	c := n.counters()
 	st := Stats{
-		MessagesSent:     c.sent.Load(),
-		DeliverCalls:     c.calls.Load(),
-		DeliverFailures:  c.failures.Load(),
-		MessagesDropped:  c.dropped.Load(),
-		MessagesReceived: c.received.Load(),
-		BasesFetched:     c.fetched.Load(),
-		Syncs:            c.syncs.Load(),
-		MemberCommits:    c.memberCommits.Load(),
+		MessagesSent:      c.sent.Load(),
+		DeliverCalls:      c.calls.Load(),
+		DeliverFailures:   c.failures.Load(),
+		MessagesDropped:   c.dropped.Load(),
+		ForwardsCoalesced: c.coalesced.Load(),
+		MessagesReceived:  c.received.Load(),
+		BasesFetched:      c.fetched.Load(),
+		Syncs:             c.syncs.Load(),
+		MemberCommits:     c.memberCommits.Load(),
 	}
 	n.combiner.mu.Lock()
 	st.CombinedCommits, st.CombinedRequests = n.combiner.combined, n.combiner.requests

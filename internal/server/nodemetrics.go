@@ -25,6 +25,8 @@ var (
 		"Deliver calls this node made that returned an error.", nil, nil)
 	peerMessagesDroppedDesc = prometheus.NewDesc("tyr_peer_messages_dropped_total",
 		"Chain messages this node dropped before sending: no address, no connection or a full queue.", nil, nil)
+	peerForwardsCoalescedDesc = prometheus.NewDesc("tyr_peer_forwards_coalesced_total",
+		"Chain Forwards this node did not send again because an earlier copy was still on its way to the same node.", nil, nil)
 	peerMessagesReceivedDesc = prometheus.NewDesc("tyr_peer_messages_received_total",
 		"Chain messages other nodes delivered to this node.", nil, nil)
 	walSyncsDesc = prometheus.NewDesc("tyr_wal_syncs_total",
@@ -40,7 +42,7 @@ type nodeCollector struct{ n *node.Node }
 
 func (nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{peerMessagesSentDesc, peerDeliverCallsDesc, peerDeliverFailuresDesc,
-		peerMessagesDroppedDesc, peerMessagesReceivedDesc, walSyncsDesc, combinedCommitsDesc, combinedRequestsDesc} {
+		peerMessagesDroppedDesc, peerForwardsCoalescedDesc, peerMessagesReceivedDesc, walSyncsDesc, combinedCommitsDesc, combinedRequestsDesc} {
 		ch <- d
 	}
 }
@@ -55,6 +57,7 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		{peerDeliverCallsDesc, st.DeliverCalls},
 		{peerDeliverFailuresDesc, st.DeliverFailures},
 		{peerMessagesDroppedDesc, st.MessagesDropped},
+		{peerForwardsCoalescedDesc, st.ForwardsCoalesced},
 		{peerMessagesReceivedDesc, st.MessagesReceived},
 		{walSyncsDesc, st.Syncs},
 		{combinedCommitsDesc, st.CombinedCommits},
