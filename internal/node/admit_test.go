@@ -95,10 +95,10 @@ func TestSlowLinkLargeCommit(t *testing.T) {
 	took := time.Since(start)
 	copies := float64(tc.net.bytes.Load()-sent) / float64(len(data))
 	t.Logf("a 4 MiB commit over slow links: %v, %.1f copies of its data sent", took, copies)
-	// Four members: up to four Forwards cross the network (to the head,
-	// then down the chain), and a few copies sent again by members whose
-	// copy arrived and who still wait. Without coalescing this sent 13;
-	// when each repeat ran down the chain, 21.
+	// A chain of up to four members: up to four Forwards cross the network
+	// (to the head, then down the chain), and a few copies sent again by
+	// members whose copy arrived and who still wait. Without coalescing
+	// this sent 13; when each repeat ran down the chain, 21.
 	if copies > 12 || took > 10*time.Second {
 		t.Errorf("a 4 MiB commit over slow links took %v and sent %.1f copies of its data; want under 10s and at most 12", took, copies)
 	}
@@ -144,7 +144,7 @@ func TestPeerQueueBytes(t *testing.T) {
 	p := &peer{queue: make(chan queued, peerQueueMax)}
 	big := &peerpb.Message{Err: strings.Repeat("x", 10<<20)}
 	taken := 0
-	for p.enqueue(big, "") {
+	for p.enqueue(big, forwardID{}) {
 		taken++
 	}
 	if want := peerQueueBytesMax / (10 << 20); taken != want || p.queued.Load() > peerQueueBytesMax {
@@ -155,10 +155,10 @@ func TestPeerQueueBytes(t *testing.T) {
 		p.queued.Add(-int64(q.size))
 	}
 	huge := &peerpb.Message{Err: strings.Repeat("x", peerQueueBytesMax+1)}
-	if !p.enqueue(huge, "") {
+	if !p.enqueue(huge, forwardID{}) {
 		t.Fatal("an empty queue refused a message larger than its byte bound")
 	}
-	if p.enqueue(&peerpb.Message{Err: "small"}, "") {
+	if p.enqueue(&peerpb.Message{Err: "small"}, forwardID{}) {
 		t.Fatal("a queue over its byte bound took another message")
 	}
 }

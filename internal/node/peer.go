@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -39,25 +40,40 @@ type peer struct {
 	mu sync.Mutex
 	// inFlight holds the Forwards queued or in a Deliver call, by
 	// forwardKey.
-	inFlight map[string]bool
+	inFlight map[forwardID]bool
 }
 
 // queued is a message waiting in a peer's queue, with its encoded size
-// and, for a Forward, its forwardKey.
+// and, for a Forward, its forwardID.
 type queued struct {
 	msg  *peerpb.Message
 	size int
-	key  string
+	id   forwardID
 }
 
-// forwardKey names a Forward for coalescing: the same transaction, to the
-// same place of the same chain. Any other message has no key.
-func forwardKey(env envelope) string {
+// forwardID names a Forward for coalescing: the same transaction, to the
+// same place of the same chain (its members joined by NULs). The zero
+// value names no message: every other kind, and every Forward's keyspace
+// is named.
+type forwardID struct {
+	keyspace string
+	txn      chain.TxnID
+	index    int
+	chain    string
+	probe    bool
+}
+
+// forwardOf returns env's forwardID, zero if it is not a Forward.
+func forwardOf(env envelope) forwardID {
 	m := env.msg
 	if m.Type != chain.MsgForward {
-		return ""
+		return forwardID{}
 	}
-	return fmt.Sprintf("%s\x00%s\x00%d\x00%v\x00%v", env.keyspace, m.Txn, m.Index, m.Chain, m.Probe)
+	members := make([]string, len(m.Chain))
+	for i, id := range m.Chain {
+		members[i] = string(id)
+	}
+	return forwardID{keyspace: env.keyspace, txn: m.Txn, index: m.Index, chain: strings.Join(members, "\x00"), probe: m.Probe}
 }
 
 func (p *peer) run(n *Node) {
@@ -71,7 +87,7 @@ func (p *peer) run(n *Node) {
 				return
 			}
 		}
-		batch, bytes, keys := []*peerpb.Message{next.msg}, next.size, []string{next.key}
+		batch, bytes, ids := []*peerpb.Message{next.msg}, next.size, []forwardID{next.id}
 		next = nil
 	drain:
 		for len(batch) < deliverBatch {
@@ -81,7 +97,7 @@ func (p *peer) run(n *Node) {
 					next = &q
 					break drain
 				}
-				batch, bytes, keys = append(batch, q.msg), bytes+q.size, append(keys, q.key)
+				batch, bytes, ids = append(batch, q.msg), bytes+q.size, append(ids, q.id)
 			default:
 				break drain
 			}
@@ -90,7 +106,7 @@ func (p *peer) run(n *Node) {
 		ctx, cancel := context.WithTimeout(context.Background(), deliverTimeout)
 		_, err := p.client.Deliver(ctx, &peerpb.DeliverRequest{Messages: batch})
 		cancel()
-		p.landed(keys)
+		p.landed(ids)
 		p.stats.calls.Add(1)
 		p.stats.sent.Add(uint64(len(batch)))
 		if err != nil {
@@ -100,15 +116,15 @@ func (p *peer) run(n *Node) {
 	}
 }
 
-// enqueue queues m, whose forwardKey is key, unless the queue is full; an
+// enqueue queues m, whose forwardID is id, unless the queue is full; an
 // empty queue takes a message of any size. A Forward whose earlier copy
 // is still on its way is taken without being queued, and counted as
 // coalesced: that copy delivers it.
-func (p *peer) enqueue(m *peerpb.Message, key string) bool {
-	if key != "" {
+func (p *peer) enqueue(m *peerpb.Message, id forwardID) bool {
+	if id != (forwardID{}) {
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		if p.inFlight[key] {
+		if p.inFlight[id] {
 			p.stats.coalesced.Add(1)
 			return true
 		}
@@ -119,9 +135,9 @@ func (p *peer) enqueue(m *peerpb.Message, key string) bool {
 		return false
 	}
 	select {
-	case p.queue <- queued{msg: m, size: size, key: key}:
-		if key != "" {
-			p.inFlight[key] = true
+	case p.queue <- queued{msg: m, size: size, id: id}:
+		if id != (forwardID{}) {
+			p.inFlight[id] = true
 		}
 		return true
 	default:
@@ -131,11 +147,11 @@ func (p *peer) enqueue(m *peerpb.Message, key string) bool {
 }
 
 // landed forgets the Forwards of a Deliver call that returned.
-func (p *peer) landed(keys []string) {
+func (p *peer) landed(ids []forwardID) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, k := range keys {
-		delete(p.inFlight, k)
+	for _, id := range ids {
+		delete(p.inFlight, id)
 	}
 }
 
@@ -155,7 +171,7 @@ func (n *Node) send(env envelope) {
 		n.cfg.Log.Warn("cannot reach a chain member", "member", to, "addr", addr, "err", err)
 		return
 	}
-	if !p.enqueue(encodeEnvelope(env), forwardKey(env)) {
+	if !p.enqueue(encodeEnvelope(env), forwardOf(env)) {
 		p.stats.dropped.Add(1)
 		n.cfg.Log.Debug("peer queue full; message dropped", "member", to)
 	}
@@ -174,7 +190,7 @@ func (n *Node) peer(id ring.NodeID, addr string) (*peer, error) {
 		return nil, err
 	}
 	p := &peer{addr: addr, conn: conn, client: peerpb.NewPeerClient(conn), queue: make(chan queued, peerQueueMax), quit: make(chan struct{}), stats: n.counters(),
-		inFlight: map[string]bool{}}
+		inFlight: map[forwardID]bool{}}
 	n.peers[id] = p
 	go p.run(n)
 	return p, nil
