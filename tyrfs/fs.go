@@ -900,6 +900,13 @@ func (f *FS) Truncate(ctx context.Context, p string, size uint64) error {
 // Unlink removes the file or symbolic link at p and its parent's entry in
 // one commit: EISDIR for a directory, ENOENT if absent.
 func (f *FS) Unlink(ctx context.Context, p string) error {
+	return f.UnlinkAt(ctx, p, f.now())
+}
+
+// UnlinkAt is Unlink setting the parent directory's mtime and ctime to t
+// (nanoseconds since the epoch) rather than to now, so that a caller
+// keeping the directory's attributes knows them once it succeeded.
+func (f *FS) UnlinkAt(ctx context.Context, p string, t int64) error {
 	p, err := fslayout.CleanPath(p)
 	if err != nil {
 		return err
@@ -907,8 +914,10 @@ func (f *FS) Unlink(ctx context.Context, p string) error {
 	if p == "/" {
 		return errnof(syscall.EISDIR, "/")
 	}
+	if t == 0 {
+		return errnof(syscall.EINVAL, "%s: an unlink at time 0", p)
+	}
 	parent, name := fslayout.Split(p)
-	t := f.now()
 	_, err = f.commitFile(ctx, p, func(dk, mk string) []client.Op {
 		ops := []client.Op{client.DeleteOp(mk)}
 		if dk != mk {
@@ -994,12 +1003,21 @@ func replayIn(ctx context.Context, tx *client.Tx, key string) (fslayout.DirLog, 
 // transaction: ENOTEMPTY if it has entries, ENOTDIR if p is a file, EBUSY
 // for the root.
 func (f *FS) Rmdir(ctx context.Context, p string) error {
+	return f.RmdirAt(ctx, p, f.now())
+}
+
+// RmdirAt is Rmdir setting the parent directory's mtime and ctime to t, as
+// UnlinkAt does.
+func (f *FS) RmdirAt(ctx context.Context, p string, t int64) error {
 	p, err := fslayout.CleanPath(p)
 	if err != nil {
 		return err
 	}
 	if p == "/" {
 		return errnof(syscall.EBUSY, "/")
+	}
+	if t == 0 {
+		return errnof(syscall.EINVAL, "%s: an rmdir at time 0", p)
 	}
 	parent, name := fslayout.Split(p)
 	key := fslayout.DirKey(p)
@@ -1013,7 +1031,7 @@ func (f *FS) Rmdir(ctx context.Context, p string) error {
 		}
 		return tx.Do(client.DeleteOp(key),
 			client.AppendOp(fslayout.DirKey(parent), fslayout.EncodeRecord(fslayout.RecordRemove, KindDir, name), false),
-			touchParent(parent, f.now()), subdirsOp(parent, -1))
+			touchParent(parent, t), subdirsOp(parent, -1))
 	}, txOptions)
 	if errors.Is(err, client.ErrNotFound) {
 		return f.missingDir(ctx, p)

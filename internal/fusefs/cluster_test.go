@@ -460,7 +460,8 @@ func sameTimes(t *testing.T, a, b, name string) {
 // file with O_EXCL (committed at the create) or not (deferred to the
 // close), a directory, a symbolic link and a FIFO, a stat of the directory
 // matches the cluster's, though only the first reads them from the
-// cluster; after an unlink, the next stat reads them again.
+// cluster, and so after an unlink and an rmdir; after a rename, the next
+// stat reads them again.
 func keptDirAttrs(t *testing.T, c *client.Client, ks, a string) {
 	f, err := tyrfs.New(t.Context(), c, ks)
 	if err != nil {
@@ -521,12 +522,24 @@ func keptDirAttrs(t *testing.T, c *client.Client, ks, a string) {
 	if n := stats.Load(); n != 1 {
 		t.Fatalf("%d stats of the directory read the cluster over %d creates, want 1: the mount kept none", n, creates+3)
 	}
+	// Removals alike: an unlink, and an rmdir, which takes a link away.
 	if err := os.Remove(filepath.Join(dir, "file-0")); err != nil {
 		t.Fatal(err)
 	}
 	same("an unlink")
+	if err := os.Remove(filepath.Join(dir, "sub")); err != nil {
+		t.Fatal(err)
+	}
+	same("an rmdir")
+	if n := stats.Load(); n != 1 {
+		t.Fatalf("%d stats of the directory read the cluster after an unlink and an rmdir, want 1: the mount did not keep them", n)
+	}
+	if err := os.Rename(filepath.Join(dir, "file-2"), filepath.Join(dir, "file-9")); err != nil {
+		t.Fatal(err)
+	}
+	same("a rename")
 	if n := stats.Load(); n != 2 {
-		t.Fatalf("%d stats of the directory read the cluster after an unlink, want 2: the unlink did not drop the kept attributes", n)
+		t.Fatalf("%d stats of the directory read the cluster after a rename, want 2: the rename did not drop the kept attributes", n)
 	}
 }
 

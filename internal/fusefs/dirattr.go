@@ -7,8 +7,9 @@ package fusefs
 // (default_permissions): a loop of creates in one directory would read the
 // directory's header from the cluster once a create. So the mount keeps
 // the attributes a stat of a directory read, for as long as the kernel
-// may keep them (node.dirCache), and applies to them the creates it
-// commits in that directory.
+// may keep them (node.dirCache), and applies to them the creates and
+// removals it commits in that directory: a loop of unlinks (rm -r) or of
+// creates then reads them once.
 //
 // Invariants:
 //
@@ -19,8 +20,9 @@ package fusefs
 //     its size) changed meanwhile may show late, by dirCache at most, as
 //     the kernel's own cache would show it.
 //  2. A change of the directory through the mount other than a create
-//     (of a file, directory, symbolic link or special file) committed
-//     alone in it (any other change, or two at once) drops them.
+//     (of a file, directory, symbolic link or special file) or a removal
+//     (unlink, rmdir) committed alone in it (any other change, as a
+//     rename, or two at once) drops them.
 //  3. Attributes read while a change of the directory through the mount
 //     began are not kept.
 
@@ -70,12 +72,14 @@ func (n *node) keepDirAttr(a tyrfs.Attr, changes uint64, read time.Time) {
 // made by dir.change, ended by end once the change is done or failed.
 type dirChange struct {
 	dir *node
-	// created is set when the change is known exactly: it made the entry
-	// name, committed with the directory's new times at ctime.
-	created bool
+	// known is set when the change is known exactly: it made (or, if
+	// removed, removed) the entry name, committed with the directory's
+	// new times at ctime.
+	known   bool
+	removed bool
 	name    string
 	ctime   int64
-	subdir  bool // the entry made is a directory's
+	subdir  bool // the entry is a directory's
 }
 
 // change records the start of a change of directory n through the mount.
@@ -97,7 +101,15 @@ func (n *node) change() *dirChange {
 // moves them forward only), and a directory made there added a link if
 // the directory counts them (fslayout, invariant 6).
 func (c *dirChange) create(name string, a tyrfs.Attr) {
-	c.created, c.name, c.ctime, c.subdir = true, name, a.Ctime, a.Kind == tyrfs.KindDir
+	c.known, c.name, c.ctime, c.subdir = true, name, a.Ctime, a.Kind == tyrfs.KindDir
+}
+
+// remove records that the change removed the entry name, a directory's if
+// subdir, setting the directory's mtime and ctime to t (tyrfs.UnlinkAt,
+// tyrfs.RmdirAt): the log grew by the removal's record, and a directory
+// removed took its link away if the directory counts them.
+func (c *dirChange) remove(name string, t int64, subdir bool) {
+	c.known, c.removed, c.name, c.ctime, c.subdir = true, true, name, t, subdir
 }
 
 // end ends the change, applying what it did to the kept attributes if it
@@ -108,14 +120,25 @@ func (c *dirChange) end() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	k := &n.kept
-	if c.created && k.changing == 1 && !k.until.IsZero() {
-		k.a.Size += tyrfs.DirEntryBytes(c.name)
-		k.a.Mtime, k.a.Ctime = max(k.a.Mtime, c.ctime), max(k.a.Ctime, c.ctime)
-		if c.subdir && k.a.LinksCounted {
-			k.a.Nlink++
-		}
-	} else {
+	if !c.known || k.changing != 1 || k.until.IsZero() {
 		k.until = time.Time{}
+		k.changing--
+		return
+	}
+	k.a.Size += tyrfs.DirEntryBytes(c.name)
+	links := uint32(0)
+	if c.subdir && k.a.LinksCounted {
+		links = 1
+	}
+	if c.removed {
+		// tyrfs.UnlinkAt and RmdirAt set the times, where a create
+		// answered before its commit (tyrfs.CreateAt) moves them
+		// forward only.
+		k.a.Mtime, k.a.Ctime = c.ctime, c.ctime
+		k.a.Nlink -= links
+	} else {
+		k.a.Mtime, k.a.Ctime = max(k.a.Mtime, c.ctime), max(k.a.Ctime, c.ctime)
+		k.a.Nlink += links
 	}
 	k.changing--
 }

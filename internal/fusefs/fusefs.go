@@ -607,8 +607,14 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 		return errno
 	}
 	n.settleMount(ctx)
-	defer n.change().end()
-	return tyrfs.Errno(n.fs.Rmdir(ctx, p))
+	change := n.change()
+	defer change.end()
+	t := time.Now().UnixNano()
+	err := n.fs.RmdirAt(ctx, p, t)
+	if err == nil {
+		change.remove(name, t, true)
+	}
+	return tyrfs.Errno(err)
 }
 
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
@@ -622,8 +628,14 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	if hidden, errno := n.unlinkOpen(ctx, name, p); hidden {
 		return errno
 	}
-	defer n.change().end()
-	return tyrfs.Errno(n.fs.Unlink(ctx, p))
+	change := n.change()
+	defer change.end()
+	t := time.Now().UnixNano()
+	err := n.fs.UnlinkAt(ctx, p, t)
+	if err == nil {
+		change.remove(name, t, false)
+	}
+	return tyrfs.Errno(err)
 }
 
 // handle is an open file. Writes through a handle opened with O_APPEND
