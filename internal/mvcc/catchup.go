@@ -173,6 +173,18 @@ func readRecord(r pebble.Reader, key string) (Record, error) {
 	return rec, it.Error()
 }
 
+// Locked reports whether a commit holds blob key's lock, shares it or
+// waits for it, so that Refresh and Pin of key would wait: a commit
+// staged by a chain holds the lock of every blob it was given a Base of,
+// managed here or not, until it is decided. For a caller that must not
+// wait, as the simulation, whose one goroutine would wait on itself.
+func (s *Store) Locked(key string) bool {
+	s.locks.mu.Lock()
+	defer s.locks.mu.Unlock()
+	_, ok := s.locks.locks[key]
+	return ok
+}
+
 // Refresh makes this store's copy of blob key the one src gives, holding
 // the blob's lock throughout (commits of the blob here wait or, staged by
 // a chain, are refused as locked). It reports whether anything changed.

@@ -263,15 +263,9 @@ func (w *world) isCurrent(s *mvccNode, k string, v uint64) bool {
 }
 
 // locked reports whether a transaction staged on s holds key k, which
-// Pin would wait for.
-func (s *mvccNode) locked(k string) bool {
-	for _, p := range s.staged {
-		if p.inner != nil && slices.Contains(p.keys, k) {
-			return true
-		}
-	}
-	return false
-}
+// Pin and Refresh would wait for: the store's own answer, since a commit
+// holds the blobs it was given Bases of as well as those s stores.
+func (s *mvccNode) locked(k string) bool { return s.store.Locked(k) }
 
 // stepReader runs reader i's step of this tick: pin a version if idle,
 // read it, or stop.
