@@ -747,10 +747,11 @@ func (n *Node) RingProgress() (rebalance.Record, []MoveProgress, bool) {
 }
 
 // incomingOnly reports whether this node serves no reads of any part of
-// key (size bytes, chunk size cs) under pl, while it holds a part of it:
-// a blob it only gains in the current move.
+// key (size bytes, chunk size cs) under pl, while it holds a part of it,
+// before reads switch to the new ring: a blob it only gains in the
+// current move (rebalance.Placement.Gains).
 func (p Placement) incomingOnly(key string, size, cs uint64) bool {
-	if p.w == nil {
+	if !(rebalance.Placement{Read: p.r, Also: p.w}).Gains() {
 		return false
 	}
 	if p.ServesBlob(key) {

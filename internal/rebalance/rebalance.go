@@ -574,6 +574,16 @@ func (p Placement) Replicas(seed uint64, key string, c uint64, rf int) ([]ring.N
 	return reps, nil
 }
 
+// Gains reports whether a node that takes writes of a chunk under p
+// without serving its reads gains the chunk in the move: while reads stay
+// on the old ring, Also is the new one, and such a node is a new owner,
+// whose copy may lack commits that the move's copy fetches. Once reads
+// switched, Also is the old ring and such a node an old owner giving the
+// chunk up; a catch-up takes its copy as up to date (the old owners take
+// every write until the new owners are in step), so one that is behind
+// must catch up as any replica does, not leave it to a copy.
+func (p Placement) Gains() bool { return p.Also != nil && p.Also.Epoch() > p.Read.Epoch() }
+
 // Len returns the number of nodes of the smaller ring: the largest
 // replication factor both rings can place.
 func (p Placement) Len() int {

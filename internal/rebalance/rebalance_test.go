@@ -277,6 +277,13 @@ func TestPlacementDuringMove(t *testing.T) {
 		}
 		pls[i] = pl
 	}
+	// A node taking writes without serving reads gains the chunk until
+	// Switching; from then on it gives it up.
+	for i, rec := range records {
+		if got, want := pls[i].Gains(), rec.Phase < PhaseSwitching; got != want {
+			t.Fatalf("at %v Gains() = %v, want %v", rec.Phase, got, want)
+		}
+	}
 	oldRing := mustRing(t, 1, first.New)
 	for k := range 2000 {
 		key := fmt.Sprintf("blob%d", k)

@@ -107,6 +107,7 @@ type ringState struct {
 	plan ringPlan
 	rng  *rand.Rand
 	rec  rebalance.Record
+	pl   rebalance.Placement // rec's rings
 	// proposed counts the changes proposed; polled is the tick of the
 	// coordinator's last poll, and cleanAcked whether every member it
 	// waits for acknowledged the current record's Clean phase.
@@ -176,7 +177,7 @@ func (w *world) setRing(rec rebalance.Record) {
 	if err != nil {
 		panic(fmt.Sprintf("sim: rings of epoch %d: %v", rec.Epoch, err))
 	}
-	w.ring.rec = rec
+	w.ring.rec, w.ring.pl = rec, pl
 	w.ring.stale = nil
 	var old *ring.Ring
 	if rec.Phase == rebalance.PhaseActive && len(rec.Old) > 0 {
@@ -240,9 +241,10 @@ func (w *world) serves(n ring.NodeID, key string) bool { return slices.Contains(
 func (w *world) gaining(n ring.NodeID, key string) bool { return w.owns(n, key) && !w.serves(n, key) }
 
 // onlyGained reports whether node n serves none of the keys of ops while
-// ranges move, as node.onlyGained does.
+// it gains them in a move (rebalance.Placement.Gains), as node.onlyGained
+// does.
 func (w *world) onlyGained(n ring.NodeID, ops []txn.Op) bool {
-	return w.ring.rec.Moving() && !slices.ContainsFunc(ops, func(op txn.Op) bool { return w.serves(n, op.Key) })
+	return w.ring.pl.Gains() && !slices.ContainsFunc(ops, func(op txn.Op) bool { return w.serves(n, op.Key) })
 }
 
 // markMoveDirty marks keys, which a commit leaving version passed through

@@ -266,7 +266,7 @@ func TestSim(t *testing.T) {
 // commits; 606 (row 50) lost a commit an old owner dropped while it was in
 // flight at the new owner.
 func TestSimRegressions(t *testing.T) {
-	for _, seed := range []uint64{7114, 9651, 286, 299, 1551, 2659, 633, 3244, 9157, 7240, 8171, 16, 185, 606, 8732} {
+	for _, seed := range []uint64{7114, 9651, 286, 299, 1551, 2659, 633, 3244, 9157, 7240, 8171, 16, 185, 606, 8732, 3492} {
 		if r := sim.Run(sim.Config{Seed: seed, Store: storeFor(t, seed)}); len(r.Anomalies) > 0 {
 			report(t, r)
 		}
