@@ -607,12 +607,19 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 		return errno
 	}
 	n.settleMount(ctx)
+	return n.removeEntry(name, true, func(t int64) error { return n.fs.RmdirAt(ctx, p, t) })
+}
+
+// removeEntry commits the removal of the entry name, a directory's if
+// subdir, with remove at a time it picks, and applies it to the
+// directory's kept attributes (dirattr.go).
+func (n *node) removeEntry(name string, subdir bool, remove func(t int64) error) syscall.Errno {
 	change := n.change()
 	defer change.end()
 	t := time.Now().UnixNano()
-	err := n.fs.RmdirAt(ctx, p, t)
+	err := remove(t)
 	if err == nil {
-		change.remove(name, t, true)
+		change.remove(name, t, subdir)
 	}
 	return tyrfs.Errno(err)
 }
@@ -628,14 +635,7 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	if hidden, errno := n.unlinkOpen(ctx, name, p); hidden {
 		return errno
 	}
-	change := n.change()
-	defer change.end()
-	t := time.Now().UnixNano()
-	err := n.fs.UnlinkAt(ctx, p, t)
-	if err == nil {
-		change.remove(name, t, false)
-	}
-	return tyrfs.Errno(err)
+	return n.removeEntry(name, false, func(t int64) error { return n.fs.UnlinkAt(ctx, p, t) })
 }
 
 // handle is an open file. Writes through a handle opened with O_APPEND
