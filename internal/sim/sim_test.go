@@ -264,7 +264,9 @@ func TestSim(t *testing.T) {
 // 633, 3244 and 9157 stalled or lost one while that was being fixed; 7240
 // (row 44) flagged a copy that both replicas reached by different
 // commits; 606 (row 50) lost a commit an old owner dropped while it was in
-// flight at the new owner.
+// flight at the new owner; 8732 (row 56) hung the simulation on a copy of a
+// key a staged commit held; 3492 (row 57) lost a replica's commits to a
+// catch-up that copied an old owner behind while reads switched.
 func TestSimRegressions(t *testing.T) {
 	for _, seed := range []uint64{7114, 9651, 286, 299, 1551, 2659, 633, 3244, 9157, 7240, 8171, 16, 185, 606, 8732, 3492} {
 		if r := sim.Run(sim.Config{Seed: seed, Store: storeFor(t, seed)}); len(r.Anomalies) > 0 {
