@@ -347,6 +347,42 @@ func TestCreateAt(t *testing.T) {
 	}
 }
 
+// TestRemoveAt checks that UnlinkAt and RmdirAt set the parent's mtime
+// and ctime to the time given, and grow its size by the removal's record,
+// as the mount's kept attributes assume; time 0 is refused and changes
+// nothing.
+func TestRemoveAt(t *testing.T) {
+	ctx, _, f := newFS(t)
+	must[Attr](t)(f.Mkdir(ctx, "/d", Owner{Mode: 0o755}))
+	must[Attr](t)(f.Create(ctx, "/d/f", Owner{Mode: 0o644}))
+	must[Attr](t)(f.Mkdir(ctx, "/d/s", Owner{Mode: 0o755}))
+	before := must[Attr](t)(f.Stat(ctx, "/d", KindDir))
+	if err := f.UnlinkAt(ctx, "/d/f", 0); Errno(err) != syscall.EINVAL {
+		t.Fatalf("UnlinkAt at time 0: %v, want EINVAL", err)
+	}
+	if err := f.RmdirAt(ctx, "/d/s", 0); Errno(err) != syscall.EINVAL {
+		t.Fatalf("RmdirAt at time 0: %v, want EINVAL", err)
+	}
+	if d := must[Attr](t)(f.Stat(ctx, "/d", KindDir)); d != before {
+		t.Fatalf("the directory after refused removals: %+v, want %+v", d, before)
+	}
+	at := before.Mtime - 1000 // earlier than the directory's last change: set all the same
+	if err := f.UnlinkAt(ctx, "/d/f", at); err != nil {
+		t.Fatal(err)
+	}
+	d := must[Attr](t)(f.Stat(ctx, "/d", KindDir))
+	if d.Mtime != at || d.Ctime != at || d.Size != before.Size+DirEntryBytes("f") || d.Nlink != before.Nlink {
+		t.Fatalf("the directory after UnlinkAt at %d: %+v; want times %d, size %d, %d links", at, d, at, before.Size+DirEntryBytes("f"), before.Nlink)
+	}
+	if err := f.RmdirAt(ctx, "/d/s", at+1); err != nil {
+		t.Fatal(err)
+	}
+	d2 := must[Attr](t)(f.Stat(ctx, "/d", KindDir))
+	if d2.Mtime != at+1 || d2.Ctime != at+1 || d2.Size != d.Size+DirEntryBytes("s") || d2.Nlink != d.Nlink-1 {
+		t.Fatalf("the directory after RmdirAt at %d: %+v; want times %d, size %d, %d links", at+1, d2, at+1, d.Size+DirEntryBytes("s"), d.Nlink-1)
+	}
+}
+
 func TestLimits(t *testing.T) {
 	ctx, _, f := newFS(t)
 	long := string(bytes.Repeat([]byte("n"), NameBytesMax+1))

@@ -120,9 +120,10 @@ func (c *dirChange) end() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	k := &n.kept
-	if !c.known || k.changing != 1 || k.until.IsZero() {
+	alone := k.changing == 1
+	k.changing--
+	if !c.known || !alone || k.until.IsZero() {
 		k.until = time.Time{}
-		k.changing--
 		return
 	}
 	k.a.Size += tyrfs.DirEntryBytes(c.name)
@@ -140,5 +141,4 @@ func (c *dirChange) end() {
 		k.a.Mtime, k.a.Ctime = max(k.a.Mtime, c.ctime), max(k.a.Ctime, c.ctime)
 		k.a.Nlink += links
 	}
-	k.changing--
 }

@@ -39,7 +39,7 @@ type peer struct {
 
 	mu sync.Mutex
 	// inFlight holds the Forwards queued or in a Deliver call, by
-	// forwardKey.
+	// forwardID.
 	inFlight map[forwardID]bool
 }
 
