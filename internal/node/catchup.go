@@ -62,6 +62,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/tyrstore/tyr/internal/mvcc"
+	"github.com/tyrstore/tyr/internal/rebalance"
 	"maps"
 	"math/rand/v2"
 	"slices"
@@ -641,7 +642,7 @@ func (n *Node) refreshBlob(ctx context.Context, ks *storage.Keyspace, pl Placeme
 	changed, took := false, false
 	var lastErr error
 	for _, src := range srcs {
-		cs := &chunkSource{ctx: ctx, n: n, ks: ks, pl: pl, key: key, src: src.id, ready: src.ready, want: want, move: move}
+		cs := &chunkSource{ctx: ctx, n: n, ks: ks, pl: pl, key: key, src: src.ID, ready: src.Ready, want: want, move: move}
 		c, err := ks.Store.Refresh(key, cs)
 		if err == nil && cs.forced {
 			n.noteWhole(blobRef{ks.Name, key}, pl.epoch())
@@ -664,39 +665,16 @@ func (n *Node) refreshBlob(ctx context.Context, ks *storage.Keyspace, pl Placeme
 	return changed, lastErr
 }
 
-// candidate is a replica to copy from, and whether it was up to date
-// (alive and not catching up) when chosen.
-type candidate struct {
-	id    ring.NodeID
-	ready bool
-}
-
-// sources returns the members of ids other than this node that are alive:
-// the ready ones first, then those of stale (never ready: see
-// Placement.sourceReplicas), then the others, each group sorted.
-func (n *Node) sources(ids, stale []ring.NodeID) []candidate {
-	var ready, old, rest []candidate
-	for _, id := range slices.Sorted(slices.Values(ids)) {
-		switch {
-		case id == n.self || !n.cfg.Cluster.Alive(id):
-		case n.cfg.Cluster.CatchingUp(id):
-			rest = append(rest, candidate{id, false})
-		default:
-			ready = append(ready, candidate{id, true})
-		}
-	}
-	for _, id := range slices.Sorted(slices.Values(stale)) {
-		if id != n.self && n.cfg.Cluster.Alive(id) {
-			old = append(old, candidate{id, false})
-		}
-	}
-	return slices.Concat(ready, old, rest)
+// sources returns the order in which this node tries ids and stale
+// (Placement.sourceReplicas): rebalance.Order, by membership.
+func (n *Node) sources(ids, stale []ring.NodeID) []rebalance.Source {
+	return rebalance.Order(n.self, ids, stale, n.cfg.Cluster.Alive, n.cfg.Cluster.CatchingUp)
 }
 
 // source returns the first of sources(ids, nil), if any.
 func (n *Node) source(ids []ring.NodeID) (id ring.NodeID, ready bool) {
 	if srcs := n.sources(ids, nil); len(srcs) > 0 {
-		return srcs[0].id, srcs[0].ready
+		return srcs[0].ID, srcs[0].Ready
 	}
 	return "", false
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tyrstore/tyr/internal/chain"
 	"github.com/tyrstore/tyr/internal/mvcc"
+	"github.com/tyrstore/tyr/internal/rebalance"
 	"github.com/tyrstore/tyr/internal/ring"
 	"github.com/tyrstore/tyr/internal/txn"
 )
@@ -427,7 +428,7 @@ func TestSources(t *testing.T) {
 	dead.Store(ring.NodeID("e"), true)
 	behind.Store(ring.NodeID("a"), true)
 	got := n.sources([]ring.NodeID{"e", "d", "c", "b", "a"}, []ring.NodeID{"g", "f", "e", "b"})
-	want := []candidate{{"c", true}, {"d", true}, {"f", false}, {"g", false}, {"a", false}}
+	want := []rebalance.Source{{ID: "c", Ready: true}, {ID: "d", Ready: true}, {ID: "f", Ready: false}, {ID: "g", Ready: false}, {ID: "a", Ready: false}}
 	if !slices.Equal(got, want) {
 		t.Fatalf("sources = %v, want %v", got, want)
 	}

@@ -746,25 +746,6 @@ func (n *Node) RingProgress() (rebalance.Record, []MoveProgress, bool) {
 	return rec, out, true
 }
 
-// incomingOnly reports whether this node serves no reads of any part of
-// key (size bytes, chunk size cs) under pl, while it holds a part of it,
-// before reads switch to the new ring: a blob it only gains in the
-// current move (rebalance.Placement.Gains).
-func (p Placement) incomingOnly(key string, size, cs uint64) bool {
-	if !(rebalance.Placement{Read: p.r, Also: p.w}).Gains() {
-		return false
-	}
-	if p.ServesBlob(key) {
-		return false
-	}
-	for c := uint64(0); c*cs < size; c++ {
-		if p.servesChunk(p.n.self, key, c) {
-			return false
-		}
-	}
-	return true
-}
-
 // gainedChunk reports whether this node holds chunk c of key under p but
 // did not under the ring before the current epoch's change: a chunk whose
 // bytes it may lack even if, as a version manager, it knows its version.
@@ -790,12 +771,10 @@ func (n *Node) gainsAnyChunk(p Placement, key string, size, cs uint64) bool {
 	return false
 }
 
-// onlyGained reports whether every blob of ops is one this node only
-// gains in a ring change: it serves no reads of any part of it.
+// onlyGained reports whether this node only gains, in the current move,
+// every blob of ops it has a part in (rebalance.Placement.OnlyGains): it
+// serves reads of no part of any.
 func (n *Node) onlyGained(pl Placement, cs uint64, ops []txn.Op, e versionEntry) bool {
-	if pl.w == nil {
-		return false
-	}
 	sizes := map[string]uint64{}
 	for key, b := range e.bases {
 		if b.Version != 0 {
@@ -803,10 +782,8 @@ func (n *Node) onlyGained(pl Placement, cs uint64, ops []txn.Op, e versionEntry)
 		}
 	}
 	touched := plan(ops, sizes, cs)
-	for _, key := range txn.Keys(ops) {
-		if !e.hasPart(pl, key) {
-			continue
-		}
+	keys := slices.DeleteFunc(txn.Keys(ops), func(key string) bool { return !e.hasPart(pl, key) })
+	return rebalance.Placement{Read: pl.r, Also: pl.w}.OnlyGains(keys, func(key string) bool {
 		size := sizes[key]
 		if t, ok := touched[key]; ok {
 			size = max(size, t.Hi)
@@ -814,11 +791,16 @@ func (n *Node) onlyGained(pl Placement, cs uint64, ops []txn.Op, e versionEntry)
 				size = max(size, (c+1)*cs)
 			}
 		}
-		if !pl.incomingOnly(key, size, cs) {
-			return false
+		if pl.ServesBlob(key) {
+			return true
 		}
-	}
-	return true
+		for c := uint64(0); c*cs < size; c++ {
+			if pl.ServesChunk(key, c) {
+				return true
+			}
+		}
+		return false
+	})
 }
 
 // markMoveDirty records that a commit at version passed through this node

@@ -130,47 +130,11 @@ func (p Placement) replicas(key string, c uint64) ([]ring.NodeID, error) {
 }
 
 // sourceReplicas returns the nodes a catch-up may copy chunk c of key
-// from: its read replicas, and others by the phase of a ring change:
-//
-//   - While ranges are copied (rebalance.PhaseInstalling, PhaseCopying),
-//     the new owners, apart (stale): they take every write, and one that
-//     staged a commit was in step with the first replica's copy, so it may
-//     hold a commit that every read replica lost its stage of (a crash
-//     after the new owner, as the tail, decided it). Only a newer copy of
-//     theirs counts.
-//   - While reads switch to the new ring (rebalance.PhaseSwitching), the
-//     old ring's replicas, which take every write until the new owners are
-//     all in step: a new owner left out of a commit may have no other new
-//     owner to copy it from.
-//   - Once writes left the old owners (rebalance.PhaseActive), and until
-//     they delete what they gave up, the old owners, apart (stale): they
-//     hold every commit begun before, which a new owner may have missed
-//     (its stage lost in a crash), but not those begun since, so only a
-//     newer copy of theirs counts.
+// from, by the phase of a ring change (rebalance.Placement.Sources).
 func (p Placement) sourceReplicas(key string, c uint64) (reps, stale []ring.NodeID, err error) {
-	reps, err = p.replicas(key, c)
+	reps, stale, err = rebalance.Placement{Read: p.r, Also: p.w}.Sources(p.seed, key, c, p.rf, p.old)
 	if err != nil {
-		return nil, nil, err
-	}
-	other, full := p.old, false
-	if p.w != nil {
-		other, full = p.w, p.w.Epoch() < p.r.Epoch()
-	}
-	if other == nil {
-		return reps, nil, nil
-	}
-	owners, err := other.Replicas(p.seed, key, c, min(p.rf, other.Len()))
-	if err != nil {
-		return reps, nil, nil
-	}
-	for _, id := range owners {
-		switch {
-		case slices.Contains(reps, id):
-		case full:
-			reps = append(reps, id)
-		default:
-			stale = append(stale, id)
-		}
+		return nil, nil, fmt.Errorf("%w: %w", errs.ErrUnavailable, err)
 	}
 	return reps, stale, nil
 }
@@ -435,25 +399,9 @@ func (h *sizeHints) learn(keyspace string, ops []txn.Op, results []txn.Result) {
 
 // unkept returns an error if this member, about to let a commit pass
 // through without applying it, holds a chunk the commit changes that the
-// commit could be decided without anyone keeping. The tail's commit is the
-// only stage durable when the commit is decided; the others live in memory
-// until the Backward reaches them, and a re-execution may leave their
-// members out. So for a chunk this member serves (one of its replicas),
-// the tail must hold it too: it applies the change durably before deciding,
-// or refuses the commit if it is behind as well (chain.Passing). For a
-// chunk this member only gains in a ring move, an extra replica beside the
-// ones serving it, another member holding it that is not catching up is
-// enough, as for any chunk the tail does not hold (docs/architecture.md,
-// "Failures: what holds"). What the commit changes is planned from the
-// version managers' sizes.
+// commit could be decided without anyone keeping (rebalance.Keeps). What
+// the commit changes is planned from the version managers' sizes.
 func (n *Node) unkept(pl Placement, cs uint64, ops []txn.Op, e versionEntry) error {
-	if len(e.chain) == 0 {
-		return fmt.Errorf("node %s: a commit passing through names no chain: %w", n.self, errCatchingUp)
-	}
-	tail := e.chain[len(e.chain)-1]
-	if tail == n.self {
-		return nil // The chain refuses the commit (chain.ErrBehind).
-	}
 	sizes := map[string]uint64{}
 	for key, b := range e.bases {
 		if b.Version != 0 {
@@ -465,23 +413,21 @@ func (n *Node) unkept(pl Placement, cs uint64, ops []txn.Op, e versionEntry) err
 			continue
 		}
 		check := func(c uint64) error {
-			switch {
-			case !pl.Holds(key, c):
+			if !pl.Holds(key, c) {
 				return nil
-			case pl.ServesChunk(key, c):
-				if pl.on(tail, key, c) {
-					return nil
-				}
+			}
+			holds := func(id ring.NodeID) bool { return pl.on(id, key, c) }
+			switch rebalance.Keeps(n.self, e.chain, pl.ServesChunk(key, c), holds, n.cfg.Cluster.CatchingUp) {
+			case rebalance.NoChain:
+				return fmt.Errorf("node %s: a commit passing through names no chain: %w", n.self, errCatchingUp)
+			case rebalance.TailLacks:
 				return fmt.Errorf("node %s, behind on chunk %d of blob %q, holds it while the tail %s of the chain %v does not: %w",
-					n.self, c, key, tail, e.chain, errCatchingUp)
+					n.self, c, key, e.chain[len(e.chain)-1], e.chain, errCatchingUp)
+			case rebalance.SoleHolder:
+				return fmt.Errorf("node %s, gaining chunk %d of blob %q, is the only member of the chain %v that holds it: %w",
+					n.self, c, key, e.chain, errCatchingUp)
 			}
-			for _, id := range e.chain {
-				if id != n.self && pl.on(id, key, c) && !n.cfg.Cluster.CatchingUp(id) {
-					return nil
-				}
-			}
-			return fmt.Errorf("node %s, gaining chunk %d of blob %q, is the only member of the chain %v that holds it: %w",
-				n.self, c, key, e.chain, errCatchingUp)
+			return nil
 		}
 		for _, c := range t.Written {
 			if err := check(c); err != nil {

@@ -184,34 +184,22 @@ func handOn(given, own map[string]mvcc.Base) map[string]mvcc.Base {
 	return out
 }
 
-// unkept refuses a pass-through on node n unless the tail of the chain
-// stores every key of ops that n stores, as a node's does (node.unkept):
-// the tail applies the commit durably before it is decided (or refuses it
-// if it is behind too), while the other members keep their stages in
-// memory until the Backward reaches them, and a re-execution may leave
-// them out.
+// unkept refuses a pass-through on node n unless every key of ops that n
+// stores is kept elsewhere (rebalance.Keeps), as a node's does
+// (node.unkept), by key rather than by chunk.
 func (w *world) unkept(n ring.NodeID, ops []txn.Op, chainIDs []ring.NodeID) error {
-	if len(chainIDs) == 0 {
-		return fmt.Errorf("%w: %s: a commit passing through names no chain", errs.ErrUnavailable, n)
-	}
-	tail := chainIDs[len(chainIDs)-1]
-	if tail == n {
-		return nil // The chain refuses the commit (chain.ErrBehind).
-	}
 	for _, op := range ops {
 		if op.Kind == txn.OpReadCheck || !w.owns(n, op.Key) {
 			continue
 		}
-		if w.serves(n, op.Key) {
-			if !w.owns(tail, op.Key) {
-				return fmt.Errorf("%w: %s, behind on %q, stores it while the tail %s of the chain %v does not",
-					errs.ErrUnavailable, n, op.Key, tail, chainIDs)
-			}
-			continue
-		}
-		// A key n only gains in a ring change: another member that
-		// stores it and is not catching up will do.
-		if !slices.ContainsFunc(chainIDs, func(id ring.NodeID) bool { return id != n && w.owns(id, op.Key) && !w.catchingUp(id) }) {
+		holds := func(id ring.NodeID) bool { return w.owns(id, op.Key) }
+		switch rebalance.Keeps(n, chainIDs, w.serves(n, op.Key), holds, w.catchingUp) {
+		case rebalance.NoChain:
+			return fmt.Errorf("%w: %s: a commit passing through names no chain", errs.ErrUnavailable, n)
+		case rebalance.TailLacks:
+			return fmt.Errorf("%w: %s, behind on %q, stores it while the tail %s of the chain %v does not",
+				errs.ErrUnavailable, n, op.Key, chainIDs[len(chainIDs)-1], chainIDs)
+		case rebalance.SoleHolder:
 			return fmt.Errorf("%w: %s, gaining %q, is the only member of the chain %v that stores it",
 				errs.ErrUnavailable, n, op.Key, chainIDs)
 		}
@@ -388,41 +376,20 @@ func (w *world) barrierStep(n ring.NodeID, answered []bool, cut *[]chain.TxnID) 
 }
 
 // sources are the replicas node n may copy key from, in the order a node
-// tries them, among those serving reads of key (not those only gaining it
-// in a ring change) and, while reads switch to a new ring, the old owners,
-// which take every write until the new ones are in step (as
-// node.Placement.sourceReplicas): the other ones that are up and not
-// catching up (ready), then staleOwners (never ready), then the others
-// up. Whether n reaches them is the refresh's to find out.
-func (w *world) sources(n ring.NodeID, key string) []candidate {
-	from := w.serving[key]
-	if w.ring.rec.Phase == rebalance.PhaseSwitching {
-		from = w.placement[key] // the new owners and the old
-	}
-	var out []candidate
-	for _, ready := range []bool{true, false} {
-		for _, id := range from {
-			if id != n && !w.down[id] && ready != w.catchingUp(id) {
-				out = append(out, candidate{id, ready})
-			}
-		}
-		if !ready {
-			continue
-		}
-		// Never ready (as node.Node.sources).
-		for _, id := range w.staleOwners(key) {
-			if id != n && !w.down[id] {
-				out = append(out, candidate{id, false})
-			}
+// tries them (rebalance.Placement.Sources, rebalance.Order); without ring
+// changes, the keys' replicas are drawn at random, not by a ring. Whether
+// n reaches them is the refresh's to find out.
+func (w *world) sources(n ring.NodeID, key string) []rebalance.Source {
+	reps, stale := w.serving[key], []ring.NodeID(nil)
+	if w.ringOn() {
+		var err error
+		reps, stale, err = w.ring.pl.Sources(w.ring.plan.seed, key, 0, w.p.replicationFactor, w.ring.old)
+		if err != nil {
+			panic(fmt.Sprintf("sim: sources of %s in epoch %d: %v", key, w.ring.rec.Epoch, err))
 		}
 	}
-	return out
-}
-
-// candidate is a replica to copy from, and whether it is up to date.
-type candidate struct {
-	id    ring.NodeID
-	ready bool
+	alive := func(id ring.NodeID) bool { return !w.down[id] }
+	return rebalance.Order(n, reps, stale, alive, w.catchingUp)
 }
 
 // refreshKey brings node n's copy of key in step with a source's, with a
@@ -438,10 +405,10 @@ func (w *world) refreshKey(n ring.NodeID, key string, want uint64) bool {
 	}
 	took := false
 	for _, c := range srcs {
-		done, behind := w.copyKey(n, key, c.id, c.ready, want)
+		done, behind := w.copyKey(n, key, c.ID, c.Ready, want)
 		switch {
 		case behind:
-		case c.ready:
+		case c.Ready:
 			return done
 		default:
 			took = took || done
@@ -453,7 +420,7 @@ func (w *world) refreshKey(n ring.NodeID, key string, want uint64) bool {
 // source is the first of sources(n, key), if any.
 func (w *world) source(n ring.NodeID, key string) (ring.NodeID, bool) {
 	if srcs := w.sources(n, key); len(srcs) > 0 {
-		return srcs[0].id, srcs[0].ready
+		return srcs[0].ID, srcs[0].Ready
 	}
 	return "", false
 }

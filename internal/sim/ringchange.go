@@ -126,10 +126,10 @@ type ringState struct {
 	drains map[ring.NodeID]*rebalance.Drain[chain.TxnID]
 	// ids numbers the copy requests.
 	ids int
-	// stale holds, in Active, each key's old owners that are not new
-	// ones: they take no more writes, and delete the key once Clean; in
-	// Installing and Copying, its new owners that do not serve it yet.
-	stale map[string][]ring.NodeID
+	// old is the ring before rec's in Active, whose owners take no more
+	// writes and delete what they gave up once Clean (the old ring of
+	// rebalance.Placement.Sources); nil in other phases.
+	old *ring.Ring
 }
 
 // moveCopy is one node's copy of the ranges it gains in an epoch.
@@ -178,17 +178,11 @@ func (w *world) setRing(rec rebalance.Record) {
 		panic(fmt.Sprintf("sim: rings of epoch %d: %v", rec.Epoch, err))
 	}
 	w.ring.rec, w.ring.pl = rec, pl
-	w.ring.stale = nil
-	var old *ring.Ring
+	w.ring.old = nil
 	if rec.Phase == rebalance.PhaseActive && len(rec.Old) > 0 {
-		if old, err = ring.New(ring.Config{}, rec.Epoch-1, rec.Old); err != nil {
+		if w.ring.old, err = ring.New(ring.Config{}, rec.Epoch-1, rec.Old); err != nil {
 			panic(fmt.Sprintf("sim: ring before epoch %d: %v", rec.Epoch, err))
 		}
-		w.ring.stale = map[string][]ring.NodeID{}
-	}
-	copying := rec.Moving() && rec.Phase < rebalance.PhaseSwitching
-	if copying {
-		w.ring.stale = map[string][]ring.NodeID{}
 	}
 	for _, k := range w.keys {
 		write, err := pl.Replicas(w.ring.plan.seed, k, 0, w.p.replicationFactor)
@@ -202,35 +196,9 @@ func (w *world) setRing(rec rebalance.Record) {
 		slices.Sort(write)
 		slices.Sort(read)
 		w.placement[k], w.serving[k] = write, read
-		if copying {
-			for _, id := range write {
-				if !slices.Contains(read, id) {
-					w.ring.stale[k] = append(w.ring.stale[k], id)
-				}
-			}
-		}
-		if old == nil {
-			continue
-		}
-		was, err := old.Replicas(w.ring.plan.seed, k, 0, min(w.p.replicationFactor, old.Len()))
-		if err != nil {
-			panic(fmt.Sprintf("sim: replicas of %s before epoch %d: %v", k, rec.Epoch, err))
-		}
-		for _, id := range was {
-			if !slices.Contains(read, id) {
-				w.ring.stale[k] = append(w.ring.stale[k], id)
-			}
-		}
-		slices.Sort(w.ring.stale[k])
 	}
 	w.trace("ring epoch %d %v: replicas %v serving %v", rec.Epoch, rec.Phase, w.placement, w.serving)
 }
-
-// staleOwners returns the owners of key a catch-up takes only a newer
-// copy from (see node.Placement.sourceReplicas): in Active the old owners,
-// no longer written to; in Installing and Copying the new owners, which
-// serve no reads yet; none in other phases.
-func (w *world) staleOwners(key string) []ring.NodeID { return w.ring.stale[key] }
 
 // serves reports whether node n serves reads of key: it is a replica of
 // key under the ring reads use.
@@ -240,11 +208,10 @@ func (w *world) serves(n ring.NodeID, key string) bool { return slices.Contains(
 // it in a ring change (or, from Switching, gives it up).
 func (w *world) gaining(n ring.NodeID, key string) bool { return w.owns(n, key) && !w.serves(n, key) }
 
-// onlyGained reports whether node n serves none of the keys of ops while
-// it gains them in a move (rebalance.Placement.Gains), as node.onlyGained
-// does.
+// onlyGained reports whether node n only gains every key of ops in the
+// current move (rebalance.Placement.OnlyGains), as node.onlyGained does.
 func (w *world) onlyGained(n ring.NodeID, ops []txn.Op) bool {
-	return w.ring.pl.Gains() && !slices.ContainsFunc(ops, func(op txn.Op) bool { return w.serves(n, op.Key) })
+	return w.ring.pl.OnlyGains(txn.Keys(ops), func(key string) bool { return w.serves(n, key) })
 }
 
 // markMoveDirty marks keys, which a commit leaving version passed through

@@ -1,0 +1,154 @@
+package rebalance
+
+import (
+	"slices"
+
+	"github.com/tyrstore/tyr/internal/ring"
+)
+
+// The rules of this file decide how a replica that is behind catches up
+// and when a commit may pass through it without being applied. A node
+// (internal/node) and the simulation (internal/sim) both call them, so the
+// simulation checks the rules that ship: each caller supplies what it
+// knows of the cluster (who is alive, who is catching up, who holds what)
+// as functions, and formats its own errors.
+
+// Sources returns the nodes a catch-up may copy chunk c of key from under
+// p at replication factor rf: its read replicas, and others by the phase
+// of a ring change. old is the ring before the current change while its
+// owners, no longer written to, still hold what they gave up (PhaseActive
+// until the drain ends); nil otherwise.
+//
+//   - While ranges are copied (PhaseInstalling, PhaseCopying), the new
+//     owners, apart (stale): they take every write, and one that staged a
+//     commit was in step with the first replica's copy, so it may hold a
+//     commit that every read replica lost its stage of (a crash after the
+//     new owner, as the tail, decided it). Only a newer copy of theirs
+//     counts.
+//   - While reads switch to the new ring (PhaseSwitching), the old ring's
+//     replicas, among reps: they take every write until the new owners are
+//     all in step, and a new owner left out of a commit may have no other
+//     new owner to copy it from.
+//   - Once writes left the old owners (PhaseActive), and until they delete
+//     what they gave up, the old owners, apart (stale): they hold every
+//     commit begun before, which a new owner may have missed (its stage
+//     lost in a crash), but not those begun since, so only a newer copy of
+//     theirs counts.
+//
+// An old ring that cannot place the chunk adds nothing.
+func (p Placement) Sources(seed uint64, key string, c uint64, rf int, old *ring.Ring) (reps, stale []ring.NodeID, err error) {
+	reps, err = p.Read.Replicas(seed, key, c, rf)
+	if err != nil {
+		return nil, nil, err
+	}
+	other, full := old, false
+	if p.Also != nil {
+		other, full = p.Also, !p.Gains()
+	}
+	if other == nil {
+		return reps, nil, nil
+	}
+	owners, err := other.Replicas(seed, key, c, min(rf, other.Len()))
+	if err != nil {
+		return reps, nil, nil
+	}
+	for _, id := range owners {
+		switch {
+		case slices.Contains(reps, id):
+		case full:
+			reps = append(reps, id)
+		default:
+			stale = append(stale, id)
+		}
+	}
+	return reps, stale, nil
+}
+
+// Source is a node to copy from, and whether it was up to date (alive
+// and not catching up) when chosen.
+type Source struct {
+	ID    ring.NodeID
+	Ready bool
+}
+
+// Order returns the order in which node self tries the sources reps and
+// stale (Sources): the members of reps that are alive and not catching up
+// (ready), then the live members of stale (never ready: only a newer copy
+// of theirs counts), then the live members of reps catching up; each group
+// sorted, never self.
+func Order(self ring.NodeID, reps, stale []ring.NodeID, alive, catchingUp func(ring.NodeID) bool) []Source {
+	var ready, old, rest []Source
+	for _, id := range slices.Sorted(slices.Values(reps)) {
+		switch {
+		case id == self || !alive(id):
+		case catchingUp(id):
+			rest = append(rest, Source{id, false})
+		default:
+			ready = append(ready, Source{id, true})
+		}
+	}
+	for _, id := range slices.Sorted(slices.Values(stale)) {
+		if id != self && alive(id) {
+			old = append(old, Source{id, false})
+		}
+	}
+	return slices.Concat(ready, old, rest)
+}
+
+// Keeping is the verdict of Keeps on a part (a chunk, or in the simulation
+// a key) that a chain member, behind on it, would let a commit pass
+// through without applying.
+type Keeping int
+
+const (
+	// Kept: the commit is decided only with the part kept elsewhere, or
+	// the member is the tail, whose chain refuses a commit it is behind
+	// on (chain.ErrBehind).
+	Kept Keeping = iota
+	// NoChain: the commit names no chain to judge by.
+	NoChain
+	// TailLacks: the member serves reads of the part and the chain's tail
+	// does not hold it.
+	TailLacks
+	// SoleHolder: the member only gains the part in a ring change and no
+	// other member holding it is up to date.
+	SoleHolder
+)
+
+// Keeps judges whether node self may let a commit pass through it without
+// applying a part it holds and is behind on. The tail's commit is the only
+// stage durable when the commit is decided; the other members keep theirs
+// in memory until the Backward reaches them, and a re-execution may leave
+// them out. So for a part self serves reads of (serves), the tail must
+// hold it too: it applies the change durably before deciding, or refuses
+// the commit if it is behind as well. For a part self only gains in a
+// ring change, an extra replica beside those serving it, another member
+// of chain that holds it (holds) and is not catching up is enough.
+func Keeps(self ring.NodeID, chain []ring.NodeID, serves bool, holds, catchingUp func(ring.NodeID) bool) Keeping {
+	if len(chain) == 0 {
+		return NoChain
+	}
+	tail := chain[len(chain)-1]
+	switch {
+	case tail == self:
+		return Kept
+	case serves && holds(tail):
+		return Kept
+	case serves:
+		return TailLacks
+	}
+	for _, id := range chain {
+		if id != self && holds(id) && !catchingUp(id) {
+			return Kept
+		}
+	}
+	return SoleHolder
+}
+
+// OnlyGains reports whether a member, behind on the blobs keys of a
+// commit, gains every one of them in the current move: it serves reads of
+// none (serves), and reads have not switched (Gains). Such a member leaves
+// them to the move's copy rather than catching up as a whole.
+func (p Placement) OnlyGains(keys []string, serves func(key string) bool) bool {
+	return p.Gains() && !slices.ContainsFunc(keys, serves)
+}

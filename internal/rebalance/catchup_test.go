@@ -1,0 +1,145 @@
+package rebalance
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/tyrstore/tyr/internal/ring"
+)
+
+// TestSourcesByPhase checks where a catch-up copies from in each phase of
+// a move from 3 to 5 nodes at replication 3: the read replicas always;
+// the new owners apart while ranges are copied; the old owners among the
+// read replicas while reads switch; the old owners apart in Active while
+// the old ring is kept; nothing more once Clean.
+func TestSourcesByPhase(t *testing.T) {
+	first, _ := First("a", nodes("a", "b", "c"))
+	r, err := Propose(first, "a", nodes("a", "b", "c", "d", "e"), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const rf, seed = 3, 9
+	oldRing, newRing := mustRing(t, 1, first.New), mustRing(t, r.Epoch, r.New)
+	for p := PhaseInstalling; p <= PhaseClean; p++ {
+		rec := r
+		rec.Phase = p
+		pl, err := rec.Rings(ring.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var old *ring.Ring
+		if p == PhaseActive {
+			old = oldRing
+		}
+		moved := 0
+		for k := range 500 {
+			key := fmt.Sprintf("blob%d", k)
+			was, _ := oldRing.Replicas(seed, key, 0, rf)
+			now, _ := newRing.Replicas(seed, key, 0, rf)
+			reps, stale, err := pl.Sources(seed, key, 0, rf, old)
+			if err != nil {
+				t.Fatal(err)
+			}
+			reads, wantReps, wantStale := was, was, minus(now, was)
+			switch p {
+			case PhaseSwitching:
+				reads, wantReps, wantStale = now, union(now, was), nil
+			case PhaseActive:
+				reads, wantReps, wantStale = now, now, minus(was, now)
+			case PhaseClean:
+				reads, wantReps, wantStale = now, now, nil
+			}
+			if !slices.Equal(reps[:len(reads)], reads) {
+				t.Fatalf("%s at %v: sources begin %v, want the read replicas %v", key, p, reps, reads)
+			}
+			if !sameSet(reps, wantReps) || !sameSet(stale, wantStale) {
+				t.Fatalf("%s at %v: sources %v, stale %v; want %v, stale %v", key, p, reps, stale, wantReps, wantStale)
+			}
+			if !slices.Equal(was, now) {
+				moved++
+			}
+		}
+		if moved == 0 {
+			t.Fatal("no key moved: the test proves nothing")
+		}
+	}
+}
+
+func TestOrder(t *testing.T) {
+	dead := map[ring.NodeID]bool{"e": true}
+	behind := map[ring.NodeID]bool{"a": true}
+	alive := func(id ring.NodeID) bool { return !dead[id] }
+	catching := func(id ring.NodeID) bool { return behind[id] }
+	got := Order("b", []ring.NodeID{"e", "d", "c", "b", "a"}, []ring.NodeID{"g", "f", "e", "b"}, alive, catching)
+	want := []Source{{"c", true}, {"d", true}, {"f", false}, {"g", false}, {"a", false}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("Order = %v, want %v", got, want)
+	}
+	if got := Order("b", []ring.NodeID{"b", "e"}, nil, alive, catching); len(got) != 0 {
+		t.Fatalf("Order of b and e (dead) at b = %v, want none", got)
+	}
+}
+
+func TestKeeps(t *testing.T) {
+	holders := map[ring.NodeID]bool{"a": true, "b": true}
+	holds := func(id ring.NodeID) bool { return holders[id] }
+	none := func(ring.NodeID) bool { return false }
+	all := func(ring.NodeID) bool { return true }
+	for _, tc := range []struct {
+		name       string
+		self       ring.NodeID
+		chain      []ring.NodeID
+		serves     bool
+		catchingUp func(ring.NodeID) bool
+		want       Keeping
+	}{
+		{"no chain", "a", nil, true, none, NoChain},
+		{"the tail refuses for itself", "a", []ring.NodeID{"c", "a"}, true, none, Kept},
+		{"a serving member, the tail holds it", "a", []ring.NodeID{"a", "b"}, true, none, Kept},
+		{"a serving member, the tail lacks it", "a", []ring.NodeID{"a", "b", "c"}, true, none, TailLacks},
+		{"the tail keeps it even if catching up", "a", []ring.NodeID{"a", "b"}, true, all, Kept},
+		{"a gaining member, another holder in step", "a", []ring.NodeID{"a", "b", "c"}, false, none, Kept},
+		{"a gaining member, the other holder catching up", "a", []ring.NodeID{"a", "b", "c"}, false, all, SoleHolder},
+		{"a gaining member, no other holder", "a", []ring.NodeID{"a", "c", "d"}, false, none, SoleHolder},
+	} {
+		if got := Keeps(tc.self, tc.chain, tc.serves, holds, tc.catchingUp); got != tc.want {
+			t.Errorf("%s: Keeps = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestOnlyGains(t *testing.T) {
+	first, _ := First("a", nodes("a", "b", "c"))
+	r, err := Propose(first, "a", nodes("a", "b", "c", "d"), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := map[string]bool{"x": true}
+	serves := func(key string) bool { return served[key] }
+	for p := PhaseInstalling; p <= PhaseClean; p++ {
+		rec := r
+		rec.Phase = p
+		pl, err := rec.Rings(ring.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		gaining := p < PhaseSwitching
+		if got := pl.OnlyGains([]string{"y", "z"}, serves); got != gaining {
+			t.Errorf("at %v OnlyGains of keys not served = %v, want %v", p, got, gaining)
+		}
+		if pl.OnlyGains([]string{"y", "x"}, serves) {
+			t.Errorf("at %v OnlyGains with a key served = true", p)
+		}
+	}
+}
+
+func minus(a, b []ring.NodeID) []ring.NodeID {
+	return slices.DeleteFunc(slices.Clone(a), func(id ring.NodeID) bool { return slices.Contains(b, id) })
+}
+
+func union(a, b []ring.NodeID) []ring.NodeID { return append(slices.Clone(a), minus(b, a)...) }
+
+func sameSet(a, b []ring.NodeID) bool {
+	return slices.Equal(slices.Sorted(slices.Values(a)), slices.Sorted(slices.Values(b)))
+}
