@@ -275,6 +275,29 @@ func TestSimRegressions(t *testing.T) {
 	}
 }
 
+// TestSimMoves runs seeds with a ring change on each, where TestSim makes
+// them on a third: the catch-up and pass-through rules of a move (package
+// rebalance) under every fault profile. Its seeds are not TestSim's.
+func TestSimMoves(t *testing.T) {
+	const first, seeds = 10001, 100
+	results := runSeeds(first, seeds, func(seed uint64) sim.Config {
+		return sim.Config{Seed: seed, Moves: true, Store: storeFor(t, seed)}
+	})
+	moved := 0
+	for _, r := range results {
+		if len(r.Anomalies) > 0 {
+			report(t, r)
+		}
+		if r.Stats.Moves > 0 {
+			moved++
+		}
+	}
+	if moved < seeds/2 {
+		t.Fatalf("%d of %d seeds moved keys in a ring change: the test proves little", moved, seeds)
+	}
+	t.Logf("seeds %d..%d: %d moved keys in a ring change", first, first+seeds-1, moved)
+}
+
 // TestSimDeterministic runs seeds twice on each store and compares their
 // event traces, which cover the stores' final contents and versions.
 func TestSimDeterministic(t *testing.T) {
