@@ -621,7 +621,9 @@ func (n *Node) refresh(ctx context.Context, ks *storage.Keyspace, pl Placement, 
 }
 
 // refreshBlob is refresh, and the copy of a blob this node gains in a ring
-// change (move); it reports whether the copy changed anything.
+// change (move); it reports whether the copy changed anything. It asks the
+// sources in turn until one decides (rebalance.Refresh), and returns the
+// last error if none gave a copy.
 func (n *Node) refreshBlob(ctx context.Context, ks *storage.Keyspace, pl Placement, key string, want uint64, move bool) (bool, error) {
 	vms, stale, err := pl.sourceReplicas(key, 0)
 	if err != nil {
@@ -634,14 +636,9 @@ func (n *Node) refreshBlob(ctx context.Context, ks *storage.Keyspace, pl Placeme
 		}
 		return false, fmt.Errorf("%w: no live version manager of blob %q to copy from (version managers %v)", errs.ErrUnavailable, key, vms)
 	}
-	// A source behind the commit wanted may never get it (it lost its
-	// stage, every replica having failed at once), while another has it.
-	// A source that is not up to date gives only a newer copy, and a
-	// later one may have a newer one still: all of them are asked, unless
-	// an up-to-date one answers first.
-	changed, took := false, false
+	changed := false
 	var lastErr error
-	for _, src := range srcs {
+	answer := rebalance.Refresh(srcs, func(src rebalance.Source) (rebalance.Answer, bool) {
 		cs := &chunkSource{ctx: ctx, n: n, ks: ks, pl: pl, key: key, src: src.ID, ready: src.Ready, want: want, move: move}
 		c, err := ks.Store.Refresh(key, cs)
 		if err == nil && cs.forced {
@@ -650,16 +647,15 @@ func (n *Node) refreshBlob(ctx context.Context, ks *storage.Keyspace, pl Placeme
 		changed = changed || c
 		switch {
 		case errors.Is(err, mvcc.ErrCopyBehind):
-		case cs.ready: // as it answered
-			return changed, err
-		case err == nil:
-			took = true
-		}
-		if err != nil {
 			lastErr = err
+			return rebalance.Behind, cs.ready
+		case err != nil:
+			lastErr = err
+			return rebalance.Failed, cs.ready
 		}
-	}
-	if took {
+		return rebalance.Took, cs.ready // cs.ready: as it answered
+	})
+	if answer == rebalance.Took {
 		return changed, nil
 	}
 	return changed, lastErr

@@ -95,6 +95,49 @@ func Order(self ring.NodeID, reps, stale []ring.NodeID, alive, catchingUp func(r
 	return slices.Concat(ready, old, rest)
 }
 
+// Answer is how a source answered a catch-up's request for its copy of a
+// blob.
+type Answer int
+
+const (
+	// Behind: the source's copy is before the version wanted (that of a
+	// commit which passed through the asking node). It may never get it
+	// (it lost its stage, every replica having failed at once) while
+	// another source has it.
+	Behind Answer = iota
+	// Failed: the copy failed otherwise (the source is unreachable, say).
+	Failed
+	// Took: the asking node took the copy, or found nothing to take.
+	Took
+)
+
+// Refresh asks sources, in the order given (Order), for their copy of a
+// blob until one decides, and returns the answer that counts. A source
+// behind the version wanted is passed over. An up-to-date source (ready,
+// as it answered: membership may not show yet that it is catching up)
+// that answers otherwise decides. A source that is not up to date gives
+// only a newer copy, and a later one may have a newer one still, so all
+// of them are asked: then Refresh answers Took if any copy was taken, and
+// otherwise the last source's answer.
+func Refresh(srcs []Source, ask func(Source) (a Answer, ready bool)) Answer {
+	last, took := Failed, false
+	for _, src := range srcs {
+		a, ready := ask(src)
+		switch {
+		case a == Behind:
+		case ready:
+			return a
+		case a == Took:
+			took = true
+		}
+		last = a
+	}
+	if took {
+		return Took
+	}
+	return last
+}
+
 // Keeping is the verdict of Keeps on a part (a chunk, or in the simulation
 // a key) that a chain member, behind on it, would let a commit pass
 // through without applying.

@@ -143,3 +143,44 @@ func union(a, b []ring.NodeID) []ring.NodeID { return append(slices.Clone(a), mi
 func sameSet(a, b []ring.NodeID) bool {
 	return slices.Equal(slices.Sorted(slices.Values(a)), slices.Sorted(slices.Values(b)))
 }
+
+// TestRefresh checks which source's answer counts: those behind are passed
+// over, the first up-to-date one that answers otherwise decides, and
+// without one every source that is not up to date is asked and any copy
+// taken counts.
+func TestRefresh(t *testing.T) {
+	type reply struct {
+		a     Answer
+		ready bool
+	}
+	for _, tc := range []struct {
+		name    string
+		replies []reply
+		want    Answer
+		asked   int
+	}{
+		{"none", nil, Failed, 0},
+		{"an up-to-date source takes", []reply{{Took, true}, {Failed, false}}, Took, 1},
+		{"an up-to-date source fails and decides", []reply{{Failed, true}, {Took, true}}, Failed, 1},
+		{"one behind is passed over", []reply{{Behind, true}, {Took, true}}, Took, 2},
+		{"all behind", []reply{{Behind, true}, {Behind, false}}, Behind, 2},
+		{"stale copies: any taken counts", []reply{{Took, false}, {Failed, false}}, Took, 2},
+		{"stale copies: none taken", []reply{{Failed, false}, {Behind, false}}, Behind, 2},
+		{"a stale copy, then an up-to-date failure", []reply{{Took, false}, {Failed, true}}, Failed, 2},
+		{"membership says ready, the answer not", []reply{{Failed, false}, {Took, false}}, Took, 2},
+	} {
+		asked := 0
+		srcs := make([]Source, len(tc.replies))
+		for i := range srcs {
+			srcs[i] = Source{ID: ring.NodeID(fmt.Sprint(i)), Ready: true} // as membership saw them: the answers count
+		}
+		got := Refresh(srcs, func(Source) (Answer, bool) {
+			r := tc.replies[asked]
+			asked++
+			return r.a, r.ready
+		})
+		if got != tc.want || asked != tc.asked {
+			t.Errorf("%s: Refresh = %v after %d asked, want %v after %d", tc.name, got, asked, tc.want, tc.asked)
+		}
+	}
+}

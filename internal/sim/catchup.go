@@ -394,27 +394,23 @@ func (w *world) sources(n ring.NodeID, key string) []rebalance.Source {
 
 // refreshKey brings node n's copy of key in step with a source's, with a
 // copy at least at version want; it reports whether it is done, or must
-// be tried again later. As a node does (Node.refresh), it tries the next
-// source when one is behind want, and asks every source that is not up to
-// date unless an up-to-date one answers first.
+// be tried again later. It asks the sources as a node does
+// (rebalance.Refresh, which Node.refreshBlob calls).
 func (w *world) refreshKey(n ring.NodeID, key string, want uint64) bool {
 	srcs := w.sources(n, key)
 	if len(srcs) == 0 {
 		// The only replica serving key: nothing to copy.
 		return !slices.ContainsFunc(w.serving[key], func(id ring.NodeID) bool { return id != n })
 	}
-	took := false
-	for _, c := range srcs {
-		done, behind := w.copyKey(n, key, c.ID, c.Ready, want)
-		switch {
+	return rebalance.Refresh(srcs, func(c rebalance.Source) (rebalance.Answer, bool) {
+		switch done, behind := w.copyKey(n, key, c.ID, c.Ready, want); {
 		case behind:
-		case c.Ready:
-			return done
-		default:
-			took = took || done
+			return rebalance.Behind, c.Ready
+		case done:
+			return rebalance.Took, c.Ready
 		}
-	}
-	return took
+		return rebalance.Failed, c.Ready
+	}) == rebalance.Took
 }
 
 // source is the first of sources(n, key), if any.
