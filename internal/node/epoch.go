@@ -808,12 +808,12 @@ func (n *Node) onlyGained(pl Placement, cs uint64, ops []txn.Op, e versionEntry)
 // marking nothing, once the copy of the current epoch has ended before the
 // epoch switches reads to this node: no copy would fetch them, and the
 // caller makes the node catch up instead, so that it serves none of them
-// before it has them.
+// before it has them (rebalance.Record.LeftToCopy).
 func (n *Node) markMoveDirty(keyspace string, keys []string, version uint64) bool {
 	rec, _ := n.Ring()
 	n.epoch.dirtyMu.Lock()
 	defer n.epoch.dirtyMu.Unlock()
-	if n.epoch.closed == rec.Epoch && rec.Phase <= rebalance.PhaseCopying {
+	if !rec.LeftToCopy(n.epoch.closed) {
 		return false
 	}
 	for _, key := range keys {

@@ -184,3 +184,16 @@ func TestRefresh(t *testing.T) {
 		}
 	}
 }
+
+func TestLeftToCopy(t *testing.T) {
+	r := Record{Epoch: 5}
+	for p := PhaseInstalling; p <= PhaseClean; p++ {
+		r.Phase = p
+		if !r.LeftToCopy(4) {
+			t.Errorf("at %v, the copy of epoch 4 ended: LeftToCopy = false, want true", p)
+		}
+		if got, want := r.LeftToCopy(5), p > PhaseCopying; got != want {
+			t.Errorf("at %v, the copy of epoch 5 ended: LeftToCopy = %v, want %v", p, got, want)
+		}
+	}
+}

@@ -216,10 +216,11 @@ func (w *world) onlyGained(n ring.NodeID, ops []txn.Op) bool {
 
 // markMoveDirty marks keys, which a commit leaving version passed through
 // node n for, for the move's copy, as node.markMoveDirty does; false,
-// marking nothing, once n's copy of the epoch ended while it copies.
+// marking nothing, once n's copy of the epoch ended while it copies
+// (rebalance.Record.LeftToCopy).
 func (w *world) markMoveDirty(n ring.NodeID, keys []string, version uint64) bool {
 	rec := w.ring.rec
-	if w.ring.closed[n] == rec.Epoch && rec.Phase <= rebalance.PhaseCopying {
+	if !rec.LeftToCopy(w.ring.closed[n]) {
 		return false
 	}
 	d := w.ring.dirty[n]
