@@ -203,6 +203,57 @@ func TestUnkept(t *testing.T) {
 	}
 }
 
+// TestOnlyGained: a member behind on a blob leaves it to the move's copy
+// (no catch-up of its own) only while it gains the blob: it holds a part
+// and serves no reads of it, before reads switch. From then on an old
+// owner giving the blob up serves no reads of it either, yet catch-ups
+// take its copy as up to date, so one that is behind must catch up
+// (docs/bugs.md row 57).
+func TestOnlyGained(t *testing.T) {
+	old, err := ring.New(ring.Config{}, 1, []ring.Node{{ID: "a", Weight: 1}, {ID: "b", Weight: 1}, {ID: "c", Weight: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := ring.New(ring.Config{}, 2, []ring.Node{{ID: "a", Weight: 1}, {ID: "b", Weight: 1}, {ID: "c", Weight: 1}, {ID: "d", Weight: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const seed, rf, cs = 5, 2, 4 << 10
+	var key string
+	var was, now []ring.NodeID
+	for i := 0; key == ""; i++ {
+		k := fmt.Sprintf("k%d", i)
+		was, _ = old.Replicas(seed, k, 0, rf)
+		now, _ = next.Replicas(seed, k, 0, rf)
+		if slices.Contains(now, "d") {
+			key = k
+		}
+	}
+	gone := slices.DeleteFunc(slices.Clone(was), func(id ring.NodeID) bool { return slices.Contains(now, id) })
+	if len(gone) == 0 {
+		t.Fatalf("%s: no old owner gives it up (%v to %v)", key, was, now)
+	}
+	ops := []txn.Op{{Key: key, Kind: txn.OpWrite, Data: []byte("x")}}
+	for _, tc := range []struct {
+		name string
+		self ring.NodeID
+		r, w *ring.Ring
+		want bool
+	}{
+		{"copying, the new owner", "d", old, next, true},
+		{"copying, an old owner", was[0], old, next, false},
+		{"switching, the new owner", "d", next, old, false},
+		{"switching, an old owner giving it up", gone[0], next, old, false},
+		{"no move", was[0], next, nil, false},
+	} {
+		n := &Node{self: tc.self}
+		pl := Placement{n: n, keyspace: testKeyspace, r: tc.r, w: tc.w, seed: seed, rf: rf}
+		if got := n.onlyGained(pl, cs, ops, versionEntry{}); got != tc.want {
+			t.Errorf("%s (%s, %s): onlyGained = %v, want %v", tc.name, tc.self, key, got, tc.want)
+		}
+	}
+}
+
 // TestSourceReplicas: a catch-up copies from the read replicas; while the
 // new ring is being copied also from its owners apart (stale); while reads
 // switch to it also from the old ring's, which still take every write;
