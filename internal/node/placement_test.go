@@ -128,33 +128,11 @@ func TestChainOrder(t *testing.T) {
 // ring move, another member of the chain that holds it and is not
 // catching up is enough.
 func TestUnkept(t *testing.T) {
-	nodes := func(ids ...ring.NodeID) []ring.Node {
-		var out []ring.Node
-		for _, id := range ids {
-			out = append(out, ring.Node{ID: id, Weight: 1})
-		}
-		return out
-	}
-	r, err := ring.New(ring.Config{}, 1, nodes("a", "b", "c"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := ring.New(ring.Config{}, 2, nodes("a", "b", "c", "d"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, w := testRing(t, 1, "a", "b", "c"), testRing(t, 2, "a", "b", "c", "d")
 	const seed, rf, cs = 7, 2, 4 << 10
 	// A key whose one chunk d gains in the move from r to w.
-	var key string
-	var serving, gaining []ring.NodeID
-	for i := 0; key == ""; i++ {
-		k := fmt.Sprintf("k%d", i)
-		old, _ := r.Replicas(seed, k, 0, rf)
-		next, _ := w.Replicas(seed, k, 0, rf)
-		if slices.Contains(next, "d") {
-			key, serving, gaining = k, old, []ring.NodeID{"d"}
-		}
-	}
+	key, serving, _ := gainedKey(r, w, seed, rf, "d")
+	gaining := []ring.NodeID{"d"}
 	var outside ring.NodeID // a member of r holding nothing of key
 	for _, id := range []ring.NodeID{"a", "b", "c"} {
 		if !slices.Contains(serving, id) {
@@ -210,25 +188,9 @@ func TestUnkept(t *testing.T) {
 // take its copy as up to date, so one that is behind must catch up
 // (docs/bugs.md row 57).
 func TestOnlyGained(t *testing.T) {
-	old, err := ring.New(ring.Config{}, 1, []ring.Node{{ID: "a", Weight: 1}, {ID: "b", Weight: 1}, {ID: "c", Weight: 1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	next, err := ring.New(ring.Config{}, 2, []ring.Node{{ID: "a", Weight: 1}, {ID: "b", Weight: 1}, {ID: "c", Weight: 1}, {ID: "d", Weight: 1}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	old, next := testRing(t, 1, "a", "b", "c"), testRing(t, 2, "a", "b", "c", "d")
 	const seed, rf, cs = 5, 2, 4 << 10
-	var key string
-	var was, now []ring.NodeID
-	for i := 0; key == ""; i++ {
-		k := fmt.Sprintf("k%d", i)
-		was, _ = old.Replicas(seed, k, 0, rf)
-		now, _ = next.Replicas(seed, k, 0, rf)
-		if slices.Contains(now, "d") {
-			key = k
-		}
-	}
+	key, was, now := gainedKey(old, next, seed, rf, "d")
 	gone := slices.DeleteFunc(slices.Clone(was), func(id ring.NodeID) bool { return slices.Contains(now, id) })
 	if len(gone) == 0 {
 		t.Fatalf("%s: no old owner gives it up (%v to %v)", key, was, now)
@@ -254,19 +216,39 @@ func TestOnlyGained(t *testing.T) {
 	}
 }
 
+// gainedKey returns the first key k0, k1, ... whose chunk 0 node id gains
+// in a move from ring r to w, with its replicas under each.
+func gainedKey(r, w *ring.Ring, seed uint64, rf int, id ring.NodeID) (key string, was, now []ring.NodeID) {
+	for i := 0; ; i++ {
+		key = fmt.Sprintf("k%d", i)
+		was, _ = r.Replicas(seed, key, 0, rf)
+		now, _ = w.Replicas(seed, key, 0, rf)
+		if slices.Contains(now, id) && !slices.Contains(was, id) {
+			return key, was, now
+		}
+	}
+}
+
+// testRing returns the ring of epoch over nodes ids, of weight 1.
+func testRing(t *testing.T, epoch uint64, ids ...ring.NodeID) *ring.Ring {
+	t.Helper()
+	var nodes []ring.Node
+	for _, id := range ids {
+		nodes = append(nodes, ring.Node{ID: id, Weight: 1})
+	}
+	r, err := ring.New(ring.Config{}, epoch, nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
 // TestSourceReplicas: a catch-up copies from the read replicas; while the
 // new ring is being copied also from its owners apart (stale); while reads
 // switch to it also from the old ring's, which still take every write;
 // once writes left them, from them apart (stale).
 func TestSourceReplicas(t *testing.T) {
-	old, err := ring.New(ring.Config{}, 1, []ring.Node{{ID: "a", Weight: 1}, {ID: "b", Weight: 1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	next, err := ring.New(ring.Config{}, 2, []ring.Node{{ID: "a", Weight: 1}, {ID: "b", Weight: 1}, {ID: "c", Weight: 1}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	old, next := testRing(t, 1, "a", "b"), testRing(t, 2, "a", "b", "c")
 	n := &Node{self: "c"}
 	const seed, rf = 3, 1
 	moved := 0

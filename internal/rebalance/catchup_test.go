@@ -22,12 +22,7 @@ func TestSourcesByPhase(t *testing.T) {
 	const rf, seed = 3, 9
 	oldRing, newRing := mustRing(t, 1, first.New), mustRing(t, r.Epoch, r.New)
 	for p := PhaseInstalling; p <= PhaseClean; p++ {
-		rec := r
-		rec.Phase = p
-		pl, err := rec.Rings(ring.Config{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		pl := placementAt(t, r, p)
 		var old *ring.Ring
 		if p == PhaseActive {
 			old = oldRing
@@ -118,12 +113,7 @@ func TestOnlyGains(t *testing.T) {
 	served := map[string]bool{"x": true}
 	serves := func(key string) bool { return served[key] }
 	for p := PhaseInstalling; p <= PhaseClean; p++ {
-		rec := r
-		rec.Phase = p
-		pl, err := rec.Rings(ring.Config{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		pl := placementAt(t, r, p)
 		gaining := p < PhaseSwitching
 		if got := pl.OnlyGains([]string{"y", "z"}, serves); got != gaining {
 			t.Errorf("at %v OnlyGains of keys not served = %v, want %v", p, got, gaining)
@@ -132,6 +122,17 @@ func TestOnlyGains(t *testing.T) {
 			t.Errorf("at %v OnlyGains with a key served = true", p)
 		}
 	}
+}
+
+// placementAt returns the placement of r at phase p.
+func placementAt(t *testing.T, r Record, p Phase) Placement {
+	t.Helper()
+	r.Phase = p
+	pl, err := r.Rings(ring.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pl
 }
 
 func minus(a, b []ring.NodeID) []ring.NodeID {
