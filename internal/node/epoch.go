@@ -805,10 +805,12 @@ func (n *Node) onlyGained(pl Placement, cs uint64, ops []txn.Op, e versionEntry)
 
 // markMoveDirty records that a commit at version passed through this node
 // for blobs it only gains: the copy fetches them again. It reports false,
-// marking nothing, once the copy of the current epoch has ended before the
-// epoch switches reads to this node: no copy would fetch them, and the
+// marking nothing, once the copy of the current epoch has ended, in any
+// phase (rebalance.Record.LeftToCopy): no copy would fetch them, and the
 // caller makes the node catch up instead, so that it serves none of them
-// before it has them (rebalance.Record.LeftToCopy).
+// before it has them. A commit that passed through during the copy may be
+// decided after it, once reads switched to this node (docs/bugs.md row
+// 59).
 func (n *Node) markMoveDirty(keyspace string, keys []string, version uint64) bool {
 	rec, _ := n.Ring()
 	n.epoch.dirtyMu.Lock()

@@ -140,13 +140,12 @@ func Refresh(srcs []Source, ask func(Source) (a Answer, ready bool)) Answer {
 
 // LeftToCopy reports whether a node that passes a commit through for a
 // blob it gains under r may leave the blob to its copy of the epoch's
-// ranges, the last epoch whose copy ended there being closed: not once
-// that copy ended while the epoch still copies (no copy would fetch the
-// blob again before reads switch to the node), when the node must catch
-// up instead.
-func (r Record) LeftToCopy(closed uint64) bool {
-	return closed != r.Epoch || r.Phase > PhaseCopying
-}
+// ranges, the last epoch whose copy ended there being closed: only while
+// that copy runs. Once it ended, nothing fetches the blob again in this
+// epoch, in any phase: the node must catch up instead. (A commit that
+// passed through while the copy ran may be decided after the copy
+// ended, once reads switched to the node.)
+func (r Record) LeftToCopy(closed uint64) bool { return closed != r.Epoch }
 
 // Keeping is the verdict of Keeps on a part (a chunk, or in the simulation
 // a key) that a chain member, behind on it, would let a commit pass

@@ -266,10 +266,17 @@ func TestSim(t *testing.T) {
 // commits; 606 (row 50) lost a commit an old owner dropped while it was in
 // flight at the new owner; 8732 (row 56) hung the simulation on a copy of a
 // key a staged commit held; 3492 (row 57) lost a replica's commits to a
-// catch-up that copied an old owner behind while reads switched.
+// catch-up that copied an old owner behind while reads switched. With a
+// ring change forced: 17897 (row 59) lost a commit decided after the new
+// owner it passed through had ended its copy.
 func TestSimRegressions(t *testing.T) {
 	for _, seed := range []uint64{7114, 9651, 286, 299, 1551, 2659, 633, 3244, 9157, 7240, 8171, 16, 185, 606, 8732, 3492} {
 		if r := sim.Run(sim.Config{Seed: seed, Store: storeFor(t, seed)}); len(r.Anomalies) > 0 {
+			report(t, r)
+		}
+	}
+	for _, seed := range []uint64{17897} {
+		if r := sim.Run(sim.Config{Seed: seed, Store: storeFor(t, seed), Moves: true}); len(r.Anomalies) > 0 {
 			report(t, r)
 		}
 	}
