@@ -12,6 +12,7 @@ import (
 
 	"github.com/tyrstore/tyr/internal/errs"
 	"github.com/tyrstore/tyr/internal/limits"
+	"github.com/tyrstore/tyr/internal/txn"
 )
 
 // Placement says which parts of each blob a store keeps when a cluster
@@ -102,6 +103,23 @@ func (b Base) newest() uint64 {
 		return max(b.Version, b.Ahead[n-1])
 	}
 	return b.Version
+}
+
+// Unmanaged returns a blob of ops that no member of a chain manages, as
+// the chain's tail sees it: it was given no Base of the blob, where it
+// knows every one the members before it gave, and does not manage the
+// blob itself (manages). Every member passes such a blob by (Step.parts),
+// so a commit the tail decided would change it nowhere; the tail refuses
+// it instead, and the coordinator plans a chain anew. A chain gets so when
+// a re-execution keeps, of a blob's holders as placed when the commit
+// began, only members a ring change has since taken the blob from.
+func Unmanaged(ops []txn.Op, bases map[string]Base, manages func(key string) bool) (string, bool) {
+	for _, op := range ops {
+		if _, given := bases[op.Key]; !given && !manages(op.Key) {
+			return op.Key, true
+		}
+	}
+	return "", false
 }
 
 // ErrNoBase would be the refusal of a member that does not manage a blob,

@@ -261,3 +261,24 @@ func TestPassedByBlobKeepsNoFloor(t *testing.T) {
 		t.Fatalf("a holder with no record of y refused version 920 as it accepted 950 for x: %v", err)
 	}
 }
+
+// TestUnmanaged: a chain's tail finds a blob no member manages when it was
+// given no Base of it and does not manage it itself; a Base given, or the
+// tail managing the blob, is enough.
+func TestUnmanaged(t *testing.T) {
+	ops := []txn.Op{{Key: "a", Kind: txn.OpWrite}, {Key: "b", Kind: txn.OpReadCheck}}
+	managesA := func(key string) bool { return key == "a" }
+	none := func(string) bool { return false }
+	if key, ok := Unmanaged(ops, map[string]Base{"b": {Version: 3}}, managesA); ok {
+		t.Errorf("a managed here, b based: Unmanaged = %q", key)
+	}
+	if key, ok := Unmanaged(ops, map[string]Base{"a": {Version: 1}, "b": {Version: 3}}, none); ok {
+		t.Errorf("both based: Unmanaged = %q", key)
+	}
+	if key, ok := Unmanaged(ops, map[string]Base{"a": {Version: 1}}, none); !ok || key != "b" {
+		t.Errorf("b neither based nor managed: Unmanaged = %q, %v; want b", key, ok)
+	}
+	if key, ok := Unmanaged(ops, nil, managesA); !ok || key != "b" {
+		t.Errorf("no bases, a managed here: Unmanaged = %q, %v; want b", key, ok)
+	}
+}

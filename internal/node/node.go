@@ -1038,6 +1038,13 @@ func (s stager) prepare(id chain.TxnID, ops []txn.Op) (chain.Staged, error) {
 				s.n.self, op.Key, errCatchingUp)}
 		}
 	}
+	if len(e.chain) > 0 && e.chain[len(e.chain)-1] == s.n.self {
+		if key, ok := mvcc.Unmanaged(ops, e.bases, pl.Manages); ok {
+			ks.Release()
+			return nil, taggedError{fmt.Errorf("node %s, the tail of the chain %v, finds no version manager of blob %q in it: %w",
+				s.n.self, e.chain, key, errCatchingUp)}
+		}
+	}
 	if s.n.CatchingUp() {
 		for _, op := range ops {
 			if _, given := e.bases[op.Key]; !given && pl.Manages(op.Key) {

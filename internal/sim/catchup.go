@@ -130,6 +130,13 @@ func (w *world) prepare(n ring.NodeID, id chain.TxnID, ops []txn.Op) (chain.Stag
 		f = &forward{}
 		w.forwards[n][id] = f
 	}
+	if len(f.chain) > 0 && f.chain[len(f.chain)-1] == n {
+		if key, ok := mvcc.Unmanaged(ops, f.bases, func(k string) bool { return w.owns(n, k) }); ok {
+			w.stats.Unmanaged++
+			w.trace("%s, the tail of %v, refuses %s: no version manager of %q in the chain", n, f.chain, id, key)
+			return nil, fmt.Errorf("%w: %s, the tail of the chain %v, finds no version manager of %q in it", errs.ErrUnavailable, n, f.chain, key)
+		}
+	}
 	catching := w.catchingUp(n)
 	if catching {
 		for _, op := range ops {
