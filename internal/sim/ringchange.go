@@ -216,7 +216,7 @@ func (w *world) onlyGained(n ring.NodeID, ops []txn.Op) bool {
 
 // markMoveDirty marks keys, which a commit leaving version passed through
 // node n for, for the move's copy, as node.markMoveDirty does; false,
-// marking nothing, once n's copy of the epoch ended while it copies
+// marking nothing, once n's copy of the epoch ended, in any phase
 // (rebalance.Record.LeftToCopy).
 func (w *world) markMoveDirty(n ring.NodeID, keys []string, version uint64) bool {
 	rec := w.ring.rec
