@@ -58,9 +58,9 @@ func joinRecord(t *testing.T, phase rebalance.Phase) rebalance.Record {
 
 // A commit that passes through a node for a blob it only gains is marked
 // for the ring change's copy while the copy runs, and its version is
-// awaited. Once the copy has ended, before the epoch switches reads to the
-// node, no copy would fetch it: the node catches up as a whole instead, so
-// that it serves no read of the blob before it has the commit.
+// awaited. Once the copy has ended, no copy would fetch it: the node
+// catches up as a whole instead, so that it serves no read of the blob
+// before it has the commit.
 func TestPassThroughAfterCopyCatchesUp(t *testing.T) {
 	n := moveNode(t, joinRecord(t, rebalance.PhaseCopying))
 	ops := []txn.Op{{Key: "k", Kind: txn.OpWrite, Data: []byte("x")}}
@@ -91,6 +91,38 @@ func TestPassThroughAfterCopyCatchesUp(t *testing.T) {
 	}
 	if n.catch.dirty[ref] != 8 {
 		t.Fatalf("catch-up marks %v, want %v at 8", n.catch.dirty, ref)
+	}
+}
+
+// A commit that passed through while the copy ran, and is decided once the
+// copy ended and reads switched to the node, is no copy's to fetch: the
+// node catches up (docs/bugs.md row 59: the mark was taken in switching,
+// with no copy left to fetch it, and the node served the blob without the
+// commit).
+func TestPassThroughDecidedAfterCopyCatchesUp(t *testing.T) {
+	n := moveNode(t, joinRecord(t, rebalance.PhaseCopying))
+	ops := []txn.Op{{Key: "k", Kind: txn.OpWrite, Data: []byte("x")}}
+	ref := blobRef{"kss", "k"}
+	p := n.passThrough("kss", chain.TxnID{Coordinator: "a", Seq: 1}, ops, ops, 7, nil, true)
+	if !p.gained {
+		t.Fatal("a pass-through while the copy runs is not left to it")
+	}
+	delete(n.epoch.dirty, ref) // the copy took the blob before the commit was decided
+	if !n.closeMove(2, false) {
+		t.Fatal("the copy did not end with nothing left to fetch")
+	}
+	if err := n.setRing(joinRecord(t, rebalance.PhaseSwitching)); err != nil {
+		t.Fatal(err)
+	}
+	if n.catch.active.Load() {
+		t.Fatal("catching up before the commit was decided")
+	}
+	if err := p.Commit(nil); err != nil {
+		t.Fatal(err)
+	}
+	if !n.catch.active.Load() || n.catch.dirty[ref] != 7 || len(n.epoch.dirty) != 0 {
+		t.Fatalf("decided after the copy ended: catching up %v, catch-up marks %v, move dirty %v; want a catch-up to version 7",
+			n.catch.active.Load(), n.catch.dirty, n.epoch.dirty)
 	}
 }
 
