@@ -423,9 +423,14 @@ type ChunksRequest struct {
 	Keyspace string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
 	Key      string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
 	// node is the caller: the response lists the chunks it keeps.
-	Node          string `protobuf:"bytes,3,opt,name=node,proto3" json:"node,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Node string `protobuf:"bytes,3,opt,name=node,proto3" json:"node,omitempty"`
+	// txn_coordinator and txn_seq name the commit the caller waits for the
+	// copy to hold (it passed through the caller), if any: the response
+	// says whether the receiver missed it.
+	TxnCoordinator string `protobuf:"bytes,4,opt,name=txn_coordinator,json=txnCoordinator,proto3" json:"txn_coordinator,omitempty"`
+	TxnSeq         uint64 `protobuf:"varint,5,opt,name=txn_seq,json=txnSeq,proto3" json:"txn_seq,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ChunksRequest) Reset() {
@@ -479,6 +484,20 @@ func (x *ChunksRequest) GetNode() string {
 	return ""
 }
 
+func (x *ChunksRequest) GetTxnCoordinator() string {
+	if x != nil {
+		return x.TxnCoordinator
+	}
+	return ""
+}
+
+func (x *ChunksRequest) GetTxnSeq() uint64 {
+	if x != nil {
+		return x.TxnSeq
+	}
+	return 0
+}
+
 type ChunksResponse struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Exists   bool                   `protobuf:"varint,1,opt,name=exists,proto3" json:"exists,omitempty"`
@@ -489,7 +508,13 @@ type ChunksResponse struct {
 	Chunks   []*ChunkVersion        `protobuf:"bytes,6,rep,name=chunks,proto3" json:"chunks,omitempty"`
 	// catching_up: the receiver is catching up itself; the caller takes its
 	// copy only if it is newer than its own.
-	CatchingUp    bool `protobuf:"varint,7,opt,name=catching_up,json=catchingUp,proto3" json:"catching_up,omitempty"`
+	CatchingUp bool `protobuf:"varint,7,opt,name=catching_up,json=catchingUp,proto3" json:"catching_up,omitempty"`
+	// missed: the receiver lost its stage of the commit the request names
+	// in a restart, and recorded that it committed without its copy.
+	Missed bool `protobuf:"varint,8,opt,name=missed,proto3" json:"missed,omitempty"`
+	// locked: a commit of the blob held its lock on the receiver when it
+	// answered, and may bring the copy a newer version.
+	Locked        bool `protobuf:"varint,9,opt,name=locked,proto3" json:"locked,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -569,6 +594,20 @@ func (x *ChunksResponse) GetChunks() []*ChunkVersion {
 func (x *ChunksResponse) GetCatchingUp() bool {
 	if x != nil {
 		return x.CatchingUp
+	}
+	return false
+}
+
+func (x *ChunksResponse) GetMissed() bool {
+	if x != nil {
+		return x.Missed
+	}
+	return false
+}
+
+func (x *ChunksResponse) GetLocked() bool {
+	if x != nil {
+		return x.Locked
 	}
 	return false
 }
@@ -1694,11 +1733,13 @@ const file_api_peerpb_peer_proto_rawDesc = "" +
 	"\vBlobVersion\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x12\n" +
-	"\x04size\x18\x03 \x01(\x04R\x04size\"Q\n" +
+	"\x04size\x18\x03 \x01(\x04R\x04size\"\x93\x01\n" +
 	"\rChunksRequest\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
-	"\x04node\x18\x03 \x01(\tR\x04node\"\xe0\x01\n" +
+	"\x04node\x18\x03 \x01(\tR\x04node\x12'\n" +
+	"\x0ftxn_coordinator\x18\x04 \x01(\tR\x0etxnCoordinator\x12\x17\n" +
+	"\atxn_seq\x18\x05 \x01(\x04R\x06txnSeq\"\x90\x02\n" +
 	"\x0eChunksResponse\x12\x16\n" +
 	"\x06exists\x18\x01 \x01(\bR\x06exists\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x12\n" +
@@ -1707,7 +1748,9 @@ const file_api_peerpb_peer_proto_rawDesc = "" +
 	"\bmodified\x18\x05 \x01(\x03R\bmodified\x121\n" +
 	"\x06chunks\x18\x06 \x03(\v2\x19.tyr.peer.v1.ChunkVersionR\x06chunks\x12\x1f\n" +
 	"\vcatching_up\x18\a \x01(\bR\n" +
-	"catchingUp\">\n" +
+	"catchingUp\x12\x16\n" +
+	"\x06missed\x18\b \x01(\bR\x06missed\x12\x16\n" +
+	"\x06locked\x18\t \x01(\bR\x06locked\">\n" +
 	"\fChunkVersion\x12\x14\n" +
 	"\x05chunk\x18\x01 \x01(\x04R\x05chunk\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\"B\n" +

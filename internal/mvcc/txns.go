@@ -2,6 +2,7 @@ package mvcc
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -92,6 +93,56 @@ func (s *Store) Txn(id string) ([]byte, bool, error) {
 		return nil, false, fmt.Errorf("%w: transaction record of %q, format %d", errs.ErrCorruption, id, firstByte(v))
 	}
 	return append([]byte(nil), v[1:]...), true, nil
+}
+
+// Missed records: a chain member that restarted and lost its stage of a
+// transaction that then committed (chain.ErrStageLost) records that it
+// missed the commit, so that it can tell a copy waiting for that commit
+// that its copy will never hold it (internal/rebalance.Lost): the commit
+// is lost with every replica's stage that held it.
+//
+//	'l' id -> missedFormat(1)
+//
+// Each is collected after MissedRetention, like a transaction record.
+
+// prefixMissed keys missed records.
+const prefixMissed = 'l'
+
+// missedFormat is the format byte of a missed record.
+const missedFormat = 1
+
+// MissedRetention is how long a missed record is kept: a copy that waits
+// for the commit longer than this after the loss waits for good.
+const MissedRetention = time.Hour
+
+// PutMissed records that transaction id committed without this store's
+// copy, its stage lost in a restart. Like PutTxn, it is durable once a
+// later Sync returned.
+func (s *Store) PutMissed(id string) error {
+	if id == "" || len(id) > TxnIDBytesMax {
+		return fmt.Errorf("%w: transaction ID of %d bytes, want 1 to %d", errs.ErrInvalidArgument, len(id), TxnIDBytesMax)
+	}
+	k := append([]byte{prefixMissed}, id...)
+	b := s.db.NewBatch()
+	err := errors.Join(b.Set(k, []byte{missedFormat}, nil), b.Set(histGCKey(s.opts.Now().Add(MissedRetention), k), nil, nil))
+	return s.commitLater(b, err)
+}
+
+// Missed reports whether this store recorded that transaction id committed
+// without its copy (PutMissed).
+func (s *Store) Missed(id string) (bool, error) {
+	v, closer, err := s.db.Get(append([]byte{prefixMissed}, id...))
+	if err == pebble.ErrNotFound {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("%w: missed record: %w", errs.ErrUnavailable, err)
+	}
+	defer closer.Close()
+	if len(v) != 1 || v[0] != missedFormat {
+		return false, fmt.Errorf("%w: missed record of %q, format %d", errs.ErrCorruption, id, firstByte(v))
+	}
+	return true, nil
 }
 
 // Client transaction records: a client may name its commit with an ID of

@@ -70,6 +70,39 @@ func TestTxnRecords(t *testing.T) {
 	}
 }
 
+func TestMissedRecords(t *testing.T) {
+	clock := newFakeClock()
+	s := openStore(t, Options{MVCC: true, Now: clock.Now})
+	if err := s.PutMissed("c/1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutMissed(""); !errors.Is(err, errs.ErrInvalidArgument) {
+		t.Fatalf("PutMissed with an empty ID: %v, want ErrInvalidArgument", err)
+	}
+	for id, want := range map[string]bool{"c/1": true, "c/2": false} {
+		if got, err := s.Missed(id); got != want || err != nil {
+			t.Fatalf("Missed(%s) = %t, %v; want %t", id, got, err, want)
+		}
+	}
+	if _, ok, _ := s.Txn("c/1"); ok {
+		t.Fatal("a missed record reads as a transaction record")
+	}
+	clock.Advance(MissedRetention - 1)
+	if _, err := s.CollectGarbage(); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := s.Missed("c/1"); !ok {
+		t.Fatal("missed record collected before its retention passed")
+	}
+	clock.Advance(2)
+	if _, err := s.CollectGarbage(); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := s.Missed("c/1"); ok || err != nil {
+		t.Fatalf("missed record after its retention: %t, %v", ok, err)
+	}
+}
+
 func TestResultsRoundTrip(t *testing.T) {
 	in := []txn.Result{{Offset: 1, Size: 2, Version: 3, Value: 4}, {Unheld: true, Value: 1 << 63}, {}}
 	out, err := txn.DecodeResults(txn.EncodeResults(in))

@@ -218,7 +218,7 @@ type passThrough struct {
 // A blob only gained is marked for the ring change's copy, unless that
 // copy has ended (markMoveDirty): then the node catches up as a whole.
 func (n *Node) passThrough(keyspace string, id chain.TxnID, ops, own []txn.Op, version uint64, client []byte, gained bool) passThrough {
-	if gained && !n.markMoveDirty(keyspace, txn.Keys(own), 0) {
+	if gained && !n.markMoveDirty(keyspace, txn.Keys(own), 0, id) {
 		gained = false
 		n.catch.markDirty(keyspace, own, 0)
 		n.startCatchUp(fmt.Sprintf("keyspace %q: a commit passed through this node for a blob it gains after its copy ended", keyspace))
@@ -229,7 +229,7 @@ func (n *Node) passThrough(keyspace string, id chain.TxnID, ops, own []txn.Op, v
 }
 
 func (p passThrough) Commit(results []txn.Result) error {
-	if !p.gained || !p.n.markMoveDirty(p.keyspace, txn.Keys(p.own), p.version) {
+	if !p.gained || !p.n.markMoveDirty(p.keyspace, txn.Keys(p.own), p.version, p.id) {
 		p.n.catch.markDirty(p.keyspace, p.own, p.version)
 		p.n.startCatchUp(fmt.Sprintf("a commit at version %d passed through this node", p.version))
 	}
@@ -616,7 +616,7 @@ func (n *Node) peerVersions(ctx context.Context, id ring.NodeID, keyspace string
 // 0 (a commit at want passed through this node), the source's copy must be
 // at least that version or the blob absent.
 func (n *Node) refresh(ctx context.Context, ks *storage.Keyspace, pl Placement, key string, want uint64) error {
-	_, err := n.refreshBlob(ctx, ks, pl, key, want, false)
+	_, err := n.refreshBlob(ctx, ks, pl, key, want, chain.TxnID{}, false)
 	return err
 }
 
@@ -624,7 +624,7 @@ func (n *Node) refresh(ctx context.Context, ks *storage.Keyspace, pl Placement, 
 // change (move); it reports whether the copy changed anything. It asks the
 // sources in turn until one decides (rebalance.Refresh), and returns the
 // last error if none gave a copy.
-func (n *Node) refreshBlob(ctx context.Context, ks *storage.Keyspace, pl Placement, key string, want uint64, move bool) (bool, error) {
+func (n *Node) refreshBlob(ctx context.Context, ks *storage.Keyspace, pl Placement, key string, want uint64, txn chain.TxnID, move bool) (bool, error) {
 	vms, stale, err := pl.sourceReplicas(key, 0)
 	if err != nil {
 		return false, err
@@ -639,13 +639,16 @@ func (n *Node) refreshBlob(ctx context.Context, ks *storage.Keyspace, pl Placeme
 	changed := false
 	var lastErr error
 	answer := rebalance.Refresh(srcs, func(src rebalance.Source) (rebalance.Answer, bool) {
-		cs := &chunkSource{ctx: ctx, n: n, ks: ks, pl: pl, key: key, src: src.ID, ready: src.Ready, want: want, move: move}
+		cs := &chunkSource{ctx: ctx, n: n, ks: ks, pl: pl, key: key, src: src.ID, ready: src.Ready, want: want, txn: txn, move: move}
 		c, err := ks.Store.Refresh(key, cs)
 		if err == nil && cs.forced {
 			n.noteWhole(blobRef{ks.Name, key}, pl.epoch())
 		}
 		changed = changed || c
 		switch {
+		case errors.Is(err, errCopyLost):
+			lastErr = err
+			return rebalance.Lost, cs.ready
 		case errors.Is(err, mvcc.ErrCopyBehind):
 			lastErr = err
 			return rebalance.Behind, cs.ready
@@ -655,11 +658,24 @@ func (n *Node) refreshBlob(ctx context.Context, ks *storage.Keyspace, pl Placeme
 		}
 		return rebalance.Took, cs.ready // cs.ready: as it answered
 	})
-	if answer == rebalance.Took {
+	switch answer {
+	case rebalance.Took:
 		return changed, nil
+	case rebalance.Lost:
+		// Every source that could hold the commit lost its stage of it
+		// (the "f = r" case): the copy takes what they hold.
+		n.stats.copiesLost.Add(1)
+		n.cfg.Log.Warn("every replica of a blob lost a commit that passed through this node; copying without it",
+			"keyspace", ks.Name, "key", key, "version", want, "txn", txn.String(), "err", lastErr)
+		c, err := n.refreshBlob(ctx, ks, pl, key, 0, chain.TxnID{}, move)
+		return changed || c, err
 	}
 	return changed, lastErr
 }
+
+// errCopyLost marks a source's copy behind the commit a refresh waits for,
+// which the source lost its stage of (rebalance.Lost).
+var errCopyLost = errors.New("the source lost the commit wanted")
 
 // sources returns the order in which this node tries ids and stale
 // (Placement.sourceReplicas): rebalance.Order, by membership.
@@ -688,7 +704,10 @@ type chunkSource struct {
 	// when it answered.
 	ready bool
 	want  uint64
-	cp    mvcc.Copy
+	// txn is the commit at want, if known: a source that lost its stage
+	// of it says so (rebalance.Lost).
+	txn chain.TxnID
+	cp  mvcc.Copy
 	// move: a ring change's copy (epoch.go), throttled and counted.
 	move bool
 	// forced: the copy replaces the chunks this node gains whatever their
@@ -703,7 +722,8 @@ func (s *chunkSource) Copy(local mvcc.Record) (mvcc.Copy, error) {
 	}
 	cctx, cancel := context.WithTimeout(s.ctx, catchUpCallTimeout)
 	defer cancel()
-	resp, err := c.Chunks(cctx, &peerpb.ChunksRequest{Keyspace: s.ks.Name, Key: s.key, Node: string(s.n.self)})
+	resp, err := c.Chunks(cctx, &peerpb.ChunksRequest{Keyspace: s.ks.Name, Key: s.key, Node: string(s.n.self),
+		TxnCoordinator: string(s.txn.Coordinator), TxnSeq: s.txn.Seq})
 	if err != nil {
 		return mvcc.Copy{}, fmt.Errorf("%w: chunks of blob %q from %s: %w", errs.ErrUnavailable, s.key, s.src, err)
 	}
@@ -713,8 +733,12 @@ func (s *chunkSource) Copy(local mvcc.Record) (mvcc.Copy, error) {
 		remote.Chunks[cv.GetChunk()] = cv.GetVersion()
 	}
 	if remote.Exists && remote.Version < s.want {
-		return mvcc.Copy{}, fmt.Errorf("%w: %w: blob %q is at version %d on %s, before the commit at %d that passed through this node",
+		err := fmt.Errorf("%w: %w: blob %q is at version %d on %s, before the commit at %d that passed through this node",
 			errs.ErrUnavailable, mvcc.ErrCopyBehind, s.key, remote.Version, s.src, s.want)
+		if rebalance.BehindAnswer(s.ready && !resp.GetCatchingUp(), resp.GetLocked(), resp.GetMissed()) == rebalance.Lost {
+			err = fmt.Errorf("%w: %w (%s lost its stage of %s)", errCopyLost, err, s.src, s.txn)
+		}
+		return mvcc.Copy{}, err
 	}
 	// Membership may not show yet that the source is catching up; its
 	// answer does.
@@ -878,13 +902,23 @@ func (n *Node) Chunks(_ context.Context, req *peerpb.ChunksRequest) (*peerpb.Chu
 	if !pl.Manages(req.GetKey()) {
 		return nil, statusOf(fmt.Errorf("%w: node %s is not a version manager of blob %q", errs.ErrUnavailable, n.self, req.GetKey()))
 	}
+	// The lock is looked at before the record: a commit that takes it
+	// after shows in the record, or is staged after the answer.
+	locked := ks.Store.Locked(req.GetKey())
+	missed := false
+	if c := req.GetTxnCoordinator(); c != "" {
+		id := chain.TxnID{Coordinator: ring.NodeID(c), Seq: req.GetTxnSeq()}
+		if missed, err = ks.Store.Missed(id.String()); err != nil {
+			return nil, statusOf(err)
+		}
+	}
 	rec, err := ks.Store.Record(req.GetKey())
 	if err != nil {
 		return nil, statusOf(err)
 	}
 	to := ring.NodeID(req.GetNode())
 	resp := &peerpb.ChunksResponse{Exists: rec.Exists, Version: rec.Version, Size: rec.Size, Created: rec.Created, Modified: rec.Modified,
-		CatchingUp: n.CatchingUp()}
+		CatchingUp: n.CatchingUp(), Missed: missed, Locked: locked}
 	for _, c := range slices.Sorted(maps.Keys(rec.Chunks)) {
 		if pl.on(to, req.GetKey(), 0) || pl.on(to, req.GetKey(), c) {
 			resp.Chunks = append(resp.Chunks, &peerpb.ChunkVersion{Chunk: c, Version: rec.Chunks[c]})

@@ -3,6 +3,7 @@ package node
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -507,5 +508,49 @@ func TestCatchUpAskedDuringRound(t *testing.T) {
 	}
 	if n.CatchingUp() {
 		t.Fatal("n3 is catching up again")
+	}
+}
+
+// A refresh that waits for a commit every source lost its stage of takes
+// the copy without it once the sources say so (rebalance.Lost), and
+// counts it; a source that does not say so keeps it waiting.
+func TestRefreshLostCommit(t *testing.T) {
+	tc := startClusterRF(t, 2, 2, 0, 1)
+	tc.waitCaughtUp(t, 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := tc.commit(ctx, 0, txn.Op{Key: "k", Kind: txn.OpWrite, Data: []byte("x"), Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := chain.TxnID{Coordinator: "n1", Seq: 99}
+	if !tc.nodes[0].recordMissed(testKeyspace, []chain.Outcome{
+		{Txn: lost, Committed: true, CommitErr: chain.ErrStageLost},
+		{Txn: chain.TxnID{Coordinator: "n1", Seq: 100}, Committed: true},
+	}) {
+		t.Fatal("recordMissed recorded nothing for a stage lost")
+	}
+	ks, err := tc.engines[1].Acquire(testKeyspace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ks.Release()
+	n := tc.nodes[1]
+	pl, err := n.Placement(testKeyspace, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := res[0].Version + 1
+	if _, err := n.refreshBlob(ctx, ks, pl, "k", want, chain.TxnID{Coordinator: "n1", Seq: 100}, false); !errors.Is(err, mvcc.ErrCopyBehind) {
+		t.Fatalf("refresh for a commit the source did not lose: %v, want ErrCopyBehind", err)
+	}
+	if got := n.Stats().CopiesLost; got != 0 {
+		t.Fatalf("CopiesLost = %d before any loss", got)
+	}
+	if _, err := n.refreshBlob(ctx, ks, pl, "k", want, lost, false); err != nil {
+		t.Fatalf("refresh for a commit every source lost: %v", err)
+	}
+	if got := n.Stats().CopiesLost; got != 1 {
+		t.Fatalf("CopiesLost = %d, want 1", got)
 	}
 }

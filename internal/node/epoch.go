@@ -50,6 +50,7 @@ import (
 	"time"
 
 	"github.com/tyrstore/tyr/api/peerpb"
+	"github.com/tyrstore/tyr/internal/chain"
 	"github.com/tyrstore/tyr/internal/errs"
 	"github.com/tyrstore/tyr/internal/membership"
 	"github.com/tyrstore/tyr/internal/mvcc"
@@ -112,7 +113,7 @@ type epochState struct {
 	throttle throttle
 	// dirty: blobs a commit passed through that this node only gains.
 	dirtyMu sync.Mutex
-	dirty   map[blobRef]uint64
+	dirty   map[blobRef]moveMark
 	// closed is the last epoch whose copy has ended, guarded by dirtyMu:
 	// from then on no copy fetches what dirty names (markMoveDirty).
 	closed uint64
@@ -122,11 +123,24 @@ type epochState struct {
 	whole map[blobRef]uint64
 }
 
+// moveMark is what the move's copy of a blob waits for: the newest version
+// a commit that passed through this node left (0 while the commit is
+// undecided), that commit, and how many marks the blob got, so that a copy
+// clears only what it saw (clearMoveDirty). A commit marked after a newer
+// one is covered by the newer version, unless every source lost that one
+// (rebalance.Lost) and copies without it: then the later mark keeps the
+// blob for another copy.
+type moveMark struct {
+	version uint64
+	txn     chain.TxnID
+	marks   uint64
+}
+
 // loadRing reads the record file at start.
 func (n *Node) loadRing() error {
 	e := &n.epoch
 	e.mu.progress = map[ring.NodeID]*peerpb.PutRingResponse{}
-	e.dirty = map[blobRef]uint64{}
+	e.dirty = map[blobRef]moveMark{}
 	e.whole = map[blobRef]uint64{}
 	rate := n.cfg.MoveBytesPerSecond
 	if rate == 0 {
@@ -811,7 +825,7 @@ func (n *Node) onlyGained(pl Placement, cs uint64, ops []txn.Op, e versionEntry)
 // before it has them. A commit that passed through during the copy may be
 // decided after it, once reads switched to this node (docs/bugs.md row
 // 59).
-func (n *Node) markMoveDirty(keyspace string, keys []string, version uint64) bool {
+func (n *Node) markMoveDirty(keyspace string, keys []string, version uint64, id chain.TxnID) bool {
 	rec, _ := n.Ring()
 	n.epoch.dirtyMu.Lock()
 	defer n.epoch.dirtyMu.Unlock()
@@ -820,7 +834,12 @@ func (n *Node) markMoveDirty(keyspace string, keys []string, version uint64) boo
 	}
 	for _, key := range keys {
 		ref := blobRef{keyspace, key}
-		n.epoch.dirty[ref] = max(n.epoch.dirty[ref], version)
+		m := n.epoch.dirty[ref]
+		if version > m.version {
+			m.version, m.txn = version, id
+		}
+		m.marks++
+		n.epoch.dirty[ref] = m
 	}
 	return true
 }
@@ -841,8 +860,8 @@ func (n *Node) closeMove(epoch uint64, all bool) bool {
 		return true
 	}
 	n.catch.mu.Lock()
-	for ref, v := range n.epoch.dirty {
-		n.catch.dirty[ref] = max(n.catch.dirty[ref], v)
+	for ref, m := range n.epoch.dirty {
+		n.catch.dirty[ref] = max(n.catch.dirty[ref], m.version)
 	}
 	n.catch.mu.Unlock()
 	clear(n.epoch.dirty)
@@ -913,10 +932,10 @@ func (n *Node) moveCopyOnce(ctx context.Context, epoch uint64) error {
 	for {
 		n.epoch.dirtyMu.Lock()
 		var ref blobRef
-		var v uint64
+		var m moveMark
 		found := false
-		for r, version := range n.epoch.dirty {
-			ref, v, found = r, version, true
+		for r, mark := range n.epoch.dirty {
+			ref, m, found = r, mark, true
 			break
 		}
 		n.epoch.dirtyMu.Unlock()
@@ -928,7 +947,7 @@ func (n *Node) moveCopyOnce(ctx context.Context, epoch uint64) error {
 		}
 		ks, err := n.cfg.Engine.Acquire(ref.keyspace)
 		if errors.Is(err, errs.ErrNotFound) {
-			n.clearMoveDirty(ref, v)
+			n.clearMoveDirty(ref, m)
 			continue
 		}
 		if err != nil {
@@ -936,13 +955,13 @@ func (n *Node) moveCopyOnce(ctx context.Context, epoch uint64) error {
 		}
 		pl, err := n.Placement(ks.Name, int(ks.Config.Replication))
 		if err == nil {
-			err = n.moveRefresh(ctx, ks, pl, ref.key, v)
+			err = n.moveRefresh(ctx, ks, pl, ref.key, m)
 		}
 		ks.Release()
 		if err != nil {
 			return err
 		}
-		n.clearMoveDirty(ref, v)
+		n.clearMoveDirty(ref, m)
 	}
 }
 
@@ -966,10 +985,10 @@ func (n *Node) noteWhole(ref blobRef, epoch uint64) {
 	n.epoch.whole[ref] = epoch
 }
 
-func (n *Node) clearMoveDirty(ref blobRef, version uint64) {
+func (n *Node) clearMoveDirty(ref blobRef, m moveMark) {
 	n.epoch.dirtyMu.Lock()
 	defer n.epoch.dirtyMu.Unlock()
-	if n.epoch.dirty[ref] == version {
+	if n.epoch.dirty[ref] == m {
 		delete(n.epoch.dirty, ref)
 	}
 }
@@ -1014,7 +1033,7 @@ func (n *Node) moveKeyspace(ctx context.Context, ks *storage.Keyspace, peers []r
 		if err := n.moveRefresh(ctx, ks, pl, key, want); err != nil {
 			return err
 		}
-		if want != 0 {
+		if want.version != 0 {
 			n.clearMoveDirty(ref, want)
 		}
 	}
@@ -1022,8 +1041,8 @@ func (n *Node) moveKeyspace(ctx context.Context, ks *storage.Keyspace, peers []r
 }
 
 // moveRefresh is refresh for the copy: throttled and counted.
-func (n *Node) moveRefresh(ctx context.Context, ks *storage.Keyspace, pl Placement, key string, want uint64) error {
-	changed, err := n.refreshBlob(ctx, ks, pl, key, want, true)
+func (n *Node) moveRefresh(ctx context.Context, ks *storage.Keyspace, pl Placement, key string, want moveMark) error {
+	changed, err := n.refreshBlob(ctx, ks, pl, key, want.version, want.txn, true)
 	if err == nil && changed {
 		n.epoch.copiedBlobs.Add(1)
 	}

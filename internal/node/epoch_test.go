@@ -35,7 +35,7 @@ func moveNode(t *testing.T, rec rebalance.Record) *Node {
 	n.catch.init()
 	n.catch.active.Store(false)
 	<-n.catch.wake
-	n.epoch.dirty = map[blobRef]uint64{}
+	n.epoch.dirty = map[blobRef]moveMark{}
 	if err := n.setRing(rec); err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func TestPassThroughAfterCopyCatchesUp(t *testing.T) {
 	if err := p.Commit(nil); err != nil {
 		t.Fatal(err)
 	}
-	if !p.gained || n.epoch.dirty[ref] != 7 || n.catch.active.Load() {
+	if !p.gained || n.epoch.dirty[ref].version != 7 || n.epoch.dirty[ref].txn != p.id || n.catch.active.Load() {
 		t.Fatalf("while the copy runs: gained %v, dirty %v, catching up %v; want the copy to fetch version 7",
 			p.gained, n.epoch.dirty, n.catch.active.Load())
 	}
@@ -130,7 +130,7 @@ func TestPassThroughDecidedAfterCopyCatchesUp(t *testing.T) {
 // to catch-up.
 func TestCopyGivenUpCatchesUp(t *testing.T) {
 	n := moveNode(t, joinRecord(t, rebalance.PhaseSwitching))
-	n.epoch.dirty[blobRef{"kss", "k"}] = 5
+	n.epoch.dirty[blobRef{"kss", "k"}] = moveMark{version: 5, marks: 1}
 	if !n.closeMove(2, true) {
 		t.Fatal("closeMove(all) did not close")
 	}

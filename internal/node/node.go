@@ -902,6 +902,33 @@ func (n *Node) step(env envelope) {
 	n.flush(env.keyspace, g)
 }
 
+// recordMissed records, for each commit of finished this member's copy
+// missed because a restart lost its stage (chain.ErrStageLost), that it
+// missed it (mvcc.Store.PutMissed), and reports whether it recorded any:
+// the messages of the same output, the Ack among them, wait for the sync
+// that makes the records durable. A copy of a ring change that waits for
+// such a commit learns from the record that this copy will never hold it
+// (Chunks). A failed record is logged; the copy then waits for good.
+func (n *Node) recordMissed(keyspace string, finished []chain.Outcome) bool {
+	wrote := false
+	for _, f := range finished {
+		if !errors.Is(f.CommitErr, chain.ErrStageLost) {
+			continue
+		}
+		ks, err := n.cfg.Engine.Acquire(keyspace)
+		if err == nil {
+			err = ks.Store.PutMissed(f.Txn.String())
+			ks.Release()
+		}
+		if err != nil {
+			n.cfg.Log.Error("recording a commit this copy missed", "keyspace", keyspace, "txn", f.Txn.String(), "err", err)
+			continue
+		}
+		wrote = true
+	}
+	return wrote
+}
+
 // flush sends what the state machines produced and reports finished
 // commits to their waiters.
 func (n *Node) flush(keyspace string, g *group) {
@@ -909,7 +936,7 @@ func (n *Node) flush(keyspace string, g *group) {
 		if g.replica.HasReady() {
 			o := g.replica.Ready()
 			g.replica.Advance(o)
-			if o.MustSync {
+			if n.recordMissed(keyspace, o.Finished) || o.MustSync {
 				n.out.Wrote()
 				n.dirty[keyspace] = true
 			}

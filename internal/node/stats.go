@@ -45,11 +45,16 @@ type Stats struct {
 	// several requests' blind ops (combine.go), and CombinedRequests the
 	// requests they carried.
 	CombinedCommits, CombinedRequests uint64
+	// CopiesLost is the copies of a blob this node took without a commit
+	// that had passed through it, because every source that could hold
+	// the commit lost its stage of it in a restart (rebalance.Lost): the
+	// commit is lost, every replica that held it having failed at once.
+	CopiesLost uint64
 }
 
 // counters are the live counts behind Stats.
 type counters struct {
-	sent, calls, failures, dropped, coalesced, received, fetched, syncs, memberCommits atomic.Uint64
+	sent, calls, failures, dropped, coalesced, received, fetched, syncs, memberCommits, copiesLost atomic.Uint64
 }
 
 // counters returns n's counters.
@@ -70,6 +75,7 @@ func (n *Node) Stats() Stats {
 		BasesFetched:      c.fetched.Load(),
 		Syncs:             c.syncs.Load(),
 		MemberCommits:     c.memberCommits.Load(),
+		CopiesLost:        c.copiesLost.Load(),
 	}
 	n.combiner.mu.Lock()
 	st.CombinedCommits, st.CombinedRequests = n.combiner.combined, n.combiner.requests

@@ -109,31 +109,61 @@ const (
 	Failed
 	// Took: the asking node took the copy, or found nothing to take.
 	Took
+	// Lost: the source's copy is behind the version wanted because the
+	// source lost its stage of that commit in a restart (it was told of
+	// the commit only afterwards: chain.ErrStageLost). It is up to date
+	// otherwise and holds no commit of the blob in flight, so it will
+	// never have the version. Only an up-to-date source answers so.
+	Lost
 )
+
+// BehindAnswer is the answer of a source whose copy is behind the version
+// wanted: Lost if it is up to date (ready), no commit of the blob holds
+// the blob's lock there (locked: one may still bring the version), and it
+// recorded that it missed the commit wanted (missed: it lost its stage of
+// it in a restart, mvcc.Store.PutMissed); otherwise Behind.
+func BehindAnswer(ready, locked, missed bool) Answer {
+	if ready && !locked && missed {
+		return Lost
+	}
+	return Behind
+}
 
 // Refresh asks sources, in the order given (Order), for their copy of a
 // blob until one decides, and returns the answer that counts. A source
-// behind the version wanted is passed over. An up-to-date source (ready,
-// as it answered: membership may not show yet that it is catching up)
-// that answers otherwise decides. A source that is not up to date gives
-// only a newer copy, and a later one may have a newer one still, so all
-// of them are asked: then Refresh answers Took if any copy was taken, and
-// otherwise the last source's answer.
+// behind the version wanted, or that lost it, is passed over. An
+// up-to-date source (ready, as it answered: membership may not show yet
+// that it is catching up) that answers otherwise decides. A source that is
+// not up to date gives only a newer copy, and a later one may have a newer
+// one still, so all of them are asked: then Refresh answers Took if any
+// copy was taken, and otherwise the last source's answer. Lost counts only
+// if every source was asked and answered Behind or Lost, one at least
+// Lost: then no source has the commit wanted or may still get it, and the
+// caller takes a copy without it (the commit is lost with the stages of
+// every replica that held it, the "f = r" case).
 func Refresh(srcs []Source, ask func(Source) (a Answer, ready bool)) Answer {
-	last, took := Failed, false
+	last, took, lost, other := Failed, false, false, false
 	for _, src := range srcs {
 		a, ready := ask(src)
 		switch {
 		case a == Behind:
+		case a == Lost:
+			lost = true
 		case ready:
 			return a
 		case a == Took:
 			took = true
 		}
+		other = other || (a != Behind && a != Lost)
 		last = a
 	}
-	if took {
+	switch {
+	case took:
 		return Took
+	case lost && !other:
+		return Lost
+	case last == Lost:
+		return Behind
 	}
 	return last
 }

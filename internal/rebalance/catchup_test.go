@@ -169,6 +169,11 @@ func TestRefresh(t *testing.T) {
 		{"stale copies: none taken", []reply{{Failed, false}, {Behind, false}}, Behind, 2},
 		{"a stale copy, then an up-to-date failure", []reply{{Took, false}, {Failed, true}}, Failed, 2},
 		{"membership says ready, the answer not", []reply{{Failed, false}, {Took, false}}, Took, 2},
+		{"one lost, then an up-to-date copy", []reply{{Lost, true}, {Took, true}}, Took, 2},
+		{"lost and behind everywhere", []reply{{Behind, true}, {Lost, true}}, Lost, 2},
+		{"lost, but a source failed", []reply{{Lost, true}, {Failed, false}}, Failed, 2},
+		{"a source failed, then one lost", []reply{{Failed, false}, {Lost, true}}, Behind, 2},
+		{"lost, and a stale copy taken", []reply{{Lost, true}, {Took, false}}, Took, 2},
 	} {
 		asked := 0
 		srcs := make([]Source, len(tc.replies))
@@ -182,6 +187,22 @@ func TestRefresh(t *testing.T) {
 		})
 		if got != tc.want || asked != tc.asked {
 			t.Errorf("%s: Refresh = %v after %d asked, want %v after %d", tc.name, got, asked, tc.want, tc.asked)
+		}
+	}
+}
+
+func TestBehindAnswer(t *testing.T) {
+	for _, ready := range []bool{false, true} {
+		for _, locked := range []bool{false, true} {
+			for _, missed := range []bool{false, true} {
+				want := Behind
+				if ready && !locked && missed {
+					want = Lost
+				}
+				if got := BehindAnswer(ready, locked, missed); got != want {
+					t.Errorf("BehindAnswer(ready %t, locked %t, missed %t) = %v, want %v", ready, locked, missed, got, want)
+				}
+			}
 		}
 	}
 }

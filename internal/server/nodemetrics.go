@@ -10,7 +10,8 @@ import (
 // tyr_peer_messages_sent_total, tyr_peer_deliver_calls_total,
 // tyr_peer_deliver_failures_total, tyr_peer_messages_dropped_total,
 // tyr_peer_messages_received_total, tyr_wal_syncs_total,
-// tyr_combined_commits_total and tyr_combined_requests_total, read from
+// tyr_combined_commits_total, tyr_combined_requests_total and
+// tyr_copy_commits_lost_total, read from
 // n.Stats at each scrape.
 func (m *Metrics) RegisterNode(n *node.Node) {
 	m.Registry.MustRegister(nodeCollector{n: n})
@@ -35,6 +36,8 @@ var (
 		"Commits this node coordinated that combined several requests' blind ops on hot blobs.", nil, nil)
 	combinedRequestsDesc = prometheus.NewDesc("tyr_combined_requests_total",
 		"Requests the combined commits this node coordinated carried.", nil, nil)
+	copyCommitsLostDesc = prometheus.NewDesc("tyr_copy_commits_lost_total",
+		"Copies of a blob this node took without a commit that passed through it, every source having lost its stage of the commit in a restart.", nil, nil)
 )
 
 // nodeCollector reads a node's counts when metrics are scraped.
@@ -42,7 +45,7 @@ type nodeCollector struct{ n *node.Node }
 
 func (nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{peerMessagesSentDesc, peerDeliverCallsDesc, peerDeliverFailuresDesc,
-		peerMessagesDroppedDesc, peerForwardsCoalescedDesc, peerMessagesReceivedDesc, walSyncsDesc, combinedCommitsDesc, combinedRequestsDesc} {
+		peerMessagesDroppedDesc, peerForwardsCoalescedDesc, peerMessagesReceivedDesc, walSyncsDesc, combinedCommitsDesc, combinedRequestsDesc, copyCommitsLostDesc} {
 		ch <- d
 	}
 }
@@ -62,6 +65,7 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		{walSyncsDesc, st.Syncs},
 		{combinedCommitsDesc, st.CombinedCommits},
 		{combinedRequestsDesc, st.CombinedRequests},
+		{copyCommitsLostDesc, st.CopiesLost},
 	} {
 		ch <- prometheus.MustNewConstMetric(v.d, prometheus.CounterValue, float64(v.n))
 	}
