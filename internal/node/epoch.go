@@ -123,18 +123,8 @@ type epochState struct {
 	whole map[blobRef]uint64
 }
 
-// moveMark is what the move's copy of a blob waits for: the newest version
-// a commit that passed through this node left (0 while the commit is
-// undecided), that commit, and how many marks the blob got, so that a copy
-// clears only what it saw (clearMoveDirty). A commit marked after a newer
-// one is covered by the newer version, unless every source lost that one
-// (rebalance.Lost) and copies without it: then the later mark keeps the
-// blob for another copy.
-type moveMark struct {
-	version uint64
-	txn     chain.TxnID
-	marks   uint64
-}
+// moveMark is what the move's copy of a blob waits for.
+type moveMark = rebalance.Mark[chain.TxnID]
 
 // loadRing reads the record file at start.
 func (n *Node) loadRing() error {
@@ -834,12 +824,7 @@ func (n *Node) markMoveDirty(keyspace string, keys []string, version uint64, id 
 	}
 	for _, key := range keys {
 		ref := blobRef{keyspace, key}
-		m := n.epoch.dirty[ref]
-		if version > m.version {
-			m.version, m.txn = version, id
-		}
-		m.marks++
-		n.epoch.dirty[ref] = m
+		n.epoch.dirty[ref] = n.epoch.dirty[ref].Add(version, id)
 	}
 	return true
 }
@@ -861,7 +846,7 @@ func (n *Node) closeMove(epoch uint64, all bool) bool {
 	}
 	n.catch.mu.Lock()
 	for ref, m := range n.epoch.dirty {
-		n.catch.dirty[ref] = max(n.catch.dirty[ref], m.version)
+		n.catch.dirty[ref] = max(n.catch.dirty[ref], m.Version)
 	}
 	n.catch.mu.Unlock()
 	clear(n.epoch.dirty)
@@ -1033,7 +1018,7 @@ func (n *Node) moveKeyspace(ctx context.Context, ks *storage.Keyspace, peers []r
 		if err := n.moveRefresh(ctx, ks, pl, key, want); err != nil {
 			return err
 		}
-		if want.version != 0 {
+		if want.Version != 0 {
 			n.clearMoveDirty(ref, want)
 		}
 	}
@@ -1042,7 +1027,7 @@ func (n *Node) moveKeyspace(ctx context.Context, ks *storage.Keyspace, peers []r
 
 // moveRefresh is refresh for the copy: throttled and counted.
 func (n *Node) moveRefresh(ctx context.Context, ks *storage.Keyspace, pl Placement, key string, want moveMark) error {
-	changed, err := n.refreshBlob(ctx, ks, pl, key, want.version, want.txn, true)
+	changed, err := n.refreshBlob(ctx, ks, pl, key, want.Version, want.Txn, true)
 	if err == nil && changed {
 		n.epoch.copiedBlobs.Add(1)
 	}

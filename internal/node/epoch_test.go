@@ -70,7 +70,7 @@ func TestPassThroughAfterCopyCatchesUp(t *testing.T) {
 	if err := p.Commit(nil); err != nil {
 		t.Fatal(err)
 	}
-	if !p.gained || n.epoch.dirty[ref].version != 7 || n.epoch.dirty[ref].txn != p.id || n.catch.active.Load() {
+	if !p.gained || n.epoch.dirty[ref].Version != 7 || n.epoch.dirty[ref].Txn != p.id || n.catch.active.Load() {
 		t.Fatalf("while the copy runs: gained %v, dirty %v, catching up %v; want the copy to fetch version 7",
 			p.gained, n.epoch.dirty, n.catch.active.Load())
 	}
@@ -130,7 +130,7 @@ func TestPassThroughDecidedAfterCopyCatchesUp(t *testing.T) {
 // to catch-up.
 func TestCopyGivenUpCatchesUp(t *testing.T) {
 	n := moveNode(t, joinRecord(t, rebalance.PhaseSwitching))
-	n.epoch.dirty[blobRef{"kss", "k"}] = moveMark{version: 5, marks: 1}
+	n.epoch.dirty[blobRef{"kss", "k"}] = moveMark{Version: 5, Marks: 1}
 	if !n.closeMove(2, true) {
 		t.Fatal("closeMove(all) did not close")
 	}

@@ -117,6 +117,29 @@ const (
 	Lost
 )
 
+// Mark is what a ring change's copy of a blob waits for, as the commits
+// that passed through the copying node for it marked it: the newest
+// version one left (0 while undecided), the commit ID that left it, and
+// how many marks the blob got. A copy clears a mark only if it is still
+// the one the copy began with, so that one added meanwhile is copied too:
+// a commit marked after a newer one is covered by the newer version,
+// unless every source lost that one (Lost) and the copy took a copy
+// without it.
+type Mark[ID comparable] struct {
+	Version uint64
+	Txn     ID
+	Marks   uint64
+}
+
+// Add is m marked by the commit id, which left version.
+func (m Mark[ID]) Add(version uint64, id ID) Mark[ID] {
+	if version > m.Version {
+		m.Version, m.Txn = version, id
+	}
+	m.Marks++
+	return m
+}
+
 // BehindAnswer is the answer of a source whose copy is behind the version
 // wanted: Lost if it is up to date (ready), no commit of the blob holds
 // the blob's lock there (locked: one may still bring the version), and it

@@ -191,6 +191,18 @@ func TestRefresh(t *testing.T) {
 	}
 }
 
+func TestMark(t *testing.T) {
+	var m Mark[string]
+	m = m.Add(0, "staged")
+	if m != (Mark[string]{Marks: 1}) {
+		t.Fatalf("an undecided commit's mark = %+v", m)
+	}
+	m = m.Add(7, "b").Add(5, "a")
+	if m != (Mark[string]{Version: 7, Txn: "b", Marks: 3}) {
+		t.Fatalf("after versions 7 and 5: %+v, want version 7 of b, 3 marks", m)
+	}
+}
+
 func TestBehindAnswer(t *testing.T) {
 	for _, ready := range []bool{false, true} {
 		for _, locked := range []bool{false, true} {

@@ -231,7 +231,7 @@ func (w *world) passThrough(n ring.NodeID, id chain.TxnID, ops []txn.Op, bases m
 		w.trace("%s passes %s through: its copy is behind", n, id)
 	}
 	owned := slices.DeleteFunc(txn.Keys(ops), func(k string) bool { return !w.owns(n, k) })
-	if gained && !w.markMoveDirty(n, owned, 0) {
+	if gained && !w.markMoveDirty(n, owned, 0, id) {
 		gained = false
 		w.startCatchUp(n, fmt.Sprintf("%s passed through it for a key it gains after its copy ended", id), false)
 	}
@@ -272,9 +272,9 @@ func (p *passStaged) Commit(results []txn.Result) error {
 		return err
 	}
 	p.w.stats.PassedCommitted++
-	if p.gained && p.w.markMoveDirty(p.n, nil, 0) {
+	if p.gained && p.w.markMoveDirty(p.n, nil, 0, p.id) {
 		for _, k := range slices.Sorted(maps.Keys(p.wants)) {
-			p.w.markMoveDirty(p.n, []string{k}, p.wants[k])
+			p.w.markMoveDirty(p.n, []string{k}, p.wants[k], p.id)
 		}
 		return nil
 	}
@@ -344,7 +344,7 @@ func (w *world) stepCatchUp(n ring.NodeID) {
 		return
 	}
 	if len(c.todo) > 0 {
-		if w.refreshKey(n, c.todo[0], 0) {
+		if w.refreshKey(n, c.todo[0], 0, chain.TxnID{}) {
 			c.todo = c.todo[1:]
 		}
 		return
@@ -352,7 +352,7 @@ func (w *world) stepCatchUp(n ring.NodeID) {
 	if len(c.dirty) > 0 {
 		k := slices.Sorted(maps.Keys(c.dirty))[0]
 		v := c.dirty[k]
-		if w.refreshKey(n, k, v) && c.dirty[k] == v {
+		if w.refreshKey(n, k, v, chain.TxnID{}) && c.dirty[k] == v {
 			delete(c.dirty, k)
 		}
 		return
@@ -400,24 +400,28 @@ func (w *world) sources(n ring.NodeID, key string) []rebalance.Source {
 }
 
 // refreshKey brings node n's copy of key in step with a source's, with a
-// copy at least at version want; it reports whether it is done, or must
-// be tried again later. It asks the sources as a node does
-// (rebalance.Refresh, which Node.refreshBlob calls).
-func (w *world) refreshKey(n ring.NodeID, key string, want uint64) bool {
+// copy at least at version want, left by commit id (zero if not known);
+// it reports whether it is done, or must be tried again later. It asks
+// the sources as a node does (rebalance.Refresh, which Node.refreshBlob
+// calls), and takes a copy without the commit if every source lost it
+// (rebalance.Lost), as a node does.
+func (w *world) refreshKey(n ring.NodeID, key string, want uint64, id chain.TxnID) bool {
 	srcs := w.sources(n, key)
 	if len(srcs) == 0 {
 		// The only replica serving key: nothing to copy.
 		return !slices.ContainsFunc(w.serving[key], func(id ring.NodeID) bool { return id != n })
 	}
-	return rebalance.Refresh(srcs, func(c rebalance.Source) (rebalance.Answer, bool) {
-		switch done, behind := w.copyKey(n, key, c.ID, c.Ready, want); {
-		case behind:
-			return rebalance.Behind, c.Ready
-		case done:
-			return rebalance.Took, c.Ready
-		}
-		return rebalance.Failed, c.Ready
-	}) == rebalance.Took
+	switch rebalance.Refresh(srcs, func(c rebalance.Source) (rebalance.Answer, bool) {
+		return w.copyKey(n, key, c.ID, c.Ready, want, id), c.Ready
+	}) {
+	case rebalance.Took:
+		return true
+	case rebalance.Lost:
+		w.stats.CopiesLost++
+		w.trace("%s: every source of %s lost %s at version %d; copying without it", n, key, id, want)
+		return w.refreshKey(n, key, 0, chain.TxnID{})
+	}
+	return false
 }
 
 // source is the first of sources(n, key), if any.
@@ -429,18 +433,29 @@ func (w *world) source(n ring.NodeID, key string) (ring.NodeID, bool) {
 }
 
 // copyKey brings node n's copy of key in step with src's, with a copy at
-// least at version want, as refreshKey does (ready: src is not catching
-// up); it reports whether it is done, or must be tried again later, and
-// whether src's copy is behind want (mvcc.ErrCopyBehind).
-func (w *world) copyKey(n ring.NodeID, key string, src ring.NodeID, ready bool, want uint64) (done, behind bool) {
+// least at version want, left by commit id, as refreshKey does (ready: src
+// is not catching up); it answers Took once done, Behind if src's copy is
+// behind want (mvcc.ErrCopyBehind), Lost if src lost id too
+// (rebalance.BehindAnswer), and Failed if it must be tried again later.
+func (w *world) copyKey(n ring.NodeID, key string, src ring.NodeID, ready bool, want uint64, id chain.TxnID) rebalance.Answer {
 	if w.partitioned(n, src) || w.stores[src].locked(key) || w.stores[n].locked(key) {
-		return false, false // a node's call fails, or waits for the lock
+		return rebalance.Failed // a node's call fails, or waits for the lock
 	}
 	before := slices.Clone(w.stores[n].keyLog(key))
 	changed, err := w.stores[n].refresh(key, w.stores[src], ready, want)
-	if err != nil {
+	switch {
+	case errors.Is(err, mvcc.ErrCopyBehind):
+		s := w.stores[src]
+		a := rebalance.BehindAnswer(ready, s.locked(key), id != (chain.TxnID{}) && s.missed(id))
+		if a == rebalance.Lost {
+			w.trace("%s cannot refresh %s from %s: it lost %s: %v", n, key, src, id, err)
+		} else {
+			w.trace("%s cannot refresh %s from %s yet: %v", n, key, src, err)
+		}
+		return a
+	case err != nil:
 		w.trace("%s cannot refresh %s from %s yet: %v", n, key, src, err)
-		return false, errors.Is(err, mvcc.ErrCopyBehind)
+		return rebalance.Failed
 	}
 	if changed {
 		w.stats.Refreshed++
@@ -451,7 +466,7 @@ func (w *world) copyKey(n ring.NodeID, key string, src ring.NodeID, ready bool, 
 	if !ready {
 		w.noteAllFailed(n, key, before)
 	}
-	return true, false
+	return rebalance.Took
 }
 
 // noteStagesLost records, for each committed transaction, the keys whose

@@ -131,6 +131,8 @@ type MemStore struct {
 	// results are the durable transaction records: what each committed
 	// transaction reported here (see chain.Stager.Committed).
 	results map[chain.TxnID][]txn.Result
+	// missedTxns are the durable missed records (mvcc.Store.PutMissed).
+	missedTxns map[chain.TxnID]bool
 	// anomalies are contract breaches seen by the store itself, such as a
 	// second Prepare of one transaction.
 	anomalies []string
@@ -141,7 +143,7 @@ func NewMemStore(node ring.NodeID, owns func(key string) bool) *MemStore {
 	return &MemStore{
 		node: node, owns: owns, blobs: map[string]*blob{},
 		locks: map[string]chain.TxnID{}, status: map[chain.TxnID]status{},
-		results: map[chain.TxnID][]txn.Result{},
+		results: map[chain.TxnID][]txn.Result{}, missedTxns: map[chain.TxnID]bool{},
 	}
 }
 
@@ -367,6 +369,10 @@ func (s *MemStore) stagedCount() int {
 }
 
 func (s *MemStore) statusOf(id chain.TxnID) status { return s.status[id] }
+
+func (s *MemStore) putMissed(id chain.TxnID) { s.missedTxns[id] = true }
+
+func (s *MemStore) missed(id chain.TxnID) bool { return s.missedTxns[id] }
 
 func (s *MemStore) storeAnomalies() []string { return s.anomalies }
 

@@ -62,6 +62,11 @@ type nodeStore interface {
 	versionAfter(id chain.TxnID, ops []txn.Op, key string, b mvcc.Base, given bool) uint64
 	// locked reports whether a staged commit holds key.
 	locked(key string) bool
+	// putMissed records that transaction id committed without this copy,
+	// its stage lost in a crash (mvcc.Store.PutMissed), durable once
+	// synced, and missed reports whether it is recorded.
+	putMissed(id chain.TxnID)
+	missed(id chain.TxnID) bool
 	// refresh makes this store's copy of key the one from has, which is
 	// not locked (see catchup.go), and reports whether that changed it;
 	// an error means it must be tried again later.
@@ -517,6 +522,20 @@ func (p *mvccStaged) Ready() bool {
 }
 
 func (s *mvccNode) statusOf(id chain.TxnID) status { return s.status[id] }
+
+func (s *mvccNode) putMissed(id chain.TxnID) {
+	if err := s.store.PutMissed(id.String()); err != nil {
+		panic(fmt.Sprintf("sim: %s: recording missed %s: %v", s.node, id, err))
+	}
+}
+
+func (s *mvccNode) missed(id chain.TxnID) bool {
+	ok, err := s.store.Missed(id.String())
+	if err != nil {
+		panic(fmt.Sprintf("sim: %s: reading missed %s: %v", s.node, id, err))
+	}
+	return ok
+}
 
 func (s *mvccNode) stagedCount() int {
 	n := 0

@@ -116,10 +116,11 @@ type ringState struct {
 	cleanAcked bool
 	// moves holds each node's copy of the epoch's ranges it gains, if it
 	// copies or copied them; dirty, per node, the keys commits passed
-	// through that it only gains, with the version each left (0: any);
+	// through that it only gains, with the newest version one left and its
+	// commit (rebalance.Mark; version 0: any);
 	// closed, per node, the last epoch whose copy ended there.
 	moves  map[ring.NodeID]*moveCopy
-	dirty  map[ring.NodeID]map[string]uint64
+	dirty  map[ring.NodeID]map[string]rebalance.Mark[chain.TxnID]
 	closed map[ring.NodeID]uint64
 	// drains holds each node's drain of the Active phase
 	// (rebalance.Drain), begun the first tick it is up in it.
@@ -149,7 +150,7 @@ type moveCopy struct {
 type copyReq struct {
 	id       int
 	key      string
-	want     uint64
+	want     rebalance.Mark[chain.TxnID]
 	src      ring.NodeID
 	deadline int
 }
@@ -218,18 +219,18 @@ func (w *world) onlyGained(n ring.NodeID, ops []txn.Op) bool {
 // node n for, for the move's copy, as node.markMoveDirty does; false,
 // marking nothing, once n's copy of the epoch ended, in any phase
 // (rebalance.Record.LeftToCopy).
-func (w *world) markMoveDirty(n ring.NodeID, keys []string, version uint64) bool {
+func (w *world) markMoveDirty(n ring.NodeID, keys []string, version uint64, id chain.TxnID) bool {
 	rec := w.ring.rec
 	if !rec.LeftToCopy(w.ring.closed[n]) {
 		return false
 	}
 	d := w.ring.dirty[n]
 	if d == nil {
-		d = map[string]uint64{}
+		d = map[string]rebalance.Mark[chain.TxnID]{}
 		w.ring.dirty[n] = d
 	}
 	for _, k := range keys {
-		d[k] = max(d[k], version)
+		d[k] = d[k].Add(version, id)
 	}
 	return true
 }
@@ -427,7 +428,7 @@ func (w *world) closeMove(n ring.NodeID, all bool) bool {
 	}
 	for _, k := range slices.Sorted(maps.Keys(d)) {
 		if w.owns(n, k) {
-			w.markDirty(n, k, d[k])
+			w.markDirty(n, k, d[k].Version)
 		}
 	}
 	delete(w.ring.dirty, n)
@@ -511,7 +512,7 @@ func (w *world) deliverCopy(kind eventKind, n ring.NodeID, req *copyReq) {
 		}
 		// The source asked first; the others as a node asks them
 		// (node.moveRefresh).
-		if !w.refreshKey(n, req.key, req.want) {
+		if !w.refreshKey(n, req.key, req.want.Version, req.want.Txn) {
 			return // not yet: the request is sent again
 		}
 		w.sendCopy(eventCopied, req.src, n, n, req)
@@ -593,6 +594,6 @@ func (w *world) ringSummary() string {
 	if !w.ringOn() {
 		return ""
 	}
-	return fmt.Sprintf(" | ring: spares=%d epoch=%d moves=%d keys-moved=%d copies=%d copy-retries=%d",
-		w.ring.plan.spares, w.ring.rec.Epoch, w.stats.Moves, w.stats.KeysMoved, w.stats.MoveCopies, w.stats.CopyRetries)
+	return fmt.Sprintf(" | ring: spares=%d epoch=%d moves=%d keys-moved=%d copies=%d copy-retries=%d copies-lost=%d",
+		w.ring.plan.spares, w.ring.rec.Epoch, w.stats.Moves, w.stats.KeysMoved, w.stats.MoveCopies, w.stats.CopyRetries, w.stats.CopiesLost)
 }

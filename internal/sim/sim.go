@@ -99,6 +99,7 @@ import (
 	"github.com/tyrstore/tyr/internal/chain"
 	"github.com/tyrstore/tyr/internal/mvcc"
 	"github.com/tyrstore/tyr/internal/outbox"
+	"github.com/tyrstore/tyr/internal/rebalance"
 	"github.com/tyrstore/tyr/internal/ring"
 	"github.com/tyrstore/tyr/internal/txn"
 )
@@ -340,8 +341,11 @@ type Stats struct {
 	// keys they added, MoveCopies the keys the nodes gaining them copied
 	// (a request and its reply over the network) and CopyRetries the
 	// copy requests sent again, their request or reply lost or the copy
-	// not possible yet (see ringchange.go).
-	Moves, KeysMoved, MoveCopies, CopyRetries int
+	// not possible yet (see ringchange.go). CopiesLost counts the copies
+	// taken without a commit that passed through the copying node, every
+	// source having lost its stage of it (rebalance.Lost): the commit's
+	// keys are among AllFailed's.
+	Moves, KeysMoved, MoveCopies, CopyRetries, CopiesLost int
 }
 
 // Add adds the counts of o to s, field by field (every field is a count).
@@ -531,7 +535,7 @@ func Run(cfg Config) Result {
 	w.pins = make([]*pin, w.gc.readers)
 	w.p.crashes = pickCrashes(crashSource(cfg.Seed), cfg)
 	w.ring = ringState{rng: ringSource(cfg.Seed), moves: map[ring.NodeID]*moveCopy{},
-		dirty: map[ring.NodeID]map[string]uint64{}, closed: map[ring.NodeID]uint64{}}
+		dirty: map[ring.NodeID]map[string]rebalance.Mark[chain.TxnID]{}, closed: map[ring.NodeID]uint64{}}
 	w.ring.plan = pickRing(w.ring.rng, cfg)
 	h := fnv.New64a()
 	w.traceHasher = func(b []byte) { _, _ = h.Write(b) }
@@ -1202,10 +1206,14 @@ func (w *world) flushReplica(n ring.NodeID) {
 	r := w.replicas[n]
 	o := r.Ready()
 	r.Advance(o)
+	wrote := o.MustSync
 	for _, f := range o.Finished {
 		delete(w.forwards[n], f.Txn)
 		switch {
 		case errors.Is(f.CommitErr, chain.ErrStageLost):
+			// Recorded before the Ack leaves, as node.recordMissed does.
+			w.stores[n].putMissed(f.Txn)
+			wrote = true
 			w.stageLostAt(n, f.Txn)
 			w.startCatchUp(n, fmt.Sprintf("missed the commit of %s", f.Txn), false)
 		case f.CommitErr != nil:
@@ -1213,7 +1221,7 @@ func (w *world) flushReplica(n ring.NodeID) {
 		}
 	}
 	out := w.out(n)
-	if o.MustSync {
+	if wrote {
 		out.Wrote()
 	}
 	sent := out.Put(o.Messages...)

@@ -269,7 +269,9 @@ func TestSim(t *testing.T) {
 // catch-up that copied an old owner behind while reads switched. With a
 // ring change forced: 17897 (row 59) lost a commit decided after the new
 // owner it passed through had ended its copy; 15880 (row 60) lost one a
-// re-execution committed on an old owner alone after the change.
+// re-execution committed on an old owner alone after the change; 10767
+// (row 61) stalled: a new owner's copy waited for good for a commit that
+// passed through it and that the blob's one replica lost in a crash.
 func TestSimRegressions(t *testing.T) {
 	for _, seed := range []uint64{7114, 9651, 286, 299, 1551, 2659, 633, 3244, 9157, 7240, 8171, 16, 185, 606, 8732, 3492} {
 		if r := sim.Run(sim.Config{Seed: seed, Store: storeFor(t, seed)}); len(r.Anomalies) > 0 {
@@ -280,6 +282,13 @@ func TestSimRegressions(t *testing.T) {
 		if r := sim.Run(sim.Config{Seed: seed, Store: storeFor(t, seed), Moves: true}); len(r.Anomalies) > 0 {
 			report(t, r)
 		}
+	}
+	r := sim.Run(sim.Config{Seed: 10767, Store: sim.StoreMem, Moves: true})
+	if len(r.Anomalies) > 0 {
+		report(t, r)
+	}
+	if r.Stats.CopiesLost != 1 {
+		t.Errorf("seed 10767: %d copies taken without a commit every source lost, want 1", r.Stats.CopiesLost)
 	}
 }
 
