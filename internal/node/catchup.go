@@ -114,14 +114,14 @@ type catchUp struct {
 	first  chan struct{} // closed when the node first caught up
 
 	mu    sync.Mutex
-	dirty map[blobRef]uint64 // blobs commits passed through: the newest version; guarded by mu
+	dirty map[blobRef]dirtyMark // blobs commits passed through, with the newest version and its commit; guarded by mu
 }
 
 func (c *catchUp) init() {
 	c.wake = make(chan struct{}, 1)
 	c.done = make(chan struct{})
 	c.first = make(chan struct{})
-	c.dirty = map[blobRef]uint64{}
+	c.dirty = map[blobRef]dirtyMark{}
 	c.active.Store(true) // a node starts catching up
 	c.wake <- struct{}{}
 }
@@ -163,12 +163,12 @@ func (n *Node) wakeCatchUp(reason string) {
 	}
 }
 
-// markDirty records that a commit at version passed through this node
-// without changing its copy of the blobs of ops. A blob the commit only
-// read-checks is fetched too, since this copy was found out of step, but
-// at no particular version: the commit did not change it, so its version
-// managers' copies need not ever reach version.
-func (c *catchUp) markDirty(keyspace string, ops []txn.Op, version uint64) {
+// markDirty records that commit id at version passed through this node
+// without changing its copy of the blobs of ops (rebalance.Mark). A blob
+// the commit only read-checks is fetched too, since this copy was found
+// out of step, but at no particular version: the commit did not change
+// it, so its version managers' copies need not ever reach version.
+func (c *catchUp) markDirty(keyspace string, ops []txn.Op, version uint64, id chain.TxnID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, op := range ops {
@@ -177,7 +177,7 @@ func (c *catchUp) markDirty(keyspace string, ops []txn.Op, version uint64) {
 		if op.Kind == txn.OpReadCheck {
 			want = 0
 		}
-		c.dirty[ref] = max(c.dirty[ref], want)
+		c.dirty[ref] = c.dirty[ref].Add(want, id)
 	}
 }
 
@@ -220,17 +220,17 @@ type passThrough struct {
 func (n *Node) passThrough(keyspace string, id chain.TxnID, ops, own []txn.Op, version uint64, client []byte, gained bool) passThrough {
 	if gained && !n.markMoveDirty(keyspace, txn.Keys(own), 0, id) {
 		gained = false
-		n.catch.markDirty(keyspace, own, 0)
+		n.catch.markDirty(keyspace, own, 0, id)
 		n.startCatchUp(fmt.Sprintf("keyspace %q: a commit passed through this node for a blob it gains after its copy ended", keyspace))
 	} else if !gained {
-		n.catch.markDirty(keyspace, own, 0)
+		n.catch.markDirty(keyspace, own, 0, id)
 	}
 	return passThrough{n: n, keyspace: keyspace, id: id, ops: ops, own: own, version: version, client: client, gained: gained}
 }
 
 func (p passThrough) Commit(results []txn.Result) error {
 	if !p.gained || !p.n.markMoveDirty(p.keyspace, txn.Keys(p.own), p.version, p.id) {
-		p.n.catch.markDirty(p.keyspace, p.own, p.version)
+		p.n.catch.markDirty(p.keyspace, p.own, p.version, p.id)
 		p.n.startCatchUp(fmt.Sprintf("a commit at version %d passed through this node", p.version))
 	}
 	ks, err := p.n.cfg.Engine.Acquire(p.keyspace)
@@ -481,10 +481,10 @@ func (n *Node) catchUpOnce(ctx context.Context) error {
 	n.catch.mu.Lock()
 	dirty := maps.Clone(n.catch.dirty)
 	n.catch.mu.Unlock()
-	for ref, v := range dirty {
+	for ref, m := range dirty {
 		ks, err := n.cfg.Engine.Acquire(ref.keyspace)
 		if errors.Is(err, errs.ErrNotFound) {
-			n.clearDirty(ref, v) // the keyspace was dropped
+			n.clearDirty(ref, m) // the keyspace was dropped
 			continue
 		}
 		if err != nil {
@@ -492,21 +492,21 @@ func (n *Node) catchUpOnce(ctx context.Context) error {
 		}
 		pl, err := n.Placement(ks.Name, int(ks.Config.Replication))
 		if err == nil {
-			err = n.refresh(ctx, ks, pl, ref.key, v)
+			_, err = n.refreshBlob(ctx, ks, pl, ref.key, m.Version, m.Txn, false)
 		}
 		ks.Release()
 		if err != nil {
 			return err
 		}
-		n.clearDirty(ref, v)
+		n.clearDirty(ref, m)
 	}
 	return nil
 }
 
-func (n *Node) clearDirty(ref blobRef, version uint64) {
+func (n *Node) clearDirty(ref blobRef, m dirtyMark) {
 	n.catch.mu.Lock()
 	defer n.catch.mu.Unlock()
-	if n.catch.dirty[ref] == version {
+	if n.catch.dirty[ref] == m {
 		delete(n.catch.dirty, ref)
 	}
 }
@@ -581,7 +581,7 @@ func (n *Node) catchUpKeyspace(ctx context.Context, ks *storage.Keyspace, peers 
 	}
 	slices.Sort(todo)
 	for _, key := range todo {
-		if err := n.refresh(ctx, ks, pl, key, 0); err != nil {
+		if err := n.refresh(ctx, ks, pl, key); err != nil {
 			return err
 		}
 	}
@@ -612,16 +612,17 @@ func (n *Node) peerVersions(ctx context.Context, id ring.NodeID, keyspace string
 }
 
 // refresh brings this node's copy of blob key of ks in step with an
-// up-to-date version manager's (see the top of this file). If want is not
-// 0 (a commit at want passed through this node), the source's copy must be
-// at least that version or the blob absent.
-func (n *Node) refresh(ctx context.Context, ks *storage.Keyspace, pl Placement, key string, want uint64) error {
-	_, err := n.refreshBlob(ctx, ks, pl, key, want, chain.TxnID{}, false)
+// up-to-date version manager's (see the top of this file).
+func (n *Node) refresh(ctx context.Context, ks *storage.Keyspace, pl Placement, key string) error {
+	_, err := n.refreshBlob(ctx, ks, pl, key, 0, chain.TxnID{}, false)
 	return err
 }
 
 // refreshBlob is refresh, and the copy of a blob this node gains in a ring
-// change (move); it reports whether the copy changed anything. It asks the
+// change (move); it reports whether the copy changed anything. If want is
+// not 0 (commit txn at want passed through this node), the source's copy
+// must be at least that version or the blob absent, unless every source
+// lost that commit. It asks the
 // sources in turn until one decides (rebalance.Refresh), and returns the
 // last error if none gave a copy.
 func (n *Node) refreshBlob(ctx context.Context, ks *storage.Keyspace, pl Placement, key string, want uint64, txn chain.TxnID, move bool) (bool, error) {

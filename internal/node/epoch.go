@@ -113,7 +113,7 @@ type epochState struct {
 	throttle throttle
 	// dirty: blobs a commit passed through that this node only gains.
 	dirtyMu sync.Mutex
-	dirty   map[blobRef]moveMark
+	dirty   map[blobRef]dirtyMark
 	// closed is the last epoch whose copy has ended, guarded by dirtyMu:
 	// from then on no copy fetches what dirty names (markMoveDirty).
 	closed uint64
@@ -123,14 +123,15 @@ type epochState struct {
 	whole map[blobRef]uint64
 }
 
-// moveMark is what the move's copy of a blob waits for.
-type moveMark = rebalance.Mark[chain.TxnID]
+// dirtyMark is what the move's copy, or catch-up, of a blob a commit
+// passed through waits for.
+type dirtyMark = rebalance.Mark[chain.TxnID]
 
 // loadRing reads the record file at start.
 func (n *Node) loadRing() error {
 	e := &n.epoch
 	e.mu.progress = map[ring.NodeID]*peerpb.PutRingResponse{}
-	e.dirty = map[blobRef]moveMark{}
+	e.dirty = map[blobRef]dirtyMark{}
 	e.whole = map[blobRef]uint64{}
 	rate := n.cfg.MoveBytesPerSecond
 	if rate == 0 {
@@ -846,7 +847,7 @@ func (n *Node) closeMove(epoch uint64, all bool) bool {
 	}
 	n.catch.mu.Lock()
 	for ref, m := range n.epoch.dirty {
-		n.catch.dirty[ref] = max(n.catch.dirty[ref], m.Version)
+		n.catch.dirty[ref] = n.catch.dirty[ref].Add(m.Version, m.Txn)
 	}
 	n.catch.mu.Unlock()
 	clear(n.epoch.dirty)
@@ -917,7 +918,7 @@ func (n *Node) moveCopyOnce(ctx context.Context, epoch uint64) error {
 	for {
 		n.epoch.dirtyMu.Lock()
 		var ref blobRef
-		var m moveMark
+		var m dirtyMark
 		found := false
 		for r, mark := range n.epoch.dirty {
 			ref, m, found = r, mark, true
@@ -970,7 +971,7 @@ func (n *Node) noteWhole(ref blobRef, epoch uint64) {
 	n.epoch.whole[ref] = epoch
 }
 
-func (n *Node) clearMoveDirty(ref blobRef, m moveMark) {
+func (n *Node) clearMoveDirty(ref blobRef, m dirtyMark) {
 	n.epoch.dirtyMu.Lock()
 	defer n.epoch.dirtyMu.Unlock()
 	if n.epoch.dirty[ref] == m {
@@ -1026,7 +1027,7 @@ func (n *Node) moveKeyspace(ctx context.Context, ks *storage.Keyspace, peers []r
 }
 
 // moveRefresh is refresh for the copy: throttled and counted.
-func (n *Node) moveRefresh(ctx context.Context, ks *storage.Keyspace, pl Placement, key string, want moveMark) error {
+func (n *Node) moveRefresh(ctx context.Context, ks *storage.Keyspace, pl Placement, key string, want dirtyMark) error {
 	changed, err := n.refreshBlob(ctx, ks, pl, key, want.Version, want.Txn, true)
 	if err == nil && changed {
 		n.epoch.copiedBlobs.Add(1)

@@ -35,7 +35,7 @@ func moveNode(t *testing.T, rec rebalance.Record) *Node {
 	n.catch.init()
 	n.catch.active.Store(false)
 	<-n.catch.wake
-	n.epoch.dirty = map[blobRef]moveMark{}
+	n.epoch.dirty = map[blobRef]dirtyMark{}
 	if err := n.setRing(rec); err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestPassThroughAfterCopyCatchesUp(t *testing.T) {
 	if err := p.Commit(nil); err != nil {
 		t.Fatal(err)
 	}
-	if n.catch.dirty[ref] != 8 {
+	if n.catch.dirty[ref].Version != 8 {
 		t.Fatalf("catch-up marks %v, want %v at 8", n.catch.dirty, ref)
 	}
 }
@@ -120,7 +120,7 @@ func TestPassThroughDecidedAfterCopyCatchesUp(t *testing.T) {
 	if err := p.Commit(nil); err != nil {
 		t.Fatal(err)
 	}
-	if !n.catch.active.Load() || n.catch.dirty[ref] != 7 || len(n.epoch.dirty) != 0 {
+	if !n.catch.active.Load() || n.catch.dirty[ref].Version != 7 || len(n.epoch.dirty) != 0 {
 		t.Fatalf("decided after the copy ended: catching up %v, catch-up marks %v, move dirty %v; want a catch-up to version 7",
 			n.catch.active.Load(), n.catch.dirty, n.epoch.dirty)
 	}
@@ -130,11 +130,11 @@ func TestPassThroughDecidedAfterCopyCatchesUp(t *testing.T) {
 // to catch-up.
 func TestCopyGivenUpCatchesUp(t *testing.T) {
 	n := moveNode(t, joinRecord(t, rebalance.PhaseSwitching))
-	n.epoch.dirty[blobRef{"kss", "k"}] = moveMark{Version: 5, Marks: 1}
+	n.epoch.dirty[blobRef{"kss", "k"}] = dirtyMark{Version: 5, Marks: 1}
 	if !n.closeMove(2, true) {
 		t.Fatal("closeMove(all) did not close")
 	}
-	if !n.catch.active.Load() || n.catch.dirty[blobRef{"kss", "k"}] != 5 || len(n.epoch.dirty) != 0 {
+	if !n.catch.active.Load() || n.catch.dirty[blobRef{"kss", "k"}].Version != 5 || len(n.epoch.dirty) != 0 {
 		t.Fatalf("catching up %v, catch-up marks %v, move dirty %v", n.catch.active.Load(), n.catch.dirty, n.epoch.dirty)
 	}
 }

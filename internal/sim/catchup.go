@@ -74,9 +74,10 @@ type catchUp struct {
 	barrier  bool
 	// todo are the keys left to refresh in this round, once past the
 	// barrier; dirty the keys commits passed through, each with the
-	// version the source's copy must have reached (0: any).
+	// version the source's copy must have reached (0: any) and the commit
+	// that left it (rebalance.Mark).
 	todo  []string
-	dirty map[string]uint64
+	dirty map[string]rebalance.Mark[chain.TxnID]
 }
 
 // refresh is a catch-up that changed a node's copy of a key.
@@ -241,7 +242,7 @@ func (w *world) passThrough(n ring.NodeID, id chain.TxnID, ops []txn.Op, bases m
 			continue
 		}
 		if !gained {
-			w.markDirty(n, op.Key, 0)
+			w.markDirty(n, op.Key, 0, id)
 		}
 		if op.Kind != txn.OpReadCheck {
 			b, given := bases[op.Key]
@@ -279,7 +280,7 @@ func (p *passStaged) Commit(results []txn.Result) error {
 		return nil
 	}
 	for _, k := range slices.Sorted(maps.Keys(p.wants)) {
-		p.w.markDirty(p.n, k, p.wants[k])
+		p.w.markDirty(p.n, k, p.wants[k], p.id)
 	}
 	p.w.startCatchUp(p.n, fmt.Sprintf("%s passed through it", p.id), false)
 	return nil
@@ -299,12 +300,14 @@ func (p *passStaged) Results() []txn.Result {
 	return out
 }
 
-func (w *world) markDirty(n ring.NodeID, key string, version uint64) {
+// markDirty marks key for node n's catch-up: commit id, which left
+// version, passed through n (rebalance.Mark), as catchUp.markDirty does.
+func (w *world) markDirty(n ring.NodeID, key string, version uint64, id chain.TxnID) {
 	c := w.catch[n]
 	if c.dirty == nil {
-		c.dirty = map[string]uint64{}
+		c.dirty = map[string]rebalance.Mark[chain.TxnID]{}
 	}
-	c.dirty[key] = max(c.dirty[key], version)
+	c.dirty[key] = c.dirty[key].Add(version, id)
 }
 
 // startCatchUp makes node n catch up: a new round if anew or if none
@@ -351,8 +354,8 @@ func (w *world) stepCatchUp(n ring.NodeID) {
 	}
 	if len(c.dirty) > 0 {
 		k := slices.Sorted(maps.Keys(c.dirty))[0]
-		v := c.dirty[k]
-		if w.refreshKey(n, k, v, chain.TxnID{}) && c.dirty[k] == v {
+		m := c.dirty[k]
+		if w.refreshKey(n, k, m.Version, m.Txn) && c.dirty[k] == m {
 			delete(c.dirty, k)
 		}
 		return

@@ -428,7 +428,7 @@ func (w *world) closeMove(n ring.NodeID, all bool) bool {
 	}
 	for _, k := range slices.Sorted(maps.Keys(d)) {
 		if w.owns(n, k) {
-			w.markDirty(n, k, d[k].Version)
+			w.markDirty(n, k, d[k].Version, d[k].Txn)
 		}
 	}
 	delete(w.ring.dirty, n)
