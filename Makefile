@@ -130,9 +130,9 @@ torture:
 SEEDS ?= 10000
 sim:
 ifdef SEED
-	$(GO) test ./internal/sim -count=1 -run 'TestSim$$' -sim.seed=$(SEED) -sim.trace -v
+	$(GO) test ./internal/sim -count=1 -run 'TestSim$$' -sim.seed=$(SEED) -sim.trace $(if $(MOVES),-sim.moves) -v
 else
-	$(GO) test ./internal/sim -count=1 -timeout 60m -run 'TestSim$$' -sim.seeds=$(SEEDS) -v
+	$(GO) test ./internal/sim -count=1 -timeout 60m -run 'TestSim$$' -sim.seeds=$(SEEDS) $(if $(FIRST),-sim.first=$(FIRST)) $(if $(MOVES),-sim.moves) -v
 endif
 
 # The placement simulation of load-aware ring weights (internal/balance):

@@ -257,6 +257,8 @@ func pickCrashes(rng *rand.Rand, cfg Config) int {
 // Result is the outcome of one run.
 type Result struct {
 	Seed uint64
+	// Moves: the run forced ring changes (Config.Moves).
+	Moves bool
 	// Summary is one line: the profile and the counts.
 	Summary string
 	// Anomalies lists every checker failure; empty means the run passed.
@@ -575,7 +577,7 @@ func Run(cfg Config) Result {
 		anomalies = w.check()
 	}
 	w.stats.Ticks = w.now
-	return Result{Seed: cfg.Seed, Summary: w.summary(), Anomalies: anomalies, TraceHash: h.Sum64(), Stats: w.stats}
+	return Result{Seed: cfg.Seed, Moves: cfg.Moves, Summary: w.summary(), Anomalies: anomalies, TraceHash: h.Sum64(), Stats: w.stats}
 }
 
 func (w *world) build() {

@@ -129,6 +129,9 @@ func report(t *testing.T, r sim.Result) {
 	if *suspectFlag {
 		flags += " -sim.suspicious"
 	}
+	if r.Moves {
+		flags += " -sim.moves"
+	}
 	t.Errorf("seed %d failed: %s\n\t%s\nreproduce: go test ./internal/sim -run 'TestSim$' -sim.seed=%d -sim.store=%s%s -sim.trace -v",
 		r.Seed, r.Summary, strings.Join(r.Anomalies, "\n\t"), r.Seed, storeOf(r), flags)
 }
