@@ -659,7 +659,7 @@ func (n *Node) refreshBlob(ctx context.Context, ks *storage.Keyspace, pl Placeme
 		}
 		return rebalance.Took, cs.ready // cs.ready: as it answered
 	})
-	switch answer {
+	switch rebalance.Settle(answer, n.self, vms, stale, n.cfg.Cluster.Alive) {
 	case rebalance.Took:
 		return changed, nil
 	case rebalance.Lost:

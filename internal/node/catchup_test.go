@@ -513,9 +513,10 @@ func TestCatchUpAskedDuringRound(t *testing.T) {
 
 // A refresh that waits for a commit every source lost its stage of takes
 // the copy without it once the sources say so (rebalance.Lost), and
-// counts it; a source that does not say so keeps it waiting.
+// counts it; a source that does not say so keeps it waiting, and so does
+// a replica that is down, which may hold the commit.
 func TestRefreshLostCommit(t *testing.T) {
-	tc := startClusterRF(t, 2, 2, 0, 1)
+	tc := startClusterRF(t, 3, 3, 0, 1)
 	tc.waitCaughtUp(t, 10*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -524,29 +525,36 @@ func TestRefreshLostCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	lost := chain.TxnID{Coordinator: "n1", Seq: 99}
-	if !tc.nodes[0].recordMissed(testKeyspace, []chain.Outcome{
-		{Txn: lost, Committed: true, CommitErr: chain.ErrStageLost},
-		{Txn: chain.TxnID{Coordinator: "n1", Seq: 100}, Committed: true},
-	}) {
-		t.Fatal("recordMissed recorded nothing for a stage lost")
+	for i := range 2 {
+		if !tc.nodes[i].recordMissed(testKeyspace, []chain.Outcome{
+			{Txn: lost, Committed: true, CommitErr: chain.ErrStageLost},
+			{Txn: chain.TxnID{Coordinator: "n1", Seq: 100}, Committed: true},
+		}) {
+			t.Fatal("recordMissed recorded nothing for a stage lost")
+		}
 	}
-	ks, err := tc.engines[1].Acquire(testKeyspace)
+	ks, err := tc.engines[2].Acquire(testKeyspace)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ks.Release()
-	n := tc.nodes[1]
-	pl, err := n.Placement(testKeyspace, 2)
+	n := tc.nodes[2]
+	pl, err := n.Placement(testKeyspace, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := res[0].Version + 1
 	if _, err := n.refreshBlob(ctx, ks, pl, "k", want, chain.TxnID{Coordinator: "n1", Seq: 100}, false); !errors.Is(err, mvcc.ErrCopyBehind) {
-		t.Fatalf("refresh for a commit the source did not lose: %v, want ErrCopyBehind", err)
+		t.Fatalf("refresh for a commit the sources did not lose: %v, want ErrCopyBehind", err)
+	}
+	tc.dead.Store(ring.NodeID("n2"), true)
+	if _, err := n.refreshBlob(ctx, ks, pl, "k", want, lost, false); !errors.Is(err, mvcc.ErrCopyBehind) {
+		t.Fatalf("refresh for a commit the live source lost, with a replica down: %v, want ErrCopyBehind", err)
 	}
 	if got := n.Stats().CopiesLost; got != 0 {
 		t.Fatalf("CopiesLost = %d before any loss", got)
 	}
+	tc.dead.Delete(ring.NodeID("n2"))
 	if _, err := n.refreshBlob(ctx, ks, pl, "k", want, lost, false); err != nil {
 		t.Fatalf("refresh for a commit every source lost: %v", err)
 	}

@@ -152,6 +152,18 @@ func BehindAnswer(ready, locked, missed bool) Answer {
 	return Behind
 }
 
+// Settle is Refresh's answer a as the caller acts on it, for the sources
+// Order drew from reps and stale: Lost only if every one of them but self
+// is alive, so that Order dropped none. A replica that is down may hold
+// the commit wanted, and the caller waits for it (Behind).
+func Settle(a Answer, self ring.NodeID, reps, stale []ring.NodeID, alive func(ring.NodeID) bool) Answer {
+	down := func(id ring.NodeID) bool { return id != self && !alive(id) }
+	if a == Lost && (slices.ContainsFunc(reps, down) || slices.ContainsFunc(stale, down)) {
+		return Behind
+	}
+	return a
+}
+
 // Refresh asks sources, in the order given (Order), for their copy of a
 // blob until one decides, and returns the answer that counts. A source
 // behind the version wanted, or that lost it, is passed over. An

@@ -203,6 +203,26 @@ func TestMark(t *testing.T) {
 	}
 }
 
+func TestSettle(t *testing.T) {
+	up := func(id ring.NodeID) bool { return id != "down" }
+	for _, tc := range []struct {
+		name        string
+		a           Answer
+		reps, stale []ring.NodeID
+		want        Answer
+	}{
+		{"all up", Lost, []ring.NodeID{"self", "a"}, []ring.NodeID{"b"}, Lost},
+		{"self is not asked", Lost, []ring.NodeID{"self"}, nil, Lost},
+		{"a replica down", Lost, []ring.NodeID{"a", "down"}, nil, Behind},
+		{"a stale replica down", Lost, []ring.NodeID{"a"}, []ring.NodeID{"down"}, Behind},
+		{"other answers stand", Took, []ring.NodeID{"down"}, nil, Took},
+	} {
+		if got := Settle(tc.a, "self", tc.reps, tc.stale, func(id ring.NodeID) bool { return id == "self" || up(id) }); got != tc.want {
+			t.Errorf("%s: Settle = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
 func TestBehindAnswer(t *testing.T) {
 	for _, ready := range []bool{false, true} {
 		for _, locked := range []bool{false, true} {

@@ -385,12 +385,11 @@ func (w *world) barrierStep(n ring.NodeID, answered []bool, cut *[]chain.TxnID) 
 	return !slices.Contains(answered, false) && !slices.ContainsFunc(*cut, func(id chain.TxnID) bool { return !w.txns[id].finished })
 }
 
-// sources are the replicas node n may copy key from, in the order a node
-// tries them (rebalance.Placement.Sources, rebalance.Order); without ring
-// changes, the keys' replicas are drawn at random, not by a ring. Whether
-// n reaches them is the refresh's to find out.
-func (w *world) sources(n ring.NodeID, key string) []rebalance.Source {
-	reps, stale := w.serving[key], []ring.NodeID(nil)
+// sourceReplicas are the replicas a node may copy key from
+// (rebalance.Placement.Sources); without ring changes, the keys' replicas
+// are drawn at random, not by a ring.
+func (w *world) sourceReplicas(key string) (reps, stale []ring.NodeID) {
+	reps = w.serving[key]
 	if w.ringOn() {
 		var err error
 		reps, stale, err = w.ring.pl.Sources(w.ring.plan.seed, key, 0, w.p.replicationFactor, w.ring.old)
@@ -398,9 +397,18 @@ func (w *world) sources(n ring.NodeID, key string) []rebalance.Source {
 			panic(fmt.Sprintf("sim: sources of %s in epoch %d: %v", key, w.ring.rec.Epoch, err))
 		}
 	}
-	alive := func(id ring.NodeID) bool { return !w.down[id] }
-	return rebalance.Order(n, reps, stale, alive, w.catchingUp)
+	return reps, stale
 }
+
+// sources are the replicas node n may copy key from, in the order a node
+// tries them (rebalance.Order). Whether n reaches them is the refresh's to
+// find out.
+func (w *world) sources(n ring.NodeID, key string) []rebalance.Source {
+	reps, stale := w.sourceReplicas(key)
+	return rebalance.Order(n, reps, stale, w.alive, w.catchingUp)
+}
+
+func (w *world) alive(id ring.NodeID) bool { return !w.down[id] }
 
 // refreshKey brings node n's copy of key in step with a source's, with a
 // copy at least at version want, left by commit id (zero if not known);
@@ -409,14 +417,16 @@ func (w *world) sources(n ring.NodeID, key string) []rebalance.Source {
 // calls), and takes a copy without the commit if every source lost it
 // (rebalance.Lost), as a node does.
 func (w *world) refreshKey(n ring.NodeID, key string, want uint64, id chain.TxnID) bool {
-	srcs := w.sources(n, key)
+	reps, stale := w.sourceReplicas(key)
+	srcs := rebalance.Order(n, reps, stale, w.alive, w.catchingUp)
 	if len(srcs) == 0 {
 		// The only replica serving key: nothing to copy.
 		return !slices.ContainsFunc(w.serving[key], func(id ring.NodeID) bool { return id != n })
 	}
-	switch rebalance.Refresh(srcs, func(c rebalance.Source) (rebalance.Answer, bool) {
+	a := rebalance.Refresh(srcs, func(c rebalance.Source) (rebalance.Answer, bool) {
 		return w.copyKey(n, key, c.ID, c.Ready, want, id), c.Ready
-	}) {
+	})
+	switch rebalance.Settle(a, n, reps, stale, w.alive) {
 	case rebalance.Took:
 		return true
 	case rebalance.Lost:
