@@ -594,6 +594,6 @@ func (w *world) ringSummary() string {
 	if !w.ringOn() {
 		return ""
 	}
-	return fmt.Sprintf(" | ring: spares=%d epoch=%d moves=%d keys-moved=%d copies=%d copy-retries=%d copies-lost=%d",
-		w.ring.plan.spares, w.ring.rec.Epoch, w.stats.Moves, w.stats.KeysMoved, w.stats.MoveCopies, w.stats.CopyRetries, w.stats.CopiesLost)
+	return fmt.Sprintf(" | ring: spares=%d epoch=%d moves=%d keys-moved=%d copies=%d copy-retries=%d",
+		w.ring.plan.spares, w.ring.rec.Epoch, w.stats.Moves, w.stats.KeysMoved, w.stats.MoveCopies, w.stats.CopyRetries)
 }

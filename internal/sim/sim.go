@@ -332,7 +332,11 @@ type Stats struct {
 	// of the key failed while they committed, or that a node caught up
 	// without while no replica of the key was up to date, which may be
 	// lost (see noteStagesLost and noteAllFailed).
-	CatchUpsBegun, CatchUps, Refreshed, AllFailed int
+	// CopiesLost counts the copies, of a catch-up or of a ring change,
+	// taken without a commit that passed through the copying node, every
+	// source having lost its stage of it (rebalance.Lost): the commit's
+	// keys are among AllFailed's.
+	CatchUpsBegun, CatchUps, Refreshed, AllFailed, CopiesLost int
 	// Collections counts the collector passes (mvcc only) and Collected
 	// the page versions they deleted; Pins counts the readers' pins of a
 	// version, OldReads their reads of a version a commit had superseded,
@@ -343,11 +347,8 @@ type Stats struct {
 	// keys they added, MoveCopies the keys the nodes gaining them copied
 	// (a request and its reply over the network) and CopyRetries the
 	// copy requests sent again, their request or reply lost or the copy
-	// not possible yet (see ringchange.go). CopiesLost counts the copies
-	// taken without a commit that passed through the copying node, every
-	// source having lost its stage of it (rebalance.Lost): the commit's
-	// keys are among AllFailed's.
-	Moves, KeysMoved, MoveCopies, CopyRetries, CopiesLost int
+	// not possible yet (see ringchange.go).
+	Moves, KeysMoved, MoveCopies, CopyRetries int
 }
 
 // Add adds the counts of o to s, field by field (every field is a count).
@@ -1369,7 +1370,7 @@ func (w *world) summary() string {
 		"detect=%d suspicions=%d "+
 		"| txns=%d committed=%d aborted=%d multi-vm=%d (committed %d) probes=%d (committed %d, keys excused %d) queued=%d (committed %d) waited=%d msgs=%d dropped=%d cut=%d dups=%d lost=%d stages-lost=%d "+
 		"reroutes=%d rerouted=%d (committed %d) left-out=%d (staged %d, behind %d) old-chain=%d behind=%d/%d ticks=%d "+
-		"| catch-up: passed=%d (committed %d) behind-refused=%d asks=%d unkept=%d ahead=%d unmanaged=%d catch-ups=%d/%d refreshed=%d all-failed=%d",
+		"| catch-up: passed=%d (committed %d) behind-refused=%d asks=%d unkept=%d ahead=%d unmanaged=%d catch-ups=%d/%d refreshed=%d copies-lost=%d all-failed=%d",
 		w.cfg.Seed, w.cfg.Store, p.nodes, p.clients, p.keys, p.replicationFactor, p.dropPct, p.duplicatePct, p.delayTicksMax,
 		p.retentionTicks, p.pendingMax, p.txnsMax, w.stats.Partitions, w.stats.Crashes, w.det.detectTicks, len(w.det.suspicions),
 		w.stats.Begun, w.stats.Committed, w.stats.Aborted,
@@ -1379,7 +1380,7 @@ func (w *world) summary() string {
 		w.stats.Reroutes, w.stats.Rerouted, w.stats.RerouteCommitted, w.stats.LeftOut, w.stats.LeftStaged, w.stats.LeftBehind,
 		w.stats.OldChain, w.stats.Behind, w.stats.Copies, w.now,
 		w.stats.Passed, w.stats.PassedCommitted, w.stats.BehindRefused, w.stats.Asks, w.stats.Unkept, w.stats.Ahead, w.stats.Unmanaged,
-		w.stats.CatchUps, w.stats.CatchUpsBegun, w.stats.Refreshed, w.stats.AllFailed) + w.gcSummary() + w.ringSummary()
+		w.stats.CatchUps, w.stats.CatchUpsBegun, w.stats.Refreshed, w.stats.CopiesLost, w.stats.AllFailed) + w.gcSummary() + w.ringSummary()
 }
 
 // gcSummary is the collector's part of the summary, on mvcc.

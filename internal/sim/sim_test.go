@@ -204,7 +204,7 @@ func TestSim(t *testing.T) {
 		"reroutes: %d re-executions of %d transactions (%d committed) on %d seeds, %d members left out (%d had staged, %d missed a commit), %d old-chain messages dropped; "+
 		"%d of %d copies of keys missed a commit; "+
 		"catch-up: %d commits passed through a member behind (%d committed), %d refused by a tail behind (chain.ErrBehind), %d asks by a re-execution's tail, "+
-		"%d pass-throughs refused as the tail does not store the key, %d commits refused by a copy ahead, %d by a tail finding no version manager of a key in its chain, %d of %d catch-ups finished, %d copies refreshed, "+
+		"%d pass-throughs refused as the tail does not store the key, %d commits refused by a copy ahead, %d by a tail finding no version manager of a key in its chain, %d of %d catch-ups finished, %d copies refreshed, %d taken without a commit every source lost, "+
 		"%d commits excused as every replica of a key failed; "+
 		"durability: %d syncs, %d messages held for one, %d held messages and %d unsynced commits lost in crashes; "+
 		"gc: %d collector passes deleted %d page versions; readers pinned %d versions and read superseded ones %d times (%d served, %d gone); "+
@@ -216,7 +216,7 @@ func TestSim(t *testing.T) {
 		total.Reroutes, total.Rerouted, total.RerouteCommitted, rerouted, total.LeftOut, total.LeftStaged, total.LeftBehind, total.OldChain,
 		total.Behind, total.Copies,
 		total.Passed, total.PassedCommitted, total.BehindRefused, total.Asks, total.Unkept, total.Ahead, total.Unmanaged,
-		total.CatchUps, total.CatchUpsBegun, total.Refreshed, total.AllFailed,
+		total.CatchUps, total.CatchUpsBegun, total.Refreshed, total.CopiesLost, total.AllFailed,
 		total.Syncs, total.Held, total.HeldLost, total.UnsyncedLost,
 		total.Collections, total.Collected, total.Pins, total.OldReads, total.OldServed, total.OldGone,
 		total.Moves, moved, total.KeysMoved, total.MoveCopies, total.CopyRetries)
