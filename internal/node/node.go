@@ -906,9 +906,10 @@ func (n *Node) step(env envelope) {
 // missed because a restart lost its stage (chain.ErrStageLost), that it
 // missed it (mvcc.Store.PutMissed), and reports whether it recorded any:
 // the messages of the same output, the Ack among them, wait for the sync
-// that makes the records durable. A copy of a ring change that waits for
-// such a commit learns from the record that this copy will never hold it
-// (Chunks). A failed record is logged; the copy then waits for good.
+// that makes the records durable. A copy (a ring change's or a
+// catch-up's) that waits for such a commit learns from the record that
+// this copy will never hold it (Chunks). A failed record is logged; the
+// copy then waits for good.
 func (n *Node) recordMissed(keyspace string, finished []chain.Outcome) bool {
 	wrote := false
 	for _, f := range finished {

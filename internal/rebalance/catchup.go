@@ -117,8 +117,8 @@ const (
 	Lost
 )
 
-// Mark is what a ring change's copy of a blob waits for, as the commits
-// that passed through the copying node for it marked it: the newest
+// Mark is what a copy of a blob (a ring change's, or a catch-up's) waits
+// for, as the commits that passed through the copying node marked it: the newest
 // version one left (0 while undecided), the commit ID that left it, and
 // how many marks the blob got. A copy clears a mark only if it is still
 // the one the copy began with, so that one added meanwhile is copied too:
