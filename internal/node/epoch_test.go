@@ -1,9 +1,12 @@
 package node
 
 import (
+	"cmp"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +15,7 @@ import (
 	"github.com/tyrstore/tyr/internal/errs"
 	"github.com/tyrstore/tyr/internal/keyspace"
 	"github.com/tyrstore/tyr/internal/membership"
+	"github.com/tyrstore/tyr/internal/mvcc"
 	"github.com/tyrstore/tyr/internal/rebalance"
 	"github.com/tyrstore/tyr/internal/ring"
 	"github.com/tyrstore/tyr/internal/storage"
@@ -228,5 +232,79 @@ func TestNoRecordRelearnsOnViewChange(t *testing.T) {
 			t.Fatalf("rings: %v after 5 s", err)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// The tail of a chain refuses a commit of a blob it was given no Base of
+// and does not manage: no member of the chain manages it, and the commit
+// would change it nowhere (docs/bugs.md row 60: a re-execution on an old
+// owner alone, after the ring change took the blob from it). A blob it
+// manages is prepared.
+func TestTailRefusesUnmanaged(t *testing.T) {
+	n := moveNode(t, joinRecord(t, rebalance.PhaseCopying))
+	for _, p := range []rebalance.Phase{rebalance.PhaseSwitching, rebalance.PhaseActive} {
+		if err := n.setRing(joinRecord(t, p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.versions = map[waiterKey]versionEntry{}
+	n.cfg.Cluster = fakeCluster{self: n.self, view: &membership.View{}, dead: &sync.Map{}, catchingUp: &sync.Map{},
+		said: &catchUpSays{log: map[ring.NodeID][]bool{}}}
+	n.epoch.mu.Lock()
+	n.epoch.mu.known = true // as once the node learned the ring
+	n.epoch.mu.Unlock()
+	// In step: it holds its lease and its loop ticks.
+	n.leaseUntil.Store(time.Now().Add(time.Hour).UnixNano())
+	n.leaseWasHeld.Store(true)
+	n.lastTick.Store(time.Now().Add(time.Hour).UnixNano())
+	pl, err := n.Placement("kss", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var managed, unmanaged string
+	for i := 0; managed == "" || unmanaged == ""; i++ {
+		key := fmt.Sprintf("k%d", i)
+		if pl.Manages(key) {
+			managed = cmp.Or(managed, key)
+		} else {
+			unmanaged = cmp.Or(unmanaged, key)
+		}
+	}
+	s := stager{n: n, keyspace: "kss"}
+	// chainOf is the chain of key's replicas with this node last (tail) or
+	// first.
+	chainOf := func(key string, tail bool) []ring.NodeID {
+		reps, err := pl.writeReplicas(key, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		others := slices.DeleteFunc(reps, func(id ring.NodeID) bool { return id == n.self })
+		if tail {
+			return append(others, n.self)
+		}
+		return append([]ring.NodeID{n.self}, others...)
+	}
+	for i, tc := range []struct {
+		name   string
+		key    string
+		tail   bool
+		bases  map[string]mvcc.Base
+		refuse bool
+	}{
+		{"the tail, given no Base of a blob it does not manage", unmanaged, true, nil, true},
+		{"the tail, given a Base by the blob's version manager", managed, true, map[string]mvcc.Base{managed: {}}, false},
+		{"before the tail", unmanaged, false, nil, false},
+	} {
+		id := chain.TxnID{Coordinator: "a", Seq: uint64(i + 1)}
+		n.versions[waiterKey{"kss", id}] = versionEntry{version: uint64(100 + i), chain: chainOf(tc.key, tc.tail), bases: tc.bases}
+		st, err := s.prepare(id, []txn.Op{{Key: tc.key, Kind: txn.OpWrite, Data: []byte("x"), Create: true}})
+		switch {
+		case tc.refuse && !errors.Is(err, errCatchingUp):
+			t.Fatalf("%s (%s): prepare = %v, want a refusal", tc.name, tc.key, err)
+		case !tc.refuse && err != nil:
+			t.Fatalf("%s (%s): %v", tc.name, tc.key, err)
+		case err == nil:
+			st.Abort()
+		}
 	}
 }
