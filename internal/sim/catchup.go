@@ -232,6 +232,9 @@ func (w *world) passThrough(n ring.NodeID, id chain.TxnID, ops []txn.Op, bases m
 		w.trace("%s passes %s through: its copy is behind", n, id)
 	}
 	owned := slices.DeleteFunc(txn.Keys(ops), func(k string) bool { return !w.owns(n, k) })
+	if gained {
+		w.passedGained[id] = append(w.passedGained[id], n)
+	}
 	if gained && !w.markMoveDirty(n, owned, 0, id) {
 		gained = false
 		w.startCatchUp(n, fmt.Sprintf("%s passed through it for a key it gains after its copy ended", id), false)
@@ -493,7 +496,11 @@ func (w *world) copyKey(n ring.NodeID, key string, src ring.NodeID, ready bool, 
 // the transaction is decided, and a tail that stores none of a key keeps
 // nothing of it. A commit that passed through a member of its final chain
 // is not excused, and neither is one whose replica in the chain did not
-// report losing its stage.
+// report losing its stage; but a new owner that passed the commit through
+// for a key it only gains, leaving the key to the move's copy, holds none
+// of it yet and does not count (the in-step holder the pass-through relied
+// on, rebalance.Keeps, may be one before the tail; docs/architecture.md,
+// "A copy waiting for a lost commit").
 func (w *world) noteStagesLost() {
 	for _, id := range w.order {
 		t := w.txns[id]
@@ -503,7 +510,7 @@ func (w *world) noteStagesLost() {
 		for _, op := range t.ops {
 			k := op.Key
 			if w.allFailed[k][id] || slices.ContainsFunc(w.ownedAt[id][k], func(n ring.NodeID) bool {
-				return slices.Contains(t.final, n) && !slices.Contains(w.stageLost[id], n)
+				return slices.Contains(t.final, n) && !slices.Contains(w.stageLost[id], n) && !slices.Contains(w.passedGained[id], n)
 			}) {
 				continue
 			}

@@ -471,6 +471,9 @@ type world struct {
 	restarted map[ring.NodeID]int
 	behind    map[string]map[ring.NodeID]bool
 	stageLost map[chain.TxnID][]ring.NodeID
+	// passedGained holds, per transaction, the nodes it passed through
+	// for keys they only gained (onlyGained).
+	passedGained map[chain.TxnID][]ring.NodeID
 	// ownedAt holds, per transaction and key, the nodes that stored the
 	// key when they prepared the transaction (noteOwners).
 	ownedAt map[chain.TxnID]map[string][]ring.NodeID
@@ -526,7 +529,7 @@ func Run(cfg Config) Result {
 		replicas: map[ring.NodeID]*chain.Replica{}, stores: map[ring.NodeID]nodeStore{},
 		placement: map[string][]ring.NodeID{}, serving: map[string][]ring.NodeID{}, txns: map[chain.TxnID]*txnRecord{},
 		down: map[ring.NodeID]bool{}, restarted: map[ring.NodeID]int{}, behind: map[string]map[ring.NodeID]bool{},
-		stageLost: map[chain.TxnID][]ring.NodeID{},
+		stageLost: map[chain.TxnID][]ring.NodeID{}, passedGained: map[chain.TxnID][]ring.NodeID{},
 		ownedAt:   map[chain.TxnID]map[string][]ring.NodeID{},
 		collected: map[ring.NodeID]int{}, crashTicks: map[ring.NodeID][]int{},
 		forwards: map[ring.NodeID]map[chain.TxnID]*forward{}, catch: map[ring.NodeID]*catchUp{},
