@@ -276,6 +276,24 @@ type Passing interface {
 	PassesThrough() bool
 }
 
+// Orphaning is implemented by a Staged that can tell whether the commit
+// it holds still changes only blobs its chain manages. A re-execution can
+// make a member the tail after a ring change took a blob of the commit
+// from every member of the new chain (see internal/mvcc.Unmanaged): its
+// commit would then change that blob nowhere reads see. Such a tail may
+// not decide the commit, as a passing one may not: it asks the members
+// after it on the chain the transaction began on (see ask in replica.go),
+// and refuses (ErrOrphaned) if none committed.
+type Orphaning interface {
+	Orphaned() bool
+}
+
+// Orphaned reports whether s is Orphaning and orphaned.
+func Orphaned(s Staged) bool {
+	o, ok := find[Orphaning](s)
+	return ok && o.Orphaned()
+}
+
 // PassesThrough reports whether s is Passing and passes through.
 func PassesThrough(s Staged) bool {
 	p, ok := find[Passing](s)
@@ -344,6 +362,11 @@ var (
 	// The transaction did not run and may be retried once the member
 	// caught up.
 	ErrBehind = errors.New("chain: the tail's copy is behind and would pass the commit through; not committed")
+	// ErrOrphaned is the refusal of a member a re-execution made the tail
+	// whose Staged is orphaned (see Orphaning): no member of its chain
+	// manages a blob the commit changes any more. The transaction did not
+	// run and may be retried on a chain planned anew.
+	ErrOrphaned = errors.New("chain: no member of the re-executed chain manages a blob the commit changes; not committed")
 )
 
 // AssertionError is the value the chain core panics with when one of its

@@ -831,6 +831,15 @@ func (r *Replica) reroute(m Message, rec *record) error {
 			}
 			return nil
 		}
+		if rec.isTail() && Orphaned(rec.staged) {
+			// A blob moved away from every member meanwhile: committing
+			// would change it nowhere reads see. The members after it on
+			// the origin chain may have committed, so ask them.
+			if !r.ask(m.Txn, rec, ErrOrphaned.Error()) {
+				r.fail(m.Txn, rec, "a waiting member made the tail follows nobody on its origin chain", &m)
+			}
+			return nil
+		}
 		if rec.isTail() && PassesThrough(rec.staged) && !brokenPassThrough {
 			// This stage applies nothing here, so this member may not
 			// decide a commit (see Passing): the members after it on the

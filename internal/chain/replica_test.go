@@ -50,6 +50,9 @@ type fakeStager struct {
 	// are done.
 	ordered bool
 	passing bool
+	// orphaned: every transaction staged changes a blob no member of its
+	// chain manages any more (chain.Orphaning).
+	orphaned bool
 	// wrapped puts each Staged in a wrapper, as a node does to act on a
 	// commit carrying a client ID.
 	wrapped bool
@@ -85,6 +88,9 @@ func (s *fakeStager) prepare(id chain.TxnID, ops []txn.Op) (chain.Staged, error)
 	if s.passing {
 		return passingStaged{staged}, nil
 	}
+	if s.orphaned {
+		return orphanedStaged{staged}, nil
+	}
 	if !s.ordered {
 		return staged, nil
 	}
@@ -98,6 +104,12 @@ func (s *fakeStager) prepare(id chain.TxnID, ops []txn.Op) (chain.Staged, error)
 type passingStaged struct{ *fakeStaged }
 
 func (passingStaged) PassesThrough() bool { return true }
+
+// orphanedStaged stages a transaction a ring change has since moved a blob
+// of away from every member of its chain (chain.Orphaning).
+type orphanedStaged struct{ *fakeStaged }
+
+func (orphanedStaged) Orphaned() bool { return true }
 
 type orderedStaged struct {
 	*fakeStaged
@@ -253,6 +265,8 @@ type scenario struct {
 	ordered   bool
 	// passing: every transaction staged passes through (chain.Passing).
 	passing bool
+	// orphaned: every transaction staged is orphaned (chain.Orphaning).
+	orphaned bool
 	// wrapped: every Staged comes in a chain.Wrapper.
 	wrapped bool
 	steps   []step
@@ -260,7 +274,7 @@ type scenario struct {
 
 func (sc scenario) run(t *testing.T) {
 	var log []string
-	stager := &fakeStager{log: &log, refuse: map[string]bool{}, committed: map[chain.TxnID][]txn.Result{}, ordered: sc.ordered, passing: sc.passing, wrapped: sc.wrapped}
+	stager := &fakeStager{log: &log, refuse: map[string]bool{}, committed: map[chain.TxnID][]txn.Result{}, ordered: sc.ordered, passing: sc.passing, orphaned: sc.orphaned, wrapped: sc.wrapped}
 	for _, k := range sc.refuse {
 		stager.refuse[k] = true
 	}
@@ -692,6 +706,28 @@ func TestReplicaScenarios(t *testing.T) {
 				deliver(fwd(1, 1), prepare1, fwdTo3),
 				deliver(rerouted(1, 1), queryTo3),
 				deliver(answer(1, false, false), abort1, `send n2->n1 Backward c/1 index=0 aborted err="`+chain.ErrBehind.Error()+`"`, finAborted),
+			},
+		},
+		{
+			// A ring change took the blob from every member left; n3 may
+			// have committed c/1 as the tail before it was left out.
+			name:     "a member whose stage is orphaned, made the tail by a re-execution, asks and adopts a commit",
+			node:     1,
+			orphaned: true,
+			steps: []step{
+				deliver(fwd(1, 1), prepare1, fwdTo3),
+				deliver(rerouted(1, 1), queryTo3),
+				deliver(answer(1, true, false), commit1, "send n2->n1 Backward c/1 index=0 committed", finCommitted),
+			},
+		},
+		{
+			name:     "a member whose stage is orphaned, made the tail by a re-execution, aborts once all after it answered aborted",
+			node:     1,
+			orphaned: true,
+			steps: []step{
+				deliver(fwd(1, 1), prepare1, fwdTo3),
+				deliver(rerouted(1, 1), queryTo3),
+				deliver(answer(1, false, false), abort1, `send n2->n1 Backward c/1 index=0 aborted err="`+chain.ErrOrphaned.Error()+`"`, finAborted),
 			},
 		},
 		{

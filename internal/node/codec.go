@@ -195,9 +195,10 @@ func decodeRefusal(text string) refusal {
 		if _, ok, _ := cutCode(text); ok {
 			return refusal{err: decodeCoded(text, errs.ErrUnavailable)}
 		}
-	case text == chain.ErrRestarted.Error(), text == chain.ErrBehind.Error():
-		// A member restarted while the commit was on its way, or the tail
-		// is catching up: a new attempt gets through.
+	case text == chain.ErrRestarted.Error(), text == chain.ErrBehind.Error(), text == chain.ErrOrphaned.Error():
+		// A member restarted while the commit was on its way, the tail
+		// is catching up, or a ring change moved a blob away from a
+		// re-executed chain: a new attempt gets through.
 		return refusal{err: &remoteError{class: errs.ErrUnavailable, text: errs.Message(errs.ErrUnavailable, text)}, locked: true}
 	}
 	return refusal{err: &remoteError{class: errs.ErrUnavailable,

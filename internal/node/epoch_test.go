@@ -239,7 +239,8 @@ func TestNoRecordRelearnsOnViewChange(t *testing.T) {
 // and does not manage: no member of the chain manages it, and the commit
 // would change it nowhere (docs/bugs.md row 60: a re-execution on an old
 // owner alone, after the ring change took the blob from it). A blob it
-// manages is prepared.
+// manages is prepared. A stage whose member a re-execution made the tail
+// finds the same (staged.Orphaned).
 func TestTailRefusesUnmanaged(t *testing.T) {
 	n := moveNode(t, joinRecord(t, rebalance.PhaseCopying))
 	for _, p := range []rebalance.Phase{rebalance.PhaseSwitching, rebalance.PhaseActive} {
@@ -305,6 +306,18 @@ func TestTailRefusesUnmanaged(t *testing.T) {
 			t.Fatalf("%s (%s): %v", tc.name, tc.key, err)
 		case err == nil:
 			st.Abort()
+		}
+	}
+	// A stage made earlier, whose member a re-execution made the tail,
+	// asks the same (chain.Orphaning).
+	for _, tc := range []struct {
+		key   string
+		given map[string]mvcc.Base
+		want  bool
+	}{{unmanaged, nil, true}, {managed, nil, false}, {unmanaged, map[string]mvcc.Base{unmanaged: {}}, false}} {
+		st := staged{n: n, keyspace: "kss", rf: 2, ops: []txn.Op{{Key: tc.key, Kind: txn.OpWrite, Data: []byte("x")}}, given: tc.given}
+		if got := st.Orphaned(); got != tc.want {
+			t.Errorf("blob %s, given %v: Orphaned = %t, want %t", tc.key, tc.given, got, tc.want)
 		}
 	}
 }

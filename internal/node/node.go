@@ -1121,10 +1121,12 @@ func (s stager) prepare(id chain.TxnID, ops []txn.Op) (chain.Staged, error) {
 		ks.Release()
 		return nil, err
 	}
+	given := e.bases
 	e.bases = p.Bases()
 	s.n.versions[key] = e
 	clients, _ := clientParts(e.client) // decodeEnvelope or Commit checked it
-	return staged{ChainStaged: mvcc.ChainStaged{P: p, ID: id, Clients: clients, Later: true}, n: s.n, release: ks.Release}, nil
+	return staged{ChainStaged: mvcc.ChainStaged{P: p, ID: id, Clients: clients, Later: true}, n: s.n, release: ks.Release,
+		keyspace: s.keyspace, rf: int(ks.Config.Replication), ops: ops, given: given}, nil
 }
 
 // Committed implements chain.Stager from the keyspace's transaction
@@ -1142,6 +1144,25 @@ type staged struct {
 	mvcc.ChainStaged
 	n       *Node
 	release func()
+	// keyspace, rf, ops and the bases the members before this one gave
+	// (given), for Orphaned.
+	keyspace string
+	rf       int
+	ops      []txn.Op
+	given    map[string]mvcc.Base
+}
+
+// Orphaned implements chain.Orphaning: a re-execution made this member the
+// tail, and it was given no Base of a blob it no longer manages, so that
+// no member of the chain manages it (mvcc.Unmanaged, as prepare checks a
+// tail).
+func (s staged) Orphaned() bool {
+	pl, err := s.n.Placement(s.keyspace, s.rf)
+	if err != nil {
+		return false
+	}
+	_, ok := mvcc.Unmanaged(s.ops, s.given, pl.Manages)
+	return ok
 }
 
 func (s staged) Commit(results []txn.Result) error {

@@ -173,9 +173,30 @@ func (w *world) prepare(n ring.NodeID, id chain.TxnID, ops []txn.Op) (chain.Stag
 	if err != nil {
 		return nil, err
 	}
+	given := f.bases
 	f.bases = bases
-	return staged, nil
+	return orphanable{Staged: staged, orphaned: func() bool {
+		_, ok := mvcc.Unmanaged(ops, given, func(k string) bool { return w.owns(n, k) })
+		if ok {
+			w.stats.Orphaned++
+			w.trace("%s, made the tail of %s, manages a key of it no more", n, id)
+		}
+		return ok
+	}}, nil
 }
+
+// orphanable is a stage that tells whether, once a re-execution made its
+// member the tail, no member of the chain manages a key it changes
+// (chain.Orphaning), as a node's stage does: given no Base of it, the
+// member does not manage it any more.
+type orphanable struct {
+	chain.Staged
+	orphaned func() bool
+}
+
+func (o orphanable) Unwrap() chain.Staged { return o.Staged }
+
+func (o orphanable) Orphaned() bool { return o.orphaned() }
 
 // handOn is the bases a member sends on: those it was given, and its own
 // records of the keys it was the first replica of.

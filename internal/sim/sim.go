@@ -324,8 +324,10 @@ type Stats struct {
 	// the commits
 	// refused by a member whose copy was ahead of the first replica's.
 	// Unmanaged counts the commits a tail refused because no member of
-	// its chain manages one of their keys (mvcc.Unmanaged).
-	Passed, PassedCommitted, BehindRefused, Asks, Unkept, Ahead, Unmanaged int
+	// its chain manages one of their keys (mvcc.Unmanaged), and Orphaned
+	// the stages a re-execution made the tail of such a chain
+	// (chain.Orphaning).
+	Passed, PassedCommitted, BehindRefused, Asks, Unkept, Ahead, Unmanaged, Orphaned int
 	// CatchUpsBegun counts the times a node began catching up, CatchUps
 	// the times one caught up, and Refreshed the copies a catch-up
 	// changed; AllFailed counts the commits of a key that every replica
@@ -1373,7 +1375,7 @@ func (w *world) summary() string {
 		"detect=%d suspicions=%d "+
 		"| txns=%d committed=%d aborted=%d multi-vm=%d (committed %d) probes=%d (committed %d, keys excused %d) queued=%d (committed %d) waited=%d msgs=%d dropped=%d cut=%d dups=%d lost=%d stages-lost=%d "+
 		"reroutes=%d rerouted=%d (committed %d) left-out=%d (staged %d, behind %d) old-chain=%d behind=%d/%d ticks=%d "+
-		"| catch-up: passed=%d (committed %d) behind-refused=%d asks=%d unkept=%d ahead=%d unmanaged=%d catch-ups=%d/%d refreshed=%d copies-lost=%d all-failed=%d",
+		"| catch-up: passed=%d (committed %d) behind-refused=%d asks=%d unkept=%d ahead=%d unmanaged=%d orphaned=%d catch-ups=%d/%d refreshed=%d copies-lost=%d all-failed=%d",
 		w.cfg.Seed, w.cfg.Store, p.nodes, p.clients, p.keys, p.replicationFactor, p.dropPct, p.duplicatePct, p.delayTicksMax,
 		p.retentionTicks, p.pendingMax, p.txnsMax, w.stats.Partitions, w.stats.Crashes, w.det.detectTicks, len(w.det.suspicions),
 		w.stats.Begun, w.stats.Committed, w.stats.Aborted,
@@ -1382,7 +1384,7 @@ func (w *world) summary() string {
 		w.stats.Sent, w.stats.Dropped, w.stats.Partitioned, w.stats.Dups, w.stats.Lost, w.stats.StagesLost,
 		w.stats.Reroutes, w.stats.Rerouted, w.stats.RerouteCommitted, w.stats.LeftOut, w.stats.LeftStaged, w.stats.LeftBehind,
 		w.stats.OldChain, w.stats.Behind, w.stats.Copies, w.now,
-		w.stats.Passed, w.stats.PassedCommitted, w.stats.BehindRefused, w.stats.Asks, w.stats.Unkept, w.stats.Ahead, w.stats.Unmanaged,
+		w.stats.Passed, w.stats.PassedCommitted, w.stats.BehindRefused, w.stats.Asks, w.stats.Unkept, w.stats.Ahead, w.stats.Unmanaged, w.stats.Orphaned,
 		w.stats.CatchUps, w.stats.CatchUpsBegun, w.stats.Refreshed, w.stats.CopiesLost, w.stats.AllFailed) + w.gcSummary() + w.ringSummary()
 }
 
