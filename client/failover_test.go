@@ -256,11 +256,16 @@ func TestFailoverRingMembers(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.srv.Stop()
-	// Once the client saw the connection close, a commit cannot be sent
-	// to a: it goes to b as it is. (One sent just before would have its
-	// answer lost, and be resolved: TestFailoverLostAnswer.)
-	for c.conn.GetState() == connectivity.Ready {
-		time.Sleep(time.Millisecond)
+	// Once the client found a down (its connection closed and a new one
+	// refused), a commit cannot be sent to a: it goes to b as it is. (One
+	// sent just before would have its answer lost, and be resolved:
+	// TestFailoverLostAnswer; one sent while the closed connection still
+	// looks usable may be too, so the test waits for the refusal.)
+	for s := c.conn.GetState(); s != connectivity.TransientFailure; s = c.conn.GetState() {
+		c.conn.Connect()
+		if !c.conn.WaitForStateChange(ctx, s) {
+			t.Fatalf("the connection to a stopped endpoint stayed %v", s)
+		}
 	}
 	for i := range 3 {
 		if _, err := c.Commit(ctx, "ks", WriteOp("k", 0, []byte("y"), true)); err != nil {
