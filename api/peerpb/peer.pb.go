@@ -513,7 +513,8 @@ type ChunksResponse struct {
 	// in a restart, and recorded that it committed without its copy.
 	Missed bool `protobuf:"varint,8,opt,name=missed,proto3" json:"missed,omitempty"`
 	// locked: a commit of the blob held its lock on the receiver when it
-	// answered, and may bring the copy a newer version.
+	// answered, and may bring the copy a newer version (set only when the
+	// request names a commit).
 	Locked        bool `protobuf:"varint,9,opt,name=locked,proto3" json:"locked,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -903,11 +903,12 @@ func (n *Node) Chunks(_ context.Context, req *peerpb.ChunksRequest) (*peerpb.Chu
 	if !pl.Manages(req.GetKey()) {
 		return nil, statusOf(fmt.Errorf("%w: node %s is not a version manager of blob %q", errs.ErrUnavailable, n.self, req.GetKey()))
 	}
-	// The lock is looked at before the record: a commit that takes it
-	// after shows in the record, or is staged after the answer.
-	locked := ks.Store.Locked(req.GetKey())
-	missed := false
+	// Asked about a commit, the lock is looked at before the record: a
+	// commit that takes it after shows in the record, or is staged after
+	// the answer.
+	locked, missed := false, false
 	if c := req.GetTxnCoordinator(); c != "" {
+		locked = ks.Store.Locked(req.GetKey())
 		id := chain.TxnID{Coordinator: ring.NodeID(c), Seq: req.GetTxnSeq()}
 		if missed, err = ks.Store.Missed(id.String()); err != nil {
 			return nil, statusOf(err)
